@@ -1,0 +1,1 @@
+//! The hello example plugin.

@@ -1,0 +1,1 @@
+//! Bosun's Kubernetes API types (CRDs). No I/O.

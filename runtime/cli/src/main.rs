@@ -1,0 +1,2 @@
+//! kubectl-bosun: the Bosun kubectl plugin.
+fn main() {}

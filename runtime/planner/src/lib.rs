@@ -1,0 +1,1 @@
+//! Plans an Operation into per-node tasks. A pure function.

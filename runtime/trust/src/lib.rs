@@ -1,0 +1,1 @@
+//! Plugin trust: digests and signatures.

@@ -1,0 +1,1 @@
+//! The Rust SDK for Bosun plugins.

@@ -1,0 +1,1 @@
+//! The Bosun lab: a real control plane on loopback.

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every Bosun test: unit tests, the plugin host's sandbox tests (which build the test
+# plugins for wasm32-wasip2) and the end-to-end tests against the lab's real control plane
+# (started, or reused, by the tests themselves through tests/lab).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun/target}"
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  rustup target add wasm32-wasip2
+fi
+
+# The lab's etcd / kube-apiserver / kubeadm are built from the upstream Go modules once and
+# cached under ~/.cache/bosun/lab; this is a no-op when they exist.
+BOSUN_LAB_BIN="$(bash tests/lab/build-binaries.sh | tail -n 1)"
+export BOSUN_LAB_BIN
+
+cargo test --workspace --locked "$@"
