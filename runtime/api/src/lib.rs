@@ -1,1 +1,3 @@
-//! Bosun's Kubernetes API types (CRDs). No I/O.
+//! Bosun's Kubernetes API types (group `bosun.dev`, version `v1alpha1`). No I/O.
+
+pub mod grants;

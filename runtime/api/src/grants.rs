@@ -1,0 +1,104 @@
+//! Capability grants: what an administrator lets one plugin reach on a node.
+//!
+//! Grants are part of the `Plugin` resource and are also what `kubectl-bosun plugin run`
+//! reads from a YAML file. Everything not listed here is denied: the host links a
+//! capability only through these grants and fails closed with an error naming what is
+//! missing.
+//!
+//! The types here are plain data (serde + JSON Schema) with no I/O, so the host, the
+//! agent, the controller and the CLI all share one definition.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Everything one plugin may reach. The default grants nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Grants {
+    /// Directories (inside the node's host root) preopened for the plugin.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filesystem: Vec<FilesystemGrant>,
+    /// Host commands the plugin may run, each with allowed argument patterns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exec: Vec<ExecGrant>,
+    /// systemd units the plugin may control, with the allowed actions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceGrant>,
+    /// Hosts the plugin may download from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<HttpGrant>,
+}
+
+/// A directory inside the host root, preopened for the plugin at the same path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FilesystemGrant {
+    /// Absolute path as seen on the node, for example `/etc/kubernetes/pki`. It is resolved
+    /// under the agent's host root; `..` components are refused.
+    pub path: String,
+    /// `ReadOnly` (the default) or `ReadWrite`.
+    #[serde(default)]
+    pub access: Access,
+}
+
+/// How a granted directory may be used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Access {
+    /// Read files and list directories; no creation, truncation, rename, link or removal.
+    #[default]
+    ReadOnly,
+    /// Also create, write, rename and remove inside the directory.
+    ReadWrite,
+}
+
+/// A command and the argument lists it may be run with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecGrant {
+    /// Absolute path of the command inside the host root, for example `/usr/bin/kubeadm`.
+    pub command: String,
+    /// Allowed argument lists. Each entry is a list of patterns matched position by position
+    /// against the whole argument list: a pattern is a glob (`*`, `?`, `[abc]`) matched
+    /// against one whole argument, except a final `**`, which matches any remaining
+    /// arguments (zero or more). An empty list of entries allows the command with no
+    /// arguments only.
+    #[serde(default)]
+    pub args: Vec<Vec<String>>,
+    /// Kill the command after this many seconds. Default 300.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u32>,
+    /// Cap on captured stdout and stderr, each, in bytes. Default 1 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_bytes: Option<u64>,
+}
+
+/// A systemd unit and the actions allowed on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceGrant {
+    /// Unit name including its suffix, for example `kubelet.service`.
+    pub unit: String,
+    /// Allowed actions. `status` is always allowed on a granted unit.
+    pub actions: Vec<ServiceAction>,
+}
+
+/// An action on a systemd unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceAction {
+    Start,
+    Stop,
+    Restart,
+    Reload,
+}
+
+/// A host the plugin may download from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpGrant {
+    /// Host name, optionally with `:port`, for example `dl.k8s.io` or `127.0.0.1:8080`.
+    pub host: String,
+    /// Largest response body accepted, in bytes. Default 256 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+}
