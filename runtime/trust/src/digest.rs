@@ -258,7 +258,10 @@ mod tests {
             assert!(matches!(err, TrustError::MalformedDigest { .. }));
             let msg = err.to_string();
             assert!(msg.contains(want), "{input:?}: {msg}");
-            assert!(msg.contains("expected `sha256:` followed by 64 hex digits"), "{msg}");
+            assert!(
+                msg.contains("expected `sha256:` followed by 64 hex digits"),
+                "{msg}"
+            );
         }
     }
 

@@ -118,11 +118,13 @@ impl KeyId {
     /// [`TrustError::MalformedKeyId`].
     pub fn parse(input: &str) -> Result<Self, TrustError> {
         match input.strip_prefix("sha256:") {
-            Some(h) if h.len() == 64 => Digest::parse(input).map(KeyId).map_err(|_| {
-                TrustError::MalformedKeyId {
-                    input: input.to_owned(),
-                }
-            }),
+            Some(h) if h.len() == 64 => {
+                Digest::parse(input)
+                    .map(KeyId)
+                    .map_err(|_| TrustError::MalformedKeyId {
+                        input: input.to_owned(),
+                    })
+            }
             _ => Err(TrustError::MalformedKeyId {
                 input: input.to_owned(),
             }),
@@ -282,7 +284,11 @@ impl PublicKey {
 
     /// Verifies raw signature bytes over `message`: strict Ed25519, or ECDSA P-256 over
     /// SHA-256(message) with a DER signature. Returns why it failed.
-    pub(crate) fn verify_raw(&self, message: &[u8], signature: &RawSignature) -> Result<(), String> {
+    pub(crate) fn verify_raw(
+        &self,
+        message: &[u8],
+        signature: &RawSignature,
+    ) -> Result<(), String> {
         match (self, signature) {
             (PublicKey::Ed25519(key), RawSignature::Ed25519(sig)) => key
                 .verify_strict(message, sig)
@@ -698,4 +704,64 @@ fn curve_name(oid: ObjectIdentifier) -> String {
         _ => return format!("with OID {oid}"),
     };
     format!("{name} (OID {oid})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Ed25519 identity point (y = 1): a small-order "public key" under which the
+    /// all-zero-scalar signature with R = identity satisfies the cofactorless equation for
+    /// every message.
+    const IDENTITY: [u8; 32] = {
+        let mut b = [0u8; 32];
+        b[0] = 1;
+        b
+    };
+
+    fn forged_signature() -> ed25519_dalek::Signature {
+        let mut bytes = [0u8; 64];
+        bytes[..32].copy_from_slice(&IDENTITY); // R = identity, s = 0
+        ed25519_dalek::Signature::from_bytes(&bytes)
+    }
+
+    #[test]
+    fn small_order_key_forgery_is_rejected_by_strict_verification() {
+        use ed25519_dalek::Verifier as _;
+        let weak = ed25519_dalek::VerifyingKey::from_bytes(&IDENTITY).unwrap();
+        assert!(weak.is_weak());
+        let message = b"any statement at all";
+        // The forgery is real: non-strict verification accepts it...
+        weak.verify(message, &forged_signature())
+            .expect("the cofactorless check accepts the small-order forgery");
+        // ...and ours refuses it, even when the weak key was put in the trust roots by
+        // constructing the variant directly (bypassing the loader's check).
+        let key = PublicKey::Ed25519(weak);
+        let err = key
+            .verify_raw(message, &RawSignature::Ed25519(forged_signature()))
+            .unwrap_err();
+        assert!(err.contains("strict"), "{err}");
+    }
+
+    #[test]
+    fn small_order_key_is_refused_as_a_trust_root() {
+        // SPKI for Ed25519: SEQUENCE { SEQUENCE { OID 1.3.101.112 }, BIT STRING key }.
+        let mut der = hex::decode("302a300506032b6570032100").unwrap();
+        der.extend_from_slice(&IDENTITY);
+        let err = PublicKey::from_spki_der(&der, "weak.pub").unwrap_err();
+        assert!(matches!(err, TrustError::WeakKey { .. }), "{err:?}");
+        // The same encoding with a real key loads, so the refusal is about the point.
+        let real = SigningKey::generate_ed25519().public_key();
+        PublicKey::from_spki_der(&real.to_spki_der(), "real.pub").unwrap();
+    }
+
+    #[test]
+    fn algorithm_names() {
+        for a in [Algorithm::Ed25519, Algorithm::EcdsaP256Sha256] {
+            assert_eq!(a.as_str().parse::<Algorithm>().unwrap(), a);
+            assert_eq!(serde_json::to_string(&a).unwrap(), format!("\"{a}\""));
+        }
+        let err = "rsa".parse::<Algorithm>().unwrap_err();
+        assert!(err.to_string().contains("expected \"ed25519\""), "{err}");
+    }
 }

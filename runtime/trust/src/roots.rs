@@ -78,8 +78,7 @@ impl TrustRoots {
         let path = path.as_ref();
         let meta = fs::metadata(path).map_err(|e| TrustError::io("reading", path, e))?;
         if !meta.is_dir() {
-            let text =
-                fs::read_to_string(path).map_err(|e| TrustError::io("reading", path, e))?;
+            let text = fs::read_to_string(path).map_err(|e| TrustError::io("reading", path, e))?;
             return self.add_pem(&text, &path.display().to_string());
         }
         let mut files = Vec::new();
@@ -89,9 +88,7 @@ impl TrustRoots {
             let entry = entry.map_err(|e| TrustError::io("listing directory", path, e))?;
             let file_name = entry.file_name();
             let name = file_name.to_string_lossy();
-            if name.starts_with('.')
-                || !(name.ends_with(".pem") || name.ends_with(".pub"))
-            {
+            if name.starts_with('.') || !(name.ends_with(".pem") || name.ends_with(".pub")) {
                 continue;
             }
             let file = entry.path();

@@ -85,8 +85,8 @@ impl Statement {
     /// name/version/digest errors.
     pub fn parse(bytes: &[u8]) -> Result<Self, TrustError> {
         let malformed = |reason: String| TrustError::MalformedStatement { reason };
-        let text = std::str::from_utf8(bytes)
-            .map_err(|e| malformed(format!("not UTF-8 text: {e}")))?;
+        let text =
+            std::str::from_utf8(bytes).map_err(|e| malformed(format!("not UTF-8 text: {e}")))?;
         let body = text
             .strip_suffix('\n')
             .ok_or_else(|| malformed("the last line does not end with a newline".into()))?;
@@ -209,26 +209,45 @@ sha256: ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n"
     fn parse_refuses_non_canonical_encodings() {
         let good = String::from_utf8(sample().to_bytes()).unwrap();
         let bad = [
-            good.trim_end().to_owned(),                        // no final newline
-            format!("{good}\n"),                               // trailing blank line
-            good.replace('\n', "\r\n"),                        // CRLF
-            good.replace("name: ", "name:  "),                 // extra space -> bad name
-            good.replace("v1", "v2"),                          // other version of the format
-            good.replace("ba7816bf", "BA7816BF"),              // upper-case hex
-            good.replace("sha256: ", "sha256: sha256:"),       // prefixed digest
+            good.trim_end().to_owned(),                         // no final newline
+            format!("{good}\n"),                                // trailing blank line
+            good.replace('\n', "\r\n"),                         // CRLF
+            good.replace("name: ", "name:  "),                  // extra space -> bad name
+            good.replace("v1", "v2"),                           // other version of the format
+            good.replace("ba7816bf", "BA7816BF"),               // upper-case hex
+            good.replace("sha256: ", "sha256: sha256:"),        // prefixed digest
             good.replace("kubeadm-upgrade", "Kubeadm-Upgrade"), // invalid name
         ];
         for text in bad {
-            assert!(Statement::parse(text.as_bytes()).is_err(), "accepted {text:?}");
+            assert!(
+                Statement::parse(text.as_bytes()).is_err(),
+                "accepted {text:?}"
+            );
         }
     }
 
     #[test]
     fn names_are_lowercase_dns_labels() {
-        for ok in ["a", "hello", "kubeadm-upgrade", "pkg2", "0abc", &"a".repeat(63)] {
+        for ok in [
+            "a",
+            "hello",
+            "kubeadm-upgrade",
+            "pkg2",
+            "0abc",
+            &"a".repeat(63),
+        ] {
             validate_name(ok).unwrap();
         }
-        for bad in ["", "-a", "a-", "Hello", "a_b", "a.b", "a\nname: b", &"a".repeat(64)] {
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "Hello",
+            "a_b",
+            "a.b",
+            "a\nname: b",
+            &"a".repeat(64),
+        ] {
             let err = validate_name(bad).unwrap_err();
             assert!(matches!(err, TrustError::InvalidName { .. }), "{bad:?}");
         }

@@ -114,7 +114,10 @@ pub fn verify_statement(
     let mut attempts = Vec::new();
     for (index, (entry, raw)) in signatures.iter().zip(&decoded).enumerate() {
         let mut tried_any = false;
-        for root in roots.iter().filter(|r| r.key.algorithm() == entry.algorithm) {
+        for root in roots
+            .iter()
+            .filter(|r| r.key.algorithm() == entry.algorithm)
+        {
             if let Some(reference) = &entry.key_id {
                 // The form was validated above, so this cannot fail.
                 if !root.key_id.matches(reference).unwrap_or(false) {

@@ -29,7 +29,15 @@ fn happy_path_both_algorithms() {
         let roots = roots_of(&[&key]);
         let sig = signed(&key, "hello", "0.1.0", PLUGIN);
         assert_eq!(sig.algorithm, key.algorithm());
-        let v = verify(PLUGIN, &Digest::of(PLUGIN), "hello", "0.1.0", &[sig], &roots).unwrap();
+        let v = verify(
+            PLUGIN,
+            &Digest::of(PLUGIN),
+            "hello",
+            "0.1.0",
+            &[sig],
+            &roots,
+        )
+        .unwrap();
         assert_eq!(v.key_id, key.public_key().key_id());
         assert_eq!(v.algorithm, key.algorithm());
         assert_eq!(v.origin, "key0.pub");
@@ -86,18 +94,39 @@ fn untrusted_key_is_reported_with_the_keys_tried() {
     let mut sig = signed(&stranger, "hello", "0.1.0", PLUGIN);
 
     // With the stranger's key id: no root matches it, nothing is tried.
-    let err = verify(PLUGIN, &Digest::of(PLUGIN), "hello", "0.1.0", &[sig.clone()], &roots)
-        .unwrap_err();
+    let err = verify(
+        PLUGIN,
+        &Digest::of(PLUGIN),
+        "hello",
+        "0.1.0",
+        &[sig.clone()],
+        &roots,
+    )
+    .unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, TrustError::Untrusted { .. }), "{err:?}");
     assert!(msg.contains("not among the 1 trust roots"), "{msg}");
-    assert!(msg.contains("add the signer's public key to the trust roots"), "{msg}");
+    assert!(
+        msg.contains("add the signer's public key to the trust roots"),
+        "{msg}"
+    );
 
     // Without a key id: every Ed25519 root is tried and named.
     sig.key_id = None;
-    let err = verify(PLUGIN, &Digest::of(PLUGIN), "hello", "0.1.0", &[sig], &roots).unwrap_err();
+    let err = verify(
+        PLUGIN,
+        &Digest::of(PLUGIN),
+        "hello",
+        "0.1.0",
+        &[sig],
+        &roots,
+    )
+    .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains(&trusted.public_key().key_id().to_string()), "{msg}");
+    assert!(
+        msg.contains(&trusted.public_key().key_id().to_string()),
+        "{msg}"
+    );
     assert!(msg.contains("from key0.pub"), "{msg}");
 }
 
@@ -122,10 +151,19 @@ fn key_id_may_be_shortened_but_must_match() {
     let roots = roots_of(&[&key, &other]);
     let mut sig = signed(&key, "hello", "0.1.0", PLUGIN);
     sig.key_id = Some(key.public_key().key_id().to_string()); // short form
-    verify_digest(&Digest::of(PLUGIN), "hello", "0.1.0", &[sig.clone()], &roots).unwrap();
+    verify_digest(
+        &Digest::of(PLUGIN),
+        "hello",
+        "0.1.0",
+        &[sig.clone()],
+        &roots,
+    )
+    .unwrap();
     sig.key_id = Some(other.public_key().key_id().full());
     let err = verify_digest(&Digest::of(PLUGIN), "hello", "0.1.0", &[sig], &roots).unwrap_err();
-    let TrustError::Untrusted { attempts, .. } = err else { panic!() };
+    let TrustError::Untrusted { attempts, .. } = err else {
+        panic!()
+    };
     // Only the named key was tried.
     assert_eq!(attempts.0.len(), 1);
     assert_eq!(attempts.0[0].key_id, Some(other.public_key().key_id()));
@@ -137,7 +175,10 @@ fn no_signatures_and_no_roots() {
     let d = Digest::of(PLUGIN);
     let err = verify_digest(&d, "hello", "0.1.0", &[], &roots_of(&[&key])).unwrap_err();
     assert!(matches!(err, TrustError::NoSignatures { .. }), "{err:?}");
-    assert!(err.to_string().contains("kubectl bosun plugin sign"), "{err}");
+    assert!(
+        err.to_string().contains("kubectl bosun plugin sign"),
+        "{err}"
+    );
     let sig = signed(&key, "hello", "0.1.0", PLUGIN);
     let err = verify_digest(&d, "hello", "0.1.0", &[sig], &TrustRoots::new()).unwrap_err();
     assert!(matches!(err, TrustError::NoTrustRoots), "{err:?}");
@@ -149,7 +190,7 @@ fn invalid_name_or_version_is_refused_before_verifying() {
     let roots = roots_of(&[&key]);
     let d = Digest::of(PLUGIN);
     let sig = signed(&key, "hello", "0.1.0", PLUGIN);
-    let err = verify_digest(&d, "Hello", "0.1.0", &[sig.clone()], &roots).unwrap_err();
+    let err = verify_digest(&d, "Hello", "0.1.0", std::slice::from_ref(&sig), &roots).unwrap_err();
     assert!(matches!(err, TrustError::InvalidName { .. }), "{err:?}");
     let err = verify_digest(&d, "hello", "v0.1.0", &[sig], &roots).unwrap_err();
     assert!(matches!(err, TrustError::InvalidVersion { .. }), "{err:?}");
@@ -169,18 +210,37 @@ fn malformed_signature_entries_fail_loudly() {
         s
     };
     let cases = [
-        (with(&good_ed, &|s| s.signature = "not base64!".into()), "not base64"),
-        (with(&good_ed, &|s| s.signature = BASE64.encode([0u8; 63])), "64 bytes, found 63"),
-        (with(&good_ec, &|s| s.signature = BASE64.encode([0x30, 0x03, 1, 2, 3])), "DER"),
+        (
+            with(&good_ed, &|s| s.signature = "not base64!".into()),
+            "not base64",
+        ),
+        (
+            with(&good_ed, &|s| s.signature = BASE64.encode([0u8; 63])),
+            "64 bytes, found 63",
+        ),
+        (
+            with(&good_ec, &|s| {
+                s.signature = BASE64.encode([0x30, 0x03, 1, 2, 3])
+            }),
+            "DER",
+        ),
         // An Ed25519 signature labelled as ECDSA is not DER.
-        (with(&good_ed, &|s| s.algorithm = Algorithm::EcdsaP256Sha256), "DER"),
-        (with(&good_ed, &|s| s.key_id = Some("md5:abcd".into())), "malformed key id"),
-        (with(&good_ed, &|s| s.key_id = Some("sha256:abc".into())), "malformed key id"),
+        (
+            with(&good_ed, &|s| s.algorithm = Algorithm::EcdsaP256Sha256),
+            "DER",
+        ),
+        (
+            with(&good_ed, &|s| s.key_id = Some("md5:abcd".into())),
+            "malformed key id",
+        ),
+        (
+            with(&good_ed, &|s| s.key_id = Some("sha256:abc".into())),
+            "malformed key id",
+        ),
     ];
     for (bad, want) in cases {
         // The malformed entry fails verification even next to a good one.
-        let err = verify_digest(&d, "hello", "0.1.0", &[good_ec.clone(), bad], &roots)
-            .unwrap_err();
+        let err = verify_digest(&d, "hello", "0.1.0", &[good_ec.clone(), bad], &roots).unwrap_err();
         assert!(
             matches!(err, TrustError::MalformedSignature { index: 1, .. }),
             "{err:?}"
@@ -195,7 +255,14 @@ fn trailing_newline_in_base64_is_accepted() {
     let key = SigningKey::generate_p256();
     let mut sig = signed(&key, "hello", "0.1.0", PLUGIN);
     sig.signature.push('\n');
-    verify_digest(&Digest::of(PLUGIN), "hello", "0.1.0", &[sig], &roots_of(&[&key])).unwrap();
+    verify_digest(
+        &Digest::of(PLUGIN),
+        "hello",
+        "0.1.0",
+        &[sig],
+        &roots_of(&[&key]),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -204,7 +271,10 @@ fn bundle_json_shape_and_round_trip() {
     let statement = Statement::new("hello", "0.1.0", Digest::of(PLUGIN)).unwrap();
     let mut bundle = SignatureBundle::new(&statement);
     assert!(bundle.add(key.sign_statement(&statement)));
-    assert!(!bundle.add(key.sign_statement(&statement)), "Ed25519 is deterministic");
+    assert!(
+        !bundle.add(key.sign_statement(&statement)),
+        "Ed25519 is deterministic"
+    );
     let mut cosign_style = SigningKey::generate_p256().sign_statement(&statement);
     cosign_style.key_id = None;
     bundle.add(cosign_style);
@@ -214,7 +284,10 @@ fn bundle_json_shape_and_round_trip() {
     assert_eq!(json["version"], "0.1.0");
     assert_eq!(json["sha256"], Digest::of(PLUGIN).to_hex());
     assert_eq!(json["signatures"][0]["algorithm"], "ed25519");
-    assert_eq!(json["signatures"][0]["keyId"], key.public_key().key_id().full());
+    assert_eq!(
+        json["signatures"][0]["keyId"],
+        key.public_key().key_id().full()
+    );
     assert_eq!(json["signatures"][1]["algorithm"], "ecdsa-p256-sha256");
     assert!(json["signatures"][1].get("keyId").is_none());
 
@@ -224,7 +297,11 @@ fn bundle_json_shape_and_round_trip() {
     back.verify(PLUGIN, &roots_of(&[&key])).unwrap();
 
     let err = SignatureBundle::from_json(r#"{"name":"hello"}"#, "b.json").unwrap_err();
-    assert!(err.to_string().starts_with("b.json: malformed signature bundle"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("b.json: malformed signature bundle"),
+        "{err}"
+    );
     let err = SignatureBundle::from_json(
         &bundle.to_json().replace("\"keyId\"", "\"keyid\""),
         "b.json",
@@ -278,7 +355,10 @@ fn malformed_pem_is_refused_with_the_file_named() {
     let good = key.public_key().to_pem();
     let lines: Vec<&str> = good.lines().collect();
     let cases = [
-        (good.replace(lines[1], "!!!!not base64!!!!"), "malformed PEM"),
+        (
+            good.replace(lines[1], "!!!!not base64!!!!"),
+            "malformed PEM",
+        ),
         (lines[..2].join("\n"), "has no `-----END PUBLIC KEY-----`"),
         ("just text\n".to_owned(), "no PUBLIC KEY found"),
         (key.to_pkcs8_pem().to_string(), "holds a private key"),
@@ -308,7 +388,10 @@ fn key_ids() {
     assert_eq!(format!("{id:#}"), full);
     assert_eq!(id.to_string(), full[..7 + 16]);
     assert!(id.matches(&full).unwrap());
-    assert!(id.matches(&full[..7 + 16].to_uppercase().replace("SHA256", "sha256")).unwrap());
+    assert!(
+        id.matches(&full[..7 + 16].to_uppercase().replace("SHA256", "sha256"))
+            .unwrap()
+    );
     assert!(id.matches(&full[..7 + 15]).is_err());
     assert_eq!(bosun_trust::KeyId::parse(&full).unwrap(), id);
     assert!(bosun_trust::KeyId::parse(&full[..30]).is_err());
@@ -326,7 +409,10 @@ fn keygen_writes_private_0600_and_refuses_to_overwrite() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(&files.private_key).unwrap().permissions().mode();
+        let mode = std::fs::metadata(&files.private_key)
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o077, 0, "private key mode {mode:o}");
     }
     let reloaded = SigningKey::read_pem_file(&files.private_key).unwrap();
@@ -347,12 +433,18 @@ fn signing_keys_round_trip_through_pkcs8_and_refuse_encrypted_keys() {
         assert!(pem.starts_with("-----BEGIN PRIVATE KEY-----\n"));
         let back = SigningKey::from_pem(&pem, "k").unwrap();
         assert_eq!(back.public_key(), key.public_key());
-        assert!(!format!("{key:?}").contains(&pem[28..60]), "Debug must not leak the key");
+        assert!(
+            !format!("{key:?}").contains(&pem[28..60]),
+            "Debug must not leak the key"
+        );
     }
     let fake = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n";
     let err = SigningKey::from_pem(fake, "cosign.key").unwrap_err();
     assert!(err.to_string().contains("cosign sign-blob"), "{err}");
-    let err = SigningKey::from_pem(&SigningKey::generate_ed25519().public_key().to_pem(), "k.pub")
-        .unwrap_err();
+    let err = SigningKey::from_pem(
+        &SigningKey::generate_ed25519().public_key().to_pem(),
+        "k.pub",
+    )
+    .unwrap_err();
     assert!(matches!(err, TrustError::NoKeysFound { .. }), "{err:?}");
 }
