@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::keys::Algorithm;
+use crate::keys::{Algorithm, RawSignature, parse_key_id_reference};
 use crate::roots::TrustRoots;
 use crate::statement::Statement;
 use crate::verify::{Verified, verify};
@@ -29,6 +29,46 @@ pub struct PluginSignature {
     /// The signature, base64 (standard alphabet): 64 raw bytes for Ed25519, ASN.1 DER
     /// for ECDSA (exactly what `cosign sign-blob` prints).
     pub signature: String,
+}
+
+impl PluginSignature {
+    /// The entry for a signature printed by `cosign sign-blob` (or `openssl dgst -sha256
+    /// -sign ... | base64 -w0`) over the statement: base64 of an ASN.1 DER ECDSA P-256
+    /// signature. Surrounding whitespace is dropped; no key id is recorded, since cosign
+    /// prints none (verification then tries every P-256 trust root).
+    ///
+    /// # Errors
+    /// [`TrustError::MalformedSignature`] when the text is not base64 of a DER signature.
+    pub fn from_cosign(base64_text: &str) -> Result<Self, TrustError> {
+        let entry = PluginSignature {
+            algorithm: Algorithm::EcdsaP256Sha256,
+            key_id: None,
+            signature: base64_text.trim().to_owned(),
+        };
+        entry.check(0)?;
+        Ok(entry)
+    }
+
+    /// Checks that the entry decodes (base64, signature length or DER, key id form)
+    /// without verifying it; `index` is used in the error.
+    ///
+    /// # Errors
+    /// [`TrustError::MalformedSignature`].
+    pub fn check(&self, index: usize) -> Result<(), TrustError> {
+        self.decode(index).map(|_| ())
+    }
+
+    pub(crate) fn decode(&self, index: usize) -> Result<RawSignature, TrustError> {
+        let malformed = |reason: String| TrustError::MalformedSignature {
+            index,
+            algorithm: self.algorithm,
+            reason,
+        };
+        if let Some(reference) = &self.key_id {
+            parse_key_id_reference(reference).map_err(|e| malformed(e.to_string()))?;
+        }
+        RawSignature::decode(self.algorithm, &self.signature).map_err(malformed)
+    }
 }
 
 /// The file written next to a plugin: what was signed, and the signatures.

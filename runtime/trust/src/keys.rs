@@ -407,9 +407,10 @@ impl SigningKey {
                     return Err(TrustError::EncryptedPrivateKey {
                         origin: origin.to_owned(),
                         label,
-                        hint: "sign the statement (`kubectl bosun plugin statement`) with \
-                               `cosign sign-blob --key KEY STATEMENT` and list that signature \
-                               as algorithm ecdsa-p256-sha256 (see docs/trust.md)",
+                        hint: "make the signature with cosign instead: `kubectl bosun plugin \
+                               statement FILE > stmt`, `cosign sign-blob --key KEY stmt`, then \
+                               `kubectl bosun plugin sign FILE --cosign-signature SIG` (see \
+                               docs/trust.md)",
                     });
                 }
                 _ => continue,

@@ -2,7 +2,7 @@
 
 use crate::bundle::PluginSignature;
 use crate::error::{Attempt, Attempts};
-use crate::keys::{Algorithm, KeyId, RawSignature, parse_key_id_reference};
+use crate::keys::{Algorithm, KeyId};
 use crate::roots::TrustRoots;
 use crate::statement::Statement;
 use crate::{Digest, TrustError};
@@ -96,18 +96,7 @@ pub fn verify_statement(
     let decoded = signatures
         .iter()
         .enumerate()
-        .map(|(index, entry)| {
-            let malformed = |reason: String| TrustError::MalformedSignature {
-                index,
-                algorithm: entry.algorithm,
-                reason,
-            };
-            if let Some(reference) = &entry.key_id {
-                // Validate the reference's form up front; matching happens below.
-                parse_key_id_reference(reference).map_err(|e| malformed(e.to_string()))?;
-            }
-            RawSignature::decode(entry.algorithm, &entry.signature).map_err(malformed)
-        })
+        .map(|(index, entry)| entry.decode(index))
         .collect::<Result<Vec<_>, _>>()?;
 
     let message = statement.to_bytes();

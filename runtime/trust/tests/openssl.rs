@@ -115,12 +115,9 @@ fn openssl_ecdsa_p256_signatures_verify() {
     let roots = TrustRoots::load([f.path("p256.pub")]).unwrap();
     for _ in 0..8 {
         let der = f.run(&["dgst", "-sha256", "-sign", "p256.key", "statement"]);
-        let sig = PluginSignature {
-            algorithm: Algorithm::EcdsaP256Sha256,
-            key_id: None,
-            // As `base64 -w0` prints it, plus the newline a shell pipeline leaves.
-            signature: format!("{}\n", BASE64.encode(&der)),
-        };
+        // As `base64 -w0` prints it, plus the newline a shell pipeline leaves.
+        let sig = PluginSignature::from_cosign(&format!("{}\n", BASE64.encode(&der))).unwrap();
+        assert_eq!(sig.algorithm, Algorithm::EcdsaP256Sha256);
         verify(
             PLUGIN,
             &Digest::of(PLUGIN),

@@ -448,3 +448,28 @@ fn signing_keys_round_trip_through_pkcs8_and_refuse_encrypted_keys() {
     .unwrap_err();
     assert!(matches!(err, TrustError::NoKeysFound { .. }), "{err:?}");
 }
+
+#[test]
+fn cosign_entries_are_checked_when_made() {
+    let key = SigningKey::generate_p256();
+    let statement = Statement::new("hello", "0.1.0", Digest::of(PLUGIN)).unwrap();
+    let b64 = BASE64.encode(key.sign_bytes(&statement.to_bytes()));
+    let entry = PluginSignature::from_cosign(&format!("  {b64}\n")).unwrap();
+    assert_eq!(entry.signature, b64);
+    assert_eq!(entry.key_id, None);
+    verify_digest(
+        statement.digest(),
+        "hello",
+        "0.1.0",
+        &[entry],
+        &roots_of(&[&key]),
+    )
+    .unwrap();
+    for bad in ["", "%%%", &BASE64.encode([0u8; 64])] {
+        let err = PluginSignature::from_cosign(bad).unwrap_err();
+        assert!(
+            matches!(err, TrustError::MalformedSignature { .. }),
+            "{bad:?}: {err:?}"
+        );
+    }
+}
