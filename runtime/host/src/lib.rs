@@ -1,1 +1,648 @@
-//! The wasmtime host that runs Bosun plugins.
+//! The sandboxed wasmtime host that runs Bosun plugins.
+//!
+//! A [`Host`] owns one wasmtime engine (component model, pooling allocator, epoch
+//! interruption driven by a ticker thread that stops when the host is dropped). It
+//! [loads](Host::load) a plugin by verifying its bytes against a pinned digest and a
+//! trusted signature **before** compiling anything, compiles once per digest (with an
+//! optional on-disk cache that only ever loads code this host compiled), refuses a
+//! component that imports anything outside the Bosun ABI and WASI 0.2's
+//! cli/clocks/filesystem/random/io, and calls its `describe`.
+//!
+//! Each [`preflight`](Host::preflight) and [`run`](Host::run) gets a fresh store with
+//! memory and table limits, a wall-clock deadline, caps on log and result bytes, and a
+//! WASI context with no ambient authority: no environment, no arguments, empty stdin,
+//! stdout discarded, stderr captured (capped) for panic messages, and only the granted
+//! directories preopened under the host root. Host calls (`exec`, `service`, `http`)
+//! check the [`Grants`] first and fail closed with `not-granted`, naming the capability.
+//! See `README.md` next to this crate for what a plugin can and cannot do.
+//!
+//! Every failure is a typed [`Error`]; after any of them the same `Host` keeps working.
+
+mod cache;
+mod config;
+mod error;
+mod exec;
+mod facts;
+mod fs;
+mod http;
+mod report;
+mod sandbox;
+mod service;
+
+#[allow(unsafe_code)]
+mod bindings {
+    //! Host bindings generated from the same WIT package the guests use.
+    wasmtime::component::bindgen!({
+        path: "../../sdk/wit",
+        world: "bosun-plugin",
+        imports: { default: trappable },
+    });
+}
+
+use std::collections::HashMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bosun_api::grants::Grants;
+use bosun_trust::{Digest, PluginSignature, SignatureBundle, Verified};
+use wasmtime::component::{Component, ResourceTable};
+use wasmtime::{Engine, Store, Trap};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+pub use config::{ExecIsolation, HostConfig, Limits, PoolConfig};
+pub use error::Error;
+pub use facts::{NodeContext, NodeFacts, OsRelease};
+pub use report::{
+    ActionInfo, CallFailure, Capabilities, Captured, Check, CheckStatus, Denial, LogLevel, LogLine, Metadata,
+    Outcome, PluginError, PreflightReport, Progress, Report, RunReport,
+};
+pub use service::{RecordingBackend, ServiceBackend, ServiceError, SystemctlBackend, UnitStatus};
+
+use bindings::BosunPluginPre;
+use bindings::exports::bosun::plugin::plugin as guest;
+use sandbox::{CallEnv, RunLimiter, RunState, Stop};
+
+/// The ABI version (WIT package version of `bosun:plugin`) this host serves.
+pub const ABI_VERSION: &str = "0.1.0";
+
+/// What [`Error::ForbiddenImport`] says a plugin may import.
+const ALLOWED_IMPORTS: &str = "WASI 0.2 cli (environment, exit, stdin, stdout, stderr, terminal-*), clocks, \
+     filesystem, random and io, and the bosun:plugin@0.1.0 interfaces (log, exec, service, facts, http)";
+
+const WASI_ALLOWED: &[&str] = &[
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:clocks/wall-clock",
+    "wasi:clocks/monotonic-clock",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+];
+
+const BOSUN_INTERFACES: &[&str] = &["types", "log", "exec", "service", "facts", "http"];
+
+/// What a plugin was pinned and signed as: the `Plugin` resource's `spec.sha256` and
+/// `spec.signatures`, or a signature bundle next to the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginPin {
+    pub name: String,
+    pub version: String,
+    pub sha256: Digest,
+    pub signatures: Vec<PluginSignature>,
+}
+
+impl From<&SignatureBundle> for PluginPin {
+    fn from(b: &SignatureBundle) -> Self {
+        PluginPin { name: b.name.clone(), version: b.version.clone(), sha256: b.sha256, signatures: b.signatures.clone() }
+    }
+}
+
+/// How the caller wants an action run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Passed to the plugin: it must not change the node.
+    pub dry_run: bool,
+    /// Wall clock for this run; [`Limits::default_deadline`] when `None`.
+    pub deadline: Option<Duration>,
+}
+
+/// A compiled plugin: the component and what it needs to be instantiated.
+struct Compiled {
+    pre: BosunPluginPre<RunState>,
+    /// Set when the component imports `bosun:plugin/http` (then it is linked only for
+    /// runs that have http grants).
+    pre_http: Option<BosunPluginPre<RunState>>,
+    /// `describe`'s answer, asked once per digest (the ABI requires it to be cheap and
+    /// side-effect free, so the same bytes give the same answer).
+    metadata: std::sync::OnceLock<Metadata>,
+}
+
+/// A verified, compiled and described plugin, ready to run. Cheap to clone.
+#[derive(Clone)]
+pub struct LoadedPlugin {
+    compiled: Arc<Compiled>,
+    digest: Digest,
+    metadata: Metadata,
+    verified: Option<Verified>,
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPlugin")
+            .field("digest", &self.digest)
+            .field("metadata", &self.metadata)
+            .field("verified", &self.verified)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedPlugin {
+    /// What the plugin declared in `describe`.
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+    /// The sha256 of the bytes that were loaded.
+    pub fn digest(&self) -> &Digest {
+        &self.digest
+    }
+    /// Which trust root vouched for it; `None` for [`Host::load_unverified`].
+    pub fn verified(&self) -> Option<&Verified> {
+        self.verified.as_ref()
+    }
+    /// Whether the component imports the optional `http` interface.
+    pub fn imports_http(&self) -> bool {
+        self.compiled.pre_http.is_some()
+    }
+}
+
+/// Advances the engine's epoch every tick until dropped.
+struct Ticker {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(engine: Engine, tick: Duration) -> Result<Ticker, Error> {
+        let (stop, rx) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("bosun-host-epoch".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(tick) {
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(|e| Error::setup(format!("starting the epoch ticker: {e}")))?;
+        Ok(Ticker { stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The plugin host. `Send + Sync`: share it (in an `Arc`) between the threads that run
+/// plugins; at most [`PoolConfig::max_instances`] runs are alive at once.
+pub struct Host {
+    engine: Engine,
+    config: HostConfig,
+    linker: wasmtime::component::Linker<RunState>,
+    linker_http: wasmtime::component::Linker<RunState>,
+    cache: Option<cache::DiskCache>,
+    compiled: Mutex<HashMap<Digest, Arc<Compiled>>>,
+    _ticker: Ticker,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// Creates the engine, the linkers, the cache directory and the epoch ticker.
+    pub fn new(config: HostConfig) -> Result<Host, Error> {
+        if !config.host_root.is_dir() {
+            return Err(Error::setup(format!(
+                "host root {} is not a directory; point host_root at the node's root file system",
+                config.host_root.display()
+            )));
+        }
+        let mut pool = wasmtime::PoolingAllocationConfig::default();
+        let n = config.pool.max_instances.max(1);
+        let per = config.pool.max_core_instances_per_plugin.max(1);
+        pool.total_component_instances(n)
+            .total_core_instances(n * per)
+            .total_memories(n * 4)
+            .total_tables(n * per)
+            .max_core_instances_per_component(per)
+            .max_memories_per_component(4)
+            .max_tables_per_component(per)
+            .max_memory_size(usize::try_from(config.limits.max_memory_bytes).unwrap_or(usize::MAX))
+            .table_elements(usize::try_from(config.limits.max_table_elements).unwrap_or(usize::MAX));
+        let mut wcfg = wasmtime::Config::new();
+        wcfg.wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wcfg).map_err(|e| Error::setup(format!("wasmtime engine: {e}")))?;
+        let linker = sandbox::linker(&engine, false).map_err(|e| Error::setup(format!("linker: {e}")))?;
+        let linker_http = sandbox::linker(&engine, true).map_err(|e| Error::setup(format!("linker: {e}")))?;
+        let cache = match &config.cache_dir {
+            Some(dir) => Some(
+                cache::DiskCache::open(dir, cache::engine_fingerprint(&engine))
+                    .map_err(|e| Error::setup(format!("compiled-plugin cache {}: {e}", dir.display())))?,
+            ),
+            None => None,
+        };
+        let ticker = Ticker::start(engine.clone(), config.epoch_tick.max(Duration::from_micros(100)))?;
+        Ok(Host { engine, config, linker, linker_http, cache, compiled: Mutex::new(HashMap::new()), _ticker: ticker })
+    }
+
+    /// The configuration this host was created with.
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// Verifies, compiles (or takes from the cache), checks and describes a plugin.
+    ///
+    /// Order: the bytes are hashed and must equal `pin.sha256`, and a signature over
+    /// (name, version, digest) must verify against the trust roots — before any
+    /// compilation. Then the component's imports and exports are checked against the
+    /// ABI, and `describe` must report this ABI version and the signed name and version.
+    /// The bytes are re-hashed on every call, even when the compiled code is cached.
+    pub fn load(&self, bytes: &[u8], pin: &PluginPin) -> Result<LoadedPlugin, Error> {
+        let verified = bosun_trust::verify(bytes, &pin.sha256, &pin.name, &pin.version, &pin.signatures, &self.config.trust_roots)
+            .map_err(|source| Error::Untrusted { name: pin.name.clone(), version: pin.version.clone(), source })?;
+        let compiled = self.compile(&pin.sha256, bytes)?;
+        let metadata = self.metadata(&compiled)?;
+        for (field, signed, declared) in [("name", &pin.name, &metadata.name), ("version", &pin.version, &metadata.version)] {
+            if signed != declared {
+                return Err(Error::MetadataMismatch { field, signed: signed.clone(), declared: declared.clone() });
+            }
+        }
+        Ok(LoadedPlugin { compiled, digest: pin.sha256, metadata, verified: Some(verified) })
+    }
+
+    /// Loads a plugin WITHOUT verifying any signature. Refused with
+    /// [`Error::UnverifiedRefused`] unless the host was created with
+    /// [`HostConfig::allow_unverified`]; meant for a plugin author's local loop only.
+    /// Everything else (ABI checks, sandbox, grants) is the same.
+    pub fn load_unverified(&self, bytes: &[u8]) -> Result<LoadedPlugin, Error> {
+        if !self.config.allow_unverified {
+            return Err(Error::UnverifiedRefused);
+        }
+        let digest = Digest::of(bytes);
+        tracing::warn!(%digest, "loading a plugin WITHOUT signature verification (allow_unverified is set)");
+        let compiled = self.compile(&digest, bytes)?;
+        let metadata = self.metadata(&compiled)?;
+        Ok(LoadedPlugin { compiled, digest, metadata, verified: None })
+    }
+
+    /// Drops the compiled plugin with `digest` from memory (the on-disk cache keeps it).
+    /// Plugins already loaded keep working; the next [`load`](Host::load) of these
+    /// bytes verifies again and takes the code from the disk cache or recompiles.
+    pub fn evict(&self, digest: &Digest) {
+        if let Ok(mut m) = self.compiled.lock() {
+            m.remove(digest);
+        }
+    }
+
+    fn metadata(&self, compiled: &Arc<Compiled>) -> Result<Metadata, Error> {
+        if let Some(m) = compiled.metadata.get() {
+            return Ok(m.clone());
+        }
+        let m = self.describe(compiled)?;
+        Ok(compiled.metadata.get_or_init(|| m).clone())
+    }
+
+    fn compile(&self, digest: &Digest, bytes: &[u8]) -> Result<Arc<Compiled>, Error> {
+        if let Some(c) = self.compiled.lock().ok().and_then(|m| m.get(digest).cloned()) {
+            return Ok(c);
+        }
+        let hex = digest.to_hex();
+        let from_cache = self.cache.as_ref().and_then(|c| {
+            let code = c.get(&hex)?;
+            match deserialize_own(&self.engine, &code) {
+                Ok(component) => Some(component),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cached compiled plugin did not load; recompiling");
+                    c.remove(&hex);
+                    None
+                }
+            }
+        });
+        let component = match from_cache {
+            Some(c) => c,
+            None => {
+                let component = Component::new(&self.engine, bytes).map_err(|e| Error::Compile { message: format!("{e:#}") })?;
+                if let Some(cache) = &self.cache {
+                    match component.serialize() {
+                        Ok(code) => {
+                            if let Err(e) = cache.put(&hex, &code) {
+                                tracing::warn!(error = %e, "could not write the compiled-plugin cache");
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "could not serialize a compiled plugin"),
+                    }
+                }
+                component
+            }
+        };
+        let imports_http = check_interfaces(&self.engine, &component)?;
+        let link = |linker: &wasmtime::component::Linker<RunState>| {
+            linker
+                .instantiate_pre(&component)
+                .and_then(BosunPluginPre::new)
+                .map_err(|e| Error::Compile { message: format!("cannot link the plugin's imports: {e:#}") })
+        };
+        let compiled = Arc::new(Compiled {
+            pre: if imports_http { link(&self.linker_http)? } else { link(&self.linker)? },
+            pre_http: if imports_http { Some(link(&self.linker_http)?) } else { None },
+            metadata: std::sync::OnceLock::new(),
+        });
+        if let Ok(mut m) = self.compiled.lock() {
+            m.insert(*digest, Arc::clone(&compiled));
+        }
+        Ok(compiled)
+    }
+
+    fn describe(&self, compiled: &Arc<Compiled>) -> Result<Metadata, Error> {
+        let node = NodeContext::default();
+        let limits = &self.config.limits;
+        let (meta, _) = self
+            .call(compiled, &Grants::default(), &node, limits.describe_deadline, true, |store, plugin| {
+                plugin.bosun_plugin_plugin().call_describe(store)
+            })
+            .map_err(|f| f.error)?;
+        let size = meta.name.len()
+            + meta.version.len()
+            + meta.abi_version.len()
+            + meta.description.len()
+            + meta.actions.iter().map(|a| a.name.len() + a.description.len() + a.params_schema.len()).sum::<usize>();
+        check_output_size(size, limits.max_output_bytes)?;
+        if meta.abi_version != ABI_VERSION {
+            return Err(Error::AbiMismatch { expected: ABI_VERSION, found: format!("bosun:plugin@{}", meta.abi_version) });
+        }
+        let caps = meta.capabilities;
+        Ok(Metadata {
+            name: meta.name,
+            version: meta.version,
+            abi_version: meta.abi_version,
+            description: meta.description,
+            actions: meta
+                .actions
+                .into_iter()
+                .map(|a| ActionInfo { name: a.name, description: a.description, params_schema: a.params_schema, idempotent: a.idempotent })
+                .collect(),
+            capabilities: Capabilities {
+                filesystem: caps.filesystem.into_iter().map(|p| (p.path, p.writable)).collect(),
+                exec: caps.exec.into_iter().map(|c| (c.command, c.args)).collect(),
+                services: caps.services.into_iter().map(|u| (u.unit, u.actions)).collect(),
+                http: caps.http,
+            },
+        })
+    }
+
+    /// Runs the plugin's `preflight` for `action` with `params_json`. Must not change
+    /// the node (the plugin's contract); the same grants apply as for `run`.
+    pub fn preflight(
+        &self,
+        plugin: &LoadedPlugin,
+        grants: &Grants,
+        node: &NodeContext,
+        action: &str,
+        params_json: &str,
+    ) -> Result<PreflightReport, CallFailure> {
+        self.check_call(plugin, action, params_json)?;
+        let deadline = self.config.limits.describe_deadline;
+        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, |store, p| {
+            p.bosun_plugin_plugin().call_preflight(store, action, params_json)
+        })?;
+        let result = match result {
+            Ok(checks) => {
+                let size: usize = checks.iter().map(|c| c.name.len() + c.message.len()).sum();
+                check_output_size(size, self.config.limits.max_output_bytes)
+                    .map_err(|error| CallFailure { error, captured: captured.clone() })?;
+                Ok(checks
+                    .into_iter()
+                    .map(|c| Check {
+                        name: c.name,
+                        status: match c.status {
+                            guest::CheckStatus::Pass => CheckStatus::Pass,
+                            guest::CheckStatus::Warn => CheckStatus::Warn,
+                            guest::CheckStatus::Fail => CheckStatus::Fail,
+                        },
+                        message: c.message,
+                    })
+                    .collect())
+            }
+            Err(e) => Err(self.plugin_error(e, &captured)?),
+        };
+        Ok(Report { result, captured })
+    }
+
+    /// Runs `action` with `params_json` under `grants`. Returns the plugin's outcome or
+    /// its own error with everything captured, or a [`CallFailure`] when the host
+    /// refused or stopped the call.
+    pub fn run(
+        &self,
+        plugin: &LoadedPlugin,
+        grants: &Grants,
+        node: &NodeContext,
+        action: &str,
+        params_json: &str,
+        options: RunOptions,
+    ) -> Result<RunReport, CallFailure> {
+        self.check_call(plugin, action, params_json)?;
+        let deadline = options.deadline.unwrap_or(self.config.limits.default_deadline);
+        let ctx = guest::RunContext { dry_run: options.dry_run };
+        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, |store, p| {
+            p.bosun_plugin_plugin().call_run(store, action, params_json, ctx)
+        })?;
+        let result = match result {
+            Ok(o) => {
+                let size = o.message.len() + o.outputs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+                check_output_size(size, self.config.limits.max_output_bytes)
+                    .map_err(|error| CallFailure { error, captured: captured.clone() })?;
+                Ok(Outcome { changed: o.changed && !options.dry_run, message: o.message, outputs: o.outputs })
+            }
+            Err(e) => Err(self.plugin_error(e, &captured)?),
+        };
+        Ok(Report { result, captured })
+    }
+
+    fn plugin_error(&self, e: guest::PluginError, captured: &Captured) -> Result<PluginError, CallFailure> {
+        check_output_size(e.code.len() + e.message.len(), self.config.limits.max_output_bytes)
+            .map_err(|error| CallFailure { error, captured: captured.clone() })?;
+        Ok(PluginError { code: e.code, message: e.message, retryable: e.retryable })
+    }
+
+    fn check_call(&self, plugin: &LoadedPlugin, action: &str, params_json: &str) -> Result<(), CallFailure> {
+        if !plugin.metadata.actions.iter().any(|a| a.name == action) {
+            let available: Vec<&str> = plugin.metadata.actions.iter().map(|a| a.name.as_str()).collect();
+            return Err(Error::UnknownAction { action: action.to_owned(), available: available.join(", ") }.into());
+        }
+        let max = self.config.limits.max_params_bytes;
+        if params_json.len() > max {
+            return Err(Error::InvalidParams { message: format!("{} bytes, more than the limit of {max}", params_json.len()) }.into());
+        }
+        serde_json::from_str::<serde::de::IgnoredAny>(params_json)
+            .map_err(|e| Error::InvalidParams { message: format!("not a JSON document: {e}") })?;
+        Ok(())
+    }
+
+    /// One call in a fresh store: resolve grants, build the WASI context, instantiate,
+    /// run `f`, and turn traps into typed errors.
+    fn call<R>(
+        &self,
+        compiled: &Compiled,
+        grants: &Grants,
+        node: &NodeContext,
+        deadline: Duration,
+        describing: bool,
+        f: impl FnOnce(&mut Store<RunState>, &bindings::BosunPlugin) -> wasmtime::Result<R>,
+    ) -> Result<(R, Captured), CallFailure> {
+        let limits = &self.config.limits;
+        let preopens = fs::resolve(&self.config.host_root, &grants.filesystem)?;
+        for g in &grants.exec {
+            exec::validate_grant(g)
+                .map_err(|reason| Error::InvalidGrant { grant: format!("exec {}", g.command), reason })?;
+        }
+        let pre = match (&compiled.pre_http, grants.http.is_empty()) {
+            (Some(_), true) if !describing => {
+                return Err(Error::NotGranted {
+                    capability: "http (the plugin imports bosun:plugin/http but has no http grant)".into(),
+                }
+                .into());
+            }
+            (Some(p), false) => p,
+            _ => &compiled.pre,
+        };
+
+        let stderr = MemoryOutputPipe::new(limits.max_stderr_bytes);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.allow_blocking_current_thread(true).stderr(stderr.clone());
+        for p in &preopens {
+            wasi.preopened_dir(&p.host, &p.guest, p.perms)
+                .map_err(|e| Error::InvalidGrant { grant: format!("filesystem {}", p.guest), reason: format!("{e:#}") })?;
+        }
+        let env = Arc::new(CallEnv {
+            root: self.config.host_root.clone(),
+            isolation: self.config.exec_isolation,
+            service: Arc::clone(&self.config.service_backend),
+            node: node.clone(),
+            limits: limits.clone(),
+        });
+        let started = Instant::now();
+        let state = RunState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limiter: RunLimiter { max_memory: limits.max_memory_bytes, max_table_elements: limits.max_table_elements },
+            grants: Arc::new(grants.clone()),
+            env,
+            deadline: started + deadline,
+            log_bytes: 0,
+            lines: Vec::new(),
+            progress: None,
+            denied: Vec::new(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let tick = self.config.epoch_tick.max(Duration::from_micros(100));
+        let ticks = u64::try_from(deadline.as_nanos() / tick.as_nanos()).unwrap_or(u64::MAX).saturating_add(1);
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+
+        let result = pre
+            .instantiate(&mut store)
+            .map_err(|e| (true, e))
+            .and_then(|instance| f(&mut store, &instance).map_err(|e| (false, e)));
+        let state = store.into_data();
+        let captured = Captured {
+            lines: state.lines,
+            progress: state.progress,
+            denied: state.denied,
+            stderr: String::from_utf8_lossy(&stderr.contents()).into_owned(),
+        };
+        match result {
+            Ok(r) => Ok((r, captured)),
+            Err((instantiating, e)) => {
+                let error = classify(e, instantiating, deadline, &captured.stderr);
+                Err(CallFailure { error, captured })
+            }
+        }
+    }
+}
+
+/// Turns a wasmtime error from a call into the host's typed error.
+fn classify(e: wasmtime::Error, instantiating: bool, deadline: Duration, stderr: &str) -> Error {
+    if let Some(stop) = e.downcast_ref::<Stop>() {
+        return match *stop {
+            Stop::Memory { what, limit } => Error::MemoryLimit { what, limit },
+            Stop::Log { limit } => Error::LogLimit { limit },
+        };
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => Error::DeadlineExceeded { deadline },
+        Some(trap) => Error::GuestTrap { message: trap.to_string(), stderr: stderr.to_owned() },
+        None if instantiating => Error::Instantiate { message: format!("{e:#}") },
+        None => {
+            let mut message = format!("{e:#}");
+            sandbox::truncate_utf8(&mut message, 4096);
+            Error::GuestTrap { message, stderr: stderr.to_owned() }
+        }
+    }
+}
+
+fn check_output_size(size: usize, limit: u64) -> Result<(), Error> {
+    if size as u64 > limit {
+        return Err(Error::OutputLimit { limit, found: size as u64 });
+    }
+    Ok(())
+}
+
+/// Checks the component's exports and imports against the ABI. Returns whether it
+/// imports the optional `http` interface.
+fn check_interfaces(engine: &Engine, component: &Component) -> Result<bool, Error> {
+    let ty = component.component_type();
+    let export = ty
+        .exports(engine)
+        .find_map(|(name, _)| name.strip_prefix("bosun:plugin/plugin").map(|v| v.trim_start_matches('@').to_owned()));
+    match export {
+        Some(v) if v == ABI_VERSION => {}
+        Some(v) => return Err(Error::AbiMismatch { expected: ABI_VERSION, found: format!("bosun:plugin@{v}") }),
+        None => {
+            return Err(Error::AbiMismatch {
+                expected: ABI_VERSION,
+                found: "a component that does not export bosun:plugin/plugin".into(),
+            });
+        }
+    }
+    let mut imports_http = false;
+    for (name, _) in ty.imports(engine) {
+        let (iface, version) = name.split_once('@').unwrap_or((name, ""));
+        if let Some(bosun) = iface.strip_prefix("bosun:plugin/") {
+            if version != ABI_VERSION {
+                return Err(Error::AbiMismatch { expected: ABI_VERSION, found: format!("bosun:plugin@{version} (import {name})") });
+            }
+            if !BOSUN_INTERFACES.contains(&bosun) {
+                return Err(Error::ForbiddenImport { import: name.to_owned(), allowed: ALLOWED_IMPORTS });
+            }
+            imports_http |= bosun == "http";
+        } else if !(WASI_ALLOWED.contains(&iface) && version.starts_with("0.2.")) {
+            return Err(Error::ForbiddenImport { import: name.to_owned(), allowed: ALLOWED_IMPORTS });
+        }
+    }
+    Ok(imports_http)
+}
+
+/// Loads compiled code from this host's own cache.
+#[allow(unsafe_code)]
+fn deserialize_own(engine: &Engine, code: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: `code` comes from `DiskCache::get`, which returns only bytes whose
+    // HMAC-SHA256 verifies under the key this host generated and keeps in the cache
+    // directory (mode 0600), i.e. bytes `Component::serialize` of an engine with the same
+    // compatibility fingerprint wrote. wasmtime additionally checks the version and
+    // configuration recorded in the artifact header.
+    unsafe { Component::deserialize(engine, code) }
+}

@@ -1,0 +1,76 @@
+//! Host benchmarks (see docs/benchmarks.md for figures and how to reproduce them).
+//!
+//! (a) run a no-op action (fresh store + instantiate + call), and load-from-memory
+//!     (re-hash + verify signature) + run, beside fork/exec of `/bin/true`;
+//! (b) one host-call round trip: a run making 1000 `log` calls beside one making none;
+//! (c) load one plugin from the compiled on-disk cache (evicted from memory first);
+//! (d) hash + verify a 5 MB plugin, beside hashing alone.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::hint::black_box;
+
+use bosun_api::grants::Grants;
+use bosun_host::{NodeContext, RunOptions};
+use bosun_trust::{Digest, Statement};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+fn benches(c: &mut Criterion) {
+    let node = support::node();
+    let host = node.host();
+    let bytes = &support::plugins().good;
+    let pin = node.signer.pin(bytes, "good", "1.0.0");
+    let plugin = host.load(bytes, &pin).unwrap();
+    let grants = Grants::default();
+    let ctx = NodeContext::default();
+    let opts = RunOptions::default();
+
+    let mut g = c.benchmark_group("a_noop");
+    g.bench_function("run_noop", |b| {
+        b.iter(|| black_box(host.run(&plugin, &grants, &ctx, "noop", "{}", opts).unwrap()));
+    });
+    g.bench_function("verify_from_memory_cache_and_run_noop", |b| {
+        b.iter(|| {
+            let p = host.load(bytes, &pin).unwrap();
+            black_box(host.run(&p, &grants, &ctx, "noop", "{}", opts).unwrap())
+        });
+    });
+    g.bench_function("fork_exec_bin_true", |b| {
+        b.iter(|| black_box(std::process::Command::new("/bin/true").status().unwrap()));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("b_host_call");
+    g.bench_function("run_log_0_calls", |b| {
+        b.iter(|| black_box(host.run(&plugin, &grants, &ctx, "log", r#"{"n":0}"#, opts).unwrap()));
+    });
+    g.bench_function("run_log_1000_calls", |b| {
+        b.iter(|| black_box(host.run(&plugin, &grants, &ctx, "log", r#"{"n":1000}"#, opts).unwrap()));
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("c_load_from_disk_cache");
+    g.bench_function("load_evicted_plugin", |b| {
+        b.iter(|| {
+            host.evict(&pin.sha256);
+            black_box(host.load(bytes, &pin).unwrap())
+        });
+    });
+    g.finish();
+
+    let big: Vec<u8> = (0..5_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let digest = Digest::of(&big);
+    let statement = Statement::new("big", "1.0.0", digest).unwrap();
+    let sigs = vec![node.signer.key.sign_statement(&statement)];
+    let mut g = c.benchmark_group("d_verify_5mb");
+    g.sample_size(30);
+    g.bench_function("hash_only", |b| b.iter(|| black_box(Digest::of(&big))));
+    g.bench_function("hash_and_verify", |b| {
+        b.iter(|| black_box(bosun_trust::verify(&big, &digest, "big", "1.0.0", &sigs, &node.signer.roots).unwrap()));
+    });
+    g.finish();
+}
+
+criterion_group!(host_benches, benches);
+criterion_main!(host_benches);

@@ -1,0 +1,143 @@
+//! What a plugin call returns to the caller: the plugin's own answer plus everything
+//! the host captured (log lines, progress, refused host calls, stderr).
+
+use crate::error::Error;
+
+/// Severity of a plugin log line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// One line a plugin logged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    pub level: LogLevel,
+    pub message: String,
+    pub fields: Vec<(String, String)>,
+    /// The message was cut at the host's line limit.
+    pub truncated: bool,
+}
+
+/// The last progress a plugin reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub done: u64,
+    pub total: u64,
+    pub message: String,
+}
+
+/// A host call the grants refused (also returned to the plugin as `not-granted`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    /// `exec`, `service`, `http`.
+    pub capability: String,
+    /// The message the plugin received; names the command, unit or host.
+    pub message: String,
+}
+
+/// Everything the host captured during one call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Captured {
+    pub lines: Vec<LogLine>,
+    pub progress: Option<Progress>,
+    pub denied: Vec<Denial>,
+    /// What the guest wrote to stderr (a panic message, typically), capped.
+    pub stderr: String,
+}
+
+/// What the plugin says it is (from `describe`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    pub name: String,
+    pub version: String,
+    pub abi_version: String,
+    pub description: String,
+    pub actions: Vec<ActionInfo>,
+    pub capabilities: Capabilities,
+}
+
+/// One action a plugin declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActionInfo {
+    pub name: String,
+    pub description: String,
+    pub params_schema: String,
+    pub idempotent: bool,
+}
+
+/// The capabilities a plugin requests (compare with its grants).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// (path, writable)
+    pub filesystem: Vec<(String, bool)>,
+    /// (command, argument patterns)
+    pub exec: Vec<(String, Vec<String>)>,
+    /// (unit, actions)
+    pub services: Vec<(String, Vec<String>)>,
+    pub http: Vec<String>,
+}
+
+/// A successful `run`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub changed: bool,
+    pub message: String,
+    pub outputs: Vec<(String, String)>,
+}
+
+/// The error a plugin itself returned from `preflight` or `run`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("plugin error {code}: {message}")]
+pub struct PluginError {
+    pub code: String,
+    pub message: String,
+    pub retryable: bool,
+}
+
+/// Result of one preflight check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckStatus {
+    Pass,
+    Warn,
+    Fail,
+}
+
+/// One preflight check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Check {
+    pub name: String,
+    pub status: CheckStatus,
+    pub message: String,
+}
+
+/// A call that ran to completion: the plugin answered (successfully or with its own
+/// error) within every limit.
+#[derive(Clone, Debug)]
+pub struct Report<T> {
+    pub result: Result<T, PluginError>,
+    pub captured: Captured,
+}
+
+/// A `run` that completed.
+pub type RunReport = Report<Outcome>;
+/// A `preflight` that completed.
+pub type PreflightReport = Report<Vec<Check>>;
+
+/// A call the host refused or stopped, with whatever was captured before.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct CallFailure {
+    #[source]
+    pub error: Error,
+    pub captured: Captured,
+}
+
+impl From<Error> for CallFailure {
+    fn from(error: Error) -> Self {
+        CallFailure { error, captured: Captured::default() }
+    }
+}

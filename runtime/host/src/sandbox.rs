@@ -1,0 +1,381 @@
+//! One plugin call's sandbox: the store state, the linker that defines exactly what a
+//! plugin may import, and the Bosun host interfaces, each checking the grants first.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bosun_api::grants::{Grants, ServiceAction};
+use wasmtime::component::{HasData, HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, ResourceLimiter};
+use wasmtime_wasi::cli::WasiCliView as _;
+use wasmtime_wasi::clocks::WasiClocksView as _;
+use wasmtime_wasi::filesystem::WasiFilesystemView as _;
+use wasmtime_wasi::random::WasiRandomView as _;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::bindings::bosun::plugin::{exec, facts, http, log, service, types};
+use crate::config::{ExecIsolation, Limits};
+use crate::exec::{CommandError, CommandSpec, Refusal};
+use crate::facts::NodeContext;
+use crate::http::HttpRefusal;
+use crate::report::{Denial, LogLevel, LogLine, Progress};
+use crate::service::{ServiceBackend, ServiceError};
+
+/// Why the host stopped a call from inside a host function or the resource limiter.
+/// Raised as a trap and recognised again when the call returns.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Stop {
+    #[error("memory limit")]
+    Memory { what: &'static str, limit: u64 },
+    #[error("log limit")]
+    Log { limit: u64 },
+}
+
+/// The store's resource limiter: memory and table growth beyond the limits stops the
+/// call with a typed [`Stop`] instead of returning -1 to the guest (a Rust guest would
+/// only abort on that, which would look like any other trap).
+pub(crate) struct RunLimiter {
+    pub max_memory: u64,
+    pub max_table_elements: u64,
+}
+
+impl ResourceLimiter for RunLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired as u64 > self.max_memory {
+            return Err(wasmtime::Error::new(Stop::Memory { what: "memory", limit: self.max_memory }));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired as u64 > self.max_table_elements {
+            return Err(wasmtime::Error::new(Stop::Memory { what: "table", limit: self.max_table_elements }));
+        }
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        64
+    }
+    fn tables(&self) -> usize {
+        64
+    }
+    fn memories(&self) -> usize {
+        8
+    }
+}
+
+/// What the host knows for a call besides the grants.
+pub(crate) struct CallEnv {
+    pub root: PathBuf,
+    pub isolation: ExecIsolation,
+    pub service: Arc<dyn ServiceBackend>,
+    pub node: NodeContext,
+    pub limits: Limits,
+}
+
+/// The data of one store: WASI state, the plugin's grants and everything captured.
+pub(crate) struct RunState {
+    pub wasi: WasiCtx,
+    pub table: ResourceTable,
+    pub limiter: RunLimiter,
+    pub grants: Arc<Grants>,
+    pub env: Arc<CallEnv>,
+    pub deadline: Instant,
+    pub log_bytes: u64,
+    pub lines: Vec<LogLine>,
+    pub progress: Option<Progress>,
+    pub denied: Vec<Denial>,
+}
+
+impl WasiView for RunState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl RunState {
+    fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    fn deny(&mut self, capability: &str, message: String) -> types::HostError {
+        tracing::info!(capability, %message, "plugin host call refused");
+        self.denied.push(Denial { capability: capability.to_owned(), message: message.clone() });
+        types::HostError::NotGranted(message)
+    }
+
+    fn check_len(&self, what: &str, value: &str) -> Result<(), types::HostError> {
+        let max = self.env.limits.max_string_bytes;
+        if value.len() > max {
+            return Err(types::HostError::InvalidArgument(format!(
+                "{what} is {} bytes, more than the host's limit of {max}",
+                value.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+struct HasIo;
+
+impl HasData for HasIo {
+    type Data<'a> = &'a mut ResourceTable;
+}
+
+/// Builds the linker: the WASI 0.2 interfaces a Rust `wasm32-wasip2` plugin needs
+/// (cli environment/exit/stdio/terminal, clocks, filesystem, random, io) and the Bosun
+/// interfaces. `wasi:sockets` and `wasi:http` are never linked; `http` only when
+/// `with_http`.
+pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linker<RunState>> {
+    use wasmtime_wasi::cli::WasiCli;
+    use wasmtime_wasi::clocks::WasiClocks;
+    use wasmtime_wasi::filesystem::WasiFilesystem;
+    use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random, sync};
+    use wasmtime_wasi::random::WasiRandom;
+
+    let mut l = Linker::<RunState>::new(engine);
+    clocks::wall_clock::add_to_linker::<RunState, WasiClocks>(&mut l, RunState::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<RunState, WasiClocks>(&mut l, RunState::clocks)?;
+    filesystem::preopens::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
+    sync::filesystem::types::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
+    random::random::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
+    random::insecure::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
+    random::insecure_seed::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
+    cli::exit::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    cli::environment::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    cli::stdin::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    cli::stdout::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    cli::stderr::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    cli::terminal_input::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    cli::terminal_output::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    cli::terminal_stdin::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    cli::terminal_stdout::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    cli::terminal_stderr::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
+    wasmtime_wasi_io::bindings::wasi::io::error::add_to_linker::<RunState, HasIo>(&mut l, |s| &mut s.table)?;
+    sync::io::poll::add_to_linker::<RunState, HasIo>(&mut l, |s| &mut s.table)?;
+    sync::io::streams::add_to_linker::<RunState, HasIo>(&mut l, |s| &mut s.table)?;
+
+    types::add_to_linker::<RunState, HasSelf<RunState>>(&mut l, |s| s)?;
+    log::add_to_linker::<RunState, HasSelf<RunState>>(&mut l, |s| s)?;
+    exec::add_to_linker::<RunState, HasSelf<RunState>>(&mut l, |s| s)?;
+    service::add_to_linker::<RunState, HasSelf<RunState>>(&mut l, |s| s)?;
+    facts::add_to_linker::<RunState, HasSelf<RunState>>(&mut l, |s| s)?;
+    if with_http {
+        http::add_to_linker::<RunState, HasSelf<RunState>>(&mut l, |s| s)?;
+    }
+    Ok(l)
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary.
+pub(crate) fn truncate_utf8(s: &mut String, max: usize) -> bool {
+    if s.len() <= max {
+        return false;
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s.truncate(cut);
+    true
+}
+
+impl types::Host for RunState {}
+
+impl log::Host for RunState {
+    fn write(&mut self, level: log::Level, mut message: String, fields: Vec<(String, String)>) -> wasmtime::Result<()> {
+        let limits = &self.env.limits;
+        let size = message.len() as u64 + fields.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
+        self.log_bytes = self.log_bytes.saturating_add(size);
+        if self.log_bytes > limits.max_log_bytes {
+            return Err(wasmtime::Error::new(Stop::Log { limit: limits.max_log_bytes }));
+        }
+        let truncated = truncate_utf8(&mut message, limits.max_log_line_bytes);
+        let dropped_fields = fields.len().saturating_sub(limits.max_log_fields);
+        let mut fields: Vec<(String, String)> = fields.into_iter().take(limits.max_log_fields).collect();
+        for (k, v) in &mut fields {
+            truncate_utf8(k, limits.max_log_line_bytes);
+            truncate_utf8(v, limits.max_log_line_bytes);
+        }
+        if dropped_fields > 0 {
+            fields.push(("bosun.dropped-fields".into(), dropped_fields.to_string()));
+        }
+        let level = match level {
+            log::Level::Debug => LogLevel::Debug,
+            log::Level::Info => LogLevel::Info,
+            log::Level::Warn => LogLevel::Warn,
+            log::Level::Error => LogLevel::Error,
+        };
+        self.lines.push(LogLine { level, message, fields, truncated });
+        Ok(())
+    }
+
+    fn progress(&mut self, done: u64, total: u64, mut message: String) -> wasmtime::Result<()> {
+        truncate_utf8(&mut message, self.env.limits.max_log_line_bytes);
+        self.progress = Some(Progress { done, total, message });
+        Ok(())
+    }
+}
+
+impl exec::Host for RunState {
+    fn run(
+        &mut self,
+        command: String,
+        args: Vec<String>,
+        stdin: Option<Vec<u8>>,
+    ) -> wasmtime::Result<Result<exec::Output, types::HostError>> {
+        Ok(self.exec(command, args, stdin))
+    }
+}
+
+impl RunState {
+    fn exec(&mut self, command: String, args: Vec<String>, stdin: Option<Vec<u8>>) -> Result<exec::Output, types::HostError> {
+        let limits = self.env.limits.clone();
+        self.check_len("command", &command)?;
+        if args.len() > limits.max_exec_args {
+            return Err(types::HostError::InvalidArgument(format!(
+                "{} arguments, more than the host's limit of {}",
+                args.len(),
+                limits.max_exec_args
+            )));
+        }
+        for a in &args {
+            self.check_len("an argument", a)?;
+            if a.contains('\0') {
+                return Err(types::HostError::InvalidArgument("an argument contains a NUL byte".into()));
+            }
+        }
+        if stdin.as_ref().is_some_and(|s| s.len() > limits.max_exec_stdin_bytes) {
+            return Err(types::HostError::InvalidArgument(format!(
+                "stdin is larger than the host's limit of {} bytes",
+                limits.max_exec_stdin_bytes
+            )));
+        }
+        let grants = Arc::clone(&self.grants);
+        let grant = match crate::exec::authorize(&grants.exec, &command, &args) {
+            Ok(g) => g,
+            Err(Refusal::Invalid(m)) => return Err(types::HostError::InvalidArgument(m)),
+            Err(Refusal::NotGranted(m)) => return Err(self.deny("exec", m)),
+        };
+        let grant_timeout = grant.timeout_seconds.map_or(crate::exec::DEFAULT_TIMEOUT, |s| Duration::from_secs(s.into()));
+        // The command may not outlive the call that started it.
+        let timeout = grant_timeout.min(self.remaining());
+        let out = crate::exec::run(CommandSpec {
+            root: &self.env.root,
+            isolation: self.env.isolation,
+            command: &command,
+            args: &args,
+            stdin,
+            timeout,
+            max_output: grant.max_output_bytes.unwrap_or(crate::exec::DEFAULT_MAX_OUTPUT),
+        });
+        match out {
+            Ok(o) => Ok(exec::Output { exit_code: o.exit_code, stdout: o.stdout, stderr: o.stderr, truncated: o.truncated }),
+            Err(CommandError::Timeout(t)) => Err(types::HostError::Timeout(format!("{command} ran longer than {t:?} and was killed"))),
+            Err(CommandError::Failed(m)) => Err(types::HostError::Failed(m)),
+        }
+    }
+
+    fn unit_grant(&mut self, unit: &str, action: Option<ServiceAction>) -> Result<(), types::HostError> {
+        self.check_len("unit", unit)?;
+        if unit.is_empty() || unit.starts_with('-') || unit.contains('/') || unit.chars().any(char::is_control) {
+            return Err(types::HostError::InvalidArgument(format!("`{unit}` is not a systemd unit name")));
+        }
+        let grants = Arc::clone(&self.grants);
+        let Some(grant) = grants.services.iter().find(|g| g.unit == unit) else {
+            return Err(self.deny("service", format!("service: {unit} (no service grant names this unit)")));
+        };
+        if let Some(action) = action {
+            if !grant.actions.contains(&action) {
+                return Err(self.deny(
+                    "service",
+                    format!("service: {action:?} {unit} (granted actions: {:?})", grant.actions).to_lowercase(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn service_error(e: ServiceError) -> types::HostError {
+    match e {
+        ServiceError::Failed(m) => types::HostError::Failed(m),
+        ServiceError::Timeout(t) => types::HostError::Timeout(format!("systemctl did not finish within {t:?}")),
+    }
+}
+
+impl service::Host for RunState {
+    fn control(
+        &mut self,
+        unit: String,
+        action: service::Action,
+    ) -> wasmtime::Result<Result<service::UnitStatus, types::HostError>> {
+        let action = match action {
+            service::Action::Start => ServiceAction::Start,
+            service::Action::Stop => ServiceAction::Stop,
+            service::Action::Restart => ServiceAction::Restart,
+            service::Action::Reload => ServiceAction::Reload,
+        };
+        if let Err(e) = self.unit_grant(&unit, Some(action)) {
+            return Ok(Err(e));
+        }
+        Ok(self
+            .env
+            .service
+            .control(&self.env.root, &unit, action)
+            .map(|s| service::UnitStatus { active_state: s.active_state, sub_state: s.sub_state })
+            .map_err(service_error))
+    }
+
+    fn status(&mut self, unit: String) -> wasmtime::Result<Result<service::UnitStatus, types::HostError>> {
+        if let Err(e) = self.unit_grant(&unit, None) {
+            return Ok(Err(e));
+        }
+        Ok(self
+            .env
+            .service
+            .status(&self.env.root, &unit)
+            .map(|s| service::UnitStatus { active_state: s.active_state, sub_state: s.sub_state })
+            .map_err(service_error))
+    }
+}
+
+impl facts::Host for RunState {
+    fn node(&mut self) -> wasmtime::Result<Result<facts::NodeFacts, types::HostError>> {
+        let timeout = Duration::from_secs(10).min(self.remaining());
+        let f = crate::facts::gather(&self.env.root, &self.env.node, self.env.isolation, timeout);
+        Ok(Ok(facts::NodeFacts {
+            node_name: f.node_name,
+            roles: f.roles,
+            os: facts::OsRelease {
+                id: f.os.id,
+                id_like: f.os.id_like,
+                version_id: f.os.version_id,
+                pretty_name: f.os.pretty_name,
+            },
+            arch: f.arch,
+            kernel: f.kernel,
+            kubelet_version: f.kubelet_version,
+            kubeadm_version: f.kubeadm_version,
+        }))
+    }
+}
+
+impl http::Host for RunState {
+    fn get(&mut self, url: String, max_bytes: u64) -> wasmtime::Result<Result<http::Response, types::HostError>> {
+        if let Err(e) = self.check_len("url", &url) {
+            return Ok(Err(e));
+        }
+        let grants = Arc::clone(&self.grants);
+        let cap = max_bytes.min(self.env.limits.max_http_bytes);
+        Ok(match crate::http::get(&grants.http, &url, cap, self.remaining()) {
+            Ok(r) => Ok(http::Response { status: r.status, headers: r.headers, body: r.body }),
+            Err(HttpRefusal::NotGranted(m)) => Err(self.deny("http", m)),
+            Err(HttpRefusal::Invalid(m)) => Err(types::HostError::InvalidArgument(m)),
+            Err(HttpRefusal::Failed(m)) => Err(types::HostError::Failed(m)),
+            Err(HttpRefusal::TooLarge(m)) => Err(types::HostError::TooLarge(m)),
+            Err(HttpRefusal::Timeout(m)) => Err(types::HostError::Timeout(m)),
+        })
+    }
+}

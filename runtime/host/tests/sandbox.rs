@@ -1,0 +1,601 @@
+//! The sandbox, end to end: real plugins (plugins/testing) in a real host, against a
+//! temporary host root. Every misbehaviour is its own test asserting its own typed
+//! error, and each then runs the well-behaved plugin on the same host to show the host
+//! keeps working.
+
+mod support;
+
+use bosun_api::grants::{Access, ExecGrant, FilesystemGrant, Grants, HttpGrant, ServiceAction, ServiceGrant};
+use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, RunOptions, RunReport};
+use bosun_trust::{Digest, TrustError};
+use std::time::Duration;
+use support::{Node, is_root, node, plugins};
+
+fn fs(path: &str, access: Access) -> FilesystemGrant {
+    FilesystemGrant { path: path.into(), access }
+}
+
+fn greet_grant(args: &[&[&str]]) -> ExecGrant {
+    ExecGrant {
+        command: "/usr/bin/greet".into(),
+        args: args.iter().map(|l| l.iter().map(|s| (*s).to_owned()).collect()).collect(),
+        timeout_seconds: Some(60),
+        max_output_bytes: Some(4096),
+    }
+}
+
+/// The grants of the happy path: read /data, run greet with one argument.
+fn happy_grants() -> Grants {
+    Grants { filesystem: vec![fs("/data", Access::ReadOnly)], exec: vec![greet_grant(&[&["*"]])], ..Grants::default() }
+}
+
+/// Grants for the cross-domain filesystem tests.
+fn split_grants() -> Grants {
+    Grants {
+        filesystem: vec![fs("/data", Access::ReadOnly), fs("/ro", Access::ReadOnly), fs("/rw", Access::ReadWrite)],
+        ..Grants::default()
+    }
+}
+
+fn node_ctx() -> NodeContext {
+    NodeContext { node_name: "cp-1".into(), roles: vec!["control-plane".into()], kubelet_version: Some("v1.34.1".into()) }
+}
+
+fn run(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str) -> Result<RunReport, CallFailure> {
+    host.run(p, grants, &node_ctx(), action, params, RunOptions { dry_run: false, deadline: Some(Duration::from_secs(60)) })
+}
+
+/// Runs a `bad` action that must be refused by the plugin's own error path (the host
+/// call or WASI operation failed inside the sandbox) and returns that error.
+fn refused(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str) -> (PluginError, RunReport) {
+    let report = run(host, p, grants, action, params).unwrap_or_else(|f| panic!("{action} {params}: host failure {f}"));
+    match &report.result {
+        Err(e) => (e.clone(), report),
+        Ok(o) => panic!("{action} {params} was NOT refused: {}", o.message),
+    }
+}
+
+/// The happy path on `host`: proves the host still works after a misbehaving plugin.
+fn assert_happy(node: &Node, host: &Host) {
+    let good = node.load(host, &plugins().good, "good");
+    let report = run(
+        host,
+        &good,
+        &happy_grants(),
+        "happy",
+        r#"{"file":"/data/input.txt","command":"/usr/bin/greet","args":["world"]}"#,
+    )
+    .unwrap();
+    let outcome = report.result.expect("happy path succeeds");
+    let out = |k: &str| outcome.outputs.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap();
+    assert_eq!(out("file"), "hello from the node");
+    assert_eq!(out("exit-code"), "0");
+    if is_root() {
+        // Chrooted: the script read /etc/marker from the node's root, not the machine's.
+        assert_eq!(out("stdout"), "hello world from inside-the-root\n");
+    } else {
+        assert!(out("stdout").starts_with("hello world from "), "{}", out("stdout"));
+    }
+    assert_eq!(report.captured.lines.len(), 1);
+    assert_eq!(report.captured.lines[0].message, "read granted file");
+    assert_eq!(report.captured.progress.as_ref().map(|p| (p.done, p.total)), Some((2, 2)));
+    assert!(report.captured.denied.is_empty());
+}
+
+fn failure(r: Result<RunReport, CallFailure>) -> CallFailure {
+    match r {
+        Ok(report) => panic!("expected the host to stop the call, got {:?}", report.result),
+        Err(f) => f,
+    }
+}
+
+fn cached_entries(node: &Node) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(node.cache())
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "cwasm")).collect())
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------- happy path
+
+#[test]
+fn happy_path_reads_a_granted_file_and_runs_a_granted_command() {
+    let node = node();
+    let host = node.host();
+    assert_happy(&node, &host);
+    let good = node.load(&host, &plugins().good, "good");
+    assert_eq!(good.metadata().name, "good");
+    assert_eq!(good.metadata().abi_version, bosun_host::ABI_VERSION);
+    assert!(good.verified().is_some());
+    let pre = host.preflight(&good, &happy_grants(), &node_ctx(), "happy", "{}").unwrap();
+    assert_eq!(pre.result.unwrap()[0].name, "happy-ready");
+}
+
+#[test]
+fn dry_run_never_reports_a_change() {
+    let node = node();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    let grants = Grants { filesystem: vec![fs("/rw", Access::ReadWrite)], ..Grants::default() };
+    let params = r#"{"path":"/rw/out.txt","content":"x"}"#;
+    let wet = run(&host, &good, &grants, "write", params).unwrap().result.unwrap();
+    assert!(wet.changed);
+    assert_eq!(std::fs::read_to_string(node.root().join("rw/out.txt")).unwrap(), "x");
+    let dry = host
+        .run(&good, &grants, &node_ctx(), "write", params, RunOptions { dry_run: true, deadline: None })
+        .unwrap()
+        .result
+        .unwrap();
+    assert!(!dry.changed);
+}
+
+#[test]
+fn facts_come_from_the_host_root_and_the_caller() {
+    let node = node();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    let o = run(&host, &good, &Grants::default(), "facts", "{}").unwrap().result.unwrap();
+    let out = |k: &str| o.outputs.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str()).unwrap();
+    assert_eq!(out("node-name"), "cp-1");
+    assert_eq!(out("roles"), "control-plane");
+    assert_eq!(out("os-id"), "rocky");
+    assert_eq!(out("os-id-like"), "rhel,centos,fedora");
+    assert_eq!(out("os-version-id"), "9.4");
+    assert_eq!(out("kubelet"), "v1.34.1");
+    assert_eq!(out("kubeadm"), "", "no /usr/bin/kubeadm in this root");
+    assert!(["amd64", "arm64"].contains(&out("arch")));
+    assert!(!out("kernel").is_empty());
+}
+
+#[test]
+fn granted_service_actions_reach_the_backend_and_others_are_refused() {
+    let node = node();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    let grants = Grants {
+        services: vec![ServiceGrant { unit: "kubelet.service".into(), actions: vec![ServiceAction::Restart] }],
+        ..Grants::default()
+    };
+    let o = run(&host, &good, &grants, "service", r#"{"unit":"kubelet.service","action":"restart"}"#).unwrap();
+    assert_eq!(o.result.unwrap().outputs[0], ("active-state".into(), "active".into()));
+    let stop = run(&host, &good, &grants, "service", r#"{"unit":"kubelet.service","action":"stop"}"#).unwrap();
+    let e = stop.result.unwrap_err();
+    assert_eq!(e.code, "not-granted");
+    assert!(e.message.contains("stop kubelet.service"), "{}", e.message);
+    let other = run(&host, &good, &grants, "service", r#"{"unit":"containerd.service","action":"status"}"#).unwrap();
+    assert!(other.result.unwrap_err().message.contains("service: containerd.service"));
+    assert_eq!(node.services.calls(), ["restart kubelet.service"]);
+    let logged = std::fs::read_to_string(bosun_host::RecordingBackend::log_path(&node.root())).unwrap();
+    assert_eq!(logged, "restart kubelet.service\n");
+}
+
+#[test]
+fn http_reaches_a_granted_loopback_host_only() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        // Serves exactly the one request the granted run makes.
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = conn.read(&mut buf).unwrap();
+        conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello").unwrap();
+    });
+    let node = node();
+    let host = node.host();
+    let p = node.load(&host, &plugins().http, "http");
+    assert!(p.imports_http());
+    let url = format!(r#"{{"url":"http://127.0.0.1:{port}/file"}}"#);
+
+    // Without an http grant the plugin does not run at all.
+    let f = failure(run(&host, &p, &Grants::default(), "get", &url));
+    assert!(matches!(&f.error, Error::NotGranted { capability } if capability.starts_with("http")), "{f}");
+
+    // A grant for another port is not this host.
+    let other = Grants { http: vec![HttpGrant { host: "127.0.0.1:1".into(), max_bytes: None }], ..Grants::default() };
+    let e = run(&host, &p, &other, "get", &url).unwrap().result.unwrap_err();
+    assert_eq!(e.code, "host:not-granted", "{e:?}");
+
+    let granted = Grants { http: vec![HttpGrant { host: format!("127.0.0.1:{port}"), max_bytes: Some(1024) }], ..Grants::default() };
+    let o = run(&host, &p, &granted, "get", &url).unwrap().result.unwrap();
+    assert_eq!(o.outputs[0].1, "hello");
+    server.join().unwrap();
+}
+
+// ---------------------------------------------------------------- load-time refusals
+
+#[test]
+fn tampered_bytes_are_refused_before_compiling() {
+    let node = node();
+    let host = node.host();
+    let bytes = &plugins().good;
+    let pin = node.signer.pin(bytes, "good", "1.0.0");
+    let mut tampered = bytes.clone();
+    let i = tampered.len() / 2;
+    tampered[i] ^= 0x01;
+    let e = host.load(&tampered, &pin).unwrap_err();
+    assert!(matches!(&e, Error::Untrusted { source: TrustError::DigestMismatch { .. }, .. }), "{e}");
+    assert!(cached_entries(&node).is_empty(), "nothing may be compiled for refused bytes");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_signature_by_an_untrusted_key_is_refused_before_compiling() {
+    let node = node();
+    let host = node.host();
+    let bytes = &plugins().good;
+    let stranger = support::Signer::new();
+    let e = host.load(bytes, &stranger.pin(bytes, "good", "1.0.0")).unwrap_err();
+    assert!(matches!(&e, Error::Untrusted { source: TrustError::Untrusted { .. }, .. }), "{e}");
+    assert!(cached_entries(&node).is_empty(), "nothing may be compiled for refused bytes");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_signature_for_another_name_is_refused() {
+    let node = node();
+    let host = node.host();
+    let bytes = &plugins().good;
+    // Signed as "good", presented as "certs": the statement does not match.
+    let mut pin = node.signer.pin(bytes, "good", "1.0.0");
+    pin.name = "certs".into();
+    let e = host.load(bytes, &pin).unwrap_err();
+    assert!(matches!(&e, Error::Untrusted { source: TrustError::Untrusted { .. }, .. }), "{e}");
+    // Signed honestly as "certs", but the plugin says it is "good".
+    let e = host.load(bytes, &node.signer.pin(bytes, "certs", "1.0.0")).unwrap_err();
+    assert!(matches!(&e, Error::MetadataMismatch { field: "name", .. }), "{e}");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_plugin_built_for_another_abi_version_is_refused_at_load() {
+    let node = node();
+    let host = node.host();
+    let bytes = &plugins().wrong_abi;
+    let e = host.load(bytes, &node.signer.pin(bytes, "wrong-abi", "1.0.0")).unwrap_err();
+    match &e {
+        Error::AbiMismatch { expected, found } => {
+            assert_eq!(*expected, "0.1.0");
+            assert!(found.contains("0.2.0"), "{found}");
+        }
+        other => panic!("expected AbiMismatch, got {other}"),
+    }
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_plugin_importing_sockets_is_refused_at_load() {
+    let node = node();
+    let host = node.host();
+    let bytes = &plugins().forbidden_import;
+    let e = host.load(bytes, &node.signer.pin(bytes, "forbidden-import", "1.0.0")).unwrap_err();
+    match &e {
+        Error::ForbiddenImport { import, .. } => assert!(import.starts_with("wasi:sockets/"), "{import}"),
+        other => panic!("expected ForbiddenImport, got {other}"),
+    }
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn unverified_plugins_are_refused_unless_explicitly_allowed() {
+    let node = node();
+    let host = node.host();
+    assert!(matches!(host.load_unverified(&plugins().good), Err(Error::UnverifiedRefused)));
+    let mut config = node.config();
+    config.allow_unverified = true;
+    let lenient = Host::new(config).unwrap();
+    let p = lenient.load_unverified(&plugins().good).unwrap();
+    assert!(p.verified().is_none());
+    assert_eq!(p.digest(), &Digest::of(&plugins().good));
+}
+
+#[test]
+fn compiled_code_this_host_did_not_write_is_never_loaded() {
+    let node = node();
+    {
+        let host = node.host();
+        node.load(&host, &plugins().good, "good");
+        node.load(&host, &plugins().bad, "bad");
+    }
+    let entries = cached_entries(&node);
+    assert_eq!(entries.len(), 2);
+    // Swap the two entries' code: each is valid compiled code, but neither matches its
+    // MAC any more. A host that trusted the cache would now run `bad` as `good`.
+    let (a, b) = (std::fs::read(&entries[0]).unwrap(), std::fs::read(&entries[1]).unwrap());
+    std::fs::write(&entries[0], &b).unwrap();
+    std::fs::write(&entries[1], &a).unwrap();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    assert_eq!(good.metadata().name, "good");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_second_host_loads_from_the_on_disk_cache() {
+    let node = node();
+    node.load(&node.host(), &plugins().good, "good");
+    let before = cached_entries(&node);
+    assert_eq!(before.len(), 1);
+    let modified = std::fs::metadata(&before[0]).unwrap().modified().unwrap();
+    let host = node.host();
+    assert_happy(&node, &host);
+    assert_eq!(std::fs::metadata(&before[0]).unwrap().modified().unwrap(), modified, "entry reused, not rewritten");
+}
+
+// ---------------------------------------------------------------- limits
+
+#[test]
+fn an_infinite_loop_is_stopped_at_its_deadline() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = failure(host.run(
+        &bad,
+        &Grants::default(),
+        &node_ctx(),
+        "spin",
+        "{}",
+        RunOptions { dry_run: false, deadline: Some(Duration::from_millis(200)) },
+    ));
+    assert!(matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(200)), "{f}");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn an_infinite_loop_in_preflight_is_stopped_too() {
+    let node = node();
+    let mut config = node.config();
+    config.limits.describe_deadline = Duration::from_millis(300);
+    let host = Host::new(config).unwrap();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = host.preflight(&bad, &Grants::default(), &node_ctx(), "spin", "{}").unwrap_err();
+    assert!(matches!(f.error, Error::DeadlineExceeded { .. }), "{f}");
+}
+
+#[test]
+fn a_memory_bomb_hits_the_memory_limit() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = failure(run(&host, &bad, &Grants::default(), "memory-bomb", "{}"));
+    assert!(matches!(f.error, Error::MemoryLimit { what: "memory", limit } if limit == 64 << 20), "{f}");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_log_flood_hits_the_log_limit() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = failure(run(&host, &bad, &Grants::default(), "log-flood", "{}"));
+    assert!(matches!(f.error, Error::LogLimit { limit } if limit == 64 << 10), "{f}");
+    // What was logged before the cap is kept, and it stays under the cap.
+    assert!(!f.captured.lines.is_empty());
+    let kept: usize = f.captured.lines.iter().map(|l| l.message.len() + l.fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()).sum();
+    assert!(kept <= 64 << 10, "{kept}");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn an_oversized_result_hits_the_output_limit() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = failure(run(&host, &bad, &Grants::default(), "output-flood", "{}"));
+    assert!(matches!(f.error, Error::OutputLimit { limit, found } if limit == 1 << 20 && found > limit), "{f}");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_trap_is_reported_as_a_guest_trap() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = failure(run(&host, &bad, &Grants::default(), "trap", "{}"));
+    assert!(matches!(&f.error, Error::GuestTrap { message, .. } if message.contains("unreachable")), "{f}");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_panic_is_reported_with_its_message() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = failure(run(&host, &bad, &Grants::default(), "panic", "{}"));
+    assert!(matches!(&f.error, Error::GuestTrap { stderr, .. } if stderr.contains("plugin panicked on purpose")), "{f}");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn unknown_actions_and_malformed_params_are_refused_before_instantiating() {
+    let node = node();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    let f = failure(run(&host, &good, &Grants::default(), "format-disk", "{}"));
+    assert!(matches!(&f.error, Error::UnknownAction { action, available } if action == "format-disk" && available.contains("happy")), "{f}");
+    let f = failure(run(&host, &good, &Grants::default(), "noop", "{not json"));
+    assert!(matches!(f.error, Error::InvalidParams { .. }), "{f}");
+    assert_happy(&node, &host);
+}
+
+// ---------------------------------------------------------------- filesystem escapes
+
+fn assert_fs_refused(node: &Node, host: &Host, action: &str, params: &str) -> PluginError {
+    let bad = node.load(host, &plugins().bad, "bad");
+    let (e, _) = refused(host, &bad, &split_grants(), action, params);
+    assert!(e.code.starts_with("io:"), "{action} {params}: expected an I/O refusal, got {e:?}");
+    e
+}
+
+#[test]
+fn fs_dotdot_cannot_leave_a_preopen() {
+    let node = node();
+    let host = node.host();
+    // Past the root to the secret next to it, and sideways into an ungranted directory.
+    assert_fs_refused(&node, &host, "read", r#"{"path":"/data/../../outside/secret.txt"}"#);
+    assert_fs_refused(&node, &host, "read", r#"{"path":"/data/../etc/os-release"}"#);
+    assert_fs_refused(&node, &host, "read-dir", r#"{"path":"/data/.."}"#);
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn fs_absolute_paths_outside_the_grants_are_refused() {
+    let node = node();
+    let host = node.host();
+    assert_fs_refused(&node, &host, "read", r#"{"path":"/etc/os-release"}"#);
+    let outside = node.outside().join("secret.txt");
+    assert_fs_refused(&node, &host, "read", &format!(r#"{{"path":"{}"}}"#, outside.display()));
+    assert_fs_refused(&node, &host, "read", r#"{"path":"/etc/passwd"}"#);
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn fs_symlinks_pointing_outside_are_not_followed() {
+    let node = node();
+    let host = node.host();
+    assert_fs_refused(&node, &host, "read", r#"{"path":"/data/link-out"}"#);
+    assert_fs_refused(&node, &host, "read", r#"{"path":"/rw/escape/secret.txt"}"#);
+    assert_fs_refused(&node, &host, "read", r#"{"path":"/rw/abs-escape/secret.txt"}"#);
+    assert_fs_refused(&node, &host, "write", r#"{"path":"/rw/escape/planted.txt"}"#);
+    assert!(!node.outside().join("planted.txt").exists());
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn fs_trailing_slash_symlinks_are_not_followed() {
+    let node = node();
+    let host = node.host();
+    assert_fs_refused(&node, &host, "read-dir", r#"{"path":"/rw/escape/"}"#);
+    assert_fs_refused(&node, &host, "read-dir", r#"{"path":"/rw/abs-escape/"}"#);
+    assert_fs_refused(&node, &host, "read", r#"{"path":"/rw/escape/./secret.txt"}"#);
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn fs_hardlink_from_read_only_into_read_write_is_refused() {
+    let node = node();
+    let host = node.host();
+    assert_fs_refused(&node, &host, "hardlink", r#"{"from":"/ro/secret.txt","to":"/rw/stolen.txt"}"#);
+    assert!(!node.root().join("rw/stolen.txt").exists());
+    // And the other direction: planting a link inside the read-only domain.
+    std::fs::write(node.root().join("rw/mine.txt"), "mine").unwrap();
+    assert_fs_refused(&node, &host, "hardlink", r#"{"from":"/rw/mine.txt","to":"/ro/planted.txt"}"#);
+    assert!(!node.root().join("ro/planted.txt").exists());
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn fs_rename_across_permission_domains_is_refused() {
+    let node = node();
+    let host = node.host();
+    assert_fs_refused(&node, &host, "rename", r#"{"from":"/ro/secret.txt","to":"/rw/moved.txt"}"#);
+    assert_eq!(std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(), "read-only content");
+    std::fs::write(node.root().join("rw/mine.txt"), "mine").unwrap();
+    assert_fs_refused(&node, &host, "rename", r#"{"from":"/rw/mine.txt","to":"/ro/secret.txt"}"#);
+    assert_eq!(std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(), "read-only content");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn fs_create_in_a_read_only_grant_is_refused() {
+    let node = node();
+    let host = node.host();
+    assert_fs_refused(&node, &host, "create", r#"{"path":"/ro/new.txt"}"#);
+    assert!(!node.root().join("ro/new.txt").exists());
+    assert_fs_refused(&node, &host, "write", r#"{"path":"/data/new.txt"}"#);
+    assert!(!node.root().join("data/new.txt").exists());
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn fs_truncate_in_a_read_only_grant_is_refused() {
+    let node = node();
+    let host = node.host();
+    assert_fs_refused(&node, &host, "truncate", r#"{"path":"/ro/secret.txt"}"#);
+    assert_fs_refused(&node, &host, "write", r#"{"path":"/ro/secret.txt"}"#);
+    assert_eq!(std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(), "read-only content");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn fs_read_write_grant_does_allow_writing() {
+    // The refusals above are not because writing never works.
+    let node = node();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    let o = run(&host, &good, &split_grants(), "write", r#"{"path":"/rw/ok.txt","content":"fine"}"#).unwrap();
+    o.result.unwrap();
+    assert_eq!(std::fs::read_to_string(node.root().join("rw/ok.txt")).unwrap(), "fine");
+}
+
+#[test]
+fn a_grant_reaching_outside_the_root_is_refused() {
+    let node = node();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    let grants = Grants { filesystem: vec![fs("/rw/escape", Access::ReadOnly)], ..Grants::default() };
+    let f = failure(run(&host, &good, &grants, "noop", "{}"));
+    assert!(matches!(f.error, Error::InvalidGrant { .. }), "{f}");
+    let grants = Grants { filesystem: vec![fs("/data/../..", Access::ReadOnly)], ..Grants::default() };
+    let f = failure(run(&host, &good, &grants, "noop", "{}"));
+    assert!(matches!(f.error, Error::InvalidGrant { .. }), "{f}");
+    assert_happy(&node, &host);
+}
+
+// ---------------------------------------------------------------- exec
+
+#[test]
+fn exec_of_an_ungranted_command_is_refused() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let (e, report) = refused(&host, &bad, &happy_grants(), "exec", r#"{"command":"/bin/sh","args":["-c","echo pwned > /pwned"]}"#);
+    assert_eq!(e.code, "host:not-granted");
+    assert!(e.message.starts_with("exec: /bin/sh"), "{}", e.message);
+    assert_eq!(report.captured.denied.len(), 1);
+    assert_eq!(report.captured.denied[0].capability, "exec");
+    assert!(!node.root().join("pwned").exists());
+    // Without any exec grant at all, too.
+    let (e, _) = refused(&host, &bad, &Grants::default(), "exec", r#"{"command":"/usr/bin/greet","args":["x"]}"#);
+    assert_eq!(e.code, "host:not-granted");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn exec_with_an_argument_outside_the_pattern_is_refused() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let grants = Grants { exec: vec![greet_grant(&[&["world"], &["v1.*", "**"]])], ..Grants::default() };
+    for args in [r#"["--evil"]"#, r#"["world","extra"]"#, r#"["v2.0"]"#, r#"[]"#] {
+        let params = format!(r#"{{"command":"/usr/bin/greet","args":{args}}}"#);
+        let (e, _) = refused(&host, &bad, &grants, "exec", &params);
+        assert_eq!(e.code, "host:not-granted", "{args}");
+        assert!(e.message.contains("arguments match none of the granted patterns"), "{}", e.message);
+    }
+    // Matching arguments do run (so the refusals are about the arguments).
+    let ok = run(&host, &bad, &grants, "exec", r#"{"command":"/usr/bin/greet","args":["v1.34","a","b"]}"#).unwrap();
+    assert!(ok.result.unwrap().message.contains("hello v1.34"));
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn exec_with_too_many_arguments_is_an_invalid_argument() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let grants = Grants { exec: vec![greet_grant(&[&["**"]])], ..Grants::default() };
+    let (e, _) = refused(&host, &bad, &grants, "exec-flood-args", r#"{"command":"/usr/bin/greet"}"#);
+    assert_eq!(e.code, "host:invalid-argument");
+    assert!(e.message.contains("100000 arguments"), "{}", e.message);
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn exec_paths_with_dotdot_are_invalid_not_resolved() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let (e, _) = refused(&host, &bad, &happy_grants(), "exec", r#"{"command":"/usr/bin/../bin/greet","args":["x"]}"#);
+    assert_eq!(e.code, "host:invalid-argument");
+    assert_happy(&node, &host);
+}
