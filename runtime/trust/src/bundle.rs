@@ -79,8 +79,8 @@ pub struct SignatureBundle {
     pub name: String,
     /// The plugin version.
     pub version: String,
-    /// The plugin digest as 64 hex digits (`sha256:<hex>` is accepted on input).
-    #[serde(with = "crate::digest::bare_hex")]
+    /// The plugin digest, `sha256:<64 hex>`: the value for the Plugin's `spec.sha256`
+    /// (the bare 64 hex digits are accepted on input).
     pub sha256: Digest,
     /// The signatures, in the order they were added.
     #[serde(default)]

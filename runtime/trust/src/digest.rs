@@ -137,30 +137,6 @@ impl<'de> Deserialize<'de> for Digest {
     }
 }
 
-/// Serde helper for fields that hold the bare 64 hex digits (the field's name already says
-/// `sha256`). Reading accepts the prefixed form as well.
-pub mod bare_hex {
-    use super::Digest;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    /// Writes the 64 lowercase hex digits.
-    ///
-    /// # Errors
-    /// Only the serializer's own errors.
-    pub fn serialize<S: Serializer>(digest: &Digest, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&digest.to_hex())
-    }
-
-    /// Reads 64 hex digits or `sha256:<64 hex>`.
-    ///
-    /// # Errors
-    /// When the string is not a digest.
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Digest, D::Error> {
-        let s = String::deserialize(deserializer)?;
-        Digest::parse(&s).map_err(serde::de::Error::custom)
-    }
-}
-
 /// Incremental SHA-256, for callers that see the bytes in pieces (downloads, copies).
 /// It is also an [`io::Write`], so `io::copy(&mut reader, &mut hasher)` works.
 #[derive(Clone, Default)]
@@ -272,5 +248,7 @@ mod tests {
         assert_eq!(json, format!("\"sha256:{ABC}\""));
         assert_eq!(serde_json::from_str::<Digest>(&json).unwrap(), d);
         assert!(serde_json::from_str::<Digest>("\"sha256:00\"").is_err());
+        let bare = format!("\"{ABC}\"");
+        assert_eq!(serde_json::from_str::<Digest>(&bare).unwrap(), d);
     }
 }

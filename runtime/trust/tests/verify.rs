@@ -282,7 +282,7 @@ fn bundle_json_shape_and_round_trip() {
     let json: serde_json::Value = serde_json::from_str(&bundle.to_json()).unwrap();
     assert_eq!(json["name"], "hello");
     assert_eq!(json["version"], "0.1.0");
-    assert_eq!(json["sha256"], Digest::of(PLUGIN).to_hex());
+    assert_eq!(json["sha256"], Digest::of(PLUGIN).to_string());
     assert_eq!(json["signatures"][0]["algorithm"], "ed25519");
     assert_eq!(
         json["signatures"][0]["keyId"],
