@@ -1,0 +1,76 @@
+//! `kubectl bosun plugin ...`: the commands a plugin author and an administrator use on
+//! plugin files, without a cluster.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use bosun_host::{Host, HostConfig, Metadata};
+use bosun_trust::{Digest, TrustRoots};
+use clap::Subcommand;
+
+use crate::Status;
+
+mod inspect;
+mod run;
+mod scaffold;
+mod signing;
+
+/// The plugin commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Generate an Ed25519 (or P-256) signing key pair: KEY (PKCS#8 PEM, mode 0600) and PUB (SPKI PEM).
+    Keygen(signing::KeygenArgs),
+    /// Sign a plugin: writes or extends FILE.wasm.sig.json, the signature bundle.
+    Sign(signing::SignArgs),
+    /// Verify a plugin's bytes and signature bundle against trust roots, as the agent does.
+    Verify(signing::VerifyArgs),
+    /// Print the exact statement signatures cover (to sign with `cosign sign-blob` or openssl).
+    Statement(signing::StatementArgs),
+    /// Show what a plugin declares: name, version, ABI, actions, params schemas, capabilities.
+    Inspect(inspect::InspectArgs),
+    /// Run one action of a signed plugin against a host-root directory with grants from a file.
+    Run(run::RunArgs),
+    /// Scaffold a new plugin crate that builds for wasm32-wasip2.
+    New(scaffold::NewArgs),
+}
+
+/// Runs a plugin command.
+pub fn execute(cmd: Command) -> Result<Status> {
+    match cmd {
+        Command::Keygen(a) => signing::keygen(&a),
+        Command::Sign(a) => signing::sign(&a),
+        Command::Verify(a) => signing::verify(&a),
+        Command::Statement(a) => signing::statement(&a),
+        Command::Inspect(a) => inspect::inspect(&a),
+        Command::Run(a) => run::run(&a),
+        Command::New(a) => scaffold::new(&a),
+    }
+}
+
+/// A plugin file read into memory with its digest.
+struct PluginFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    digest: Digest,
+}
+
+impl PluginFile {
+    fn read(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).with_context(|| format!("reading plugin file {}", path.display()))?;
+        let digest = Digest::of(&bytes);
+        Ok(PluginFile { path: path.to_owned(), bytes, digest })
+    }
+
+    /// Calls the plugin's `describe` in the sandbox with no grants and without signature
+    /// verification. Used only to read what the plugin says about itself (for `inspect`
+    /// and to default `sign`'s name and version); nothing here is trusted or runs actions.
+    fn describe(&self) -> Result<Metadata> {
+        let mut config = HostConfig::new(std::env::temp_dir(), TrustRoots::new());
+        config.allow_unverified = true;
+        let host = Host::new(config).context("starting the plugin host")?;
+        let loaded = host
+            .load_unverified(&self.bytes)
+            .with_context(|| format!("loading {} to read its metadata", self.path.display()))?;
+        Ok(loaded.metadata().clone())
+    }
+}

@@ -1,0 +1,236 @@
+//! `run`: the plugin author's inner loop. Verifies the plugin as the agent would, runs its
+//! preflight and one action against a host-root directory under the grants in a YAML file,
+//! and prints checks, logs, progress and the outcome.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use bosun_api::grants::Grants;
+use bosun_host::{
+    Captured, CheckStatus, ExecIsolation, Host, HostConfig, LoadedPlugin, NodeContext, PluginPin, RecordingBackend,
+    RunOptions,
+};
+use bosun_trust::{SignatureBundle, TrustRoots};
+use clap::{Args, ValueEnum};
+
+use super::PluginFile;
+use crate::Status;
+
+/// How granted commands are started (see the host's `ExecIsolation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Isolation {
+    /// chroot into the host root before exec (needs root); what the agent does.
+    Chroot,
+    /// Resolve commands under the host root but do not chroot (unprivileged development only).
+    ResolveOnly,
+}
+
+/// Where `service` calls go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ServiceBackend {
+    /// Drive the real systemd with systemctl (only meaningful with --host-root /).
+    Systemctl,
+    /// Record calls in HOST_ROOT/var/log/bosun-service-calls.log instead of touching systemd.
+    Record,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The plugin file (`.wasm` component), signed (FILE.sig.json next to it, or --bundle).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The action to run.
+    #[arg(value_name = "ACTION")]
+    pub action: String,
+    /// Params as a JSON document, or @FILE to read them from a file.
+    #[arg(long, default_value = "{}", value_name = "JSON|@FILE")]
+    pub params: String,
+    /// Grants (YAML, the `grants` of a Plugin resource). Without it nothing is granted.
+    #[arg(long, value_name = "FILE")]
+    pub grants: Option<PathBuf>,
+    /// The directory standing in for the node's root file system.
+    #[arg(long, value_name = "DIR")]
+    pub host_root: PathBuf,
+    /// Trusted public key (SPKI PEM) or a directory of them; repeatable. Required: the
+    /// plugin is verified exactly as the agent verifies it.
+    #[arg(long = "trust-root", value_name = "PEM", required = true)]
+    pub trust_roots: Vec<PathBuf>,
+    /// Signature bundle. Default: FILE.sig.json.
+    #[arg(long, value_name = "PATH")]
+    pub bundle: Option<PathBuf>,
+    /// Ask the plugin not to change anything (it reports what it would do).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Skip the preflight checks (by default a failing check stops the run, as in the agent).
+    #[arg(long)]
+    pub skip_preflight: bool,
+    /// Node name the plugin sees in its facts.
+    #[arg(long, default_value = "local", value_name = "NAME")]
+    pub node_name: String,
+    /// Node role the plugin sees (`control-plane`, `worker`); repeatable.
+    #[arg(long = "role", value_name = "ROLE")]
+    pub roles: Vec<String>,
+    /// kubelet version the plugin sees in its facts, for example v1.34.1.
+    #[arg(long, value_name = "VERSION")]
+    pub kubelet_version: Option<String>,
+    /// Wall-clock limit for the action, in seconds. Default: the host's default.
+    #[arg(long, value_name = "SECONDS")]
+    pub deadline: Option<u64>,
+    /// How granted commands are started.
+    #[arg(long, value_enum, default_value_t = Isolation::Chroot)]
+    pub exec_isolation: Isolation,
+    /// Where `service` calls go.
+    #[arg(long, value_enum, default_value_t = ServiceBackend::Record)]
+    pub service_backend: ServiceBackend,
+}
+
+pub fn run(args: &RunArgs) -> Result<Status> {
+    let file = PluginFile::read(&args.file)?;
+    let params = read_params(&args.params)?;
+    let grants = read_grants(args.grants.as_ref())?;
+    let bundle_path = args.bundle.clone().unwrap_or_else(|| SignatureBundle::path_for(&args.file));
+    let bundle = SignatureBundle::read(&bundle_path).with_context(|| {
+        format!(
+            "{} has no usable signature bundle; sign it first: kubectl bosun plugin sign --key KEY {}",
+            args.file.display(),
+            args.file.display()
+        )
+    })?;
+    let roots = TrustRoots::load(&args.trust_roots)?;
+
+    let mut config = HostConfig::new(&args.host_root, roots);
+    config.exec_isolation = match args.exec_isolation {
+        Isolation::Chroot => ExecIsolation::Chroot,
+        Isolation::ResolveOnly => ExecIsolation::ResolveOnly,
+    };
+    if args.service_backend == ServiceBackend::Record {
+        config.service_backend = Arc::new(RecordingBackend::logging_to_host_root());
+    }
+    let host = Host::new(config).context("starting the plugin host")?;
+    let plugin = host.load(&file.bytes, &PluginPin::from(&bundle))?;
+    print_header(&plugin);
+
+    let node = NodeContext {
+        node_name: args.node_name.clone(),
+        roles: args.roles.clone(),
+        kubelet_version: args.kubelet_version.clone(),
+    };
+    if !args.skip_preflight {
+        println!("preflight {}:", args.action);
+        let report = host
+            .preflight(&plugin, &grants, &node, &args.action, &params)
+            .map_err(|f| {
+                print_captured(&f.captured);
+                f
+            })
+            .context("preflight")?;
+        print_captured(&report.captured);
+        match report.result {
+            Ok(checks) => {
+                for c in &checks {
+                    let status = match c.status {
+                        CheckStatus::Pass => "pass",
+                        CheckStatus::Warn => "WARN",
+                        CheckStatus::Fail => "FAIL",
+                    };
+                    println!("  {status:<4} {}: {}", c.name, c.message);
+                }
+                if checks.is_empty() {
+                    println!("  (no checks)");
+                }
+                let failed: Vec<&str> =
+                    checks.iter().filter(|c| c.status == CheckStatus::Fail).map(|c| c.name.as_str()).collect();
+                if !failed.is_empty() {
+                    eprintln!("error: preflight check(s) failed: {}; the action did not run", failed.join(", "));
+                    return Ok(Status::PluginFailed);
+                }
+            }
+            Err(e) => {
+                eprintln!("error: preflight failed: {} (code {}{})", e.message, e.code, retry_note(e.retryable));
+                return Ok(Status::PluginFailed);
+            }
+        }
+    }
+
+    println!("run {}{}:", args.action, if args.dry_run { " (dry run)" } else { "" });
+    let options = RunOptions { dry_run: args.dry_run, deadline: args.deadline.map(Duration::from_secs) };
+    let report = host
+        .run(&plugin, &grants, &node, &args.action, &params, options)
+        .map_err(|f| {
+            print_captured(&f.captured);
+            f
+        })
+        .context("run")?;
+    print_captured(&report.captured);
+    match report.result {
+        Ok(outcome) => {
+            println!("outcome: {}: {}", if outcome.changed { "changed" } else { "unchanged" }, outcome.message);
+            for (k, v) in &outcome.outputs {
+                println!("  {k} = {v}");
+            }
+            Ok(Status::Success)
+        }
+        Err(e) => {
+            eprintln!("error: the plugin failed: {} (code {}{})", e.message, e.code, retry_note(e.retryable));
+            Ok(Status::PluginFailed)
+        }
+    }
+}
+
+fn retry_note(retryable: bool) -> &'static str {
+    if retryable { ", retryable" } else { ", not retryable" }
+}
+
+fn read_params(arg: &str) -> Result<String> {
+    let text = match arg.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading params file {path}"))?,
+        None => arg.to_owned(),
+    };
+    // Checked here so a typo is reported as the user's input, not as the plugin's problem.
+    serde_json::from_str::<serde_json::Value>(&text)
+        .with_context(|| format!("--params must be a JSON document (or @FILE); got {text:?}"))?;
+    Ok(text)
+}
+
+fn read_grants(path: Option<&PathBuf>) -> Result<Grants> {
+    let Some(path) = path else {
+        return Ok(Grants::default());
+    };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading grants file {}", path.display()))?;
+    if text.trim().is_empty() {
+        bail!("grants file {} is empty; write `{{}}` to grant nothing", path.display());
+    }
+    serde_yaml::from_str(&text).with_context(|| {
+        format!(
+            "grants file {} is not valid grants YAML (keys: filesystem, exec, services, http)",
+            path.display()
+        )
+    })
+}
+
+fn print_header(plugin: &LoadedPlugin) {
+    let meta = plugin.metadata();
+    println!("plugin {} {} ({})", meta.name, meta.version, plugin.digest());
+    if let Some(v) = plugin.verified() {
+        println!("verified: signed by {} ({}, trust root {})", v.key_id, v.algorithm.as_str(), v.origin);
+    }
+}
+
+fn print_captured(c: &Captured) {
+    for line in &c.lines {
+        let fields: String = line.fields.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+        let cut = if line.truncated { " [truncated]" } else { "" };
+        println!("  [{}] {}{fields}{cut}", format!("{:?}", line.level).to_lowercase(), line.message);
+    }
+    if let Some(p) = &c.progress {
+        println!("  progress {}/{}: {}", p.done, p.total, p.message);
+    }
+    for d in &c.denied {
+        println!("  denied {}: {}", d.capability, d.message);
+    }
+    if !c.stderr.trim().is_empty() {
+        println!("  stderr: {}", c.stderr.trim_end());
+    }
+}

@@ -1,0 +1,360 @@
+//! End-to-end tests of the `kubectl-bosun` binary: each test runs the built binary as a
+//! user would and checks its output, exit code and the files it writes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-bosun"))
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("starting kubectl-bosun");
+    eprintln!(
+        "$ {cmd:?}\n--- exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
+}
+
+/// Makes a key pair in `dir` with `stem`, returning (private, public) paths.
+fn keygen(dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
+    let out = run(bin().args(["plugin", "keygen", "--stem", stem, "--out"]).arg(dir));
+    assert!(out.status.success());
+    (dir.join(format!("{stem}.key")), dir.join(format!("{stem}.pub")))
+}
+
+#[test]
+fn keygen_writes_a_private_key_only_the_owner_can_read_and_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keygen(dir.path(), "admin");
+    let key_pem = std::fs::read_to_string(&key).unwrap();
+    assert!(key_pem.starts_with("-----BEGIN PRIVATE KEY-----"), "{key_pem}");
+    assert!(std::fs::read_to_string(&public).unwrap().starts_with("-----BEGIN PUBLIC KEY-----"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let again = run(bin().args(["plugin", "keygen", "--stem", "admin", "--out"]).arg(dir.path()));
+    assert_eq!(again.status.code(), Some(1));
+    assert!(stderr(&again).contains("admin.key"), "{}", stderr(&again));
+    assert_eq!(std::fs::read_to_string(&key).unwrap(), key_pem, "the existing key must be untouched");
+}
+
+#[test]
+fn sign_then_verify_accepts_the_signed_bytes_and_refuses_tampered_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = keygen(dir.path(), "admin");
+    let plugin = dir.path().join("p.wasm");
+    // Signing and verifying look only at the bytes when name and version are given.
+    std::fs::write(&plugin, b"\0asm pretend component bytes").unwrap();
+
+    let signed = run(bin()
+        .args(["plugin", "sign", "--name", "demo", "--version", "1.2.3", "--key"])
+        .arg(&key)
+        .arg(&plugin));
+    assert!(signed.status.success());
+    assert!(stdout(&signed).contains("signed demo 1.2.3 sha256:"), "{}", stdout(&signed));
+    let bundle_path = dir.path().join("p.wasm.sig.json");
+    let bundle: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bundle_path).unwrap()).unwrap();
+    assert_eq!(bundle["name"], "demo");
+    assert_eq!(bundle["signatures"][0]["algorithm"], "ed25519");
+
+    let ok = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&plugin));
+    assert!(ok.status.success());
+    assert!(stdout(&ok).contains("verified demo 1.2.3 sha256:"), "{}", stdout(&ok));
+
+    let mut bytes = std::fs::read(&plugin).unwrap();
+    bytes[6] ^= 1;
+    std::fs::write(&plugin, &bytes).unwrap();
+    let tampered = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&plugin));
+    assert_eq!(tampered.status.code(), Some(1));
+    let err = stderr(&tampered);
+    assert!(err.contains("did not verify"), "{err}");
+    assert!(err.contains("is pinned"), "the digest mismatch must be named: {err}");
+}
+
+#[test]
+fn verify_refuses_a_signature_by_a_key_outside_the_trust_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, _) = keygen(dir.path(), "someone");
+    let (_, trusted) = keygen(dir.path(), "admin");
+    let plugin = dir.path().join("p.wasm");
+    std::fs::write(&plugin, b"bytes").unwrap();
+    assert!(run(bin().args(["plugin", "sign", "--name", "demo", "--version", "1.0.0", "--key"]).arg(&key).arg(&plugin))
+        .status
+        .success());
+    let out = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&trusted).arg(&plugin));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not signed by a trusted key"), "{}", stderr(&out));
+}
+
+#[test]
+fn statement_prints_the_exact_bytes_signatures_cover() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("p.wasm");
+    std::fs::write(&plugin, b"abc").unwrap();
+    let out = run(bin().args(["plugin", "statement", "--name", "demo", "--version", "0.1.0"]).arg(&plugin));
+    assert!(out.status.success());
+    assert_eq!(
+        stdout(&out),
+        "bosun.dev/plugin-signature/v1\nname: demo\nversion: 0.1.0\n\
+         sha256: ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n"
+    );
+}
+
+#[test]
+fn verify_without_a_bundle_says_how_to_sign() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, public) = keygen(dir.path(), "admin");
+    let plugin = dir.path().join("p.wasm");
+    std::fs::write(&plugin, b"bytes").unwrap();
+    let out = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&plugin));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("kubectl bosun plugin sign"), "{}", stderr(&out));
+}
+
+/// Builds the hello example plugin once per test binary with the workspace's cargo.
+fn hello_wasm() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(workspace_root())
+            .args(["build", "--release", "--target", "wasm32-wasip2", "-p", "bosun-plugin-hello"])
+            .status()
+            .expect("running cargo");
+        assert!(status.success(), "building the hello plugin failed; is `rustup target add wasm32-wasip2` done?");
+        target_dir().join("wasm32-wasip2/release/bosun_plugin_hello.wasm")
+    })
+}
+
+/// A host root with an os-release and `/usr/bin/uname` (run without chroot, so the tests
+/// need no privileges).
+fn host_root(dir: &Path) -> PathBuf {
+    let root = dir.join("root");
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+    std::fs::write(root.join("etc/os-release"), "NAME=\"Testix\"\nPRETTY_NAME=\"Testix 1.0\"\nID=testix\n").unwrap();
+    std::fs::copy("/usr/bin/uname", root.join("usr/bin/uname")).unwrap();
+    root
+}
+
+/// Copies the hello plugin into `dir` and signs it there; returns (plugin, public key).
+fn signed_hello(dir: &Path) -> (PathBuf, PathBuf) {
+    let (key, public) = keygen(dir, "admin");
+    let plugin = dir.join("hello.wasm");
+    std::fs::copy(hello_wasm(), &plugin).unwrap();
+    let out = run(bin().args(["plugin", "sign", "--key"]).arg(&key).arg(&plugin));
+    assert!(out.status.success());
+    // Name and version come from the plugin's own describe().
+    assert!(stdout(&out).contains(&format!("signed hello {} sha256:", env!("CARGO_PKG_VERSION"))), "{}", stdout(&out));
+    (plugin, public)
+}
+
+const HELLO_GRANTS: &str = "filesystem:\n  - path: /etc\nexec:\n  - command: /usr/bin/uname\n    args: [[\"-r\"]]\n";
+
+#[test]
+fn inspect_shows_what_hello_declares() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, _) = signed_hello(dir.path());
+    let out = run(bin().args(["plugin", "inspect"]).arg(&plugin));
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for expected in [
+        "name:        hello",
+        "abi:         bosun:plugin@0.1.0",
+        "greet (idempotent)",
+        "\"file\"",
+        "filesystem /etc (ReadOnly)",
+        "exec /usr/bin/uname -r",
+        "signatures:  1 in",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    let json = run(bin().args(["plugin", "inspect", "-o", "json"]).arg(&plugin));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["actions"][0]["idempotent"], true);
+    assert_eq!(v["actions"][0]["paramsSchema"]["properties"]["file"]["type"], "string");
+}
+
+#[test]
+fn run_hello_with_its_grants_prints_checks_logs_progress_and_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, public) = signed_hello(dir.path());
+    let root = host_root(dir.path());
+    let grants = dir.path().join("grants.yaml");
+    std::fs::write(&grants, HELLO_GRANTS).unwrap();
+    let kernel = String::from_utf8(Command::new("/usr/bin/uname").arg("-r").output().unwrap().stdout).unwrap();
+
+    let out = run(bin()
+        .args(["plugin", "run"])
+        .arg(&plugin)
+        .args(["greet", "--params", r#"{"name":"tester"}"#, "--exec-isolation", "resolve-only", "--grants"])
+        .arg(&grants)
+        .arg("--host-root")
+        .arg(&root)
+        .arg("--trust-root")
+        .arg(&public));
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    for expected in [
+        "verified: signed by sha256:",
+        "pass file-readable: /etc/os-release is readable",
+        "[info] greeting the node as tester",
+        "progress 2/2: done",
+        &format!("outcome: unchanged: hello from tester to Testix 1.0 (kernel {})", kernel.trim()),
+        "os = Testix 1.0",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn run_without_the_exec_grant_fails_naming_the_capability() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, public) = signed_hello(dir.path());
+    let root = host_root(dir.path());
+    let grants = dir.path().join("grants.yaml");
+    std::fs::write(&grants, "filesystem:\n  - path: /etc\n").unwrap();
+    let out = run(bin()
+        .args(["plugin", "run"])
+        .arg(&plugin)
+        .args(["greet", "--exec-isolation", "resolve-only", "--grants"])
+        .arg(&grants)
+        .arg("--host-root")
+        .arg(&root)
+        .arg("--trust-root")
+        .arg(&public));
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("code not-granted"), "{err}");
+    assert!(err.contains("/usr/bin/uname -r"), "the missing capability must be named: {err}");
+}
+
+#[test]
+fn run_without_the_file_grant_stops_at_preflight_naming_the_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, public) = signed_hello(dir.path());
+    let root = host_root(dir.path());
+    let out = run(bin()
+        .args(["plugin", "run"])
+        .arg(&plugin)
+        .args(["greet", "--exec-isolation", "resolve-only", "--host-root"])
+        .arg(&root)
+        .arg("--trust-root")
+        .arg(&public));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stdout(&out).contains("FAIL file-readable"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("filesystem grant"), "{}", stdout(&out));
+    assert!(stderr(&out).contains("the action did not run"), "{}", stderr(&out));
+}
+
+#[test]
+fn run_refuses_a_plugin_changed_after_signing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, public) = signed_hello(dir.path());
+    let root = host_root(dir.path());
+    let mut bytes = std::fs::read(&plugin).unwrap();
+    bytes.push(0);
+    std::fs::write(&plugin, bytes).unwrap();
+    let out = run(bin()
+        .args(["plugin", "run"])
+        .arg(&plugin)
+        .args(["greet", "--host-root"])
+        .arg(&root)
+        .arg("--trust-root")
+        .arg(&public));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("refused before compiling"), "{}", stderr(&out));
+}
+
+#[test]
+fn run_reports_bad_params_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, public) = signed_hello(dir.path());
+    let root = host_root(dir.path());
+    let out = run(bin()
+        .args(["plugin", "run"])
+        .arg(&plugin)
+        .args(["greet", "--params", r#"{"name": 7}"#, "--host-root"])
+        .arg(&root)
+        .arg("--trust-root")
+        .arg(&public));
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("code bad-params") && err.contains("field `name`"), "{err}");
+}
+
+/// `new` → build → keygen → sign → run, the plugin author's whole first loop. Slow: it
+/// builds a fresh crate for wasm32-wasip2.
+#[test]
+fn new_scaffolds_a_crate_that_builds_signs_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let crate_dir = dir.path().join("disk-report");
+    let out = run(bin()
+        .args(["plugin", "new", "disk-report", "--dir"])
+        .arg(&crate_dir)
+        .arg("--sdk-path")
+        .arg(workspace_root().join("sdk/rust")));
+    assert!(out.status.success());
+    // Resolve dependencies as the workspace did, so the build reuses what is compiled.
+    std::fs::copy(workspace_root().join("Cargo.lock"), crate_dir.join("Cargo.lock")).unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let build_target = target_dir().join("scaffold-test");
+    let status = Command::new(cargo)
+        .current_dir(&crate_dir)
+        .env("CARGO_TARGET_DIR", &build_target)
+        .args(["build", "--release", "--target", "wasm32-wasip2"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "the scaffolded crate must build");
+    let wasm = build_target.join("wasm32-wasip2/release/disk_report.wasm");
+
+    let (key, public) = keygen(dir.path(), "admin");
+    assert!(run(bin().args(["plugin", "sign", "--key"]).arg(&key).arg(&wasm)).status.success());
+    let root = host_root(dir.path());
+    let out = run(bin()
+        .args(["plugin", "run"])
+        .arg(&wasm)
+        .arg("check")
+        .arg("--grants")
+        .arg(crate_dir.join("grants.yaml"))
+        .arg("--host-root")
+        .arg(&root)
+        .arg("--trust-root")
+        .arg(&public));
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(text.contains("plugin disk-report 0.1.0"), "{text}");
+    assert!(text.contains("outcome: unchanged: read /etc/os-release"), "{text}");
+    assert!(text.contains("firstLine = NAME=\"Testix\""), "{text}");
+}
+
+#[test]
+fn new_refuses_a_name_that_cannot_be_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(bin().args(["plugin", "new", "Bad_Name", "--dir"]).arg(dir.path().join("x")));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("lowercase DNS label"), "{}", stderr(&out));
+}
