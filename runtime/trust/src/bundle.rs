@@ -146,9 +146,9 @@ impl SignatureBundle {
     /// # Errors
     /// [`TrustError::MalformedBundle`].
     pub fn from_json(json: &str, origin: &str) -> Result<Self, TrustError> {
-        serde_json::from_str(json).map_err(|source| TrustError::MalformedBundle {
+        serde_json::from_str(json).map_err(|error| TrustError::MalformedBundle {
             origin: origin.to_owned(),
-            source,
+            error,
         })
     }
 

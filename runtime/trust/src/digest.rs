@@ -210,7 +210,14 @@ mod tests {
         std::fs::write(&path, b"abc").unwrap();
         assert_eq!(Digest::of_file(&path).unwrap().to_hex(), ABC);
         let err = Digest::of_file(dir.path().join("missing.wasm")).unwrap_err();
-        assert!(err.to_string().contains("missing.wasm"), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("opening ") && msg.contains("missing.wasm"),
+            "{msg}"
+        );
+        // The OS error is in the message once, and not repeated as a source.
+        assert_eq!(msg.matches("os error 2").count(), 1, "{msg}");
+        assert!(std::error::Error::source(&err).is_none());
     }
 
     #[test]

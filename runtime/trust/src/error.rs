@@ -143,13 +143,13 @@ pub enum TrustError {
         hint: &'static str,
     },
 
-    /// A file operation failed.
-    #[error("{action} {path}: {source}")]
+    /// A file operation failed. The I/O error is part of the message rather than a
+    /// `source()`, so error-chain printers (anyhow's `{:#}`) do not repeat it.
+    #[error("{action} {path}: {error}")]
     Io {
         action: &'static str,
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
 
     /// Key generation refuses to overwrite an existing file.
@@ -159,21 +159,21 @@ pub enum TrustError {
     )]
     AlreadyExists { path: PathBuf },
 
-    /// A signature bundle file is not valid JSON of the expected shape.
-    #[error("{origin}: malformed signature bundle: {source}")]
+    /// A signature bundle file is not valid JSON of the expected shape (the JSON error,
+    /// with line and column, is part of the message).
+    #[error("{origin}: malformed signature bundle: {error}")]
     MalformedBundle {
         origin: String,
-        #[source]
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
 }
 
 impl TrustError {
-    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>, error: io::Error) -> Self {
         TrustError::Io {
             action,
             path: path.into(),
-            source,
+            error,
         }
     }
 }
