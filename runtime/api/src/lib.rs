@@ -1,3 +1,35 @@
-//! Bosun's Kubernetes API types (group `bosun.dev`, version `v1alpha1`). No I/O.
+//! Bosun's Kubernetes API types (group `bosun.dev`, version `v1alpha1`, all cluster-scoped).
+//! No I/O: the controller, agent and CLI share these definitions and the planner reasons
+//! about them without a cluster.
+//!
+//! - [`Operation`]: what a user wants done (upgrade, certificate renewal, custom steps).
+//! - [`NodeTask`]: one Operation's work on one node.
+//! - [`Plugin`]: a trusted WebAssembly plugin with its grants.
+//! - [`Policy`]: a Rego module gating Operations and steps.
+//!
+//! Validation lives in the schema (see [`crd`]), so the API server refuses bad input.
 
+pub mod crd;
 pub mod grants;
+pub mod node_task;
+pub mod operation;
+pub mod plugin;
+pub mod policy;
+mod schema;
+
+pub use node_task::{
+    BlockReason, NodeTask, NodeTaskPhase, NodeTaskSpec, NodeTaskStatus, Recovery, StepPhase,
+    StepStatus,
+};
+pub use operation::{
+    CustomGroup, CustomSpec, ExecutionMode, KubePackage, Operation, OperationPhase, OperationSpec,
+    OperationStatus, Plan, PlannedGroup, RenewCertificatesSpec, Rollout, RunsOn, Step,
+    UpgradeSpec, labels,
+};
+pub use plugin::{Plugin, PluginSpec, PluginStatus};
+pub use policy::{Enforcement, Policy, PolicySpec, PolicyStatus};
+
+/// The API group.
+pub const GROUP: &str = "bosun.dev";
+/// The API version.
+pub const VERSION: &str = "v1alpha1";

@@ -1,0 +1,299 @@
+//! The `NodeTask` resource: the work one Operation does on one node.
+//!
+//! The controller creates one NodeTask per planned node (owner: the Operation; labels in
+//! [`crate::labels`] name the operation, node and group). Its spec is the frozen list of
+//! steps; a person may set only `approve` (Controlled mode) and `recovery` (after a
+//! failure). The agent on the node and the controller report progress in the status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::operation::Step;
+
+/// Lines of a step's log kept in status. The agent keeps the last lines; older lines are
+/// in the agent's own log.
+pub const LOG_TAIL_LINES: usize = 50;
+
+/// The work one Operation does on one node. Cluster-scoped.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "bosun.dev",
+    version = "v1alpha1",
+    kind = "NodeTask",
+    status = "NodeTaskStatus",
+    shortname = "nt",
+    category = "bosun",
+    derive = "PartialEq",
+    doc = "A NodeTask is the part of one Operation that runs on one node: an ordered list of steps, run by the node's agent (plugins) or by the controller (cordon, drain, uncordon, waits).",
+    selectable = ".spec.nodeName",
+    selectable = ".spec.operation",
+    printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
+    printcolumn(name = "Operation", type_ = "string", json_path = ".spec.operation"),
+    printcolumn(name = "Group", type_ = "string", json_path = ".spec.group", priority = 1),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Step", type_ = "string", json_path = ".status.currentStep", description = "The step running or stopped at"),
+    printcolumn(name = "Attempts", type_ = "integer", json_path = ".status.attempts", priority = 1),
+    printcolumn(name = "Approved", type_ = "boolean", json_path = ".spec.approve", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Message", type_ = "string", json_path = ".status.message")
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.operation == oldSelf.operation && self.nodeName == oldSelf.nodeName && self.group == oldSelf.group && self.steps == oldSelf.steps && self.dryRun == oldSelf.dryRun",
+    "message": "a NodeTask's operation, nodeName, group, steps and dryRun are set by the controller from the frozen plan and cannot change; only approve and recovery are yours to set",
+}]))]
+pub struct NodeTaskSpec {
+    /// The Operation this task belongs to.
+    #[schemars(length(min = 1, max = 253))]
+    pub operation: String,
+
+    /// The node the task runs on.
+    #[schemars(length(min = 1, max = 253))]
+    pub node_name: String,
+
+    /// The planned group the node belongs to.
+    #[schemars(length(min = 1, max = 63))]
+    pub group: String,
+
+    /// The steps, in order.
+    #[schemars(length(max = 32))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "size(self) > 0",
+        "message": "a NodeTask needs at least one step",
+    }]))]
+    pub steps: Vec<Step>,
+
+    /// Run preflight and policy only; plugins describe what they would change.
+    #[serde(default)]
+    pub dry_run: bool,
+
+    /// A step running longer than this fails. Copied from the Operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub step_timeout_seconds: Option<u32>,
+
+    /// Controlled mode: set to true to let this task start.
+    #[serde(default)]
+    pub approve: bool,
+
+    /// After the task blocked: `Retry` runs the failed step again, `Skip` gives up on this
+    /// node and lets the Operation move on. The controller clears it once it has acted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
+}
+
+/// What a person decides after a task blocked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Recovery {
+    /// Run the failed step again (after fixing the cause).
+    Retry,
+    /// Leave this node as it is and let the Operation move on.
+    Skip,
+}
+
+/// Observed state of a NodeTask, written by the agent (agent steps) and the controller.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTaskStatus {
+    /// Where the task is in its life.
+    #[serde(default)]
+    pub phase: NodeTaskPhase,
+
+    /// The step running now, or the one the task stopped at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step: Option<String>,
+
+    /// One entry per step that has started, in spec order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub steps: Vec<StepStatus>,
+
+    /// Times the task was started or retried.
+    #[serde(default)]
+    pub attempts: u32,
+
+    /// Why the task is Blocked or Invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<BlockReason>,
+
+    /// One line for people: what is happening, or what is blocking and what to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// Standard conditions: `Approved`, `Blocked`, `Complete`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Where a NodeTask is in its life. Transitions are in `bosun_planner::state`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum NodeTaskPhase {
+    /// Waiting for its turn in the rollout.
+    #[default]
+    Pending,
+    /// Its turn came in Controlled mode; waits for `spec.approve: true`.
+    AwaitingApproval,
+    /// A step is running or the next one is about to.
+    Running,
+    /// A step failed, was refused, or was interrupted; waits for `spec.recovery`.
+    /// Nothing else in the Operation starts while a task is Blocked.
+    Blocked,
+    /// Every step succeeded.
+    Succeeded,
+    /// A person chose `recovery: Skip`; the node was left as it was.
+    Skipped,
+    /// The node disappeared from the cluster after the plan was frozen.
+    Invalid,
+}
+
+impl NodeTaskPhase {
+    /// True for phases the task never leaves.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            NodeTaskPhase::Succeeded | NodeTaskPhase::Skipped | NodeTaskPhase::Invalid
+        )
+    }
+
+    /// True while the task holds one of the rollout's slots (it was started and has not
+    /// finished; a Blocked task still holds its slot, since its node may be drained).
+    pub fn occupies_slot(self) -> bool {
+        matches!(self, NodeTaskPhase::Running | NodeTaskPhase::Blocked)
+    }
+}
+
+/// Why a task stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum BlockReason {
+    /// The plugin or controller action returned an error.
+    StepFailed,
+    /// A step ran longer than `stepTimeoutSeconds`.
+    StepTimedOut,
+    /// A preflight check failed.
+    PreflightFailed,
+    /// A Deny policy refused the step.
+    PolicyDenied,
+    /// The agent restarted during a step that is not idempotent.
+    Interrupted,
+    /// The drain did not finish within its timeout (often a PodDisruptionBudget).
+    DrainTimedOut,
+    /// A health gate did not pass within its timeout.
+    HealthGateFailed,
+    /// The plugin could not be found, fetched or verified.
+    PluginUnavailable,
+    /// The node vanished after the plan was frozen (phase Invalid).
+    NodeGone,
+}
+
+/// What happened to one step.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepStatus {
+    /// The step's name, as in the spec.
+    pub name: String,
+    /// The step's state.
+    #[serde(default)]
+    pub phase: StepPhase,
+    /// Runs of this step (more than 1 after retries).
+    #[serde(default)]
+    pub attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// True when the step changed the node; false for a no-op or a dry run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<bool>,
+    /// The plugin's or controller's one-line result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Named results the plugin returned.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, String>,
+    /// The last lines the step logged (at most 50).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub log_tail: Vec<String>,
+    /// Preflight checks, in the order the plugin reported them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preflight: Vec<PreflightCheck>,
+    /// What the policies said about this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyDecision>,
+    /// Why the step failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<StepError>,
+}
+
+/// A step's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum StepPhase {
+    #[default]
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Skipped,
+}
+
+/// One preflight check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightCheck {
+    pub name: String,
+    pub status: CheckStatus,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// A preflight check's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum CheckStatus {
+    Pass,
+    Warn,
+    Fail,
+}
+
+/// The policies' verdict on a step.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyDecision {
+    /// False when a Deny policy refused the step.
+    pub allowed: bool,
+    /// Messages of every policy that objected, with its enforcement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<PolicyMessage>,
+}
+
+/// One policy's objection.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyMessage {
+    /// The Policy resource's name.
+    pub policy: String,
+    pub enforcement: crate::policy::Enforcement,
+    pub message: String,
+}
+
+/// Why a step failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepError {
+    /// A stable, machine-readable code (`kubeadm-missing`, `drain-timeout`).
+    pub code: String,
+    /// What went wrong and what to do.
+    pub message: String,
+    /// True when the same step may succeed if tried again unchanged.
+    #[serde(default)]
+    pub retryable: bool,
+}

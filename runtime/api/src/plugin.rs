@@ -1,0 +1,187 @@
+//! The `Plugin` resource: a WebAssembly plugin the cluster trusts, pinned by digest, with
+//! the capabilities an administrator grants it.
+//!
+//! Agents fetch the bytes from `source`, refuse them unless they hash to `sha256` and one
+//! of `signatures` verifies against a configured trust root, and run them with exactly
+//! `grants`. The status says whether that succeeded and what the plugin declares.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::grants::Grants;
+
+/// Well-known Plugin resource names the planner uses for built-in Operation kinds.
+///
+/// A cluster that runs `upgrade` or `renewCertificates` Operations needs Plugin resources
+/// with these names; the actions each must provide are listed in `docs/api.md`.
+pub mod well_known {
+    /// `kubeadm upgrade apply` (action `apply`) and `kubeadm upgrade node` (action `node`).
+    pub const KUBEADM_UPGRADE: &str = "kubeadm-upgrade";
+    /// Certificate renewal (action `renew`) and restart of the control-plane static pods
+    /// (action `restart-control-plane`).
+    pub const CERTS: &str = "certs";
+    /// Package upgrades through the node's package manager (action `install`).
+    pub const PACKAGES: &str = "packages";
+    /// kubelet service control (action `restart`).
+    pub const KUBELET: &str = "kubelet";
+}
+
+/// A plugin the cluster trusts. Cluster-scoped.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "bosun.dev",
+    version = "v1alpha1",
+    kind = "Plugin",
+    status = "PluginStatus",
+    shortname = "bplugin",
+    category = "bosun",
+    derive = "PartialEq",
+    doc = "A Plugin is a signed WebAssembly component that agents may run, pinned by its sha256 digest, with the host capabilities the administrator grants it.",
+    printcolumn(name = "Digest", type_ = "string", json_path = ".spec.sha256", priority = 1),
+    printcolumn(name = "Verified", type_ = "boolean", json_path = ".status.verified"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.metadata.version"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "Message", type_ = "string", json_path = ".status.message")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginSpec {
+    /// Where agents fetch the plugin's bytes.
+    pub source: PluginSource,
+
+    /// The digest the bytes must hash to, `sha256:` and 64 lowercase hex digits.
+    #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
+    pub sha256: String,
+
+    /// Signatures over the digest; at least one must verify against a trust root.
+    #[schemars(length(max = 8))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "size(self) > 0",
+        "message": "a Plugin needs at least one signature over its digest (make one with `kubectl bosun plugin sign` or `cosign sign-blob`); unsigned plugins never run",
+    }]))]
+    pub signatures: Vec<Signature>,
+
+    /// The host capabilities the plugin gets. Everything not listed is denied.
+    #[serde(default)]
+    pub grants: Grants,
+}
+
+/// Where a plugin's bytes come from: exactly one of `oci`, `url`, `configMap`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "[has(self.oci), has(self.url), has(self.configMap)].filter(x, x).size() == 1",
+    "message": "spec.source must set exactly one of oci, url or configMap",
+}]))]
+pub struct PluginSource {
+    /// An OCI artifact with one `application/vnd.wasm.content.layer.v1+wasm` layer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciSource>,
+    /// An https URL serving the component's bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<UrlSource>,
+    /// A key of a ConfigMap holding the component (as `binaryData`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapSource>,
+}
+
+/// An OCI artifact.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OciSource {
+    /// Reference such as `registry.example.com/bosun/certs:0.1.0`.
+    #[schemars(length(min = 1, max = 512))]
+    pub reference: String,
+}
+
+/// An https URL.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UrlSource {
+    /// Must start with `https://`.
+    #[schemars(regex(pattern = r"^https://[^\s]+$"), length(max = 2048))]
+    pub url: String,
+}
+
+/// A ConfigMap key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapSource {
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// A signature over the plugin's digest.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Signature {
+    /// The signature scheme.
+    pub algorithm: SignatureAlgorithm,
+    /// Names the trust-root key that made it.
+    #[schemars(length(min = 1, max = 253))]
+    pub key_id: String,
+    /// The signature, base64.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9+/]+={0,2}$"), length(min = 4, max = 4096))]
+    pub signature: String,
+}
+
+/// A signature scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum SignatureAlgorithm {
+    /// Ed25519 over the digest (`kubectl bosun plugin sign`).
+    Ed25519,
+    /// ECDSA P-256 with SHA-256, DER-encoded (`cosign sign-blob`).
+    EcdsaP256Sha256,
+}
+
+/// What agents found out about the plugin.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// True once the bytes matched the digest and a signature verified.
+    #[serde(default)]
+    pub verified: bool,
+    /// Why it is (not) verified, and what to do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// What the plugin declares about itself (`describe()`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<PluginMetadata>,
+    /// Standard conditions: `Verified`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A plugin's own description of itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginMetadata {
+    pub name: String,
+    pub version: String,
+    pub abi_version: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<PluginAction>,
+}
+
+/// One action a plugin offers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginAction {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Re-run after an agent restart instead of blocking as interrupted.
+    #[serde(default)]
+    pub idempotent: bool,
+}
