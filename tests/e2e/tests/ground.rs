@@ -80,7 +80,7 @@ async fn custom_objects_watch_apply_and_status() -> Result<()> {
     let alice = PatchParams::apply("alice");
     let applied = widgets
         .patch(&name, &alice, &Patch::Apply(json!({
-            "apiVersion": "e2e.bosun.dev/v1", "kind": "Widget",
+            "apiVersion": "e2e.bosun.dev/v1", "kind": "Widget", "metadata": { "name": name },
             "spec": { "size": 5, "color": "red" },
         })))
         .await?;
@@ -102,7 +102,7 @@ async fn custom_objects_watch_apply_and_status() -> Result<()> {
     }
 
     // bob applies a field alice owns: a conflict naming alice and the field.
-    let bob_wants = json!({ "apiVersion": "e2e.bosun.dev/v1", "kind": "Widget", "spec": { "size": 7 } });
+    let bob_wants = json!({ "apiVersion": "e2e.bosun.dev/v1", "kind": "Widget", "metadata": { "name": name }, "spec": { "size": 7 } });
     let status = api_error(widgets.patch(&name, &PatchParams::apply("bob"), &Patch::Apply(&bob_wants)).await)?;
     assert_eq!(status.code, 409, "{status:?}");
     assert!(status.message.contains("alice") && status.message.contains(".spec.size"), "{}", status.message);
@@ -274,7 +274,7 @@ async fn garbage_collector_deletes_owned_objects() -> Result<()> {
     let name = unique("owner");
     let owner = widgets
         .patch(&name, &PatchParams::apply("bosun-e2e"), &Patch::Apply(json!({
-            "apiVersion": "e2e.bosun.dev/v1", "kind": "Widget", "spec": { "size": 1 },
+            "apiVersion": "e2e.bosun.dev/v1", "kind": "Widget", "metadata": { "name": name }, "spec": { "size": 1 },
         })))
         .await?;
     let dependent = ConfigMap {

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -253,6 +253,15 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
             &kubeadm_bin,
             &["init", "phase", "kubeconfig", "all", "--config", &cfg, "--kubeconfig-dir", &dir],
         )?;
+        // kubeadm points the component kubeconfigs at the node's own advertise address (where a
+        // kubeadm control plane's API server listens); the lab's listens on 127.0.0.1 only.
+        for file in ["controller-manager.conf", "scheduler.conf"] {
+            let path = paths.kubeconfig_dir.join(file);
+            let text = std::fs::read_to_string(&path).map_err(LabError::io("reading", &path))?;
+            let local = format!("https://{}:{}", nodes::LAB_ADVERTISE_ADDRESS, ports.apiserver);
+            let text = text.replace(&local, &format!("https://127.0.0.1:{}", ports.apiserver));
+            std::fs::write(&path, text).map_err(LabError::io("writing", &path))?;
+        }
     }
 
     let [etcd, apiserver, controller_manager] = paths.daemons();
@@ -354,7 +363,7 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
             "--controllers=*,-node-lifecycle-controller".to_string(),
         ];
         controller_manager.spawn(&bins.path(CONTROLLER_MANAGER), &args)?;
-        wait_port(&controller_manager, ports.controller_manager).await?;
+        wait_controllers(&client, &controller_manager).await?;
     }
 
     // Nodes: roots first (kubeadm, files), then the API objects.
@@ -544,6 +553,37 @@ async fn wait_ready(client: &Client, apiserver: &Daemon) -> Result<()> {
                 seconds: START_TIMEOUT.as_secs(),
                 last,
                 log: apiserver.log.clone(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until kube-controller-manager's controllers act: its service-account controller
+/// creates `default/default`. An open port alone would not show that it reached the API server.
+async fn wait_controllers(client: &Client, controller_manager: &Daemon) -> Result<()> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    let started = Instant::now();
+    loop {
+        let found = accounts
+            .get_opt("default")
+            .await
+            .map_err(LabError::kube("reading ServiceAccount default/default"))?;
+        if found.is_some() {
+            return Ok(());
+        }
+        if controller_manager.running_pid().is_none() {
+            return Err(controller_manager.died());
+        }
+        if started.elapsed() > START_TIMEOUT {
+            return Err(LabError::ProcessDied {
+                component: controller_manager.name,
+                log: controller_manager.log.clone(),
+                tail: format!(
+                    "(still running, but its controllers made no default ServiceAccount in {}s)\n{}",
+                    START_TIMEOUT.as_secs(),
+                    controller_manager.log_tail(10)
+                ),
             });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
