@@ -59,6 +59,17 @@ impl Algorithm {
     }
 }
 
+impl Algorithm {
+    /// The kind of key that makes signatures of this algorithm, for messages.
+    #[must_use]
+    pub const fn key_type(self) -> &'static str {
+        match self {
+            Algorithm::Ed25519 => "Ed25519",
+            Algorithm::EcdsaP256Sha256 => "ECDSA P-256",
+        }
+    }
+}
+
 impl fmt::Display for Algorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -142,7 +142,10 @@ pub fn verify_statement(
                     "signed by key {reference}, which is not among the {} trust roots",
                     roots.len()
                 ),
-                None => format!("no trust root is an {} key", entry.algorithm),
+                None => format!(
+                    "none of the trust roots is an {} key",
+                    entry.algorithm.key_type()
+                ),
             };
             attempts.push(Attempt {
                 index,

@@ -128,6 +128,24 @@ fn untrusted_key_is_reported_with_the_keys_tried() {
         "{msg}"
     );
     assert!(msg.contains("from key0.pub"), "{msg}");
+
+    // A signature of an algorithm no root has.
+    let mut p256 = signed(&SigningKey::generate_p256(), "hello", "0.1.0", PLUGIN);
+    p256.key_id = None;
+    let err = verify(
+        PLUGIN,
+        &Digest::of(PLUGIN),
+        "hello",
+        "0.1.0",
+        &[p256],
+        &roots,
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("none of the trust roots is an ECDSA P-256 key"),
+        "{msg}"
+    );
 }
 
 #[test]
