@@ -17,15 +17,33 @@ BIN="$OUT/bin"
 LOG="$OUT/build.log"
 K8S_BINS=(kube-apiserver kubeadm kubectl kube-controller-manager)
 
-die() { echo "lab build: $*" >&2; exit 1; }
-command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH. Install Go 1.24 or newer (the lab builds etcd and Kubernetes from source), then run this again."
-
-missing=()
-for b in etcd "${K8S_BINS[@]}"; do [ -x "$BIN/$b" ] || missing+=("$b"); done
+list_missing() {
+  missing=()
+  for b in etcd "${K8S_BINS[@]}"; do [ -x "$BIN/$b" ] || missing+=("$b"); done
+}
+list_missing
 if [ ${#missing[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
 
+# Exit status 3 means "no Go": the lab's Rust side reports it as such.
+if ! command -v go >/dev/null 2>&1; then
+  echo "lab build: Go is not installed or not on PATH, and ${missing[*]} are not built yet in $BIN. Install Go 1.24 or newer (the lab builds etcd and Kubernetes from source), then run this again." >&2
+  exit 3
+fi
+
 mkdir -p "$BIN" "$OUT/src"
+# One build at a time per version (CI, `lab up` and tests may start this concurrently); whoever
+# waited re-checks what is still missing.
+exec 9>"$OUT/.build.lock"
+if ! flock -n 9; then
+  echo "lab build: another build of $OUT is running; waiting for it (log: $LOG)" >&2
+  flock 9
+fi
+list_missing
+if [ ${#missing[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
+
 : >"$LOG"
+started=$(date +%s)
+echo "lab build: started $(date -u +%FT%TZ) for ${missing[*]}" >>"$LOG"
 echo "lab build: building ${missing[*]} (k8s $K8S_VERSION, etcd $ETCD_VERSION); log: $LOG" >&2
 export CGO_ENABLED=0 GOFLAGS="-mod=mod" GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
@@ -36,7 +54,9 @@ for b in "${missing[@]}"; do [ "$b" != etcd ] && needs_k8s=1; done
 
 if [ $needs_k8s = 1 ]; then
   src="$OUT/src/kubernetes"; mkdir -p "$src"
-  { go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >"$src/download.json"; } >>"$LOG" 2>&1 || fail "downloading k8s.io/kubernetes@$K8S_VERSION"
+  # -json reports errors on stdout: keep them in the log too.
+  go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >"$src/download.json" 2>>"$LOG" \
+    || { cat "$src/download.json" >>"$LOG"; fail "downloading k8s.io/kubernetes@$K8S_VERSION"; }
   upstream_mod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' "$src/download.json")
   minor=$(echo "$K8S_VERSION" | sed -E 's/^v1\.([0-9]+)\.([0-9]+).*/0.\1.\2/')
   {
@@ -76,7 +96,8 @@ fi
 
 if [[ " ${missing[*]} " == *" etcd "* ]]; then
   src="$OUT/src/etcd"; mkdir -p "$src"
-  { go mod download -json "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >"$src/download.json"; } >>"$LOG" 2>&1 || fail "downloading etcd $ETCD_VERSION"
+  go mod download -json "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >"$src/download.json" 2>>"$LOG" \
+    || { cat "$src/download.json" >>"$LOG"; fail "downloading etcd $ETCD_VERSION"; }
   upstream_mod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' "$src/download.json")
   {
     echo "module bosun.dev/lab/etcd"
@@ -96,4 +117,5 @@ if [[ " ${missing[*]} " == *" etcd "* ]]; then
   (cd "$src" && go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3) >>"$LOG" 2>&1 || fail "building etcd"
   mv "$BIN/etcd.tmp" "$BIN/etcd"
 fi
+echo "lab build: finished $(date -u +%FT%TZ) after $(( $(date +%s) - started ))s" | tee -a "$LOG" >&2
 echo "$BIN"

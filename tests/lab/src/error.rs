@@ -66,10 +66,10 @@ pub enum LabError {
     #[error("invalid lab shape: {0}")]
     Shape(String),
 
-    /// A running lab was started with other ports than requested.
+    /// The lab's state directory was created with other ports than requested.
     #[error(
-        "the lab in {dir} is already running with port base {running}, not {requested}; \
-         run `lab down` first to move it"
+        "the lab in {dir} was created with port base {running}, not {requested}; use that port \
+         base, or run `lab down --purge` to recreate the lab on the new ports"
     )]
     PortsDiffer {
         dir: PathBuf,

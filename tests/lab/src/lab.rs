@@ -229,6 +229,31 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     }
     let ports = Ports::from_base(opts.port_base);
 
+    let [etcd, apiserver, controller_manager] = paths.daemons();
+    // Check every port a process still to be started needs before starting any of them.
+    let mut needed = Vec::new();
+    if etcd.running_pid().is_none() {
+        needed.extend([ports.etcd_client, ports.etcd_peer]);
+    }
+    if apiserver.running_pid().is_none() {
+        needed.push(ports.apiserver);
+    }
+    if controller_manager.running_pid().is_none() {
+        needed.push(ports.controller_manager);
+    }
+    check_ports(&ports, &needed)?;
+    // The PKI and kubeconfigs name the API server's port: a state directory keeps its ports.
+    if let Ok(old) = std::fs::read_to_string(&paths.kubeadm_config)
+        && let Some(old_port) = old.lines().find_map(|l| l.trim().strip_prefix("bindPort: "))
+        && old_port.trim() != ports.apiserver.to_string()
+    {
+        return Err(LabError::PortsDiffer {
+            dir: paths.state_dir.clone(),
+            running: old_port.trim().parse().unwrap_or_default(),
+            requested: opts.port_base,
+        });
+    }
+
     // PKI and kubeconfigs, by kubeadm, once.
     let kubeadm_bin = bins.path("kubeadm");
     let config = KubeadmConfig {
@@ -264,12 +289,10 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
         }
     }
 
-    let [etcd, apiserver, controller_manager] = paths.daemons();
     let pki = |f: &str| paths.pki.join(f).display().to_string();
     let kubeconfig = |f: &str| paths.kubeconfig_dir.join(f).display().to_string();
 
     if etcd.running_pid().is_none() {
-        check_ports(&ports, &[ports.etcd_client, ports.etcd_peer])?;
         eprintln!("lab: starting etcd on 127.0.0.1:{}", ports.etcd_client);
         let client_url = format!("https://127.0.0.1:{}", ports.etcd_client);
         let peer_url = format!("https://127.0.0.1:{}", ports.etcd_peer);
@@ -297,7 +320,6 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     }
 
     if apiserver.running_pid().is_none() {
-        check_ports(&ports, &[ports.apiserver])?;
         eprintln!("lab: starting kube-apiserver on https://127.0.0.1:{}", ports.apiserver);
         let args = vec![
             "--advertise-address=127.0.0.1".to_string(),
@@ -339,7 +361,6 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     admin_binding(&client).await?;
 
     if controller_manager.running_pid().is_none() {
-        check_ports(&ports, &[ports.controller_manager])?;
         eprintln!("lab: starting kube-controller-manager");
         let cm = kubeconfig("controller-manager.conf");
         let args = vec![

@@ -48,8 +48,18 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> Result<()> {
-    let cli = Cli::parse();
+async fn main() -> std::process::ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The messages carry the remedy; a backtrace would bury it.
+            eprintln!("lab: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
     let mut opts = LabOptions::from_env()?;
     if let Some(dir) = cli.dir {
         opts.state_dir = dir;
