@@ -16,4 +16,10 @@ fi
 BOSUN_LAB_BIN="$(bash tests/lab/build-binaries.sh | tail -n 1)"
 export BOSUN_LAB_BIN
 
+# The end-to-end tests start the lab (or reuse a running one); stop it when this script exits,
+# unless it was already running before, so that a test run leaves nothing running.
+lab() { cargo run --quiet --locked -p bosun-lab --bin lab -- "$@"; }
+if lab status >/dev/null 2>&1; then lab_was_running=1; else lab_was_running=0; fi
+trap 'if [ "$lab_was_running" = 0 ]; then lab down || true; fi' EXIT
+
 cargo test --workspace --locked "$@"
