@@ -427,10 +427,15 @@ pub(crate) fn describe_eval_error(e: &anyhow::Error) -> String {
         format!("it ran past the evaluation time limit ({e})")
     } else {
         let text = format!("{e:#}");
-        text.lines()
+        let message = text
+            .lines()
             .rev()
             .find_map(|l| l.trim().strip_prefix("error: "))
-            .map_or_else(|| text.trim().replace('\n', " "), str::to_owned)
+            .map_or_else(|| text.trim().replace('\n', " "), str::to_owned);
+        match text.lines().find_map(|l| l.trim().strip_prefix("--> ")) {
+            Some(at) => format!("{message} (at {at})"),
+            None => message,
+        }
     }
 }
 

@@ -89,7 +89,8 @@ struct CasesFile {
     #[serde(default)]
     point: Option<DecisionPoint>,
     /// Merged under every case's input (objects merge key by key, other values are
-    /// replaced), so each case states only what it changes.
+    /// replaced), so each case states only what it changes. Either a document, or the
+    /// path of a JSON file relative to the cases file.
     #[serde(default)]
     base: Option<serde_json::Value>,
     cases: Vec<Case>,
@@ -105,7 +106,12 @@ struct Case {
     #[serde(default)]
     data: Option<serde_json::Value>,
     /// Exactly the deny messages expected, in any order; empty means allowed.
+    #[serde(default)]
     denies: Vec<String>,
+    /// Expect the policy to fail closed on this input (an evaluation error): the decision
+    /// denies and every message says the policy is broken. Excludes `denies`.
+    #[serde(default)]
+    fails_closed: bool,
 }
 
 /// Runs every Rego test rule and data-driven case under `dir`. Fails when `dir` holds no
@@ -212,6 +218,18 @@ fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> 
                     "not a cases file (point?, base?, cases: [{{name, input, data?, denies}}]): {e}"
                 ),
             })?;
+        let base = match file.base {
+            Some(serde_json::Value::String(rel)) => {
+                let path = cases_path.parent().unwrap_or(dir).join(rel);
+                Some(
+                    serde_json::from_str(&read(&path)?).map_err(|e| PolicyError::Invalid {
+                        path: path.display().to_string(),
+                        message: format!("base input is not JSON: {e}"),
+                    })?,
+                )
+            }
+            other => other,
+        };
         for case in file.cases {
             let mut case_data = data.clone().unwrap_or_else(|| serde_json::json!({}));
             if let Some(d) = &case.data {
@@ -233,7 +251,7 @@ fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> 
                     enforcement: Enforcement::Deny,
                 })
                 .collect();
-            let failure = run_case(&policies, file.point, file.base.as_ref(), &case);
+            let failure = run_case(&policies, file.point, base.as_ref(), &case);
             report.results.push(TestResult {
                 file: cases_path.clone(),
                 name: case.name,
@@ -274,6 +292,23 @@ fn run_case(
         ));
     }
     let decision = set.evaluator().evaluate(point, &input);
+    if case.fails_closed {
+        let broken = !decision.allowed
+            && decision
+                .denies
+                .iter()
+                .all(|f| f.message.starts_with("policy is broken"));
+        return (!broken || !case.denies.is_empty()).then(|| {
+            format!(
+                "expected the policy to fail closed (and no `denies` in the case), got denies {:?}",
+                decision
+                    .denies
+                    .iter()
+                    .map(|f| &f.message)
+                    .collect::<Vec<_>>()
+            )
+        });
+    }
     let mut got: Vec<String> = decision.denies.iter().map(|f| f.message.clone()).collect();
     let mut want = case.denies.clone();
     got.sort();

@@ -388,3 +388,15 @@ fn decision_points_parse_from_names_and_queries() {
         "{err}"
     );
 }
+
+#[test]
+fn perl_classes_work_in_regex_builtins() {
+    let rego = r#"package bosun.step.re
+deny contains "digits" if regex.match(`^\d+\s\w+$`, input.s)
+"#;
+    let set = PolicySet::compile(&[policy("re", rego, Enforcement::Deny)], Limits::default());
+    let d = set
+        .evaluator()
+        .evaluate(DecisionPoint::Step, &json!({"s": "123 abc"}));
+    assert_eq!(d.deny_messages(), vec!["re: digits"]);
+}

@@ -1,0 +1,49 @@
+package bosun.step.maintenance_window_test
+
+import data.bosun.step.maintenance_window
+
+berlin_weekend := {"timezone": "Europe/Berlin", "windows": [{"days": ["Sat"], "start": "22:00", "end": "04:00"}]}
+
+at(now) := {"now": now, "node": {"name": "cp-1", "annotations": {}}}
+
+# 23:30 Berlin on Saturday 2026-11-28 (CET, UTC+1).
+test_open_saturday_evening if {
+	count(maintenance_window.deny) == 0 with input as at("2026-11-28T22:30:00Z")
+		with data.maintenance_windows as berlin_weekend
+}
+
+# 03:59 Berlin on Sunday: the Saturday window is still open after midnight.
+test_open_after_midnight if {
+	count(maintenance_window.deny) == 0 with input as at("2026-11-29T02:59:00Z")
+		with data.maintenance_windows as berlin_weekend
+}
+
+# 04:00 Berlin on Sunday: closed (end is exclusive).
+test_closed_at_end if {
+	count(maintenance_window.deny) == 1 with input as at("2026-11-29T03:00:00Z")
+		with data.maintenance_windows as berlin_weekend
+}
+
+# 21:30 UTC on Saturday is 22:30 in Berlin but only 21:30 in UTC: the zone matters.
+test_time_zone_shifts_the_window if {
+	count(maintenance_window.deny) == 0 with input as at("2026-11-28T21:30:00Z")
+		with data.maintenance_windows as berlin_weekend
+	count(maintenance_window.deny) == 1 with input as at("2026-11-28T21:30:00Z")
+		with data.maintenance_windows as {"windows": [{"days": ["Sat"], "start": "22:00", "end": "04:00"}]}
+}
+
+# Summer time: 22:30 Berlin on Saturday 2026-07-04 is 20:30 UTC (CEST, UTC+2).
+test_daylight_saving_time if {
+	count(maintenance_window.deny) == 0 with input as at("2026-07-04T20:30:00Z")
+		with data.maintenance_windows as berlin_weekend
+}
+
+test_friday_night_is_not_saturday if {
+	count(maintenance_window.deny) == 1 with input as at("2026-11-27T22:30:00Z")
+		with data.maintenance_windows as berlin_weekend
+}
+
+test_no_windows_denies if {
+	maintenance_window.deny == {"no maintenance windows are configured (data.maintenance_windows.windows is empty), so no step may start"} with input as at("2026-11-28T22:30:00Z")
+		with data.maintenance_windows as {"windows": []}
+}

@@ -1,0 +1,25 @@
+package bosun.step.trusted_publishers_test
+
+import data.bosun.step.trusted_publishers
+
+cfg := {"signers": ["release"], "plugins": {"custom": ["team"]}}
+
+plugin(name, signer) := {"plugin": {"name": name, "version": "1.0.0", "digest": "sha256:00", "signer": signer}}
+
+test_trusted_signer_is_allowed if {
+	count(trusted_publishers.deny) == 0 with input as plugin("certs", "release") with data.trusted_publishers as cfg
+}
+
+test_per_plugin_signer_is_allowed_for_that_plugin_only if {
+	count(trusted_publishers.deny) == 0 with input as plugin("custom", "team") with data.trusted_publishers as cfg
+	count(trusted_publishers.deny) == 1 with input as plugin("certs", "team") with data.trusted_publishers as cfg
+}
+
+test_unsigned_is_denied if {
+	trusted_publishers.deny == {"plugin certs 1.0.0 (sha256:00) is not signed; only plugins signed by a trusted publisher may run"} with input as {"plugin": {"name": "certs", "version": "1.0.0", "digest": "sha256:00"}}
+		with data.trusted_publishers as cfg
+}
+
+test_no_configuration_trusts_nobody if {
+	count(trusted_publishers.deny) == 1 with input as plugin("certs", "release") with data.trusted_publishers as {}
+}
