@@ -215,6 +215,8 @@ pub async fn ensure_lab() -> Result<LabHandle> {
 }
 
 async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
+    let t0 = Instant::now();
+    let at = || format!("[{:>5.1}s]", t0.elapsed().as_secs_f64());
     let bins = BinDir::ensure(opts.bin_dir.as_deref())?;
     let version = bins.kubernetes_version()?;
     let previous = LabState::load(paths)?;
@@ -268,11 +270,11 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     std::fs::write(&paths.kubeadm_config, config).map_err(LabError::io("writing", &paths.kubeadm_config))?;
     let cfg = paths.kubeadm_config.display().to_string();
     if !paths.pki.join("apiserver.crt").exists() {
-        eprintln!("lab: kubeadm init phase certs all");
+        eprintln!("lab: {} kubeadm init phase certs all", at());
         kubeadm::kubeadm(&kubeadm_bin, &["init", "phase", "certs", "all", "--config", &cfg])?;
     }
     if !paths.super_admin_kubeconfig().exists() {
-        eprintln!("lab: kubeadm init phase kubeconfig all");
+        eprintln!("lab: {} kubeadm init phase kubeconfig all", at());
         let dir = paths.kubeconfig_dir.display().to_string();
         kubeadm::kubeadm(
             &kubeadm_bin,
@@ -293,7 +295,7 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     let kubeconfig = |f: &str| paths.kubeconfig_dir.join(f).display().to_string();
 
     if etcd.running_pid().is_none() {
-        eprintln!("lab: starting etcd on 127.0.0.1:{}", ports.etcd_client);
+        eprintln!("lab: {} starting etcd on 127.0.0.1:{}", at(), ports.etcd_client);
         let client_url = format!("https://127.0.0.1:{}", ports.etcd_client);
         let peer_url = format!("https://127.0.0.1:{}", ports.etcd_peer);
         let args = vec![
@@ -320,7 +322,7 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     }
 
     if apiserver.running_pid().is_none() {
-        eprintln!("lab: starting kube-apiserver on https://127.0.0.1:{}", ports.apiserver);
+        eprintln!("lab: {} starting kube-apiserver on https://127.0.0.1:{}", at(), ports.apiserver);
         let args = vec![
             "--advertise-address=127.0.0.1".to_string(),
             "--bind-address=127.0.0.1".to_string(),
@@ -361,7 +363,7 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     admin_binding(&client).await?;
 
     if controller_manager.running_pid().is_none() {
-        eprintln!("lab: starting kube-controller-manager");
+        eprintln!("lab: {} kube-apiserver ready; starting kube-controller-manager", at());
         let cm = kubeconfig("controller-manager.conf");
         let args = vec![
             format!("--kubeconfig={cm}"),
@@ -387,6 +389,7 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
         wait_controllers(&client, &controller_manager).await?;
     }
 
+    eprintln!("lab: {} control plane ready; preparing {} nodes", at(), opts.nodes);
     // Nodes: roots first (kubeadm, files), then the API objects.
     let planned = nodes::plan(&paths.state_dir, opts.nodes, opts.control_planes);
     let ctx = RootContext {
