@@ -15,7 +15,7 @@ pub enum Error {
         name: String,
         version: String,
         #[source]
-        source: bosun_trust::TrustError,
+        source: Box<bosun_trust::TrustError>,
     },
 
     /// An unsigned plugin was offered but this host was not configured to accept one.

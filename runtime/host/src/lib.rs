@@ -272,7 +272,7 @@ impl Host {
     /// The bytes are re-hashed on every call, even when the compiled code is cached.
     pub fn load(&self, bytes: &[u8], pin: &PluginPin) -> Result<LoadedPlugin, Error> {
         let verified = bosun_trust::verify(bytes, &pin.sha256, &pin.name, &pin.version, &pin.signatures, &self.config.trust_roots)
-            .map_err(|source| Error::Untrusted { name: pin.name.clone(), version: pin.version.clone(), source })?;
+            .map_err(|source| Error::Untrusted { name: pin.name.clone(), version: pin.version.clone(), source: Box::new(source) })?;
         let compiled = self.compile(&pin.sha256, bytes)?;
         let metadata = self.metadata(&compiled)?;
         for (field, signed, declared) in [("name", &pin.name, &metadata.name), ("version", &pin.version, &metadata.version)] {
@@ -422,7 +422,7 @@ impl Host {
             Ok(checks) => {
                 let size: usize = checks.iter().map(|c| c.name.len() + c.message.len()).sum();
                 check_output_size(size, self.config.limits.max_output_bytes)
-                    .map_err(|error| CallFailure { error, captured: captured.clone() })?;
+                    .map_err(|error| CallFailure { error, captured: Box::new(captured.clone()) })?;
                 Ok(checks
                     .into_iter()
                     .map(|c| Check {
@@ -463,7 +463,7 @@ impl Host {
             Ok(o) => {
                 let size = o.message.len() + o.outputs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
                 check_output_size(size, self.config.limits.max_output_bytes)
-                    .map_err(|error| CallFailure { error, captured: captured.clone() })?;
+                    .map_err(|error| CallFailure { error, captured: Box::new(captured.clone()) })?;
                 Ok(Outcome { changed: o.changed && !options.dry_run, message: o.message, outputs: o.outputs })
             }
             Err(e) => Err(self.plugin_error(e, &captured)?),
@@ -473,7 +473,7 @@ impl Host {
 
     fn plugin_error(&self, e: guest::PluginError, captured: &Captured) -> Result<PluginError, CallFailure> {
         check_output_size(e.code.len() + e.message.len(), self.config.limits.max_output_bytes)
-            .map_err(|error| CallFailure { error, captured: captured.clone() })?;
+            .map_err(|error| CallFailure { error, captured: Box::new(captured.clone()) })?;
         Ok(PluginError { code: e.code, message: e.message, retryable: e.retryable })
     }
 
@@ -568,7 +568,7 @@ impl Host {
             Ok(r) => Ok((r, captured)),
             Err((instantiating, e)) => {
                 let error = classify(e, instantiating, deadline, &captured.stderr);
-                Err(CallFailure { error, captured })
+                Err(CallFailure { error, captured: Box::new(captured) })
             }
         }
     }

@@ -133,11 +133,11 @@ pub type PreflightReport = Report<Vec<Check>>;
 pub struct CallFailure {
     #[source]
     pub error: Error,
-    pub captured: Captured,
+    pub captured: Box<Captured>,
 }
 
 impl From<Error> for CallFailure {
     fn from(error: Error) -> Self {
-        CallFailure { error, captured: Captured::default() }
+        CallFailure { error, captured: Box::default() }
     }
 }

@@ -286,13 +286,13 @@ impl RunState {
         let Some(grant) = grants.services.iter().find(|g| g.unit == unit) else {
             return Err(self.deny("service", format!("service: {unit} (no service grant names this unit)")));
         };
-        if let Some(action) = action {
-            if !grant.actions.contains(&action) {
-                return Err(self.deny(
-                    "service",
-                    format!("service: {action:?} {unit} (granted actions: {:?})", grant.actions).to_lowercase(),
-                ));
-            }
+        if let Some(action) = action
+            && !grant.actions.contains(&action)
+        {
+            return Err(self.deny(
+                "service",
+                format!("service: {action:?} {unit} (granted actions: {:?})", grant.actions).to_lowercase(),
+            ));
         }
         Ok(())
     }
