@@ -8,7 +8,13 @@ use std::process::{Command, Stdio};
 use crate::error::{LabError, Result};
 
 /// The binaries the lab runs or hands to nodes.
-pub const REQUIRED: [&str; 5] = ["etcd", "kube-apiserver", "kube-controller-manager", "kubeadm", "kubectl"];
+pub const REQUIRED: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kubeadm",
+    "kubectl",
+];
 
 /// Exit status `build-binaries.sh` uses when Go is missing.
 const EXIT_GO_MISSING: i32 = 3;
@@ -59,13 +65,18 @@ impl BinDir {
         // Forward progress live (a cold build is long) and keep it for the error message.
         let forward = std::thread::spawn(move || {
             let mut kept = Vec::new();
-            for line in BufReader::new(stderr).lines().map_while(std::result::Result::ok) {
+            for line in BufReader::new(stderr)
+                .lines()
+                .map_while(std::result::Result::ok)
+            {
                 eprintln!("{line}");
                 kept.push(line);
             }
             kept
         });
-        let output = child.wait_with_output().map_err(LabError::io("waiting for", &script))?;
+        let output = child
+            .wait_with_output()
+            .map_err(LabError::io("waiting for", &script))?;
         let errors = forward.join().unwrap_or_default();
         if output.status.code() == Some(EXIT_GO_MISSING) {
             return Err(LabError::GoMissing);
@@ -73,8 +84,15 @@ impl BinDir {
         if !output.status.success() {
             let log = errors
                 .iter()
-                .find_map(|l| l.split("log: ").nth(1).or_else(|| l.split("build log (").nth(1)))
-                .map_or_else(|| "(see the output below)".to_string(), |l| l.trim_end_matches("):").to_string());
+                .find_map(|l| {
+                    l.split("log: ")
+                        .nth(1)
+                        .or_else(|| l.split("build log (").nth(1))
+                })
+                .map_or_else(
+                    || "(see the output below)".to_string(),
+                    |l| l.trim_end_matches("):").to_string(),
+                );
             let tail = errors[errors.len().saturating_sub(30)..].join("\n");
             return Err(LabError::Build {
                 status: output.status.to_string(),
@@ -108,7 +126,9 @@ impl BinDir {
             .ok_or_else(|| LabError::Command {
                 command: format!("{} --version", self.path("kube-apiserver").display()),
                 status: "exit 0".into(),
-                output: format!("expected `Kubernetes vX.Y.Z`, found {out:?}; rebuild the binaries"),
+                output: format!(
+                    "expected `Kubernetes vX.Y.Z`, found {out:?}; rebuild the binaries"
+                ),
             })
     }
 }

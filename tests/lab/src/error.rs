@@ -15,7 +15,9 @@ pub enum LabError {
     GoMissing,
 
     /// `build-binaries.sh` failed.
-    #[error("building the lab's binaries failed ({status}); see the build log {log}. Its output ended with:\n{tail}")]
+    #[error(
+        "building the lab's binaries failed ({status}); see the build log {log}. Its output ended with:\n{tail}"
+    )]
     Build {
         status: String,
         log: String,
@@ -55,7 +57,9 @@ pub enum LabError {
     },
 
     /// The API server did not answer `/readyz` with `ok` in time.
-    #[error("kube-apiserver did not become ready within {seconds}s (last answer: {last}); see its log {log}")]
+    #[error(
+        "kube-apiserver did not become ready within {seconds}s (last answer: {last}); see its log {log}"
+    )]
     NotReady {
         seconds: u64,
         last: String,
@@ -78,7 +82,9 @@ pub enum LabError {
     },
 
     /// An operation that needs a running lab found none.
-    #[error("the lab in {dir} is not running; start it with `lab up` (or `cargo run -p bosun-lab -- up`)")]
+    #[error(
+        "the lab in {dir} is not running; start it with `lab up` (or `cargo run -p bosun-lab -- up`)"
+    )]
     NotRunning { dir: PathBuf },
 
     /// A file operation failed.
@@ -91,7 +97,9 @@ pub enum LabError {
     },
 
     /// The lab's state file is corrupt.
-    #[error("the lab's state file {path} is unreadable ({source}); run `lab down --purge` to start over")]
+    #[error(
+        "the lab's state file {path} is unreadable ({source}); run `lab down --purge` to start over"
+    )]
     State {
         path: PathBuf,
         #[source]
@@ -116,9 +124,16 @@ pub enum LabError {
 }
 
 impl LabError {
-    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
-        move |source| Self::Io { action, path, source }
+        move |source| Self::Io {
+            action,
+            path,
+            source,
+        }
     }
 
     pub(crate) fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {

@@ -94,10 +94,14 @@ impl LabState {
     /// Reads the state file; `None` when the lab was never started in this directory.
     pub fn load(paths: &LabPaths) -> Result<Option<Self>> {
         match std::fs::read(&paths.state_file) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| LabError::State {
-                path: paths.state_file.clone(),
-                source,
-            }),
+            Ok(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|source| LabError::State {
+                        path: paths.state_file.clone(),
+                        source,
+                    })
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(LabError::io("reading", &paths.state_file)(e)),
         }
@@ -107,7 +111,8 @@ impl LabState {
         let tmp = paths.state_file.with_extension("json.tmp");
         let text = serde_json::to_string_pretty(self).expect("the state serialises");
         std::fs::write(&tmp, text).map_err(LabError::io("writing", &tmp))?;
-        std::fs::rename(&tmp, &paths.state_file).map_err(LabError::io("renaming", &paths.state_file))
+        std::fs::rename(&tmp, &paths.state_file)
+            .map_err(LabError::io("renaming", &paths.state_file))
     }
 }
 
@@ -159,7 +164,8 @@ struct StateLock(#[allow(dead_code)] File);
 
 impl StateLock {
     async fn acquire(paths: &LabPaths) -> Result<Self> {
-        std::fs::create_dir_all(&paths.state_dir).map_err(LabError::io("creating", &paths.state_dir))?;
+        std::fs::create_dir_all(&paths.state_dir)
+            .map_err(LabError::io("creating", &paths.state_dir))?;
         let path = paths.lock.clone();
         let file = File::options()
             .create(true)
@@ -167,9 +173,13 @@ impl StateLock {
             .write(true)
             .open(&path)
             .map_err(LabError::io("opening", &path))?;
-        tokio::task::spawn_blocking(move || file.lock().map(|()| Self(file)).map_err(LabError::io("locking", path)))
-            .await
-            .expect("the lock task does not panic")
+        tokio::task::spawn_blocking(move || {
+            file.lock()
+                .map(|()| Self(file))
+                .map_err(LabError::io("locking", path))
+        })
+        .await
+        .expect("the lock task does not panic")
     }
 }
 
@@ -204,7 +214,11 @@ pub async fn ensure_lab() -> Result<LabHandle> {
             port_base: state.port_base,
             nodes: u32::try_from(state.nodes.len()).unwrap_or(opts.nodes),
             control_planes: u32::try_from(
-                state.nodes.iter().filter(|n| n.role == nodes::Role::ControlPlane).count(),
+                state
+                    .nodes
+                    .iter()
+                    .filter(|n| n.role == nodes::Role::ControlPlane)
+                    .count(),
             )
             .unwrap_or(opts.control_planes),
             ..opts
@@ -246,7 +260,9 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     check_ports(&ports, &needed)?;
     // The PKI and kubeconfigs name the API server's port: a state directory keeps its ports.
     if let Ok(old) = std::fs::read_to_string(&paths.kubeadm_config)
-        && let Some(old_port) = old.lines().find_map(|l| l.trim().strip_prefix("bindPort: "))
+        && let Some(old_port) = old
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("bindPort: "))
         && old_port.trim() != ports.apiserver.to_string()
     {
         return Err(LabError::PortsDiffer {
@@ -267,25 +283,42 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
         etcd_data_dir: &paths.etcd_data.display().to_string(),
     }
     .render();
-    std::fs::write(&paths.kubeadm_config, config).map_err(LabError::io("writing", &paths.kubeadm_config))?;
+    std::fs::write(&paths.kubeadm_config, config)
+        .map_err(LabError::io("writing", &paths.kubeadm_config))?;
     let cfg = paths.kubeadm_config.display().to_string();
     if !paths.pki.join("apiserver.crt").exists() {
         eprintln!("lab: {} kubeadm init phase certs all", at());
-        kubeadm::kubeadm(&kubeadm_bin, &["init", "phase", "certs", "all", "--config", &cfg])?;
+        kubeadm::kubeadm(
+            &kubeadm_bin,
+            &["init", "phase", "certs", "all", "--config", &cfg],
+        )?;
     }
     if !paths.super_admin_kubeconfig().exists() {
         eprintln!("lab: {} kubeadm init phase kubeconfig all", at());
         let dir = paths.kubeconfig_dir.display().to_string();
         kubeadm::kubeadm(
             &kubeadm_bin,
-            &["init", "phase", "kubeconfig", "all", "--config", &cfg, "--kubeconfig-dir", &dir],
+            &[
+                "init",
+                "phase",
+                "kubeconfig",
+                "all",
+                "--config",
+                &cfg,
+                "--kubeconfig-dir",
+                &dir,
+            ],
         )?;
         // kubeadm points the component kubeconfigs at the node's own advertise address (where a
         // kubeadm control plane's API server listens); the lab's listens on 127.0.0.1 only.
         for file in ["controller-manager.conf", "scheduler.conf"] {
             let path = paths.kubeconfig_dir.join(file);
             let text = std::fs::read_to_string(&path).map_err(LabError::io("reading", &path))?;
-            let local = format!("https://{}:{}", nodes::LAB_ADVERTISE_ADDRESS, ports.apiserver);
+            let local = format!(
+                "https://{}:{}",
+                nodes::LAB_ADVERTISE_ADDRESS,
+                ports.apiserver
+            );
             let text = text.replace(&local, &format!("https://127.0.0.1:{}", ports.apiserver));
             std::fs::write(&path, text).map_err(LabError::io("writing", &path))?;
         }
@@ -295,7 +328,11 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     let kubeconfig = |f: &str| paths.kubeconfig_dir.join(f).display().to_string();
 
     if etcd.running_pid().is_none() {
-        eprintln!("lab: {} starting etcd on 127.0.0.1:{}", at(), ports.etcd_client);
+        eprintln!(
+            "lab: {} starting etcd on 127.0.0.1:{}",
+            at(),
+            ports.etcd_client
+        );
         let client_url = format!("https://127.0.0.1:{}", ports.etcd_client);
         let peer_url = format!("https://127.0.0.1:{}", ports.etcd_peer);
         let args = vec![
@@ -322,7 +359,11 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     }
 
     if apiserver.running_pid().is_none() {
-        eprintln!("lab: {} starting kube-apiserver on https://127.0.0.1:{}", at(), ports.apiserver);
+        eprintln!(
+            "lab: {} starting kube-apiserver on https://127.0.0.1:{}",
+            at(),
+            ports.apiserver
+        );
         let args = vec![
             "--advertise-address=127.0.0.1".to_string(),
             "--bind-address=127.0.0.1".to_string(),
@@ -340,11 +381,20 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
             format!("--etcd-cafile={}", pki("etcd/ca.crt")),
             format!("--etcd-certfile={}", pki("apiserver-etcd-client.crt")),
             format!("--etcd-keyfile={}", pki("apiserver-etcd-client.key")),
-            format!("--kubelet-client-certificate={}", pki("apiserver-kubelet-client.crt")),
-            format!("--kubelet-client-key={}", pki("apiserver-kubelet-client.key")),
+            format!(
+                "--kubelet-client-certificate={}",
+                pki("apiserver-kubelet-client.crt")
+            ),
+            format!(
+                "--kubelet-client-key={}",
+                pki("apiserver-kubelet-client.key")
+            ),
             format!("--proxy-client-cert-file={}", pki("front-proxy-client.crt")),
             format!("--proxy-client-key-file={}", pki("front-proxy-client.key")),
-            format!("--requestheader-client-ca-file={}", pki("front-proxy-ca.crt")),
+            format!(
+                "--requestheader-client-ca-file={}",
+                pki("front-proxy-ca.crt")
+            ),
             "--requestheader-allowed-names=front-proxy-client".to_string(),
             "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_string(),
             "--requestheader-group-headers=X-Remote-Group".to_string(),
@@ -363,7 +413,10 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
     admin_binding(&client).await?;
 
     if controller_manager.running_pid().is_none() {
-        eprintln!("lab: {} kube-apiserver ready; starting kube-controller-manager", at());
+        eprintln!(
+            "lab: {} kube-apiserver ready; starting kube-controller-manager",
+            at()
+        );
         let cm = kubeconfig("controller-manager.conf");
         let args = vec![
             format!("--kubeconfig={cm}"),
@@ -372,7 +425,10 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
             "--bind-address=127.0.0.1".to_string(),
             format!("--secure-port={}", ports.controller_manager),
             format!("--client-ca-file={}", pki("ca.crt")),
-            format!("--requestheader-client-ca-file={}", pki("front-proxy-ca.crt")),
+            format!(
+                "--requestheader-client-ca-file={}",
+                pki("front-proxy-ca.crt")
+            ),
             format!("--cluster-signing-cert-file={}", pki("ca.crt")),
             format!("--cluster-signing-key-file={}", pki("ca.key")),
             format!("--root-ca-file={}", pki("ca.crt")),
@@ -389,7 +445,11 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
         wait_controllers(&client, &controller_manager).await?;
     }
 
-    eprintln!("lab: {} control plane ready; preparing {} nodes", at(), opts.nodes);
+    eprintln!(
+        "lab: {} control plane ready; preparing {} nodes",
+        at(),
+        opts.nodes
+    );
     // Nodes: roots first (kubeadm, files), then the API objects.
     let planned = nodes::plan(&paths.state_dir, opts.nodes, opts.control_planes);
     let ctx = RootContext {
@@ -437,7 +497,9 @@ pub async fn down(state_dir: &Path, purge: bool) -> Result<Vec<&'static str>> {
         }
     }
     if purge {
-        for entry in std::fs::read_dir(&paths.state_dir).map_err(LabError::io("listing", &paths.state_dir))? {
+        for entry in std::fs::read_dir(&paths.state_dir)
+            .map_err(LabError::io("listing", &paths.state_dir))?
+        {
             let entry = entry.map_err(LabError::io("listing", &paths.state_dir))?;
             // The lock file stays: another process may be waiting on it.
             if entry.path() == paths.lock {
@@ -549,12 +611,17 @@ pub async fn client(paths: &LabPaths) -> Result<Client> {
     })?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|source| LabError::Kubeconfig { path: path.clone(), source })?;
+        .map_err(|source| LabError::Kubeconfig {
+            path: path.clone(),
+            source,
+        })?;
     Client::try_from(config).map_err(LabError::kube("building a client"))
 }
 
 async fn readyz(client: &Client) -> std::result::Result<(), String> {
-    let request = http::Request::get("/readyz").body(Vec::new()).expect("a static request is valid");
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .expect("a static request is valid");
     match client.request_text(request).await {
         Ok(text) if text.trim() == "ok" => Ok(()),
         Ok(text) => Err(text),
@@ -624,7 +691,10 @@ async fn wait_port(daemon: &Daemon, port: u16) -> Result<()> {
             return Err(LabError::ProcessDied {
                 component: daemon.name,
                 log: daemon.log.clone(),
-                tail: format!("(still running, but port {port} is not open after {}s)", START_TIMEOUT.as_secs()),
+                tail: format!(
+                    "(still running, but port {port} is not open after {}s)",
+                    START_TIMEOUT.as_secs()
+                ),
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -659,6 +729,8 @@ async fn admin_binding(client: &Client) -> Result<()> {
             &Patch::Apply(&binding),
         )
         .await
-        .map_err(LabError::kube("binding kubeadm:cluster-admins to cluster-admin"))?;
+        .map_err(LabError::kube(
+            "binding kubeadm:cluster-admins to cluster-admin",
+        ))?;
     Ok(())
 }

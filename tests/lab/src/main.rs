@@ -8,7 +8,10 @@ use bosun_lab::{LabOptions, LabStatus};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "lab", about = "A real Kubernetes control plane on loopback, with simulated kubeadm nodes")]
+#[command(
+    name = "lab",
+    about = "A real Kubernetes control plane on loopback, with simulated kubeadm nodes"
+)]
 struct Cli {
     /// The lab's state directory.
     #[arg(long, env = "BOSUN_LAB_DIR", global = true)]
@@ -99,16 +102,29 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Env => {
             let status = bosun_lab::status(&opts.state_dir).await?;
             let Some(state) = &status.state else {
-                anyhow::bail!(bosun_lab::LabError::NotRunning { dir: opts.state_dir });
+                anyhow::bail!(bosun_lab::LabError::NotRunning {
+                    dir: opts.state_dir
+                });
             };
             if !status.running() {
-                eprintln!("lab: warning: the lab in {} is not running; `lab up` starts it", opts.state_dir.display());
+                eprintln!(
+                    "lab: warning: the lab in {} is not running; `lab up` starts it",
+                    opts.state_dir.display()
+                );
             }
-            println!("export KUBECONFIG={}", status.paths.super_admin_kubeconfig().display());
+            println!(
+                "export KUBECONFIG={}",
+                status.paths.super_admin_kubeconfig().display()
+            );
             println!("export BOSUN_LAB_BIN={}", state.bin_dir.display());
             println!("# host roots:");
             for node in &state.nodes {
-                println!("#   {:<16} {:<14} {}", node.name, node.role, node.host_root.display());
+                println!(
+                    "#   {:<16} {:<14} {}",
+                    node.name,
+                    node.role,
+                    node.host_root.display()
+                );
             }
         }
         Command::Down { purge } => {
@@ -127,26 +143,59 @@ async fn run(cli: Cli) -> Result<()> {
 }
 
 fn print_status(status: &LabStatus) {
-    let state_word = if status.running() { "running" } else { "not running" };
+    let state_word = if status.running() {
+        "running"
+    } else {
+        "not running"
+    };
     println!("lab: {} ({state_word})", status.paths.state_dir.display());
     let Some(state) = &status.state else {
         println!("  never started here; `lab up` starts it");
         return;
     };
-    println!("  Kubernetes {}  binaries {}", state.kubernetes_version, state.bin_dir.display());
-    println!("  KUBECONFIG={}", status.paths.super_admin_kubeconfig().display());
-    let ports = [state.ports.etcd_client, state.ports.apiserver, state.ports.controller_manager];
+    println!(
+        "  Kubernetes {}  binaries {}",
+        state.kubernetes_version,
+        state.bin_dir.display()
+    );
+    println!(
+        "  KUBECONFIG={}",
+        status.paths.super_admin_kubeconfig().display()
+    );
+    let ports = [
+        state.ports.etcd_client,
+        state.ports.apiserver,
+        state.ports.controller_manager,
+    ];
     for (d, port) in status.daemons.iter().zip(ports) {
-        let pid = d.pid.map_or_else(|| "stopped".to_string(), |p| format!("pid {p}"));
-        println!("  {:<24} {:<12} 127.0.0.1:{:<6} log {}", d.daemon.name, pid, port, d.daemon.log.display());
+        let pid = d
+            .pid
+            .map_or_else(|| "stopped".to_string(), |p| format!("pid {p}"));
+        println!(
+            "  {:<24} {:<12} 127.0.0.1:{:<6} log {}",
+            d.daemon.name,
+            pid,
+            port,
+            d.daemon.log.display()
+        );
     }
-    println!("  {:<16} {:<14} {:<8} {:<32} HOST ROOT", "NODE", "ROLE", "READY", "OS");
+    println!(
+        "  {:<16} {:<14} {:<8} {:<32} HOST ROOT",
+        "NODE", "ROLE", "READY", "OS"
+    );
     for node in &state.nodes {
         let ready = status
             .node_ready
             .iter()
             .find(|(n, _)| *n == node.name)
             .map_or("?", |(_, r)| if *r { "True" } else { "False" });
-        println!("  {:<16} {:<14} {:<8} {:<32} {}", node.name, node.role, ready, node.os, node.host_root.display());
+        println!(
+            "  {:<16} {:<14} {:<8} {:<32} {}",
+            node.name,
+            node.role,
+            ready,
+            node.os,
+            node.host_root.display()
+        );
     }
 }

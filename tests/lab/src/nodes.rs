@@ -102,11 +102,16 @@ pub(crate) fn plan(state_dir: &Path, nodes: u32, control_planes: u32) -> Vec<Lab
             let (role, name) = if i < control_planes {
                 (Role::ControlPlane, format!("lab-cp-{}", i + 1))
             } else {
-                (Role::Worker, format!("lab-worker-{}", i - control_planes + 1))
+                (
+                    Role::Worker,
+                    format!("lab-worker-{}", i - control_planes + 1),
+                )
             };
             LabNode {
                 host_root: state_dir.join("nodes").join(&name),
-                os: OS_RELEASES[i as usize % OS_RELEASES.len()].pretty.to_string(),
+                os: OS_RELEASES[i as usize % OS_RELEASES.len()]
+                    .pretty
+                    .to_string(),
                 internal_ip: node_ip(i),
                 name,
                 role,
@@ -145,7 +150,10 @@ pub(crate) fn prepare_root(node: &LabNode, index: usize, ctx: &RootContext<'_>) 
     for dir in ["etc/kubernetes/pki", "usr/bin", "tmp", "var/lib"] {
         mkdir(&root.join(dir))?;
     }
-    write_if_missing(&root.join("etc/os-release"), OS_RELEASES[index % OS_RELEASES.len()].text)?;
+    write_if_missing(
+        &root.join("etc/os-release"),
+        OS_RELEASES[index % OS_RELEASES.len()].text,
+    )?;
     write_if_missing(&root.join("etc/hostname"), &format!("{}\n", node.name))?;
     let kubeadm_copy = root.join("usr/bin/kubeadm");
     if !kubeadm_copy.exists() {
@@ -199,7 +207,14 @@ pub(crate) fn prepare_root(node: &LabNode, index: usize, ctx: &RootContext<'_>) 
             let result = kubeadm::run_in_root(
                 ctx.kubeadm,
                 root,
-                &["init", "phase", "kubeconfig", "kubelet", "--config", "/tmp/kubeadm-config.yaml"],
+                &[
+                    "init",
+                    "phase",
+                    "kubeconfig",
+                    "kubelet",
+                    "--config",
+                    "/tmp/kubeadm-config.yaml",
+                ],
             );
             let _ = std::fs::remove_file(pki.join("ca.key"));
             let _ = std::fs::remove_file(&config_path);
@@ -211,7 +226,11 @@ pub(crate) fn prepare_root(node: &LabNode, index: usize, ctx: &RootContext<'_>) 
 
 /// Creates or updates the Node object and sets its status Ready (server-side apply, field
 /// manager `bosun-lab`; the status through the status subresource, as a kubelet would).
-pub(crate) async fn apply_node(api: &Api<Node>, node: &LabNode, kubelet_version: &str) -> Result<()> {
+pub(crate) async fn apply_node(
+    api: &Api<Node>,
+    node: &LabNode,
+    kubelet_version: &str,
+) -> Result<()> {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -253,8 +272,9 @@ pub(crate) async fn apply_node(api: &Api<Node>, node: &LabNode, kubelet_version:
         .map_err(LabError::kube(format!("applying Node {}", node.name)))?;
 
     // Whole seconds: the API's timestamps have no fraction.
-    let now = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
-        .map_or_else(|_| String::new(), |t| t.to_string());
+    let now =
+        k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
+            .map_or_else(|_| String::new(), |t| t.to_string());
     let condition = |type_: &str, status: &str, reason: &str, message: &str| {
         json!({ "type": type_, "status": status, "reason": reason, "message": message,
                 "lastHeartbeatTime": now, "lastTransitionTime": now })
@@ -294,13 +314,20 @@ pub(crate) async fn apply_node(api: &Api<Node>, node: &LabNode, kubelet_version:
     });
     api.patch_status(&node.name, &pp, &Patch::Apply(&status))
         .await
-        .map_err(LabError::kube(format!("setting the status of Node {}", node.name)))?;
+        .map_err(LabError::kube(format!(
+            "setting the status of Node {}",
+            node.name
+        )))?;
     Ok(())
 }
 
 /// Deletes simulated Node objects (and their roots) that are not in `keep`: `lab up` with fewer
 /// nodes shrinks the lab.
-pub(crate) async fn remove_others(api: &Api<Node>, keep: &[LabNode], state_dir: &Path) -> Result<Vec<String>> {
+pub(crate) async fn remove_others(
+    api: &Api<Node>,
+    keep: &[LabNode],
+    state_dir: &Path,
+) -> Result<Vec<String>> {
     let list = api
         .list(&ListParams::default().labels(&format!("{SIMULATED_LABEL}=true")))
         .await
@@ -332,7 +359,11 @@ fn write(path: &Path, text: &str) -> Result<()> {
 }
 
 fn write_if_missing(path: &Path, text: &str) -> Result<()> {
-    if path.exists() { Ok(()) } else { write(path, text) }
+    if path.exists() {
+        Ok(())
+    } else {
+        write(path, text)
+    }
 }
 
 fn copy_if_missing(from: &Path, to: &Path) -> Result<()> {

@@ -32,8 +32,10 @@ impl LabOptions {
     /// `BOSUN_LAB_NODES`, `BOSUN_LAB_CONTROL_PLANES`, each falling back to its default.
     pub fn from_env() -> Result<Self> {
         Ok(Self {
-            state_dir: std::env::var_os("BOSUN_LAB_DIR")
-                .map_or_else(|| cache_dir().join("bosun").join("lab-state"), PathBuf::from),
+            state_dir: std::env::var_os("BOSUN_LAB_DIR").map_or_else(
+                || cache_dir().join("bosun").join("lab-state"),
+                PathBuf::from,
+            ),
             bin_dir: std::env::var_os("BOSUN_LAB_BIN")
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
@@ -48,7 +50,8 @@ impl LabOptions {
     pub fn validate(&self) -> Result<()> {
         if self.control_planes == 0 {
             return Err(LabError::Shape(
-                "--control-planes must be at least 1 (the lab's PKI belongs to a control plane)".into(),
+                "--control-planes must be at least 1 (the lab's PKI belongs to a control plane)"
+                    .into(),
             ));
         }
         if self.control_planes > self.nodes {
@@ -107,7 +110,10 @@ fn cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(dir);
     }
-    std::env::var_os("HOME").map_or_else(|| PathBuf::from("/tmp"), |home| PathBuf::from(home).join(".cache"))
+    std::env::var_os("HOME").map_or_else(
+        || PathBuf::from("/tmp"),
+        |home| PathBuf::from(home).join(".cache"),
+    )
 }
 
 fn env_number<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {

@@ -14,11 +14,14 @@ use crate::error::{LabError, Result};
 /// [`LabError::Command`] carrying stderr and stdout.
 pub(crate) fn run(cmd: &mut Command) -> Result<String> {
     let shown = describe(cmd);
-    let out = cmd.stdin(Stdio::null()).output().map_err(|source| LabError::Command {
-        command: shown.clone(),
-        status: "not started".into(),
-        output: source.to_string(),
-    })?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| LabError::Command {
+            command: shown.clone(),
+            status: "not started".into(),
+            output: source.to_string(),
+        })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -68,7 +71,10 @@ impl Daemon {
     /// process does not reach it), stdin from /dev/null, output appended to the log; writes the
     /// pidfile. Returns the pid.
     pub(crate) fn spawn(&self, binary: &Path, args: &[String]) -> Result<u32> {
-        for dir in [self.pidfile.parent(), self.log.parent()].into_iter().flatten() {
+        for dir in [self.pidfile.parent(), self.log.parent()]
+            .into_iter()
+            .flatten()
+        {
             std::fs::create_dir_all(dir).map_err(LabError::io("creating", dir))?;
         }
         let log = File::options()
@@ -76,7 +82,9 @@ impl Daemon {
             .append(true)
             .open(&self.log)
             .map_err(LabError::io("opening", &self.log))?;
-        let log2 = log.try_clone().map_err(LabError::io("duplicating", &self.log))?;
+        let log2 = log
+            .try_clone()
+            .map_err(LabError::io("duplicating", &self.log))?;
         let mut cmd = Command::new(binary);
         cmd.args(args)
             .stdin(Stdio::null())
@@ -85,17 +93,23 @@ impl Daemon {
             .process_group(0);
         // Keep the exact command line next to the log: the first thing to read when it fails.
         let cmdline = self.log.with_extension("cmd");
-        std::fs::write(&cmdline, describe(&cmd) + "\n").map_err(LabError::io("writing", &cmdline))?;
+        std::fs::write(&cmdline, describe(&cmd) + "\n")
+            .map_err(LabError::io("writing", &cmdline))?;
         let child = cmd.spawn().map_err(LabError::io("starting", binary))?;
         let pid = child.id();
-        std::fs::write(&self.pidfile, format!("{pid}\n")).map_err(LabError::io("writing", &self.pidfile))?;
+        std::fs::write(&self.pidfile, format!("{pid}\n"))
+            .map_err(LabError::io("writing", &self.pidfile))?;
         Ok(pid)
     }
 
     /// The pid of the running process, if the pidfile names a live (not zombie) process whose
     /// executable is this component's binary: a recycled pid is not mistaken for ours.
     pub fn running_pid(&self) -> Option<u32> {
-        let pid: u32 = std::fs::read_to_string(&self.pidfile).ok()?.trim().parse().ok()?;
+        let pid: u32 = std::fs::read_to_string(&self.pidfile)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
         alive(pid, self.name).then_some(pid)
     }
 
@@ -142,7 +156,9 @@ fn alive(pid: u32, name: &str) -> bool {
         return false;
     };
     // Field 3, after the parenthesised command name, is the state; Z and X are dead.
-    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
     if matches!(state, Some("Z" | "X") | None) {
         return false;
     }
@@ -159,7 +175,9 @@ pub(crate) fn ensure_port_free(port: u16, component: &'static str) -> Result<()>
             drop(listener);
             Ok(())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(LabError::PortTaken { port, component }),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            Err(LabError::PortTaken { port, component })
+        }
         Err(e) => Err(LabError::Io {
             action: "probing port",
             path: PathBuf::from(format!("127.0.0.1:{port}")),
