@@ -96,3 +96,29 @@ pub(crate) fn run_in_root(kubeadm: &Path, root: &Path, args: &[&str]) -> Result<
 fn is_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_pins_the_version_and_a_non_loopback_address() {
+        let text = KubeadmConfig {
+            node_name: "lab-cp-1",
+            advertise_address: "10.200.0.2",
+            kubernetes_version: "v1.34.4",
+            apiserver_port: 16443,
+            certificates_dir: "/etc/kubernetes/pki",
+            etcd_data_dir: "/var/lib/etcd",
+        }
+        .render();
+        assert!(text.contains("kubernetesVersion: \"v1.34.4\""));
+        assert!(text.contains("advertiseAddress: \"10.200.0.2\""));
+        assert!(text.contains("controlPlaneEndpoint: \"127.0.0.1:16443\""));
+        assert!(text.contains("certificatesDir: \"/etc/kubernetes/pki\""));
+        assert_eq!(
+            text.matches("apiVersion: kubeadm.k8s.io/v1beta4").count(),
+            2
+        );
+    }
+}

@@ -376,3 +376,39 @@ fn copy_if_missing(from: &Path, to: &Path) -> Result<()> {
     std::fs::copy(from, to).map_err(LabError::io("copying to", to))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_puts_control_planes_first_and_mixes_os_families() {
+        let nodes = plan(Path::new("/state"), 5, 2);
+        let names: Vec<_> = nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "lab-cp-1",
+                "lab-cp-2",
+                "lab-worker-1",
+                "lab-worker-2",
+                "lab-worker-3"
+            ]
+        );
+        assert_eq!(nodes[1].role, Role::ControlPlane);
+        assert_eq!(nodes[2].role, Role::Worker);
+        assert_eq!(nodes[2].host_root, Path::new("/state/nodes/lab-worker-1"));
+        assert!(nodes[0].os.starts_with("Debian") && nodes[1].os.starts_with("Rocky"));
+    }
+
+    #[test]
+    fn node_addresses_are_unique_and_never_the_labs_own() {
+        let ips: std::collections::BTreeSet<_> = (0..1000).map(node_ip).collect();
+        assert_eq!(ips.len(), 1000);
+        assert!(!ips.contains(LAB_ADVERTISE_ADDRESS));
+        assert!(ips.iter().all(|ip| {
+            let last: u32 = ip.rsplit('.').next().unwrap().parse().unwrap();
+            (1..=251).contains(&last) && ip.starts_with("10.200.")
+        }));
+    }
+}

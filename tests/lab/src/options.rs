@@ -125,3 +125,50 @@ fn env_number<T: std::str::FromStr>(name: &str, default: T) -> Result<T> {
         _ => Ok(default),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(nodes: u32, control_planes: u32, port_base: u16) -> LabOptions {
+        LabOptions {
+            state_dir: PathBuf::from("/state"),
+            bin_dir: None,
+            port_base,
+            nodes,
+            control_planes,
+        }
+    }
+
+    #[test]
+    fn shape_is_validated() {
+        assert!(opts(4, 1, DEFAULT_PORT_BASE).validate().is_ok());
+        assert!(matches!(
+            opts(4, 0, DEFAULT_PORT_BASE).validate(),
+            Err(LabError::Shape(_))
+        ));
+        assert!(matches!(
+            opts(2, 3, DEFAULT_PORT_BASE).validate(),
+            Err(LabError::Shape(_))
+        ));
+        assert!(matches!(opts(4, 1, 80).validate(), Err(LabError::Shape(_))));
+        assert!(matches!(
+            opts(4, 1, u16::MAX - 1).validate(),
+            Err(LabError::Shape(_))
+        ));
+    }
+
+    #[test]
+    fn ports_are_consecutive() {
+        let p = Ports::from_base(20000);
+        assert_eq!(
+            (
+                p.apiserver,
+                p.etcd_client,
+                p.etcd_peer,
+                p.controller_manager
+            ),
+            (20000, 20001, 20002, 20003)
+        );
+    }
+}

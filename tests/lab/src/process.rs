@@ -194,3 +194,33 @@ pub(crate) fn port_open(port: u16) -> bool {
     )
     .is_ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_port_is_reported_with_its_component() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        match ensure_port_free(port, "kube-apiserver") {
+            Err(LabError::PortTaken { port: p, component }) => {
+                assert_eq!((p, component), (port, "kube-apiserver"))
+            }
+            other => panic!("expected PortTaken, got {other:?}"),
+        }
+        drop(listener);
+        assert!(ensure_port_free(port, "kube-apiserver").is_ok());
+    }
+
+    #[test]
+    fn a_pidfile_of_another_program_is_not_running() {
+        let dir = std::env::temp_dir().join(format!("bosun-lab-test-{}", std::process::id()));
+        let daemon = Daemon::new(&dir, "etcd");
+        std::fs::create_dir_all(daemon.pidfile.parent().unwrap()).unwrap();
+        // Our own pid is alive, but its executable is not etcd: a recycled pid is not ours.
+        std::fs::write(&daemon.pidfile, format!("{}\n", std::process::id())).unwrap();
+        assert_eq!(daemon.running_pid(), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
