@@ -45,7 +45,8 @@ fn finish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
             // and a generic walk is simpler on a Value.
             let mut value = serde_json::to_value(&*schema).expect("a JSONSchemaProps serializes");
             drop_nullable(&mut value);
-            *schema = serde_json::from_value(value).expect("removing a keyword keeps the schema valid");
+            *schema =
+                serde_json::from_value(value).expect("removing a keyword keeps the schema valid");
         }
     }
     crd

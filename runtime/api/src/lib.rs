@@ -23,8 +23,8 @@ pub use node_task::{
 };
 pub use operation::{
     CustomGroup, CustomSpec, ExecutionMode, KubePackage, Operation, OperationPhase, OperationSpec,
-    OperationStatus, Plan, PlannedGroup, RenewCertificatesSpec, Rollout, RunsOn, Step,
-    UpgradeSpec, labels,
+    OperationStatus, Plan, PlannedGroup, RenewCertificatesSpec, Rollout, RunsOn, Step, UpgradeSpec,
+    labels,
 };
 pub use plugin::{Plugin, PluginSpec, PluginStatus};
 pub use policy::{Enforcement, Policy, PolicySpec, PolicyStatus};

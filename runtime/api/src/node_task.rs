@@ -19,6 +19,9 @@ use crate::operation::Step;
 pub const LOG_TAIL_LINES: usize = 50;
 
 /// The work one Operation does on one node. Cluster-scoped.
+// Each `printcolumn(...)` repeats keys such as `type_ = "string"`, which clippy takes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "bosun.dev",
@@ -33,12 +36,36 @@ pub const LOG_TAIL_LINES: usize = 50;
     selectable = ".spec.operation",
     printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
     printcolumn(name = "Operation", type_ = "string", json_path = ".spec.operation"),
-    printcolumn(name = "Group", type_ = "string", json_path = ".spec.group", priority = 1),
+    printcolumn(
+        name = "Group",
+        type_ = "string",
+        json_path = ".spec.group",
+        priority = 1
+    ),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "Step", type_ = "string", json_path = ".status.currentStep", description = "The step running or stopped at"),
-    printcolumn(name = "Attempts", type_ = "integer", json_path = ".status.attempts", priority = 1),
-    printcolumn(name = "Approved", type_ = "boolean", json_path = ".spec.approve", priority = 1),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Step",
+        type_ = "string",
+        json_path = ".status.currentStep",
+        description = "The step running or stopped at"
+    ),
+    printcolumn(
+        name = "Attempts",
+        type_ = "integer",
+        json_path = ".status.attempts",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Approved",
+        type_ = "boolean",
+        json_path = ".spec.approve",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
     printcolumn(name = "Message", type_ = "string", json_path = ".status.message")
 )]
 #[serde(rename_all = "camelCase")]
@@ -165,10 +192,14 @@ impl NodeTaskPhase {
         )
     }
 
-    /// True while the task holds one of the rollout's slots (it was started and has not
-    /// finished; a Blocked task still holds its slot, since its node may be drained).
+    /// True while the task holds one of the rollout's slots: its turn came and it has not
+    /// finished. A Blocked task keeps its slot (its node may be cordoned or drained), and so
+    /// does a task awaiting approval (otherwise every task would ask for approval at once).
     pub fn occupies_slot(self) -> bool {
-        matches!(self, NodeTaskPhase::Running | NodeTaskPhase::Blocked)
+        matches!(
+            self,
+            NodeTaskPhase::AwaitingApproval | NodeTaskPhase::Running | NodeTaskPhase::Blocked
+        )
     }
 }
 

@@ -25,6 +25,9 @@ pub const MAX_GROUPS: usize = 20;
 pub const MAX_STEPS: usize = 32;
 
 /// What a user wants done across the cluster's nodes. Cluster-scoped.
+// Each `printcolumn(...)` repeats keys such as `type_ = "string"`, which clippy takes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "bosun.dev",
@@ -35,13 +38,48 @@ pub const MAX_STEPS: usize = 32;
     category = "bosun",
     derive = "PartialEq",
     doc = "An Operation is one piece of lifecycle work (a Kubernetes upgrade, a certificate renewal or a custom sequence of plugin steps) that the Bosun controller plans into per-node NodeTasks and carries out group by group.",
-    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase", description = "Where the Operation is in its life"),
-    printcolumn(name = "Progress", type_ = "string", json_path = ".status.progress", description = "Finished nodes / planned nodes"),
-    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.executionMode", description = "Auto, Controlled or DryRun"),
-    printcolumn(name = "Paused", type_ = "boolean", json_path = ".spec.paused", priority = 1),
-    printcolumn(name = "Version", type_ = "string", json_path = ".spec.upgrade.kubernetesVersion", priority = 1, description = "Target version of an upgrade"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Message", type_ = "string", json_path = ".status.message", description = "What is happening, or what is blocking")
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Where the Operation is in its life"
+    ),
+    printcolumn(
+        name = "Progress",
+        type_ = "string",
+        json_path = ".status.progress",
+        description = "Finished nodes / planned nodes"
+    ),
+    printcolumn(
+        name = "Mode",
+        type_ = "string",
+        json_path = ".spec.executionMode",
+        description = "Auto, Controlled or DryRun"
+    ),
+    printcolumn(
+        name = "Paused",
+        type_ = "boolean",
+        json_path = ".spec.paused",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".spec.upgrade.kubernetesVersion",
+        priority = 1,
+        description = "Target version of an upgrade"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.message",
+        description = "What is happening, or what is blocking"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -162,11 +200,17 @@ pub struct UpgradeSpec {
 }
 
 fn default_packages() -> Vec<KubePackage> {
-    vec![KubePackage::Kubeadm, KubePackage::Kubelet, KubePackage::Kubectl]
+    vec![
+        KubePackage::Kubeadm,
+        KubePackage::Kubelet,
+        KubePackage::Kubectl,
+    ]
 }
 
 /// A Kubernetes package an upgrade can move to the target version.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum KubePackage {
     Kubeadm,
@@ -203,7 +247,10 @@ pub struct RenewCertificatesSpec {
     /// Renew only certificates that expire within this duration, written as hours,
     /// minutes and seconds (`720h`, `90h30m`). Absent: renew unconditionally.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"), length(min = 2, max = 20))]
+    #[schemars(
+        regex(pattern = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"),
+        length(min = 2, max = 20)
+    )]
     pub renew_before: Option<String>,
 }
 
@@ -212,7 +259,9 @@ fn default_certificates() -> Vec<CertificateName> {
 }
 
 /// A certificate (or kubeconfig) kubeadm can renew.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 pub enum CertificateName {
     #[serde(rename = "all")]
     All,
@@ -260,7 +309,10 @@ pub struct CustomSpec {
 #[serde(rename_all = "camelCase")]
 pub struct CustomGroup {
     /// The group's name, a DNS label (`workers`, `etcd-nodes`).
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 63))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        length(min = 1, max = 63)
+    )]
     pub name: String,
 
     /// Nodes of this group. Absent: every node (that the Operation's own selector admits
@@ -294,7 +346,10 @@ pub struct CustomGroup {
 ]))]
 pub struct Step {
     /// The step's name, a DNS label unique within its group (`drain`, `renew-certs`).
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 63))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        length(min = 1, max = 63)
+    )]
     pub name: String,
 
     /// `agent` (a plugin on the node) or `controller` (an API action such as a drain).
@@ -303,7 +358,10 @@ pub struct Step {
 
     /// The name of the Plugin resource that performs an agent step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"), length(max = 253))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+        length(max = 253)
+    )]
     pub plugin: Option<String>,
 
     /// The plugin action (`renew`, `apply`) or the controller action (`drain`).
@@ -542,7 +600,9 @@ pub struct Plan {
 impl Plan {
     /// Every planned node name, in plan order.
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
-        self.groups.iter().flat_map(|g| g.nodes.iter().map(String::as_str))
+        self.groups
+            .iter()
+            .flat_map(|g| g.nodes.iter().map(String::as_str))
     }
 }
 
@@ -558,6 +618,10 @@ pub struct PlannedGroup {
     /// How many of the group's nodes may be worked on at once (1 for control-plane nodes),
     /// resolved from `rollout.maxUnavailable` when the plan was frozen.
     pub max_parallel: u32,
+    /// The group's control-plane nodes (a subset of `nodes`), recorded when the plan was
+    /// frozen: at most one of them, across the whole Operation, is worked on at a time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub control_plane_nodes: Vec<String>,
 }
 
 /// NodeTask counts by phase.

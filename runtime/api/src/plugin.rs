@@ -29,6 +29,9 @@ pub mod well_known {
 }
 
 /// A plugin the cluster trusts. Cluster-scoped.
+// Each `printcolumn(...)` repeats keys such as `type_ = "string"`, which clippy takes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "bosun.dev",
@@ -39,10 +42,23 @@ pub mod well_known {
     category = "bosun",
     derive = "PartialEq",
     doc = "A Plugin is a signed WebAssembly component that agents may run, pinned by its sha256 digest, with the host capabilities the administrator grants it.",
-    printcolumn(name = "Digest", type_ = "string", json_path = ".spec.sha256", priority = 1),
+    printcolumn(
+        name = "Digest",
+        type_ = "string",
+        json_path = ".spec.sha256",
+        priority = 1
+    ),
     printcolumn(name = "Verified", type_ = "boolean", json_path = ".status.verified"),
-    printcolumn(name = "Version", type_ = "string", json_path = ".status.metadata.version"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.metadata.version"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
     printcolumn(name = "Message", type_ = "string", json_path = ".status.message")
 )]
 #[serde(rename_all = "camelCase")]
@@ -126,7 +142,10 @@ pub struct Signature {
     #[schemars(length(min = 1, max = 253))]
     pub key_id: String,
     /// The signature, base64.
-    #[schemars(regex(pattern = r"^[A-Za-z0-9+/]+={0,2}$"), length(min = 4, max = 4096))]
+    #[schemars(
+        regex(pattern = r"^[A-Za-z0-9+/]+={0,2}$"),
+        length(min = 4, max = 4096)
+    )]
     pub signature: String,
 }
 

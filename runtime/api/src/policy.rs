@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::schema;
 
 /// A Rego policy. Cluster-scoped.
+// Each `printcolumn(...)` repeats keys such as `type_ = "string"`, which clippy takes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "bosun.dev",
@@ -23,9 +26,17 @@ use crate::schema;
     category = "bosun",
     derive = "PartialEq",
     doc = "A Policy is a Rego module (with optional data) that Bosun evaluates before Operations and steps; its enforcement decides whether a deny stops the work (Deny) or is only recorded (Warn, Audit).",
-    printcolumn(name = "Enforcement", type_ = "string", json_path = ".spec.enforcement"),
+    printcolumn(
+        name = "Enforcement",
+        type_ = "string",
+        json_path = ".spec.enforcement"
+    ),
     printcolumn(name = "Compiled", type_ = "boolean", json_path = ".status.compiled"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PolicySpec {

@@ -20,7 +20,16 @@ fn schema_of(kind_file: &str) -> Value {
         .find(|(f, _)| *f == kind_file)
         .unwrap_or_else(|| panic!("no CRD for {kind_file}"));
     let version = &crd.spec.versions[0];
-    serde_json::to_value(version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap()).unwrap()
+    serde_json::to_value(
+        version
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap()
 }
 
 /// Follows `properties` (and `items` for `[]`) down a dotted path.
@@ -42,7 +51,12 @@ fn rules(node: &Value) -> Vec<(String, String)> {
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|r| (r["rule"].as_str().unwrap().to_string(), r["message"].as_str().unwrap_or("").to_string()))
+                .map(|r| {
+                    (
+                        r["rule"].as_str().unwrap().to_string(),
+                        r["message"].as_str().unwrap_or("").to_string(),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -59,7 +73,11 @@ fn checked_in_crds_match_the_rust_types() {
         let path = dir.join(file);
         let have = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("{} is missing ({e}): {regen}", path.display()));
-        assert!(have == want, "{} differs from the Rust types in runtime/api: {regen}", path.display());
+        assert!(
+            have == want,
+            "{} differs from the Rust types in runtime/api: {regen}",
+            path.display()
+        );
     }
     let mut found: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
@@ -67,15 +85,32 @@ fn checked_in_crds_match_the_rust_types() {
         .collect();
     found.sort();
     expected_files.sort();
-    assert_eq!(found, expected_files, "deploy/crds holds files that no CRD generates: remove them, or {regen}");
+    assert_eq!(
+        found, expected_files,
+        "deploy/crds holds files that no CRD generates: remove them, or {regen}"
+    );
 }
 
 /// Every node of a structural schema has a type (or is explicitly int-or-string or
 /// free-form), and nothing makes the structure depend on the value.
 fn assert_structural(path: &str, node: &Value) {
-    let obj = node.as_object().unwrap_or_else(|| panic!("{path}: schema is not an object: {node}"));
-    for banned in ["anyOf", "oneOf", "allOf", "not", "$ref", "nullable", "definitions", "$defs"] {
-        assert!(!obj.contains_key(banned), "{path}: `{banned}` is not allowed here: {node}");
+    let obj = node
+        .as_object()
+        .unwrap_or_else(|| panic!("{path}: schema is not an object: {node}"));
+    for banned in [
+        "anyOf",
+        "oneOf",
+        "allOf",
+        "not",
+        "$ref",
+        "nullable",
+        "definitions",
+        "$defs",
+    ] {
+        assert!(
+            !obj.contains_key(banned),
+            "{path}: `{banned}` is not allowed here: {node}"
+        );
     }
     let typed = obj.contains_key("type")
         || obj.get("x-kubernetes-int-or-string") == Some(&json!(true))
@@ -88,23 +123,32 @@ fn assert_structural(path: &str, node: &Value) {
         // A list-type map needs its keys to be required in the item.
         if let Some(required) = obj.get("required") {
             for r in required.as_array().unwrap() {
-                assert!(props.contains_key(r.as_str().unwrap()), "{path}: required field {r} is not a property");
+                assert!(
+                    props.contains_key(r.as_str().unwrap()),
+                    "{path}: required field {r} is not a property"
+                );
             }
         }
     }
     if let Some(items) = obj.get("items") {
         assert_structural(&format!("{path}[]"), items);
     }
-    if let Some(additional) = obj.get("additionalProperties") {
-        if additional.is_object() {
-            assert_structural(&format!("{path}{{}}"), additional);
-        }
+    if let Some(additional) = obj.get("additionalProperties")
+        && additional.is_object()
+    {
+        assert_structural(&format!("{path}{{}}"), additional);
     }
     if obj.get("x-kubernetes-list-type") == Some(&json!("map")) {
         let keys = obj["x-kubernetes-list-map-keys"].as_array().unwrap();
-        let required = obj["items"]["required"].as_array().cloned().unwrap_or_default();
+        let required = obj["items"]["required"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         for key in keys {
-            assert!(required.contains(key), "{path}: list-map key {key} must be required in the items");
+            assert!(
+                required.contains(key),
+                "{path}: list-map key {key} must be required in the items"
+            );
         }
     }
 }
@@ -120,18 +164,45 @@ fn every_schema_is_structural() {
 fn every_cel_rule_compiles() {
     for (file, _) in crd::all() {
         let compiled = kube_cel::compile_schema(&schema_of(file));
-        let errors: Vec<String> = compiled.compilation_errors().iter().map(|e| e.to_string()).collect();
-        assert!(errors.is_empty(), "{file}: CEL rules that do not compile: {errors:#?}");
+        let errors: Vec<String> = compiled
+            .compilation_errors()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{file}: CEL rules that do not compile: {errors:#?}"
+        );
     }
 }
 
 #[test]
 fn crds_are_cluster_scoped_with_status_names_and_columns() {
     let want = [
-        ("operations.bosun.dev.yaml", "Operation", "op", vec!["Phase", "Progress", "Mode", "Age", "Message"]),
-        ("nodetasks.bosun.dev.yaml", "NodeTask", "nt", vec!["Node", "Operation", "Phase", "Step", "Age", "Message"]),
-        ("plugins.bosun.dev.yaml", "Plugin", "bplugin", vec!["Verified", "Version", "Age"]),
-        ("policies.bosun.dev.yaml", "Policy", "bpolicy", vec!["Enforcement", "Compiled", "Age"]),
+        (
+            "operations.bosun.dev.yaml",
+            "Operation",
+            "op",
+            vec!["Phase", "Progress", "Mode", "Age", "Message"],
+        ),
+        (
+            "nodetasks.bosun.dev.yaml",
+            "NodeTask",
+            "nt",
+            vec!["Node", "Operation", "Phase", "Step", "Age", "Message"],
+        ),
+        (
+            "plugins.bosun.dev.yaml",
+            "Plugin",
+            "bplugin",
+            vec!["Verified", "Version", "Age"],
+        ),
+        (
+            "policies.bosun.dev.yaml",
+            "Policy",
+            "bpolicy",
+            vec!["Enforcement", "Compiled", "Age"],
+        ),
     ];
     let all = crd::all();
     for (file, kind, short, columns) in want {
@@ -139,11 +210,28 @@ fn crds_are_cluster_scoped_with_status_names_and_columns() {
         assert_eq!(crd.spec.group, "bosun.dev");
         assert_eq!(crd.spec.scope, "Cluster", "{kind} must be cluster-scoped");
         assert_eq!(crd.spec.names.kind, kind);
-        assert!(crd.spec.names.short_names.as_ref().unwrap().contains(&short.to_string()));
-        assert!(crd.spec.names.categories.as_ref().unwrap().contains(&"bosun".to_string()));
+        assert!(
+            crd.spec
+                .names
+                .short_names
+                .as_ref()
+                .unwrap()
+                .contains(&short.to_string())
+        );
+        assert!(
+            crd.spec
+                .names
+                .categories
+                .as_ref()
+                .unwrap()
+                .contains(&"bosun".to_string())
+        );
         let version = &crd.spec.versions[0];
         assert_eq!(version.name, "v1alpha1");
-        assert!(version.subresources.as_ref().unwrap().status.is_some(), "{kind} needs the status subresource");
+        assert!(
+            version.subresources.as_ref().unwrap().status.is_some(),
+            "{kind} needs the status subresource"
+        );
         let have: Vec<&str> = version
             .additional_printer_columns
             .as_ref()
@@ -153,7 +241,10 @@ fn crds_are_cluster_scoped_with_status_names_and_columns() {
             .map(|c| c.name.as_str())
             .collect();
         for c in columns {
-            assert!(have.contains(&c), "{kind}: printer column {c} missing from {have:?}");
+            assert!(
+                have.contains(&c),
+                "{kind}: printer column {c} missing from {have:?}"
+            );
         }
     }
 }
@@ -161,41 +252,94 @@ fn crds_are_cluster_scoped_with_status_names_and_columns() {
 #[test]
 fn schema_keywords_carry_the_intended_constraints() {
     let op = schema_of("operations.bosun.dev.yaml");
-    assert_eq!(at(&op, "spec.upgrade.kubernetesVersion")["pattern"], r"^v\d+\.\d+\.\d+$");
-    assert_eq!(at(&op, "spec.executionMode")["enum"], json!(["Auto", "Controlled", "DryRun"]));
+    assert_eq!(
+        at(&op, "spec.upgrade.kubernetesVersion")["pattern"],
+        r"^v\d+\.\d+\.\d+$"
+    );
+    assert_eq!(
+        at(&op, "spec.executionMode")["enum"],
+        json!(["Auto", "Controlled", "DryRun"])
+    );
     assert_eq!(at(&op, "spec.executionMode")["default"], "Auto");
-    assert_eq!(at(&op, "spec.failurePolicy.mode")["enum"], json!(["Block", "Retry"]));
-    assert_eq!(at(&op, "spec.custom.groups.[].steps.[].runsOn")["enum"], json!(["agent", "controller"]));
+    assert_eq!(
+        at(&op, "spec.failurePolicy.mode")["enum"],
+        json!(["Block", "Retry"])
+    );
+    assert_eq!(
+        at(&op, "spec.custom.groups.[].steps.[].runsOn")["enum"],
+        json!(["agent", "controller"])
+    );
     let dns_label = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
-    assert_eq!(at(&op, "spec.custom.groups.[].steps.[].name")["pattern"], dns_label);
-    assert_eq!(at(&op, "spec.custom.groups.[].steps.[].name")["maxLength"], 63);
+    assert_eq!(
+        at(&op, "spec.custom.groups.[].steps.[].name")["pattern"],
+        dns_label
+    );
+    assert_eq!(
+        at(&op, "spec.custom.groups.[].steps.[].name")["maxLength"],
+        63
+    );
     assert_eq!(at(&op, "spec.custom.groups.[].name")["pattern"], dns_label);
-    assert_eq!(at(&op, "spec.custom.groups.[].steps.[].params")["x-kubernetes-preserve-unknown-fields"], true);
+    assert_eq!(
+        at(&op, "spec.custom.groups.[].steps.[].params")["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
     let mu = at(&op, "spec.rollout.maxUnavailable");
     assert_eq!(mu["x-kubernetes-int-or-string"], true);
     assert_eq!(mu["default"], 1);
-    assert_eq!(at(&op, "spec.custom.groups")["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        at(&op, "spec.custom.groups")["x-kubernetes-list-type"],
+        "map"
+    );
     assert_eq!(at(&op, "status.phase")["enum"].as_array().unwrap().len(), 7);
-    assert_eq!(at(&op, "status.conditions")["x-kubernetes-list-map-keys"], json!(["type"]));
+    assert_eq!(
+        at(&op, "status.conditions")["x-kubernetes-list-map-keys"],
+        json!(["type"])
+    );
 
     let nt = schema_of("nodetasks.bosun.dev.yaml");
     assert_eq!(at(&nt, "spec.recovery")["enum"], json!(["Retry", "Skip"]));
     assert_eq!(at(&nt, "status.steps.[].logTail")["maxItems"], 50);
     assert_eq!(
         at(&nt, "status.phase")["enum"],
-        json!(["Pending", "AwaitingApproval", "Running", "Blocked", "Succeeded", "Skipped", "Invalid"])
+        json!([
+            "Pending",
+            "AwaitingApproval",
+            "Running",
+            "Blocked",
+            "Succeeded",
+            "Skipped",
+            "Invalid"
+        ])
     );
 
     let plugin = schema_of("plugins.bosun.dev.yaml");
-    assert_eq!(at(&plugin, "spec.sha256")["pattern"], "^sha256:[0-9a-f]{64}$");
-    assert_eq!(at(&plugin, "spec.signatures.[].algorithm")["enum"], json!(["Ed25519", "EcdsaP256Sha256"]));
-    assert_eq!(at(&plugin, "spec.source.url.url")["pattern"], r"^https://[^\s]+$");
-    assert_eq!(at(&plugin, "spec.grants.filesystem.[].access")["enum"], json!(["ReadOnly", "ReadWrite"]));
+    assert_eq!(
+        at(&plugin, "spec.sha256")["pattern"],
+        "^sha256:[0-9a-f]{64}$"
+    );
+    assert_eq!(
+        at(&plugin, "spec.signatures.[].algorithm")["enum"],
+        json!(["Ed25519", "EcdsaP256Sha256"])
+    );
+    assert_eq!(
+        at(&plugin, "spec.source.url.url")["pattern"],
+        r"^https://[^\s]+$"
+    );
+    assert_eq!(
+        at(&plugin, "spec.grants.filesystem.[].access")["enum"],
+        json!(["ReadOnly", "ReadWrite"])
+    );
 
     let policy = schema_of("policies.bosun.dev.yaml");
-    assert_eq!(at(&policy, "spec.enforcement")["enum"], json!(["Deny", "Warn", "Audit"]));
+    assert_eq!(
+        at(&policy, "spec.enforcement")["enum"],
+        json!(["Deny", "Warn", "Audit"])
+    );
     assert_eq!(at(&policy, "spec.enforcement")["default"], "Deny");
-    assert_eq!(at(&policy, "spec.data")["x-kubernetes-preserve-unknown-fields"], true);
+    assert_eq!(
+        at(&policy, "spec.data")["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
 
     // Every CEL rule has a message (the API server's default "failed rule: ..." says
     // nothing about what to do).
@@ -274,10 +418,26 @@ fn operation_must_name_exactly_one_kind() {
 
 #[test]
 fn max_unavailable_takes_positive_integers_and_percentages() {
-    for good in [json!(1), json!(7), json!("3"), json!("1%"), json!("25%"), json!("100%")] {
+    for good in [
+        json!(1),
+        json!(7),
+        json!("3"),
+        json!("1%"),
+        json!("25%"),
+        json!("100%"),
+    ] {
         assert_op_ok(json!({"upgrade": upgrade(), "rollout": {"maxUnavailable": good}}));
     }
-    for bad in [json!(0), json!(-1), json!("0%"), json!("101%"), json!("25 %"), json!("abc"), json!(""), json!("05%")] {
+    for bad in [
+        json!(0),
+        json!(-1),
+        json!("0%"),
+        json!("101%"),
+        json!("25 %"),
+        json!("abc"),
+        json!(""),
+        json!("05%"),
+    ] {
         assert_op_refused(
             json!({"upgrade": upgrade(), "rollout": {"maxUnavailable": bad}}),
             "rollout.maxUnavailable must be a positive integer",
@@ -287,20 +447,30 @@ fn max_unavailable_takes_positive_integers_and_percentages() {
 
 #[test]
 fn custom_groups_and_steps_must_not_be_empty() {
-    assert_op_refused(json!({"custom": {"groups": []}}), "spec.custom.groups is empty");
-    assert_op_refused(json!({"custom": {"groups": [{"name": "a", "steps": []}]}}), "a custom group has no steps");
+    assert_op_refused(
+        json!({"custom": {"groups": []}}),
+        "spec.custom.groups is empty",
+    );
+    assert_op_refused(
+        json!({"custom": {"groups": [{"name": "a", "steps": []}]}}),
+        "a custom group has no steps",
+    );
 }
 
 #[test]
 fn steps_must_match_where_they_run() {
     let group = |step: Value| json!({"custom": {"groups": [{"name": "a", "steps": [step]}]}});
-    assert_op_ok(group(json!({"name": "drain", "runsOn": "controller", "action": "drain"})));
+    assert_op_ok(group(
+        json!({"name": "drain", "runsOn": "controller", "action": "drain"}),
+    ));
     assert_op_refused(
         group(json!({"name": "greet", "action": "greet"})),
         "a step with runsOn: agent needs `plugin`",
     );
     assert_op_refused(
-        group(json!({"name": "drain", "runsOn": "controller", "plugin": "hello", "action": "drain"})),
+        group(
+            json!({"name": "drain", "runsOn": "controller", "plugin": "hello", "action": "drain"}),
+        ),
         "a step with runsOn: agent needs `plugin`",
     );
     assert_op_refused(
@@ -311,26 +481,42 @@ fn steps_must_match_where_they_run() {
 
 #[test]
 fn label_selector_operators_need_the_right_values() {
-    let sel = |expr: Value| json!({"upgrade": upgrade(), "nodeSelector": {"matchExpressions": [expr]}});
-    assert_op_ok(sel(json!({"key": "zone", "operator": "In", "values": ["a"]})));
-    assert_op_ok(sel(json!({"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"})));
+    let sel =
+        |expr: Value| json!({"upgrade": upgrade(), "nodeSelector": {"matchExpressions": [expr]}});
+    assert_op_ok(sel(
+        json!({"key": "zone", "operator": "In", "values": ["a"]}),
+    ));
+    assert_op_ok(sel(
+        json!({"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}),
+    ));
     let msg = "operators In and NotIn need a non-empty `values` list";
     assert_op_refused(sel(json!({"key": "zone", "operator": "In"})), msg);
-    assert_op_refused(sel(json!({"key": "zone", "operator": "NotIn", "values": []})), msg);
-    assert_op_refused(sel(json!({"key": "zone", "operator": "Exists", "values": ["a"]})), msg);
+    assert_op_refused(
+        sel(json!({"key": "zone", "operator": "NotIn", "values": []})),
+        msg,
+    );
+    assert_op_refused(
+        sel(json!({"key": "zone", "operator": "Exists", "values": ["a"]})),
+        msg,
+    );
 }
 
 #[test]
 fn certificates_all_stands_alone() {
     assert_op_ok(json!({"renewCertificates": {"certificates": ["apiserver", "etcd-server"]}}));
     let msg = "`all` cannot be combined with individual names";
-    assert_op_refused(json!({"renewCertificates": {"certificates": ["all", "apiserver"]}}), msg);
+    assert_op_refused(
+        json!({"renewCertificates": {"certificates": ["all", "apiserver"]}}),
+        msg,
+    );
     assert_op_refused(json!({"renewCertificates": {"certificates": []}}), msg);
 }
 
 #[test]
 fn retry_settings_need_retry_mode() {
-    assert_op_ok(json!({"upgrade": upgrade(), "failurePolicy": {"mode": "Retry", "retryLimit": 2}}));
+    assert_op_ok(
+        json!({"upgrade": upgrade(), "failurePolicy": {"mode": "Retry", "retryLimit": 2}}),
+    );
     assert_op_refused(
         json!({"upgrade": upgrade(), "failurePolicy": {"retryLimit": 2}}),
         "only apply with mode: Retry",
@@ -343,18 +529,36 @@ fn plan_inputs_are_immutable_but_rollout_controls_are_not() {
     let old = op(json!({"upgrade": upgrade(), "nodeSelector": {"matchLabels": {"pool": "a"}}}));
 
     // Pausing, changing the rollout or the mode is fine.
-    let new = op(json!({"upgrade": upgrade(), "nodeSelector": {"matchLabels": {"pool": "a"}}, "paused": true, "rollout": {"maxUnavailable": 3}, "executionMode": "Controlled"}));
+    let new = op(
+        json!({"upgrade": upgrade(), "nodeSelector": {"matchLabels": {"pool": "a"}}, "paused": true, "rollout": {"maxUnavailable": 3}, "executionMode": "Controlled"}),
+    );
     validate(file, &new, Some(&old)).unwrap();
 
     let cases = [
-        (json!({"upgrade": {"kubernetesVersion": "v1.35.0"}, "nodeSelector": {"matchLabels": {"pool": "a"}}}), "spec.upgrade cannot change after creation"),
-        (json!({"upgrade": upgrade(), "nodeSelector": {"matchLabels": {"pool": "b"}}}), "spec.nodeSelector cannot change after creation"),
-        (json!({"upgrade": upgrade()}), "spec.nodeSelector cannot be added or removed after creation"),
-        (json!({"renewCertificates": {}, "nodeSelector": {"matchLabels": {"pool": "a"}}}), "the kind of work of an Operation cannot change after creation"),
+        (
+            json!({"upgrade": {"kubernetesVersion": "v1.35.0"}, "nodeSelector": {"matchLabels": {"pool": "a"}}}),
+            "spec.upgrade cannot change after creation",
+        ),
+        (
+            json!({"upgrade": upgrade(), "nodeSelector": {"matchLabels": {"pool": "b"}}}),
+            "spec.nodeSelector cannot change after creation",
+        ),
+        (
+            json!({"upgrade": upgrade()}),
+            "spec.nodeSelector cannot be added or removed after creation",
+        ),
+        (
+            json!({"renewCertificates": {}, "nodeSelector": {"matchLabels": {"pool": "a"}}}),
+            "the kind of work of an Operation cannot change after creation",
+        ),
     ];
     for (spec, message) in cases {
-        let errors = validate(file, &op(spec.clone()), Some(&old)).expect_err(&format!("{spec} must be refused"));
-        assert!(errors.iter().any(|e| e.contains(message)), "expected {message:?}, got {errors:?}");
+        let errors = validate(file, &op(spec.clone()), Some(&old))
+            .expect_err(&format!("{spec} must be refused"));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "expected {message:?}, got {errors:?}"
+        );
     }
 }
 
@@ -372,7 +576,12 @@ fn node_task_plan_fields_are_immutable_and_approve_recovery_are_not() {
     retry["spec"]["recovery"] = json!("Retry");
     validate(file, &retry, Some(&old)).unwrap();
     let errors = validate(file, &task(false, "n2"), Some(&old)).unwrap_err();
-    assert!(errors.iter().any(|e| e.contains("only approve and recovery are yours to set")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("only approve and recovery are yours to set")),
+        "{errors:?}"
+    );
 }
 
 #[test]
@@ -383,14 +592,45 @@ fn plugin_source_is_exactly_one_and_signatures_are_required() {
                "spec": {"source": source, "sha256": format!("sha256:{}", "a".repeat(64)), "signatures": signatures}})
     };
     let sig = json!([{"algorithm": "Ed25519", "keyId": "k", "signature": "AAAA"}]);
-    validate(file, &plugin(json!({"url": {"url": "https://example.test/p.wasm"}}), sig.clone()), None).unwrap();
-    let both = plugin(json!({"url": {"url": "https://x.test/p"}, "oci": {"reference": "r/p:1"}}), sig.clone());
+    validate(
+        file,
+        &plugin(
+            json!({"url": {"url": "https://example.test/p.wasm"}}),
+            sig.clone(),
+        ),
+        None,
+    )
+    .unwrap();
+    let both = plugin(
+        json!({"url": {"url": "https://x.test/p"}, "oci": {"reference": "r/p:1"}}),
+        sig.clone(),
+    );
     let errors = validate(file, &both, None).unwrap_err();
-    assert!(errors.iter().any(|e| e.contains("exactly one of oci, url or configMap")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("exactly one of oci, url or configMap")),
+        "{errors:?}"
+    );
     let errors = validate(file, &plugin(json!({}), sig), None).unwrap_err();
-    assert!(errors.iter().any(|e| e.contains("exactly one of oci, url or configMap")), "{errors:?}");
-    let errors = validate(file, &plugin(json!({"oci": {"reference": "r/p:1"}}), json!([])), None).unwrap_err();
-    assert!(errors.iter().any(|e| e.contains("needs at least one signature")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("exactly one of oci, url or configMap")),
+        "{errors:?}"
+    );
+    let errors = validate(
+        file,
+        &plugin(json!({"oci": {"reference": "r/p:1"}}), json!([])),
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("needs at least one signature")),
+        "{errors:?}"
+    );
 }
 
 #[test]
@@ -399,7 +639,10 @@ fn policy_needs_rego_source() {
     let policy = |rego: &str| json!({"apiVersion": "bosun.dev/v1alpha1", "kind": "Policy", "metadata": {"name": "p"}, "spec": {"rego": rego}});
     validate(file, &policy("package bosun.step\n"), None).unwrap();
     let errors = validate(file, &policy("  \n"), None).unwrap_err();
-    assert!(errors.iter().any(|e| e.contains("spec.rego is empty")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("spec.rego is empty")),
+        "{errors:?}"
+    );
 }
 
 #[test]
@@ -409,7 +652,8 @@ fn examples_parse_into_the_types_and_pass_the_rules() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
-        let value: Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let value: Value =
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let file = match value["kind"].as_str() {
             Some("Operation") => {
                 serde_json::from_value::<bosun_api::Operation>(value.clone()).unwrap();
@@ -428,5 +672,9 @@ fn examples_parse_into_the_types_and_pass_the_rules() {
         validate(file, &value, None).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
         seen += 1;
     }
-    assert!(seen >= 5, "expected the five examples in {}, found {seen}", dir.display());
+    assert!(
+        seen >= 5,
+        "expected the five examples in {}, found {seen}",
+        dir.display()
+    );
 }

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
     let (Some(dir), None) = (args.next(), args.next()) else {
-        eprintln!("usage: crdgen DIR   (for example: cargo run -p bosun-api --bin crdgen -- deploy/crds)");
+        eprintln!(
+            "usage: crdgen DIR   (for example: cargo run -p bosun-api --bin crdgen -- deploy/crds)"
+        );
         return ExitCode::from(2);
     };
     let dir = PathBuf::from(dir);

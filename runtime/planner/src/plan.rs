@@ -1,0 +1,548 @@
+//! Operation spec + node snapshot → the frozen plan and one NodeTask spec per planned node.
+//!
+//! Groups, in order:
+//! - `upgrade`: `control-plane-first` (one Ready control-plane node, `kubeadm upgrade
+//!   apply`), `control-plane` (the others, `kubeadm upgrade node`), `workers`.
+//! - `renewCertificates`: `control-plane`.
+//! - `custom`: the user's groups, in their order; a node belongs to the first group whose
+//!   selector it matches.
+//!
+//! Within a group nodes are ordered control-plane first, then by name. Every node must
+//! match the Operation's `nodeSelector`. Control-plane groups run one node at a time;
+//! other groups run `rollout.maxUnavailable` nodes at a time (see [`crate::rollout`]).
+//!
+//! Once a plan is frozen (stored in the Operation's status), [`plan`] given that plan
+//! returns it unchanged and only rebuilds the task specs: nodes added to the cluster
+//! later are not pulled in.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bosun_api::node_task::NodeTaskSpec;
+use bosun_api::operation::{
+    CustomSpec, ExecutionMode, KubePackage, OperationSpec, Plan, PlannedGroup,
+    RenewCertificatesSpec, RunsOn, Step, UpgradeSpec, labels,
+};
+use bosun_api::plugin::well_known;
+use serde_json::json;
+
+use crate::nodes::NodeInfo;
+use crate::rollout::{MaxUnavailable, MaxUnavailableError};
+use crate::selector::{self, SelectorError};
+
+/// Group names of the built-in Operation kinds.
+pub mod groups {
+    /// The control-plane node that runs `kubeadm upgrade apply`.
+    pub const CONTROL_PLANE_FIRST: &str = "control-plane-first";
+    /// The (other) control-plane nodes.
+    pub const CONTROL_PLANE: &str = "control-plane";
+    /// Every other node.
+    pub const WORKERS: &str = "workers";
+}
+
+/// Controller-side actions (run by the controller through the API, not by a plugin).
+pub mod controller_actions {
+    pub const CORDON: &str = "cordon";
+    pub const DRAIN: &str = "drain";
+    pub const UNCORDON: &str = "uncordon";
+    pub const WAIT_NODE_READY: &str = "waitNodeReady";
+    pub const WAIT_API_SERVER: &str = "waitApiServer";
+}
+
+/// Why an Operation cannot be planned. Each message says what was expected, what was
+/// found and what to do; the controller puts it in the Operation's status.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error(
+        "the Operation names no kind of work: set one of spec.upgrade, spec.renewCertificates or spec.custom"
+    )]
+    NoKind,
+    #[error(
+        "the Operation names {kinds:?}, expected exactly one kind of work: create one Operation per kind"
+    )]
+    SeveralKinds { kinds: Vec<&'static str> },
+    #[error("{context}: {source}")]
+    Selector {
+        context: String,
+        #[source]
+        source: SelectorError,
+    },
+    #[error(transparent)]
+    MaxUnavailable(#[from] MaxUnavailableError),
+    #[error(
+        "no node matches the Operation ({total} nodes in the cluster, none selected): check spec.nodeSelector and the groups' nodeSelectors against the nodes' labels"
+    )]
+    NoMatchingNodes { total: usize },
+    #[error(
+        "{kind} needs control-plane nodes (label node-role.kubernetes.io/control-plane), found none among the {selected} selected nodes: label the control-plane nodes or fix spec.nodeSelector"
+    )]
+    NoControlPlane { kind: &'static str, selected: usize },
+    #[error(
+        "kubeadm upgrade apply needs a Ready control-plane node, found control-plane nodes {names:?} and none is Ready: make one Ready, then recreate the Operation"
+    )]
+    NoReadyControlPlane { names: Vec<String> },
+    #[error(
+        "the frozen plan has group {group:?}, which this Operation's spec does not define: the plan and spec disagree; create a new Operation"
+    )]
+    FrozenGroupUnknown { group: String },
+}
+
+/// One NodeTask to create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedTask {
+    /// The NodeTask's object name (see [`task_name`]).
+    pub name: String,
+    /// Labels naming the operation, node and group (values shortened to label limits).
+    pub labels: BTreeMap<String, String>,
+    pub spec: NodeTaskSpec,
+}
+
+/// The planner's result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanOutput {
+    /// The plan to freeze in status (or the already frozen one).
+    pub plan: Plan,
+    /// One task per planned node, in plan order.
+    pub tasks: Vec<PlannedTask>,
+    /// Things a person should know (NotReady nodes, nodes left cordoned, empty groups).
+    pub notes: Vec<String>,
+}
+
+enum Kind<'a> {
+    Upgrade(&'a UpgradeSpec),
+    Renew(&'a RenewCertificatesSpec),
+    Custom(&'a CustomSpec),
+}
+
+fn kind_of(spec: &OperationSpec) -> Result<Kind<'_>, PlanError> {
+    let mut kinds = Vec::new();
+    if spec.upgrade.is_some() {
+        kinds.push("upgrade");
+    }
+    if spec.renew_certificates.is_some() {
+        kinds.push("renewCertificates");
+    }
+    if spec.custom.is_some() {
+        kinds.push("custom");
+    }
+    match (
+        &spec.upgrade,
+        &spec.renew_certificates,
+        &spec.custom,
+        kinds.len(),
+    ) {
+        (_, _, _, 0) => Err(PlanError::NoKind),
+        (Some(u), None, None, 1) => Ok(Kind::Upgrade(u)),
+        (None, Some(r), None, 1) => Ok(Kind::Renew(r)),
+        (None, None, Some(c), 1) => Ok(Kind::Custom(c)),
+        _ => Err(PlanError::SeveralKinds { kinds }),
+    }
+}
+
+/// Plans `operation` over `nodes`.
+///
+/// Guarantees: deterministic (same input, same output, whatever the order of `nodes`);
+/// every planned node appears in exactly one group; control-plane groups have
+/// `max_parallel == 1`; with `frozen` given, the returned plan equals it.
+pub fn plan(
+    operation: &str,
+    spec: &OperationSpec,
+    nodes: &[NodeInfo],
+    frozen: Option<&Plan>,
+) -> Result<PlanOutput, PlanError> {
+    let kind = kind_of(spec)?;
+    let max_unavailable = MaxUnavailable::parse(&spec.rollout.max_unavailable)?;
+    let by_name: BTreeMap<&str, &NodeInfo> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    let mut notes = Vec::new();
+
+    let plan = match frozen {
+        Some(plan) => plan.clone(),
+        None => {
+            let selected = select(spec, nodes)?;
+            let plan = match &kind {
+                Kind::Upgrade(_) => plan_upgrade(spec, &selected, max_unavailable, &mut notes)?,
+                Kind::Renew(_) => plan_renew(&selected)?,
+                Kind::Custom(custom) => {
+                    plan_custom(custom, &selected, max_unavailable, &mut notes)?
+                }
+            };
+            if plan.node_names().next().is_none() {
+                return Err(PlanError::NoMatchingNodes { total: nodes.len() });
+            }
+            for node in plan.node_names().filter_map(|n| by_name.get(n)) {
+                if !node.ready {
+                    notes.push(format!(
+                        "node {} is NotReady: its task will wait at the readiness gate",
+                        node.name
+                    ));
+                }
+                if node.unschedulable {
+                    notes.push(format!(
+                        "node {} was already cordoned: Bosun leaves it cordoned afterwards (no uncordon step)",
+                        node.name
+                    ));
+                }
+            }
+            plan
+        }
+    };
+
+    let mut tasks = Vec::new();
+    for group in &plan.groups {
+        for node_name in &group.nodes {
+            // A node missing from the snapshot (it vanished) keeps its planned steps; the
+            // scheduler marks its task Invalid.
+            let was_cordoned = by_name
+                .get(node_name.as_str())
+                .is_some_and(|n| n.unschedulable);
+            let control_plane = group.control_plane_nodes.contains(node_name);
+            let steps = steps_for(&kind, &group.name, control_plane, was_cordoned)?;
+            tasks.push(PlannedTask {
+                name: task_name(operation, node_name),
+                labels: BTreeMap::from([
+                    (labels::OPERATION.to_string(), label_value(operation)),
+                    (labels::NODE.to_string(), label_value(node_name)),
+                    (labels::GROUP.to_string(), label_value(&group.name)),
+                ]),
+                spec: NodeTaskSpec {
+                    operation: operation.to_string(),
+                    node_name: node_name.clone(),
+                    group: group.name.clone(),
+                    steps,
+                    dry_run: spec.execution_mode == ExecutionMode::DryRun,
+                    step_timeout_seconds: spec.step_timeout_seconds,
+                    approve: false,
+                    recovery: None,
+                },
+            });
+        }
+    }
+    Ok(PlanOutput { plan, tasks, notes })
+}
+
+/// Nodes matching the Operation's selector, control-plane first, then by name.
+fn select<'a>(spec: &OperationSpec, nodes: &'a [NodeInfo]) -> Result<Vec<&'a NodeInfo>, PlanError> {
+    let mut selected = Vec::new();
+    for node in nodes {
+        let keep = match &spec.node_selector {
+            None => true,
+            Some(sel) => {
+                selector::matches(sel, &node.labels).map_err(|source| PlanError::Selector {
+                    context: "spec.nodeSelector".into(),
+                    source,
+                })?
+            }
+        };
+        if keep {
+            selected.push(node);
+        }
+    }
+    selected
+        .sort_by(|a, b| (!a.is_control_plane(), &a.name).cmp(&(!b.is_control_plane(), &b.name)));
+    selected.dedup_by(|a, b| a.name == b.name);
+    Ok(selected)
+}
+
+fn names(nodes: &[&NodeInfo]) -> Vec<String> {
+    nodes.iter().map(|n| n.name.clone()).collect()
+}
+
+fn plan_upgrade(
+    spec: &OperationSpec,
+    selected: &[&NodeInfo],
+    max_unavailable: MaxUnavailable,
+    notes: &mut Vec<String>,
+) -> Result<Plan, PlanError> {
+    let (control_plane, workers): (Vec<&NodeInfo>, Vec<&NodeInfo>) =
+        selected.iter().copied().partition(|n| n.is_control_plane());
+    let mut groups = Vec::new();
+    if control_plane.is_empty() {
+        // Upgrading a pool of workers after the control plane is fine, but only when the
+        // user chose that with a selector; a cluster without control-plane labels is a
+        // mistake to report.
+        if spec.node_selector.is_none() || workers.is_empty() {
+            return Err(PlanError::NoControlPlane {
+                kind: "upgrade",
+                selected: selected.len(),
+            });
+        }
+        notes.push(
+            "no control-plane node is selected: only workers are upgraded (kubeadm upgrade node), so the control plane must already run the target version"
+                .into(),
+        );
+    } else {
+        let first = control_plane
+            .iter()
+            .find(|n| n.ready && !n.unschedulable)
+            .or_else(|| control_plane.iter().find(|n| n.ready))
+            .ok_or_else(|| PlanError::NoReadyControlPlane {
+                names: names(&control_plane),
+            })?;
+        groups.push(PlannedGroup {
+            name: groups::CONTROL_PLANE_FIRST.into(),
+            nodes: vec![first.name.clone()],
+            max_parallel: 1,
+            control_plane_nodes: vec![first.name.clone()],
+        });
+        let rest: Vec<String> = control_plane
+            .iter()
+            .filter(|n| n.name != first.name)
+            .map(|n| n.name.clone())
+            .collect();
+        if !rest.is_empty() {
+            groups.push(PlannedGroup {
+                name: groups::CONTROL_PLANE.into(),
+                nodes: rest.clone(),
+                max_parallel: 1,
+                control_plane_nodes: rest,
+            });
+        }
+    }
+    if !workers.is_empty() {
+        groups.push(PlannedGroup {
+            name: groups::WORKERS.into(),
+            nodes: names(&workers),
+            max_parallel: max_unavailable.resolve(workers.len()),
+            control_plane_nodes: Vec::new(),
+        });
+    }
+    Ok(Plan { groups })
+}
+
+fn plan_renew(selected: &[&NodeInfo]) -> Result<Plan, PlanError> {
+    let control_plane: Vec<&NodeInfo> = selected
+        .iter()
+        .copied()
+        .filter(|n| n.is_control_plane())
+        .collect();
+    if control_plane.is_empty() {
+        return Err(PlanError::NoControlPlane {
+            kind: "renewCertificates",
+            selected: selected.len(),
+        });
+    }
+    let nodes = names(&control_plane);
+    Ok(Plan {
+        groups: vec![PlannedGroup {
+            name: groups::CONTROL_PLANE.into(),
+            nodes: nodes.clone(),
+            max_parallel: 1,
+            control_plane_nodes: nodes,
+        }],
+    })
+}
+
+fn plan_custom(
+    custom: &CustomSpec,
+    selected: &[&NodeInfo],
+    max_unavailable: MaxUnavailable,
+    notes: &mut Vec<String>,
+) -> Result<Plan, PlanError> {
+    let mut claimed: BTreeSet<&str> = BTreeSet::new();
+    let mut groups = Vec::new();
+    for group in &custom.groups {
+        let mut members = Vec::new();
+        for node in selected {
+            if claimed.contains(node.name.as_str()) {
+                continue;
+            }
+            let matches = match &group.node_selector {
+                None => true,
+                Some(sel) => {
+                    selector::matches(sel, &node.labels).map_err(|source| PlanError::Selector {
+                        context: format!("spec.custom.groups[{}].nodeSelector", group.name),
+                        source,
+                    })?
+                }
+            };
+            if matches {
+                claimed.insert(node.name.as_str());
+                members.push(*node);
+            }
+        }
+        if members.is_empty() {
+            notes.push(format!(
+                "group {} matches no node (that an earlier group did not take): it is skipped",
+                group.name
+            ));
+        }
+        let control_plane_nodes: Vec<String> = members
+            .iter()
+            .filter(|n| n.is_control_plane())
+            .map(|n| n.name.clone())
+            .collect();
+        let workers = members.len() - control_plane_nodes.len();
+        groups.push(PlannedGroup {
+            name: group.name.clone(),
+            nodes: names(&members),
+            // maxUnavailable counts every node of the group; control-plane nodes are
+            // additionally limited to one at a time by the scheduler.
+            max_parallel: if workers == 0 {
+                1
+            } else {
+                max_unavailable.resolve(members.len())
+            },
+            control_plane_nodes,
+        });
+    }
+    let unclaimed: Vec<&str> = selected
+        .iter()
+        .map(|n| n.name.as_str())
+        .filter(|n| !claimed.contains(n))
+        .collect();
+    if !unclaimed.is_empty() {
+        notes.push(format!(
+            "nodes {unclaimed:?} match no group and take no part"
+        ));
+    }
+    Ok(Plan { groups })
+}
+
+fn controller_step(name: &str, action: &str) -> Step {
+    Step {
+        name: name.into(),
+        runs_on: RunsOn::Controller,
+        plugin: None,
+        action: action.into(),
+        params: None,
+    }
+}
+
+fn agent_step(name: &str, plugin: &str, action: &str, params: serde_json::Value) -> Step {
+    Step {
+        name: name.into(),
+        runs_on: RunsOn::Agent,
+        plugin: Some(plugin.into()),
+        action: action.into(),
+        params: Some(params),
+    }
+}
+
+/// The steps of one node's task.
+fn steps_for(
+    kind: &Kind<'_>,
+    group: &str,
+    control_plane: bool,
+    was_cordoned: bool,
+) -> Result<Vec<Step>, PlanError> {
+    use controller_actions::*;
+    match kind {
+        Kind::Upgrade(upgrade) => {
+            let version = &upgrade.kubernetes_version;
+            let kubeadm_action = match group {
+                groups::CONTROL_PLANE_FIRST => "apply",
+                groups::CONTROL_PLANE | groups::WORKERS => "node",
+                other => {
+                    return Err(PlanError::FrozenGroupUnknown {
+                        group: other.into(),
+                    });
+                }
+            };
+            let mut steps = vec![
+                controller_step("cordon", CORDON),
+                controller_step("drain", DRAIN),
+            ];
+            if upgrade.packages.contains(&KubePackage::Kubeadm) {
+                steps.push(agent_step(
+                    "upgrade-kubeadm",
+                    well_known::PACKAGES,
+                    "install",
+                    json!({"packages": ["kubeadm"], "kubernetesVersion": version}),
+                ));
+            }
+            steps.push(agent_step(
+                "kubeadm-upgrade",
+                well_known::KUBEADM_UPGRADE,
+                kubeadm_action,
+                json!({"kubernetesVersion": version}),
+            ));
+            let after: Vec<&str> = [KubePackage::Kubelet, KubePackage::Kubectl]
+                .into_iter()
+                .filter(|p| upgrade.packages.contains(p))
+                .map(KubePackage::as_str)
+                .collect();
+            if !after.is_empty() {
+                steps.push(agent_step(
+                    "upgrade-kubelet",
+                    well_known::PACKAGES,
+                    "install",
+                    json!({"packages": after, "kubernetesVersion": version}),
+                ));
+            }
+            steps.push(agent_step(
+                "restart-kubelet",
+                well_known::KUBELET,
+                "restart",
+                json!({}),
+            ));
+            steps.push(controller_step("wait-node-ready", WAIT_NODE_READY));
+            if !was_cordoned {
+                steps.push(controller_step("uncordon", UNCORDON));
+            }
+            if control_plane {
+                steps.push(controller_step("wait-api-server", WAIT_API_SERVER));
+            }
+            Ok(steps)
+        }
+        Kind::Renew(renew) => {
+            if group != groups::CONTROL_PLANE {
+                return Err(PlanError::FrozenGroupUnknown {
+                    group: group.into(),
+                });
+            }
+            let mut params = json!({"certificates": renew.certificates});
+            if let Some(before) = &renew.renew_before {
+                params["renewBefore"] = json!(before);
+            }
+            Ok(vec![
+                agent_step("renew-certificates", well_known::CERTS, "renew", params),
+                agent_step(
+                    "restart-control-plane",
+                    well_known::CERTS,
+                    "restart-control-plane",
+                    json!({}),
+                ),
+                controller_step("wait-api-server", WAIT_API_SERVER),
+            ])
+        }
+        Kind::Custom(custom) => custom
+            .groups
+            .iter()
+            .find(|g| g.name == group)
+            .map(|g| g.steps.clone())
+            .ok_or_else(|| PlanError::FrozenGroupUnknown {
+                group: group.into(),
+            }),
+    }
+}
+
+/// The NodeTask object name for `node` in `operation`: `OPERATION-NODE` when that fits the
+/// 253-character limit of object names, otherwise a prefix of it plus a hash of the whole,
+/// so distinct pairs keep distinct names.
+pub fn task_name(operation: &str, node: &str) -> String {
+    shorten(&format!("{operation}-{node}"), 253)
+}
+
+/// A label value: at most 63 characters, starting and ending with an alphanumeric.
+fn label_value(value: &str) -> String {
+    shorten(value, 63)
+}
+
+fn shorten(value: &str, max: usize) -> String {
+    if value.len() <= max {
+        return value.to_string();
+    }
+    let hash = format!("{:016x}", fnv1a(value.as_bytes()));
+    let mut keep = max - hash.len() - 1;
+    while !value.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let prefix = value[..keep].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    format!("{prefix}-{hash}")
+}
+
+/// FNV-1a, 64 bit: a stable hash (unlike std's, which may change between releases).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
