@@ -134,18 +134,26 @@ fn verify_without_a_bundle_says_how_to_sign() {
     assert!(stderr(&out).contains("kubectl bosun plugin sign"), "{}", stderr(&out));
 }
 
-/// Builds the hello example plugin once per test binary with the workspace's cargo.
+/// Where these tests build plugins. Not the workspace's target directory itself: the
+/// `cargo test` running these tests holds that directory's lock until the tests finish,
+/// so a nested `cargo build` there would wait forever.
+fn plugin_target_dir() -> PathBuf {
+    target_dir().join("cli-test-plugins")
+}
+
+/// Builds the hello example plugin once per test binary.
 fn hello_wasm() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .current_dir(workspace_root())
+            .env("CARGO_TARGET_DIR", plugin_target_dir())
             .args(["build", "--release", "--target", "wasm32-wasip2", "-p", "bosun-plugin-hello"])
             .status()
             .expect("running cargo");
         assert!(status.success(), "building the hello plugin failed; is `rustup target add wasm32-wasip2` done?");
-        target_dir().join("wasm32-wasip2/release/bosun_plugin_hello.wasm")
+        plugin_target_dir().join("wasm32-wasip2/release/bosun_plugin_hello.wasm")
     })
 }
 
@@ -321,7 +329,7 @@ fn new_scaffolds_a_crate_that_builds_signs_and_runs() {
     // Resolve dependencies as the workspace did, so the build reuses what is compiled.
     std::fs::copy(workspace_root().join("Cargo.lock"), crate_dir.join("Cargo.lock")).unwrap();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let build_target = target_dir().join("scaffold-test");
+    let build_target = plugin_target_dir();
     let status = Command::new(cargo)
         .current_dir(&crate_dir)
         .env("CARGO_TARGET_DIR", &build_target)
