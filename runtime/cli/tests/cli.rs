@@ -366,3 +366,82 @@ fn new_refuses_a_name_that_cannot_be_signed() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("lowercase DNS label"), "{}", stderr(&out));
 }
+
+#[test]
+fn p256_keys_from_keygen_sign_and_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(bin().args(["plugin", "keygen", "--algorithm", "p256", "--out"]).arg(dir.path()));
+    assert!(out.status.success());
+    let plugin = dir.path().join("p.wasm");
+    std::fs::write(&plugin, b"bytes").unwrap();
+    let signed = run(bin()
+        .args(["plugin", "sign", "--name", "demo", "--version", "1.0.0", "--key"])
+        .arg(dir.path().join("bosun-signing.key"))
+        .arg(&plugin));
+    assert!(stdout(&signed).contains("signature: ecdsa-p256-sha256 by sha256:"), "{}", stdout(&signed));
+    let ok = run(bin().args(["plugin", "verify", "--trust-root"]).arg(dir.path().join("bosun-signing.pub")).arg(&plugin));
+    assert!(ok.status.success());
+    assert!(stdout(&ok).contains("(ecdsa-p256-sha256, trust root"), "{}", stdout(&ok));
+}
+
+/// The cosign path: sign the bytes `plugin statement` prints with a P-256 key outside
+/// kubectl-bosun (as `cosign sign-blob` does), attach the base64 signature, verify.
+#[test]
+fn an_external_p256_signature_over_the_statement_is_attached_and_verifies() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("p.wasm");
+    std::fs::write(&plugin, b"bytes").unwrap();
+    let statement = run(bin().args(["plugin", "statement", "--name", "demo", "--version", "2.0.0"]).arg(&plugin));
+    assert!(statement.status.success());
+
+    let team_key = bosun_trust::SigningKey::generate_p256();
+    let signature = base64::engine::general_purpose::STANDARD.encode(team_key.sign_bytes(&statement.stdout));
+    let sig_file = dir.path().join("statement.sig");
+    std::fs::write(&sig_file, format!("{signature}\n")).unwrap();
+    let public = dir.path().join("team.pub");
+    std::fs::write(&public, team_key.public_key().to_pem()).unwrap();
+
+    let attach = run(bin()
+        .args(["plugin", "sign", "--name", "demo", "--version", "2.0.0", "--cosign-signature"])
+        .arg(format!("@{}", sig_file.display()))
+        .arg(&plugin));
+    assert!(attach.status.success());
+    let ok = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&plugin));
+    assert!(ok.status.success());
+    assert!(stdout(&ok).contains("verified demo 2.0.0"), "{}", stdout(&ok));
+
+    // A signature over a different statement (another version) must not verify.
+    let other = dir.path().join("q.wasm");
+    std::fs::write(&other, b"bytes").unwrap();
+    let attach = run(bin()
+        .args(["plugin", "sign", "--name", "demo", "--version", "2.0.1", "--cosign-signature"])
+        .arg(format!("@{}", sig_file.display()))
+        .arg(&other));
+    assert!(attach.status.success());
+    let refused = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&other));
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(stderr(&refused).contains("not signed by a trusted key"), "{}", stderr(&refused));
+}
+
+#[test]
+fn dry_run_is_passed_to_the_plugin_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, public) = signed_hello(dir.path());
+    let root = host_root(dir.path());
+    let grants = dir.path().join("grants.yaml");
+    std::fs::write(&grants, HELLO_GRANTS).unwrap();
+    let out = run(bin()
+        .args(["plugin", "run"])
+        .arg(&plugin)
+        .args(["greet", "--dry-run", "--exec-isolation", "resolve-only", "--grants"])
+        .arg(&grants)
+        .arg("--host-root")
+        .arg(&root)
+        .arg("--trust-root")
+        .arg(&public));
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(text.contains("run greet (dry run):"), "{text}");
+    assert!(text.contains("outcome: unchanged: would greet Testix 1.0"), "{text}");
+}

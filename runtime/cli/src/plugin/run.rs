@@ -32,7 +32,7 @@ pub enum Isolation {
 pub enum ServiceBackend {
     /// Drive the real systemd with systemctl (only meaningful with --host-root /).
     Systemctl,
-    /// Record calls in HOST_ROOT/var/log/bosun-service-calls.log instead of touching systemd.
+    /// Record calls in HOST_ROOT/var/log/bosun-services.log instead of touching systemd.
     Record,
 }
 

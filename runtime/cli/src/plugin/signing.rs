@@ -134,7 +134,7 @@ pub fn sign(args: &SignArgs) -> Result<Status> {
     println!(
         "signature: {} by {} -> {} ({} signature{})",
         algorithm.as_str(),
-        key_id.as_deref().unwrap_or("a cosign key (no key id)"),
+        key_id.as_deref().unwrap_or("an external P-256 key (no key id: verification tries every P-256 trust root)"),
         path.display(),
         bundle.signatures.len(),
         if bundle.signatures.len() == 1 { "" } else { "s" }
