@@ -458,8 +458,8 @@ async fn up_locked(opts: &LabOptions, paths: &LabPaths) -> Result<LabHandle> {
         kubernetes_version: &version,
         apiserver_port: ports.apiserver,
     };
-    for (i, node) in planned.iter().enumerate() {
-        nodes::prepare_root(node, i, &ctx)?;
+    for node in &planned {
+        nodes::prepare_root(node, &ctx)?;
     }
     let api: Api<Node> = Api::all(client.clone());
     for node in &planned {

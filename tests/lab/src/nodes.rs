@@ -61,10 +61,17 @@ pub const NODE_NETWORK: &str = "10.200.0.0/16";
 /// the running API server itself advertises and listens on 127.0.0.1.
 pub const LAB_ADVERTISE_ADDRESS: &str = "10.200.0.1";
 
-/// The address of the node at `index`: 10.200.0.2, 10.200.0.3, ... (250 per third octet).
-fn node_ip(index: u32) -> String {
-    let n = index + 1;
-    format!("10.200.{}.{}", n / 250, n % 250 + 1)
+/// The address of a node: control plane k is 10.200.0.(k+1); worker k is 10.200.1.k onwards (250
+/// per third octet). Derived from the name, not the position, so reshaping the lab never gives
+/// a node (and the certificates in its root) another address.
+fn node_ip(role: Role, k: u32) -> String {
+    match role {
+        Role::ControlPlane => format!("10.200.0.{}", k + 1),
+        Role::Worker => {
+            let n = k - 1;
+            format!("10.200.{}.{}", 1 + n / 250, n % 250 + 1)
+        }
+    }
 }
 
 /// An /etc/os-release flavour.
@@ -95,24 +102,24 @@ const OS_RELEASES: [OsRelease; 4] = [
 ];
 
 /// The nodes of a lab with `nodes` nodes, the first `control_planes` of them control planes.
-/// Names, roots, OS and addresses depend only on the position, so the plan is stable.
+/// Name, root, OS and address of a node depend only on its name, so `lab up` with another
+/// shape keeps the nodes it shares with the old one unchanged. Control plane k gets OS k-1 and
+/// worker k gets OS k of [`OS_RELEASES`], so any two nodes include Debian and Rocky Linux.
 pub(crate) fn plan(state_dir: &Path, nodes: u32, control_planes: u32) -> Vec<LabNode> {
     (0..nodes)
         .map(|i| {
-            let (role, name) = if i < control_planes {
-                (Role::ControlPlane, format!("lab-cp-{}", i + 1))
+            let (role, k, name, os_slot) = if i < control_planes {
+                (Role::ControlPlane, i + 1, format!("lab-cp-{}", i + 1), i)
             } else {
-                (
-                    Role::Worker,
-                    format!("lab-worker-{}", i - control_planes + 1),
-                )
+                let k = i - control_planes + 1;
+                (Role::Worker, k, format!("lab-worker-{k}"), k)
             };
             LabNode {
                 host_root: state_dir.join("nodes").join(&name),
-                os: OS_RELEASES[i as usize % OS_RELEASES.len()]
+                os: OS_RELEASES[os_slot as usize % OS_RELEASES.len()]
                     .pretty
                     .to_string(),
-                internal_ip: node_ip(i),
+                internal_ip: node_ip(role, k),
                 name,
                 role,
             }
@@ -145,15 +152,16 @@ const SHARED_PKI: [&str; 8] = [
 /// plugin changed stay changed): /etc/os-release, /etc/hostname, /usr/bin/kubeadm (a copy of the
 /// real binary); control planes: /etc/kubernetes/{pki, *.conf, manifests/*.yaml} made by kubeadm
 /// from the lab's CAs; workers: /etc/kubernetes/kubelet.conf and pki/ca.crt.
-pub(crate) fn prepare_root(node: &LabNode, index: usize, ctx: &RootContext<'_>) -> Result<()> {
+pub(crate) fn prepare_root(node: &LabNode, ctx: &RootContext<'_>) -> Result<()> {
     let root = &node.host_root;
     for dir in ["etc/kubernetes/pki", "usr/bin", "tmp", "var/lib"] {
         mkdir(&root.join(dir))?;
     }
-    write_if_missing(
-        &root.join("etc/os-release"),
-        OS_RELEASES[index % OS_RELEASES.len()].text,
-    )?;
+    let os = OS_RELEASES
+        .iter()
+        .find(|o| o.pretty == node.os)
+        .expect("plan() picks the OS from OS_RELEASES");
+    write_if_missing(&root.join("etc/os-release"), os.text)?;
     write_if_missing(&root.join("etc/hostname"), &format!("{}\n", node.name))?;
     let kubeadm_copy = root.join("usr/bin/kubeadm");
     if !kubeadm_copy.exists() {
@@ -399,16 +407,34 @@ mod tests {
         assert_eq!(nodes[2].role, Role::Worker);
         assert_eq!(nodes[2].host_root, Path::new("/state/nodes/lab-worker-1"));
         assert!(nodes[0].os.starts_with("Debian") && nodes[1].os.starts_with("Rocky"));
+        assert_eq!(
+            (nodes[0].internal_ip.as_str(), nodes[2].internal_ip.as_str()),
+            ("10.200.0.2", "10.200.1.1")
+        );
     }
 
     #[test]
     fn node_addresses_are_unique_and_never_the_labs_own() {
-        let ips: std::collections::BTreeSet<_> = (0..1000).map(node_ip).collect();
-        assert_eq!(ips.len(), 1000);
+        let cps = (1..=100).map(|k| node_ip(Role::ControlPlane, k));
+        let workers = (1..=1000).map(|k| node_ip(Role::Worker, k));
+        let ips: std::collections::BTreeSet<_> = cps.chain(workers).collect();
+        assert_eq!(ips.len(), 1100);
         assert!(!ips.contains(LAB_ADVERTISE_ADDRESS));
         assert!(ips.iter().all(|ip| {
             let last: u32 = ip.rsplit('.').next().unwrap().parse().unwrap();
             (1..=251).contains(&last) && ip.starts_with("10.200.")
         }));
+    }
+
+    #[test]
+    fn reshaping_keeps_each_remaining_node_as_it_was() {
+        let small = plan(Path::new("/state"), 3, 1);
+        let big = plan(Path::new("/state"), 6, 2);
+        for node in &small {
+            if let Some(same) = big.iter().find(|n| n.name == node.name) {
+                assert_eq!(same, node);
+            }
+        }
+        assert!(big.iter().any(|n| n.name == "lab-worker-1"));
     }
 }

@@ -60,6 +60,12 @@ impl LabOptions {
                 self.control_planes, self.nodes
             )));
         }
+        if self.control_planes > 249 {
+            return Err(LabError::Shape(format!(
+                "--control-planes {} is more than the lab's 249 control-plane addresses",
+                self.control_planes
+            )));
+        }
         if self.port_base < 1024 || self.port_base > u16::MAX - 3 {
             return Err(LabError::Shape(format!(
                 "--port-base {} must be between 1024 and {} (the lab uses four consecutive ports)",
