@@ -54,9 +54,12 @@ impl Plugin for Hello {
         bosun_plugin_sdk::metadata!()
             .name("hello")
             .action(
-                ActionInfo::new("greet", "Read the node's os-release and kernel release and say hello")
-                    .params::<GreetParams>()
-                    .idempotent(),
+                ActionInfo::new(
+                    "greet",
+                    "Read the node's os-release and kernel release and say hello",
+                )
+                .params::<GreetParams>()
+                .idempotent(),
             )
             .reads("/etc")
             .runs(UNAME, ["-r"])
@@ -80,7 +83,10 @@ impl Plugin for Hello {
         let pretty = os_release_value(&text, "PRETTY_NAME")
             .or_else(|| os_release_value(&text, "NAME"))
             .ok_or_else(|| {
-                PluginError::new("bad-os-release", format!("{} has neither PRETTY_NAME nor NAME", p.file))
+                PluginError::new(
+                    "bad-os-release",
+                    format!("{} has neither PRETTY_NAME nor NAME", p.file),
+                )
             })?;
         bosun_plugin_sdk::log::write(
             bosun_plugin_sdk::log::Level::Debug,
@@ -89,7 +95,12 @@ impl Plugin for Hello {
         );
 
         bosun_plugin_sdk::log::progress(1, 2, "asking the kernel release");
-        let kernel = Command::new(UNAME).arg("-r").run()?.stdout_text().trim().to_owned();
+        let kernel = Command::new(UNAME)
+            .arg("-r")
+            .run()?
+            .stdout_text()
+            .trim()
+            .to_owned();
         bosun_plugin_sdk::log::progress(2, 2, "done");
 
         let message = if ctx.dry_run {
@@ -99,7 +110,9 @@ impl Plugin for Hello {
         };
         info!("{message}");
         // Reading changes nothing, dry run or not.
-        Ok(Outcome::unchanged(message).output("os", pretty).output("kernel", kernel))
+        Ok(Outcome::unchanged(message)
+            .output("os", pretty)
+            .output("kernel", kernel))
     }
 }
 
@@ -120,7 +133,10 @@ mod tests {
     #[test]
     fn os_release_values_are_unquoted() {
         let text = "NAME=\"Debian GNU/Linux\"\nPRETTY_NAME='Debian 12'\nID=debian\n";
-        assert_eq!(os_release_value(text, "PRETTY_NAME").as_deref(), Some("Debian 12"));
+        assert_eq!(
+            os_release_value(text, "PRETTY_NAME").as_deref(),
+            Some("Debian 12")
+        );
         assert_eq!(os_release_value(text, "ID").as_deref(), Some("debian"));
         assert_eq!(os_release_value(text, "VERSION_ID"), None);
     }
@@ -134,6 +150,11 @@ mod tests {
         assert!(m.actions[0].params_schema.contains("\"file\""));
         assert_eq!(m.capabilities.exec[0].command, UNAME);
         assert_eq!(m.capabilities.exec[0].args, ["-r"]);
-        assert!(m.capabilities.filesystem.iter().any(|p| DEFAULT_FILE.starts_with(&p.path) && !p.writable));
+        assert!(
+            m.capabilities
+                .filesystem
+                .iter()
+                .any(|p| DEFAULT_FILE.starts_with(&p.path) && !p.writable)
+        );
     }
 }

@@ -78,7 +78,9 @@ mod tests {
     #[test]
     fn repeated_causes_are_printed_once() {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
-        let e = anyhow::Error::new(io).context("reading x: no such file").context("verifying");
+        let e = anyhow::Error::new(io)
+            .context("reading x: no such file")
+            .context("verifying");
         assert_eq!(super::error_chain(&e), "verifying: reading x: no such file");
     }
 

@@ -29,18 +29,27 @@ fn stderr(o: &Output) -> String {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from)
 }
 
 /// Makes a key pair in `dir` with `stem`, returning (private, public) paths.
 fn keygen(dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
-    let out = run(bin().args(["plugin", "keygen", "--stem", stem, "--out"]).arg(dir));
+    let out = run(bin()
+        .args(["plugin", "keygen", "--stem", stem, "--out"])
+        .arg(dir));
     assert!(out.status.success());
-    (dir.join(format!("{stem}.key")), dir.join(format!("{stem}.pub")))
+    (
+        dir.join(format!("{stem}.key")),
+        dir.join(format!("{stem}.pub")),
+    )
 }
 
 #[test]
@@ -48,17 +57,33 @@ fn keygen_writes_a_private_key_only_the_owner_can_read_and_never_overwrites() {
     let dir = tempfile::tempdir().unwrap();
     let (key, public) = keygen(dir.path(), "admin");
     let key_pem = std::fs::read_to_string(&key).unwrap();
-    assert!(key_pem.starts_with("-----BEGIN PRIVATE KEY-----"), "{key_pem}");
-    assert!(std::fs::read_to_string(&public).unwrap().starts_with("-----BEGIN PUBLIC KEY-----"));
+    assert!(
+        key_pem.starts_with("-----BEGIN PRIVATE KEY-----"),
+        "{key_pem}"
+    );
+    assert!(
+        std::fs::read_to_string(&public)
+            .unwrap()
+            .starts_with("-----BEGIN PUBLIC KEY-----")
+    );
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;
-        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
-    let again = run(bin().args(["plugin", "keygen", "--stem", "admin", "--out"]).arg(dir.path()));
+    let again = run(bin()
+        .args(["plugin", "keygen", "--stem", "admin", "--out"])
+        .arg(dir.path()));
     assert_eq!(again.status.code(), Some(1));
     assert!(stderr(&again).contains("admin.key"), "{}", stderr(&again));
-    assert_eq!(std::fs::read_to_string(&key).unwrap(), key_pem, "the existing key must be untouched");
+    assert_eq!(
+        std::fs::read_to_string(&key).unwrap(),
+        key_pem,
+        "the existing key must be untouched"
+    );
 }
 
 #[test]
@@ -70,28 +95,54 @@ fn sign_then_verify_accepts_the_signed_bytes_and_refuses_tampered_ones() {
     std::fs::write(&plugin, b"\0asm pretend component bytes").unwrap();
 
     let signed = run(bin()
-        .args(["plugin", "sign", "--name", "demo", "--version", "1.2.3", "--key"])
+        .args([
+            "plugin",
+            "sign",
+            "--name",
+            "demo",
+            "--version",
+            "1.2.3",
+            "--key",
+        ])
         .arg(&key)
         .arg(&plugin));
     assert!(signed.status.success());
-    assert!(stdout(&signed).contains("signed demo 1.2.3 sha256:"), "{}", stdout(&signed));
+    assert!(
+        stdout(&signed).contains("signed demo 1.2.3 sha256:"),
+        "{}",
+        stdout(&signed)
+    );
     let bundle_path = dir.path().join("p.wasm.sig.json");
-    let bundle: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bundle_path).unwrap()).unwrap();
+    let bundle: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&bundle_path).unwrap()).unwrap();
     assert_eq!(bundle["name"], "demo");
     assert_eq!(bundle["signatures"][0]["algorithm"], "ed25519");
 
-    let ok = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&plugin));
+    let ok = run(bin()
+        .args(["plugin", "verify", "--trust-root"])
+        .arg(&public)
+        .arg(&plugin));
     assert!(ok.status.success());
-    assert!(stdout(&ok).contains("verified demo 1.2.3 sha256:"), "{}", stdout(&ok));
+    assert!(
+        stdout(&ok).contains("verified demo 1.2.3 sha256:"),
+        "{}",
+        stdout(&ok)
+    );
 
     let mut bytes = std::fs::read(&plugin).unwrap();
     bytes[6] ^= 1;
     std::fs::write(&plugin, &bytes).unwrap();
-    let tampered = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&plugin));
+    let tampered = run(bin()
+        .args(["plugin", "verify", "--trust-root"])
+        .arg(&public)
+        .arg(&plugin));
     assert_eq!(tampered.status.code(), Some(1));
     let err = stderr(&tampered);
     assert!(err.contains("did not verify"), "{err}");
-    assert!(err.contains("is pinned"), "the digest mismatch must be named: {err}");
+    assert!(
+        err.contains("is pinned"),
+        "the digest mismatch must be named: {err}"
+    );
 }
 
 #[test]
@@ -101,12 +152,32 @@ fn verify_refuses_a_signature_by_a_key_outside_the_trust_roots() {
     let (_, trusted) = keygen(dir.path(), "admin");
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"bytes").unwrap();
-    assert!(run(bin().args(["plugin", "sign", "--name", "demo", "--version", "1.0.0", "--key"]).arg(&key).arg(&plugin))
+    assert!(
+        run(bin()
+            .args([
+                "plugin",
+                "sign",
+                "--name",
+                "demo",
+                "--version",
+                "1.0.0",
+                "--key"
+            ])
+            .arg(&key)
+            .arg(&plugin))
         .status
-        .success());
-    let out = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&trusted).arg(&plugin));
+        .success()
+    );
+    let out = run(bin()
+        .args(["plugin", "verify", "--trust-root"])
+        .arg(&trusted)
+        .arg(&plugin));
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("not signed by a trusted key"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not signed by a trusted key"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -114,7 +185,16 @@ fn statement_prints_the_exact_bytes_signatures_cover() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"abc").unwrap();
-    let out = run(bin().args(["plugin", "statement", "--name", "demo", "--version", "0.1.0"]).arg(&plugin));
+    let out = run(bin()
+        .args([
+            "plugin",
+            "statement",
+            "--name",
+            "demo",
+            "--version",
+            "0.1.0",
+        ])
+        .arg(&plugin));
     assert!(out.status.success());
     assert_eq!(
         stdout(&out),
@@ -129,9 +209,16 @@ fn verify_without_a_bundle_says_how_to_sign() {
     let (_, public) = keygen(dir.path(), "admin");
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"bytes").unwrap();
-    let out = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&plugin));
+    let out = run(bin()
+        .args(["plugin", "verify", "--trust-root"])
+        .arg(&public)
+        .arg(&plugin));
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("kubectl bosun plugin sign"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("kubectl bosun plugin sign"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Where these tests build plugins. Not the workspace's target directory itself: the
@@ -149,10 +236,20 @@ fn hello_wasm() -> &'static Path {
         let status = Command::new(cargo)
             .current_dir(workspace_root())
             .env("CARGO_TARGET_DIR", plugin_target_dir())
-            .args(["build", "--release", "--target", "wasm32-wasip2", "-p", "bosun-plugin-hello"])
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "-p",
+                "bosun-plugin-hello",
+            ])
             .status()
             .expect("running cargo");
-        assert!(status.success(), "building the hello plugin failed; is `rustup target add wasm32-wasip2` done?");
+        assert!(
+            status.success(),
+            "building the hello plugin failed; is `rustup target add wasm32-wasip2` done?"
+        );
         plugin_target_dir().join("wasm32-wasip2/release/bosun_plugin_hello.wasm")
     })
 }
@@ -163,7 +260,11 @@ fn host_root(dir: &Path) -> PathBuf {
     let root = dir.join("root");
     std::fs::create_dir_all(root.join("etc")).unwrap();
     std::fs::create_dir_all(root.join("usr/bin")).unwrap();
-    std::fs::write(root.join("etc/os-release"), "NAME=\"Testix\"\nPRETTY_NAME=\"Testix 1.0\"\nID=testix\n").unwrap();
+    std::fs::write(
+        root.join("etc/os-release"),
+        "NAME=\"Testix\"\nPRETTY_NAME=\"Testix 1.0\"\nID=testix\n",
+    )
+    .unwrap();
     std::fs::copy("/usr/bin/uname", root.join("usr/bin/uname")).unwrap();
     root
 }
@@ -173,14 +274,25 @@ fn signed_hello(dir: &Path) -> (PathBuf, PathBuf) {
     let (key, public) = keygen(dir, "admin");
     let plugin = dir.join("hello.wasm");
     std::fs::copy(hello_wasm(), &plugin).unwrap();
-    let out = run(bin().args(["plugin", "sign", "--key"]).arg(&key).arg(&plugin));
+    let out = run(bin()
+        .args(["plugin", "sign", "--key"])
+        .arg(&key)
+        .arg(&plugin));
     assert!(out.status.success());
     // Name and version come from the plugin's own describe().
-    assert!(stdout(&out).contains(&format!("signed hello {} sha256:", env!("CARGO_PKG_VERSION"))), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "signed hello {} sha256:",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{}",
+        stdout(&out)
+    );
     (plugin, public)
 }
 
-const HELLO_GRANTS: &str = "filesystem:\n  - path: /etc\nexec:\n  - command: /usr/bin/uname\n    args: [[\"-r\"]]\n";
+const HELLO_GRANTS: &str =
+    "filesystem:\n  - path: /etc\nexec:\n  - command: /usr/bin/uname\n    args: [[\"-r\"]]\n";
 
 #[test]
 fn inspect_shows_what_hello_declares() {
@@ -203,7 +315,10 @@ fn inspect_shows_what_hello_declares() {
     let json = run(bin().args(["plugin", "inspect", "-o", "json"]).arg(&plugin));
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v["actions"][0]["idempotent"], true);
-    assert_eq!(v["actions"][0]["paramsSchema"]["properties"]["file"]["type"], "string");
+    assert_eq!(
+        v["actions"][0]["paramsSchema"]["properties"]["file"]["type"],
+        "string"
+    );
 }
 
 #[test]
@@ -213,12 +328,26 @@ fn run_hello_with_its_grants_prints_checks_logs_progress_and_outcome() {
     let root = host_root(dir.path());
     let grants = dir.path().join("grants.yaml");
     std::fs::write(&grants, HELLO_GRANTS).unwrap();
-    let kernel = String::from_utf8(Command::new("/usr/bin/uname").arg("-r").output().unwrap().stdout).unwrap();
+    let kernel = String::from_utf8(
+        Command::new("/usr/bin/uname")
+            .arg("-r")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
 
     let out = run(bin()
         .args(["plugin", "run"])
         .arg(&plugin)
-        .args(["greet", "--params", r#"{"name":"tester"}"#, "--exec-isolation", "resolve-only", "--grants"])
+        .args([
+            "greet",
+            "--params",
+            r#"{"name":"tester"}"#,
+            "--exec-isolation",
+            "resolve-only",
+            "--grants",
+        ])
         .arg(&grants)
         .arg("--host-root")
         .arg(&root)
@@ -231,7 +360,10 @@ fn run_hello_with_its_grants_prints_checks_logs_progress_and_outcome() {
         "pass file-readable: /etc/os-release is readable",
         "[info] greeting the node as tester",
         "progress 2/2: done",
-        &format!("outcome: unchanged: hello from tester to Testix 1.0 (kernel {})", kernel.trim()),
+        &format!(
+            "outcome: unchanged: hello from tester to Testix 1.0 (kernel {})",
+            kernel.trim()
+        ),
         "os = Testix 1.0",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
@@ -257,7 +389,10 @@ fn run_without_the_exec_grant_fails_naming_the_capability() {
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(err.contains("code not-granted"), "{err}");
-    assert!(err.contains("/usr/bin/uname -r"), "the missing capability must be named: {err}");
+    assert!(
+        err.contains("/usr/bin/uname -r"),
+        "the missing capability must be named: {err}"
+    );
 }
 
 #[test]
@@ -273,9 +408,21 @@ fn run_without_the_file_grant_stops_at_preflight_naming_the_grant() {
         .arg("--trust-root")
         .arg(&public));
     assert_eq!(out.status.code(), Some(2));
-    assert!(stdout(&out).contains("FAIL file-readable"), "{}", stdout(&out));
-    assert!(stdout(&out).contains("filesystem grant"), "{}", stdout(&out));
-    assert!(stderr(&out).contains("the action did not run"), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("FAIL file-readable"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("filesystem grant"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains("the action did not run"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -294,7 +441,11 @@ fn run_refuses_a_plugin_changed_after_signing() {
         .arg("--trust-root")
         .arg(&public));
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("refused before compiling"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("refused before compiling"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -311,7 +462,10 @@ fn run_reports_bad_params_naming_the_field() {
         .arg(&public));
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("code bad-params") && err.contains("field `name`"), "{err}");
+    assert!(
+        err.contains("code bad-params") && err.contains("field `name`"),
+        "{err}"
+    );
 }
 
 /// `new` → build → keygen → sign → run, the plugin author's whole first loop. Slow: it
@@ -327,7 +481,11 @@ fn new_scaffolds_a_crate_that_builds_signs_and_runs() {
         .arg(workspace_root().join("sdk/rust")));
     assert!(out.status.success());
     // Resolve dependencies as the workspace did, so the build reuses what is compiled.
-    std::fs::copy(workspace_root().join("Cargo.lock"), crate_dir.join("Cargo.lock")).unwrap();
+    std::fs::copy(
+        workspace_root().join("Cargo.lock"),
+        crate_dir.join("Cargo.lock"),
+    )
+    .unwrap();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let build_target = plugin_target_dir();
     let status = Command::new(cargo)
@@ -340,7 +498,11 @@ fn new_scaffolds_a_crate_that_builds_signs_and_runs() {
     let wasm = build_target.join("wasm32-wasip2/release/disk_report.wasm");
 
     let (key, public) = keygen(dir.path(), "admin");
-    assert!(run(bin().args(["plugin", "sign", "--key"]).arg(&key).arg(&wasm)).status.success());
+    assert!(
+        run(bin().args(["plugin", "sign", "--key"]).arg(&key).arg(&wasm))
+            .status
+            .success()
+    );
     let root = host_root(dir.path());
     let out = run(bin()
         .args(["plugin", "run"])
@@ -355,33 +517,63 @@ fn new_scaffolds_a_crate_that_builds_signs_and_runs() {
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
     assert!(text.contains("plugin disk-report 0.1.0"), "{text}");
-    assert!(text.contains("outcome: unchanged: read /etc/os-release"), "{text}");
+    assert!(
+        text.contains("outcome: unchanged: read /etc/os-release"),
+        "{text}"
+    );
     assert!(text.contains("firstLine = NAME=\"Testix\""), "{text}");
 }
 
 #[test]
 fn new_refuses_a_name_that_cannot_be_signed() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(bin().args(["plugin", "new", "Bad_Name", "--dir"]).arg(dir.path().join("x")));
+    let out = run(bin()
+        .args(["plugin", "new", "Bad_Name", "--dir"])
+        .arg(dir.path().join("x")));
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("lowercase DNS label"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("lowercase DNS label"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
 fn p256_keys_from_keygen_sign_and_verify() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(bin().args(["plugin", "keygen", "--algorithm", "p256", "--out"]).arg(dir.path()));
+    let out = run(bin()
+        .args(["plugin", "keygen", "--algorithm", "p256", "--out"])
+        .arg(dir.path()));
     assert!(out.status.success());
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"bytes").unwrap();
     let signed = run(bin()
-        .args(["plugin", "sign", "--name", "demo", "--version", "1.0.0", "--key"])
+        .args([
+            "plugin",
+            "sign",
+            "--name",
+            "demo",
+            "--version",
+            "1.0.0",
+            "--key",
+        ])
         .arg(dir.path().join("bosun-signing.key"))
         .arg(&plugin));
-    assert!(stdout(&signed).contains("signature: ecdsa-p256-sha256 by sha256:"), "{}", stdout(&signed));
-    let ok = run(bin().args(["plugin", "verify", "--trust-root"]).arg(dir.path().join("bosun-signing.pub")).arg(&plugin));
+    assert!(
+        stdout(&signed).contains("signature: ecdsa-p256-sha256 by sha256:"),
+        "{}",
+        stdout(&signed)
+    );
+    let ok = run(bin()
+        .args(["plugin", "verify", "--trust-root"])
+        .arg(dir.path().join("bosun-signing.pub"))
+        .arg(&plugin));
     assert!(ok.status.success());
-    assert!(stdout(&ok).contains("(ecdsa-p256-sha256, trust root"), "{}", stdout(&ok));
+    assert!(
+        stdout(&ok).contains("(ecdsa-p256-sha256, trust root"),
+        "{}",
+        stdout(&ok)
+    );
 }
 
 /// The cosign path: sign the bytes `plugin statement` prints with a P-256 key outside
@@ -392,36 +584,76 @@ fn an_external_p256_signature_over_the_statement_is_attached_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"bytes").unwrap();
-    let statement = run(bin().args(["plugin", "statement", "--name", "demo", "--version", "2.0.0"]).arg(&plugin));
+    let statement = run(bin()
+        .args([
+            "plugin",
+            "statement",
+            "--name",
+            "demo",
+            "--version",
+            "2.0.0",
+        ])
+        .arg(&plugin));
     assert!(statement.status.success());
 
     let team_key = bosun_trust::SigningKey::generate_p256();
-    let signature = base64::engine::general_purpose::STANDARD.encode(team_key.sign_bytes(&statement.stdout));
+    let signature =
+        base64::engine::general_purpose::STANDARD.encode(team_key.sign_bytes(&statement.stdout));
     let sig_file = dir.path().join("statement.sig");
     std::fs::write(&sig_file, format!("{signature}\n")).unwrap();
     let public = dir.path().join("team.pub");
     std::fs::write(&public, team_key.public_key().to_pem()).unwrap();
 
     let attach = run(bin()
-        .args(["plugin", "sign", "--name", "demo", "--version", "2.0.0", "--cosign-signature"])
+        .args([
+            "plugin",
+            "sign",
+            "--name",
+            "demo",
+            "--version",
+            "2.0.0",
+            "--cosign-signature",
+        ])
         .arg(format!("@{}", sig_file.display()))
         .arg(&plugin));
     assert!(attach.status.success());
-    let ok = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&plugin));
+    let ok = run(bin()
+        .args(["plugin", "verify", "--trust-root"])
+        .arg(&public)
+        .arg(&plugin));
     assert!(ok.status.success());
-    assert!(stdout(&ok).contains("verified demo 2.0.0"), "{}", stdout(&ok));
+    assert!(
+        stdout(&ok).contains("verified demo 2.0.0"),
+        "{}",
+        stdout(&ok)
+    );
 
     // A signature over a different statement (another version) must not verify.
     let other = dir.path().join("q.wasm");
     std::fs::write(&other, b"bytes").unwrap();
     let attach = run(bin()
-        .args(["plugin", "sign", "--name", "demo", "--version", "2.0.1", "--cosign-signature"])
+        .args([
+            "plugin",
+            "sign",
+            "--name",
+            "demo",
+            "--version",
+            "2.0.1",
+            "--cosign-signature",
+        ])
         .arg(format!("@{}", sig_file.display()))
         .arg(&other));
     assert!(attach.status.success());
-    let refused = run(bin().args(["plugin", "verify", "--trust-root"]).arg(&public).arg(&other));
+    let refused = run(bin()
+        .args(["plugin", "verify", "--trust-root"])
+        .arg(&public)
+        .arg(&other));
     assert_eq!(refused.status.code(), Some(1));
-    assert!(stderr(&refused).contains("not signed by a trusted key"), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("not signed by a trusted key"),
+        "{}",
+        stderr(&refused)
+    );
 }
 
 #[test]
@@ -434,7 +666,13 @@ fn dry_run_is_passed_to_the_plugin_and_reported() {
     let out = run(bin()
         .args(["plugin", "run"])
         .arg(&plugin)
-        .args(["greet", "--dry-run", "--exec-isolation", "resolve-only", "--grants"])
+        .args([
+            "greet",
+            "--dry-run",
+            "--exec-isolation",
+            "resolve-only",
+            "--grants",
+        ])
         .arg(&grants)
         .arg("--host-root")
         .arg(&root)
@@ -443,5 +681,8 @@ fn dry_run_is_passed_to_the_plugin_and_reported() {
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
     assert!(text.contains("run greet (dry run):"), "{text}");
-    assert!(text.contains("outcome: unchanged: would greet Testix 1.0"), "{text}");
+    assert!(
+        text.contains("outcome: unchanged: would greet Testix 1.0"),
+        "{text}"
+    );
 }

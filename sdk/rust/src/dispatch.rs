@@ -18,7 +18,10 @@ pub fn describe<P: Plugin>() -> wit::Metadata {
 /// # Errors
 /// `unknown-action` / `bad-params` when the call does not deserialize, otherwise whatever
 /// the plugin returns.
-pub fn preflight<P: Plugin>(action: &str, params: &str) -> Result<Vec<wit::Check>, wit::PluginError> {
+pub fn preflight<P: Plugin>(
+    action: &str,
+    params: &str,
+) -> Result<Vec<wit::Check>, wit::PluginError> {
     let action = parse_action::<P::Action>(action, params).map_err(into_wit_error)?;
     P::preflight(&action)
         .map(|checks| checks.into_iter().map(Check::into_wit).collect())
@@ -36,23 +39,35 @@ pub fn run<P: Plugin>(
     context: wit::RunContext,
 ) -> Result<wit::Outcome, wit::PluginError> {
     let action = parse_action::<P::Action>(action, params).map_err(into_wit_error)?;
-    P::run(action, &RunContext::from(context)).map(crate::Outcome::into_wit).map_err(into_wit_error)
+    P::run(action, &RunContext::from(context))
+        .map(crate::Outcome::into_wit)
+        .map_err(into_wit_error)
 }
 
 fn into_wit_error(e: PluginError) -> wit::PluginError {
-    wit::PluginError { code: e.code, message: e.message, retryable: e.retryable }
+    wit::PluginError {
+        code: e.code,
+        message: e.message,
+        retryable: e.retryable,
+    }
 }
 
 /// Deserializes `{"action": action, "params": params}` into `A`.
 ///
 /// Empty (or all-whitespace) params mean `{}`. Errors name the action and, for bad params,
 /// the path of the offending field (`spec.items[2].name`).
-pub(crate) fn parse_action<A: DeserializeOwned>(action: &str, params: &str) -> Result<A, PluginError> {
+pub(crate) fn parse_action<A: DeserializeOwned>(
+    action: &str,
+    params: &str,
+) -> Result<A, PluginError> {
     let params: Value = if params.trim().is_empty() {
         Value::Object(serde_json::Map::new())
     } else {
         serde_json::from_str(params).map_err(|e| {
-            PluginError::new("bad-params", format!("params for action `{action}` are not valid JSON: {e}"))
+            PluginError::new(
+                "bad-params",
+                format!("params for action `{action}` are not valid JSON: {e}"),
+            )
         })?
     };
     let mut call = serde_json::Map::new();
@@ -68,8 +83,15 @@ pub(crate) fn parse_action<A: DeserializeOwned>(action: &str, params: &str) -> R
             // not shaped as the SDK expects.
             PluginError::new("unknown-action", format!("action `{action}`: {inner}"))
         } else {
-            let field = path.strip_prefix("params.").or_else(|| path.strip_prefix("params")).unwrap_or(&path);
-            let field = if field.is_empty() { "(the params object)" } else { field };
+            let field = path
+                .strip_prefix("params.")
+                .or_else(|| path.strip_prefix("params"))
+                .unwrap_or(&path);
+            let field = if field.is_empty() {
+                "(the params object)"
+            } else {
+                field
+            };
             PluginError::new(
                 "bad-params",
                 format!("params for action `{action}`, field `{field}`: {inner}"),
@@ -109,7 +131,14 @@ mod tests {
     #[test]
     fn typed_params_arrive() {
         let a: Action = parse_action("greet", r#"{"name":"node-1","times":2}"#).unwrap();
-        assert_eq!(a, Action::Greet(Greet { name: "node-1".into(), times: 2, tags: vec![] }));
+        assert_eq!(
+            a,
+            Action::Greet(Greet {
+                name: "node-1".into(),
+                times: 2,
+                tags: vec![]
+            })
+        );
     }
 
     #[test]
@@ -122,7 +151,11 @@ mod tests {
     fn unknown_action_is_its_own_code() {
         let e = parse_action::<Action>("greeet", "{}").unwrap_err();
         assert_eq!(e.code, "unknown-action");
-        assert!(e.message.contains("greeet") && e.message.contains("`greet`"), "{}", e.message);
+        assert!(
+            e.message.contains("greeet") && e.message.contains("`greet`"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -135,7 +168,8 @@ mod tests {
 
     #[test]
     fn nested_field_path_is_named() {
-        let e = parse_action::<Action>("greet", r#"{"name":"a","tags":[{"key":"k"},{"key":7}]}"#).unwrap_err();
+        let e = parse_action::<Action>("greet", r#"{"name":"a","tags":[{"key":"k"},{"key":7}]}"#)
+            .unwrap_err();
         assert_eq!(e.code, "bad-params");
         assert!(e.message.contains("field `tags[1].key`"), "{}", e.message);
     }

@@ -71,12 +71,19 @@ pub struct PluginError {
 impl PluginError {
     /// A non-retryable error.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into(), retryable: false }
+        Self {
+            code: code.into(),
+            message: message.into(),
+            retryable: false,
+        }
     }
 
     /// A retryable error: the same step may succeed if tried again unchanged.
     pub fn retryable(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { retryable: true, ..Self::new(code, message) }
+        Self {
+            retryable: true,
+            ..Self::new(code, message)
+        }
     }
 
     /// Same error with a context prefix on the message, for example the file being read.
@@ -102,6 +109,10 @@ impl std::error::Error for PluginError {}
 impl From<HostError> for PluginError {
     fn from(e: HostError) -> Self {
         let retryable = matches!(e, HostError::Timeout(_));
-        Self { code: e.code().to_owned(), message: e.to_string(), retryable }
+        Self {
+            code: e.code().to_owned(),
+            message: e.to_string(),
+            retryable,
+        }
     }
 }

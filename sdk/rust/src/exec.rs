@@ -26,7 +26,11 @@ pub struct Command {
 impl Command {
     /// A command with no arguments. `program` is an absolute path on the node.
     pub fn new(program: impl Into<String>) -> Self {
-        Self { program: program.into(), args: Vec::new(), stdin: None }
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            stdin: None,
+        }
     }
 
     /// Appends one argument.
@@ -60,11 +64,18 @@ impl Command {
     /// [`ExecError::Host`] when the host refused or could not run it (not granted,
     /// timeout, ...).
     pub fn output(&self) -> Result<Output, ExecError> {
-        let out = wit::run(&self.program, &self.args, self.stdin.as_deref()).map_err(|e| ExecError::Host {
-            command: self.to_string(),
-            source: HostError::from(e),
+        let out = wit::run(&self.program, &self.args, self.stdin.as_deref()).map_err(|e| {
+            ExecError::Host {
+                command: self.to_string(),
+                source: HostError::from(e),
+            }
         })?;
-        Ok(Output { exit_code: out.exit_code, stdout: out.stdout, stderr: out.stderr, truncated: out.truncated })
+        Ok(Output {
+            exit_code: out.exit_code,
+            stdout: out.stdout,
+            stderr: out.stderr,
+            truncated: out.truncated,
+        })
     }
 
     /// Runs the command and requires exit code 0.
@@ -187,7 +198,9 @@ mod tests {
 
     #[test]
     fn command_line_is_spelled_like_grant_messages() {
-        let c = Command::new("/usr/bin/kubeadm").args(["certs", "renew"]).arg("all");
+        let c = Command::new("/usr/bin/kubeadm")
+            .args(["certs", "renew"])
+            .arg("all");
         assert_eq!(c.to_string(), "/usr/bin/kubeadm certs renew all");
     }
 
@@ -199,7 +212,11 @@ mod tests {
         };
         let pe = PluginError::from(e);
         assert_eq!(pe.code, "not-granted");
-        assert!(pe.message.contains("running `/bin/rm -rf /`"), "{}", pe.message);
+        assert!(
+            pe.message.contains("running `/bin/rm -rf /`"),
+            "{}",
+            pe.message
+        );
     }
 
     #[test]
@@ -207,7 +224,11 @@ mod tests {
         let long = "é".repeat(600);
         let t = tail(&long, 512);
         assert!(t.starts_with("...") && t.len() <= 515);
-        let e = ExecError::Exit { command: "/bin/false".into(), exit_code: 1, stderr_tail: "boom".into() };
+        let e = ExecError::Exit {
+            command: "/bin/false".into(),
+            exit_code: 1,
+            stderr_tail: "boom".into(),
+        };
         let pe = PluginError::from(e);
         assert_eq!(pe.code, "command-failed");
         assert_eq!(pe.message, "`/bin/false` exited with code 1: boom");

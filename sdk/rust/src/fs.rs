@@ -33,9 +33,15 @@ impl FsError {
             io::ErrorKind::NotFound => format!(
                 " (if it exists on the node, the plugin needs a filesystem grant covering it, \
                  for example `{{path: {dir}, access: {}}}`)",
-                if self.needs_write() { "ReadWrite" } else { "ReadOnly" }
+                if self.needs_write() {
+                    "ReadWrite"
+                } else {
+                    "ReadOnly"
+                }
             ),
-            io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem if self.needs_write() => {
+            io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
+                if self.needs_write() =>
+            {
                 format!(" (writing needs a ReadWrite filesystem grant covering `{dir}`)")
             }
             io::ErrorKind::PermissionDenied => {
@@ -50,7 +56,9 @@ impl FsError {
     pub fn code(&self) -> &'static str {
         match self.source.kind() {
             io::ErrorKind::NotFound => "file-not-found",
-            io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => "file-access-denied",
+            io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
+                "file-access-denied"
+            }
             _ => "file-error",
         }
     }
@@ -63,7 +71,11 @@ impl From<FsError> for PluginError {
 }
 
 fn err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> FsError + 'a {
-    move |source| FsError { op, path: path.to_owned(), source }
+    move |source| FsError {
+        op,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// Reads a whole file as UTF-8 text.
@@ -124,8 +136,18 @@ mod tests {
         let e = read_to_string("/nonexistent-bosun-dir/os-release").unwrap_err();
         let pe = PluginError::from(e);
         assert_eq!(pe.code, "file-not-found");
-        assert!(pe.message.contains("reading `/nonexistent-bosun-dir/os-release`"), "{}", pe.message);
-        assert!(pe.message.contains("path: /nonexistent-bosun-dir, access: ReadOnly"), "{}", pe.message);
+        assert!(
+            pe.message
+                .contains("reading `/nonexistent-bosun-dir/os-release`"),
+            "{}",
+            pe.message
+        );
+        assert!(
+            pe.message
+                .contains("path: /nonexistent-bosun-dir, access: ReadOnly"),
+            "{}",
+            pe.message
+        );
     }
 
     #[test]

@@ -22,5 +22,9 @@ pub struct Response {
 /// the body exceeds the cap.
 pub fn get(url: &str, max_bytes: u64) -> Result<Response, HostError> {
     let r = wit::get(url, max_bytes).map_err(HostError::from)?;
-    Ok(Response { status: r.status, headers: r.headers, body: r.body })
+    Ok(Response {
+        status: r.status,
+        headers: r.headers,
+        body: r.body,
+    })
 }

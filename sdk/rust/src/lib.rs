@@ -112,8 +112,11 @@ pub trait Plugin {
 #[macro_export]
 macro_rules! metadata {
     () => {
-        $crate::Metadata::new(::core::env!("CARGO_PKG_NAME"), ::core::env!("CARGO_PKG_VERSION"))
-            .description(::core::env!("CARGO_PKG_DESCRIPTION"))
+        $crate::Metadata::new(
+            ::core::env!("CARGO_PKG_NAME"),
+            ::core::env!("CARGO_PKG_VERSION"),
+        )
+        .description(::core::env!("CARGO_PKG_DESCRIPTION"))
     };
 }
 

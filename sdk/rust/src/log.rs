@@ -44,8 +44,10 @@ mod imp {
             Level::Warn => wit::Level::Warn,
             Level::Error => wit::Level::Error,
         };
-        let fields: Vec<(String, String)> =
-            fields.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let fields: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
         wit::write(level, message, &fields);
     }
 

@@ -65,14 +65,20 @@ impl Metadata {
     /// Requests read-only access to a directory (an absolute path on the node).
     #[must_use]
     pub fn reads(mut self, path: impl Into<String>) -> Self {
-        self.capabilities.filesystem.push(PathRequest { path: path.into(), writable: false });
+        self.capabilities.filesystem.push(PathRequest {
+            path: path.into(),
+            writable: false,
+        });
         self
     }
 
     /// Requests read-write access to a directory (an absolute path on the node).
     #[must_use]
     pub fn writes(mut self, path: impl Into<String>) -> Self {
-        self.capabilities.filesystem.push(PathRequest { path: path.into(), writable: true });
+        self.capabilities.filesystem.push(PathRequest {
+            path: path.into(),
+            writable: true,
+        });
         self
     }
 
@@ -95,7 +101,10 @@ impl Metadata {
     /// Requests performing `actions` on the systemd unit `unit` (for example `kubelet.service`).
     #[must_use]
     pub fn controls(mut self, unit: impl Into<String>, actions: &[ServiceAction]) -> Self {
-        self.capabilities.services.push(UnitRequest { unit: unit.into(), actions: actions.to_vec() });
+        self.capabilities.services.push(UnitRequest {
+            unit: unit.into(),
+            actions: actions.to_vec(),
+        });
         self
     }
 
@@ -202,12 +211,18 @@ impl Capabilities {
             filesystem: self
                 .filesystem
                 .into_iter()
-                .map(|p| wit::PathRequest { path: p.path, writable: p.writable })
+                .map(|p| wit::PathRequest {
+                    path: p.path,
+                    writable: p.writable,
+                })
                 .collect(),
             exec: self
                 .exec
                 .into_iter()
-                .map(|c| wit::CommandRequest { command: c.command, args: c.args })
+                .map(|c| wit::CommandRequest {
+                    command: c.command,
+                    args: c.args,
+                })
                 .collect(),
             services: self
                 .services

@@ -40,12 +40,20 @@ pub struct Outcome {
 impl Outcome {
     /// The action changed the node.
     pub fn changed(message: impl Into<String>) -> Self {
-        Self { changed: true, message: message.into(), outputs: Vec::new() }
+        Self {
+            changed: true,
+            message: message.into(),
+            outputs: Vec::new(),
+        }
     }
 
     /// The node was already as wanted (or this was a dry run): nothing changed.
     pub fn unchanged(message: impl Into<String>) -> Self {
-        Self { changed: false, message: message.into(), outputs: Vec::new() }
+        Self {
+            changed: false,
+            message: message.into(),
+            outputs: Vec::new(),
+        }
     }
 
     /// Adds a named output.
@@ -56,7 +64,11 @@ impl Outcome {
     }
 
     pub(crate) fn into_wit(self) -> wit::Outcome {
-        wit::Outcome { changed: self.changed, message: self.message, outputs: self.outputs }
+        wit::Outcome {
+            changed: self.changed,
+            message: self.message,
+            outputs: self.outputs,
+        }
     }
 }
 
@@ -85,22 +97,38 @@ pub struct Check {
 impl Check {
     /// A passing check.
     pub fn pass(name: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { name: name.into(), status: CheckStatus::Pass, message: message.into() }
+        Self {
+            name: name.into(),
+            status: CheckStatus::Pass,
+            message: message.into(),
+        }
     }
 
     /// A warning.
     pub fn warn(name: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { name: name.into(), status: CheckStatus::Warn, message: message.into() }
+        Self {
+            name: name.into(),
+            status: CheckStatus::Warn,
+            message: message.into(),
+        }
     }
 
     /// A failing check: the step will not run.
     pub fn fail(name: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { name: name.into(), status: CheckStatus::Fail, message: message.into() }
+        Self {
+            name: name.into(),
+            status: CheckStatus::Fail,
+            message: message.into(),
+        }
     }
 
     /// `pass` when `ok`, otherwise `fail`, with the same message.
     pub fn require(name: impl Into<String>, ok: bool, message: impl Into<String>) -> Self {
-        if ok { Self::pass(name, message) } else { Self::fail(name, message) }
+        if ok {
+            Self::pass(name, message)
+        } else {
+            Self::fail(name, message)
+        }
     }
 
     pub(crate) fn into_wit(self) -> wit::Check {

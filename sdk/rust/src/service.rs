@@ -49,7 +49,10 @@ impl UnitStatus {
 
 impl From<wit::UnitStatus> for UnitStatus {
     fn from(s: wit::UnitStatus) -> Self {
-        Self { active_state: s.active_state, sub_state: s.sub_state }
+        Self {
+            active_state: s.active_state,
+            sub_state: s.sub_state,
+        }
     }
 }
 
@@ -65,7 +68,9 @@ pub fn control(unit: &str, action: Action) -> Result<UnitStatus, HostError> {
         Action::Restart => wit::Action::Restart,
         Action::Reload => wit::Action::Reload,
     };
-    wit::control(unit, action).map(UnitStatus::from).map_err(HostError::from)
+    wit::control(unit, action)
+        .map(UnitStatus::from)
+        .map_err(HostError::from)
 }
 
 /// Restarts `unit`; see [`control`].
@@ -81,5 +86,7 @@ pub fn restart(unit: &str) -> Result<UnitStatus, HostError> {
 /// # Errors
 /// [`HostError::NotGranted`] when the plugin has no grant for `unit`.
 pub fn status(unit: &str) -> Result<UnitStatus, HostError> {
-    wit::status(unit).map(UnitStatus::from).map_err(HostError::from)
+    wit::status(unit)
+        .map(UnitStatus::from)
+        .map_err(HostError::from)
 }

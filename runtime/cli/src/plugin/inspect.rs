@@ -37,13 +37,20 @@ pub fn inspect(args: &InspectArgs) -> Result<Status> {
     // The bundle is shown as found, not verified: `verify` is the command that checks it.
     let bundle = SignatureBundle::read(&bundle_path).ok();
     match args.output {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&to_json(&file, &meta, bundle.as_ref()))?),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&to_json(&file, &meta, bundle.as_ref()))?
+        ),
         Format::Text => print_text(&file, &meta, bundle.as_ref(), &bundle_path),
     }
     Ok(Status::Success)
 }
 
-fn to_json(file: &PluginFile, meta: &Metadata, bundle: Option<&SignatureBundle>) -> serde_json::Value {
+fn to_json(
+    file: &PluginFile,
+    meta: &Metadata,
+    bundle: Option<&SignatureBundle>,
+) -> serde_json::Value {
     let caps = &meta.capabilities;
     json!({
         "name": meta.name,
@@ -75,7 +82,12 @@ fn to_json(file: &PluginFile, meta: &Metadata, bundle: Option<&SignatureBundle>)
     })
 }
 
-fn print_text(file: &PluginFile, meta: &Metadata, bundle: Option<&SignatureBundle>, bundle_path: &std::path::Path) {
+fn print_text(
+    file: &PluginFile,
+    meta: &Metadata,
+    bundle: Option<&SignatureBundle>,
+    bundle_path: &std::path::Path,
+) {
     println!("name:        {}", meta.name);
     println!("version:     {}", meta.version);
     println!("abi:         bosun:plugin@{}", meta.abi_version);
@@ -101,7 +113,11 @@ fn print_text(file: &PluginFile, meta: &Metadata, bundle: Option<&SignatureBundl
         println!(
             "  {}{} - {}",
             a.name,
-            if a.idempotent { " (idempotent)" } else { " (not idempotent)" },
+            if a.idempotent {
+                " (idempotent)"
+            } else {
+                " (not idempotent)"
+            },
             a.description
         );
         let schema = serde_json::from_str::<serde_json::Value>(&a.params_schema)
@@ -114,11 +130,18 @@ fn print_text(file: &PluginFile, meta: &Metadata, bundle: Option<&SignatureBundl
     }
     let caps = &meta.capabilities;
     println!("requested capabilities:");
-    if caps.filesystem.is_empty() && caps.exec.is_empty() && caps.services.is_empty() && caps.http.is_empty() {
+    if caps.filesystem.is_empty()
+        && caps.exec.is_empty()
+        && caps.services.is_empty()
+        && caps.http.is_empty()
+    {
         println!("  none");
     }
     for (path, writable) in &caps.filesystem {
-        println!("  filesystem {path} ({})", if *writable { "ReadWrite" } else { "ReadOnly" });
+        println!(
+            "  filesystem {path} ({})",
+            if *writable { "ReadWrite" } else { "ReadOnly" }
+        );
     }
     for (command, args) in &caps.exec {
         println!("  exec {command} {}", args.join(" "));

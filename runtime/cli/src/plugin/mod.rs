@@ -56,9 +56,14 @@ struct PluginFile {
 
 impl PluginFile {
     fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).with_context(|| format!("reading plugin file {}", path.display()))?;
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading plugin file {}", path.display()))?;
         let digest = Digest::of(&bytes);
-        Ok(PluginFile { path: path.to_owned(), bytes, digest })
+        Ok(PluginFile {
+            path: path.to_owned(),
+            bytes,
+            digest,
+        })
     }
 
     /// Calls the plugin's `describe` in the sandbox with no grants and without signature

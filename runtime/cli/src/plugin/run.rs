@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use bosun_api::grants::Grants;
 use bosun_host::{
-    Captured, CheckStatus, ExecIsolation, Host, HostConfig, LoadedPlugin, NodeContext, PluginPin, RecordingBackend,
-    RunOptions,
+    Captured, CheckStatus, ExecIsolation, Host, HostConfig, LoadedPlugin, NodeContext, PluginPin,
+    RecordingBackend, RunOptions,
 };
 use bosun_trust::{SignatureBundle, TrustRoots};
 use clap::{Args, ValueEnum};
@@ -90,7 +90,10 @@ pub fn run(args: &RunArgs) -> Result<Status> {
     let file = PluginFile::read(&args.file)?;
     let params = read_params(&args.params)?;
     let grants = read_grants(args.grants.as_ref())?;
-    let bundle_path = args.bundle.clone().unwrap_or_else(|| SignatureBundle::path_for(&args.file));
+    let bundle_path = args
+        .bundle
+        .clone()
+        .unwrap_or_else(|| SignatureBundle::path_for(&args.file));
     let bundle = SignatureBundle::read(&bundle_path).with_context(|| {
         format!(
             "{} has no usable signature bundle; sign it first: kubectl bosun plugin sign --key KEY {}",
@@ -121,10 +124,7 @@ pub fn run(args: &RunArgs) -> Result<Status> {
         println!("preflight {}:", args.action);
         let report = host
             .preflight(&plugin, &grants, &node, &args.action, &params)
-            .map_err(|f| {
-                print_captured(&f.captured);
-                f
-            })
+            .inspect_err(|f| print_captured(&f.captured))
             .context("preflight")?;
         print_captured(&report.captured);
         match report.result {
@@ -140,52 +140,86 @@ pub fn run(args: &RunArgs) -> Result<Status> {
                 if checks.is_empty() {
                     println!("  (no checks)");
                 }
-                let failed: Vec<&str> =
-                    checks.iter().filter(|c| c.status == CheckStatus::Fail).map(|c| c.name.as_str()).collect();
+                let failed: Vec<&str> = checks
+                    .iter()
+                    .filter(|c| c.status == CheckStatus::Fail)
+                    .map(|c| c.name.as_str())
+                    .collect();
                 if !failed.is_empty() {
-                    eprintln!("error: preflight check(s) failed: {}; the action did not run", failed.join(", "));
+                    eprintln!(
+                        "error: preflight check(s) failed: {}; the action did not run",
+                        failed.join(", ")
+                    );
                     return Ok(Status::PluginFailed);
                 }
             }
             Err(e) => {
-                eprintln!("error: preflight failed: {} (code {}{})", e.message, e.code, retry_note(e.retryable));
+                eprintln!(
+                    "error: preflight failed: {} (code {}{})",
+                    e.message,
+                    e.code,
+                    retry_note(e.retryable)
+                );
                 return Ok(Status::PluginFailed);
             }
         }
     }
 
-    println!("run {}{}:", args.action, if args.dry_run { " (dry run)" } else { "" });
-    let options = RunOptions { dry_run: args.dry_run, deadline: args.deadline.map(Duration::from_secs) };
+    println!(
+        "run {}{}:",
+        args.action,
+        if args.dry_run { " (dry run)" } else { "" }
+    );
+    let options = RunOptions {
+        dry_run: args.dry_run,
+        deadline: args.deadline.map(Duration::from_secs),
+    };
     let report = host
         .run(&plugin, &grants, &node, &args.action, &params, options)
-        .map_err(|f| {
-            print_captured(&f.captured);
-            f
-        })
+        .inspect_err(|f| print_captured(&f.captured))
         .context("run")?;
     print_captured(&report.captured);
     match report.result {
         Ok(outcome) => {
-            println!("outcome: {}: {}", if outcome.changed { "changed" } else { "unchanged" }, outcome.message);
+            println!(
+                "outcome: {}: {}",
+                if outcome.changed {
+                    "changed"
+                } else {
+                    "unchanged"
+                },
+                outcome.message
+            );
             for (k, v) in &outcome.outputs {
                 println!("  {k} = {v}");
             }
             Ok(Status::Success)
         }
         Err(e) => {
-            eprintln!("error: the plugin failed: {} (code {}{})", e.message, e.code, retry_note(e.retryable));
+            eprintln!(
+                "error: the plugin failed: {} (code {}{})",
+                e.message,
+                e.code,
+                retry_note(e.retryable)
+            );
             Ok(Status::PluginFailed)
         }
     }
 }
 
 fn retry_note(retryable: bool) -> &'static str {
-    if retryable { ", retryable" } else { ", not retryable" }
+    if retryable {
+        ", retryable"
+    } else {
+        ", not retryable"
+    }
 }
 
 fn read_params(arg: &str) -> Result<String> {
     let text = match arg.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading params file {path}"))?,
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading params file {path}"))?
+        }
         None => arg.to_owned(),
     };
     // Checked here so a typo is reported as the user's input, not as the plugin's problem.
@@ -198,9 +232,13 @@ fn read_grants(path: Option<&PathBuf>) -> Result<Grants> {
     let Some(path) = path else {
         return Ok(Grants::default());
     };
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading grants file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading grants file {}", path.display()))?;
     if text.trim().is_empty() {
-        bail!("grants file {} is empty; write `{{}}` to grant nothing", path.display());
+        bail!(
+            "grants file {} is empty; write `{{}}` to grant nothing",
+            path.display()
+        );
     }
     serde_yaml::from_str(&text).with_context(|| {
         format!(
@@ -212,17 +250,35 @@ fn read_grants(path: Option<&PathBuf>) -> Result<Grants> {
 
 fn print_header(plugin: &LoadedPlugin) {
     let meta = plugin.metadata();
-    println!("plugin {} {} ({})", meta.name, meta.version, plugin.digest());
+    println!(
+        "plugin {} {} ({})",
+        meta.name,
+        meta.version,
+        plugin.digest()
+    );
     if let Some(v) = plugin.verified() {
-        println!("verified: signed by {} ({}, trust root {})", v.key_id, v.algorithm.as_str(), v.origin);
+        println!(
+            "verified: signed by {} ({}, trust root {})",
+            v.key_id,
+            v.algorithm.as_str(),
+            v.origin
+        );
     }
 }
 
 fn print_captured(c: &Captured) {
     for line in &c.lines {
-        let fields: String = line.fields.iter().map(|(k, v)| format!(" {k}={v}")).collect();
+        let fields: String = line
+            .fields
+            .iter()
+            .map(|(k, v)| format!(" {k}={v}"))
+            .collect();
         let cut = if line.truncated { " [truncated]" } else { "" };
-        println!("  [{}] {}{fields}{cut}", format!("{:?}", line.level).to_lowercase(), line.message);
+        println!(
+            "  [{}] {}{fields}{cut}",
+            format!("{:?}", line.level).to_lowercase(),
+            line.message
+        );
     }
     if let Some(p) = &c.progress {
         println!("  progress {}/{}: {}", p.done, p.total, p.message);

@@ -31,9 +31,20 @@ const GITIGNORE: &str = include_str!("templates/gitignore.tmpl");
 pub fn new(args: &NewArgs) -> Result<Status> {
     bosun_trust::statement::validate_name(&args.name)
         .context("the plugin name is also its signed name")?;
-    let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(&args.name));
-    if dir.exists() && dir.read_dir().map(|mut d| d.next().is_some()).unwrap_or(true) {
-        bail!("{} already exists and is not empty; choose another --dir", dir.display());
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.name));
+    if dir.exists()
+        && dir
+            .read_dir()
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        bail!(
+            "{} already exists and is not empty; choose another --dir",
+            dir.display()
+        );
     }
     let sdk = match &args.sdk_path {
         Some(p) => check_sdk(p)?,
@@ -49,18 +60,25 @@ pub fn new(args: &NewArgs) -> Result<Status> {
         .split('-')
         .map(|part| {
             let mut c = part.chars();
-            c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
         })
         .collect();
     // A name starting with a digit is a valid DNS label but not a Rust identifier.
-    let type_name = if type_name.starts_with(|c: char| c.is_ascii_digit()) { format!("P{type_name}") } else { type_name };
+    let type_name = if type_name.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("P{type_name}")
+    } else {
+        type_name
+    };
     let fill = |t: &str| {
         t.replace("{{name}}", &args.name)
             .replace("{{lib_name}}", &lib_name)
             .replace("{{type_name}}", &type_name)
             .replace("{{sdk_path}}", &toml_escape(sdk_str))
     };
-    std::fs::create_dir_all(dir.join("src")).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(dir.join("src"))
+        .with_context(|| format!("creating {}", dir.display()))?;
     for (rel, body) in [
         ("Cargo.toml", CARGO_TOML),
         ("src/lib.rs", LIB_RS),
@@ -71,9 +89,17 @@ pub fn new(args: &NewArgs) -> Result<Status> {
         let path = dir.join(rel);
         std::fs::write(&path, fill(body)).with_context(|| format!("writing {}", path.display()))?;
     }
-    println!("created plugin {} in {} (SDK: {})", args.name, dir.display(), sdk.display());
+    println!(
+        "created plugin {} in {} (SDK: {})",
+        args.name,
+        dir.display(),
+        sdk.display()
+    );
     println!("next:");
-    println!("  cd {} && cargo build --release --target wasm32-wasip2", dir.display());
+    println!(
+        "  cd {} && cargo build --release --target wasm32-wasip2",
+        dir.display()
+    );
     println!("  kubectl bosun plugin sign --key KEY target/wasm32-wasip2/release/{lib_name}.wasm");
     Ok(Status::Success)
 }
@@ -85,12 +111,21 @@ fn toml_escape(s: &str) -> String {
 
 fn check_sdk(path: &Path) -> Result<PathBuf> {
     let manifest = path.join("Cargo.toml");
-    let text = std::fs::read_to_string(&manifest)
-        .with_context(|| format!("{} is not the SDK crate: cannot read {}", path.display(), manifest.display()))?;
+    let text = std::fs::read_to_string(&manifest).with_context(|| {
+        format!(
+            "{} is not the SDK crate: cannot read {}",
+            path.display(),
+            manifest.display()
+        )
+    })?;
     if !text.contains("name = \"bosun-plugin-sdk\"") {
-        bail!("{} is not the bosun-plugin-sdk crate (its Cargo.toml names another package)", manifest.display());
+        bail!(
+            "{} is not the bosun-plugin-sdk crate (its Cargo.toml names another package)",
+            manifest.display()
+        );
     }
-    path.canonicalize().with_context(|| format!("resolving {}", path.display()))
+    path.canonicalize()
+        .with_context(|| format!("resolving {}", path.display()))
 }
 
 /// Looks for `sdk/rust` above the current directory, then above this binary, then in
@@ -107,10 +142,10 @@ fn find_sdk() -> Result<PathBuf> {
     for start in starts {
         for dir in start.ancestors() {
             let candidate = dir.join("sdk/rust");
-            if candidate.join("Cargo.toml").is_file() {
-                if let Ok(p) = check_sdk(&candidate) {
-                    return Ok(p);
-                }
+            if candidate.join("Cargo.toml").is_file()
+                && let Ok(p) = check_sdk(&candidate)
+            {
+                return Ok(p);
             }
         }
     }

@@ -39,8 +39,14 @@ pub fn keygen(args: &KeygenArgs) -> Result<Status> {
         KeyAlgorithm::P256 => SigningKey::generate_p256(),
     };
     let files = bosun_trust::write_key_pair(&args.out, &args.stem, &key)?;
-    println!("private key: {} (keep it secret; mode 0600)", files.private_key.display());
-    println!("public key:  {} (add it to the trust roots)", files.public_key.display());
+    println!(
+        "private key: {} (keep it secret; mode 0600)",
+        files.private_key.display()
+    );
+    println!(
+        "public key:  {} (add it to the trust roots)",
+        files.public_key.display()
+    );
     println!("key id:      {}", files.key_id);
     Ok(Status::Success)
 }
@@ -102,7 +108,10 @@ pub fn sign(args: &SignArgs) -> Result<Status> {
         (None, Some(sig)) => cosign_entry(sig)?,
         (None, None) => bail!("give --key KEY or --cosign-signature SIG"),
     };
-    let path = args.bundle.clone().unwrap_or_else(|| SignatureBundle::path_for(&args.file));
+    let path = args
+        .bundle
+        .clone()
+        .unwrap_or_else(|| SignatureBundle::path_for(&args.file));
     // Keep other signers' signatures when they cover the same statement; a bundle for
     // other bytes (an older build) is replaced, since its signatures cannot apply.
     let mut bundle = match SignatureBundle::read(&path) {
@@ -118,7 +127,9 @@ pub fn sign(args: &SignArgs) -> Result<Status> {
             SignatureBundle::new(&statement)
         }
         Err(_) if !path.exists() => SignatureBundle::new(&statement),
-        Err(e) => return Err(e).context("the existing bundle is unreadable; remove it or pass --bundle"),
+        Err(e) => {
+            return Err(e).context("the existing bundle is unreadable; remove it or pass --bundle");
+        }
     };
     let key_id = signature.key_id.clone();
     let algorithm = signature.algorithm;
@@ -134,10 +145,14 @@ pub fn sign(args: &SignArgs) -> Result<Status> {
     println!(
         "signature: {} by {} -> {} ({} signature{})",
         algorithm.as_str(),
-        key_id.as_deref().unwrap_or("an external P-256 key (no key id: verification tries every P-256 trust root)"),
+        key_id.as_deref().unwrap_or("a cosign key (no key id)"),
         path.display(),
         bundle.signatures.len(),
-        if bundle.signatures.len() == 1 { "" } else { "s" }
+        if bundle.signatures.len() == 1 {
+            ""
+        } else {
+            "s"
+        }
     );
     Ok(Status::Success)
 }
@@ -145,14 +160,21 @@ pub fn sign(args: &SignArgs) -> Result<Status> {
 /// A bundle entry for a `cosign sign-blob` signature (base64 ASN.1 DER, ECDSA P-256).
 fn cosign_entry(arg: &str) -> Result<PluginSignature> {
     let text = match arg.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading signature file {path}"))?,
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading signature file {path}"))?,
         None => arg.to_owned(),
     };
     let text = text.trim();
     base64::engine::general_purpose::STANDARD
         .decode(text)
-        .context("the cosign signature is not base64; pass exactly what `cosign sign-blob` printed")?;
-    Ok(PluginSignature { algorithm: Algorithm::EcdsaP256Sha256, key_id: None, signature: text.to_owned() })
+        .context(
+            "the cosign signature is not base64; pass exactly what `cosign sign-blob` printed",
+        )?;
+    Ok(PluginSignature {
+        algorithm: Algorithm::EcdsaP256Sha256,
+        key_id: None,
+        signature: text.to_owned(),
+    })
 }
 
 #[derive(Debug, Args)]
@@ -170,9 +192,16 @@ pub struct VerifyArgs {
 
 pub fn verify(args: &VerifyArgs) -> Result<Status> {
     let file = PluginFile::read(&args.file)?;
-    let path = args.bundle.clone().unwrap_or_else(|| SignatureBundle::path_for(&args.file));
-    let bundle = SignatureBundle::read(&path)
-        .with_context(|| format!("no usable signature bundle for {}; sign it with `kubectl bosun plugin sign`", args.file.display()))?;
+    let path = args
+        .bundle
+        .clone()
+        .unwrap_or_else(|| SignatureBundle::path_for(&args.file));
+    let bundle = SignatureBundle::read(&path).with_context(|| {
+        format!(
+            "no usable signature bundle for {}; sign it with `kubectl bosun plugin sign`",
+            args.file.display()
+        )
+    })?;
     let roots = TrustRoots::load(&args.trust_roots)?;
     let verified = bundle
         .verify(&file.bytes, &roots)
@@ -183,7 +212,12 @@ pub fn verify(args: &VerifyArgs) -> Result<Status> {
         verified.statement.version(),
         verified.statement.digest()
     );
-    println!("signed by {} ({}, trust root {})", verified.key_id, verified.algorithm.as_str(), verified.origin);
+    println!(
+        "signed by {} ({}, trust root {})",
+        verified.key_id,
+        verified.algorithm.as_str(),
+        verified.origin
+    );
     Ok(Status::Success)
 }
 
@@ -200,6 +234,8 @@ pub fn statement(args: &StatementArgs) -> Result<Status> {
     let file = PluginFile::read(&args.file)?;
     let statement = args.identity.statement(&file)?;
     use std::io::Write as _;
-    std::io::stdout().write_all(&statement.to_bytes()).context("writing to stdout")?;
+    std::io::stdout()
+        .write_all(&statement.to_bytes())
+        .context("writing to stdout")?;
     Ok(Status::Success)
 }
