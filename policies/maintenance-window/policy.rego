@@ -31,48 +31,54 @@ day_ns := ((24 * 60) * 60) * 1000000000
 minutes(hhmm) := m if {
 	parts := split(hhmm, ":")
 	count(parts) == 2
+
 	# to_number refuses a leading zero ("04" is not a JSON number): parse "104" and
 	# take the 100 back off.
 	m := ((to_number(concat("", ["1", parts[0]])) - 100) * 60) + (to_number(concat("", ["1", parts[1]])) - 100)
 }
 
-opens_on(w, weekday) if {
-	some d in w.days
-	lower(substring(d, 0, 3)) == lower(substring(weekday, 0, 3))
-}
-
-local_minutes(tz) := m if {
-	[h, mi, _] := time.clock([now_ns, tz])
-	m := (h * 60) + mi
-}
-
 tz_of(w) := object.get(w, "timezone", default_timezone)
 
+# The clock in every zone a window is written in, computed once per decision:
+# today's and yesterday's weekday (three letters, lower case) and minutes since midnight.
+local[tz] := {"today": today, "yesterday": yesterday, "minutes": (h * 60) + m} if {
+	some w in windows
+	tz := tz_of(w)
+	[h, m, _] := time.clock([now_ns, tz])
+	today := lower(substring(time.weekday([now_ns, tz]), 0, 3))
+	yesterday := lower(substring(time.weekday([now_ns - day_ns, tz]), 0, 3))
+}
+
+# Each window with its times parsed and its days normalised.
+spans contains {"start": minutes(w.start), "end": minutes(w.end), "days": {lower(substring(d, 0, 3)) | some d in w.days}, "clock": local[tz_of(w)]} if {
+	some w in windows
+}
+
 # Same-day window: start <= now < end on an opening day.
-open(w) if {
-	minutes(w.start) < minutes(w.end)
-	opens_on(w, time.weekday([now_ns, tz_of(w)]))
-	minutes(w.start) <= local_minutes(tz_of(w))
-	local_minutes(tz_of(w)) < minutes(w.end)
+open(s) if {
+	s.start < s.end
+	s.clock.today in s.days
+	s.start <= s.clock.minutes
+	s.clock.minutes < s.end
 }
 
 # Window crossing midnight, evening part: opened today.
-open(w) if {
-	minutes(w.start) >= minutes(w.end)
-	opens_on(w, time.weekday([now_ns, tz_of(w)]))
-	local_minutes(tz_of(w)) >= minutes(w.start)
+open(s) if {
+	s.start >= s.end
+	s.clock.today in s.days
+	s.clock.minutes >= s.start
 }
 
 # Window crossing midnight, morning part: opened yesterday.
-open(w) if {
-	minutes(w.start) >= minutes(w.end)
-	opens_on(w, time.weekday([now_ns - day_ns, tz_of(w)]))
-	local_minutes(tz_of(w)) < minutes(w.end)
+open(s) if {
+	s.start >= s.end
+	s.clock.yesterday in s.days
+	s.clock.minutes < s.end
 }
 
 any_open if {
-	some w in windows
-	open(w)
+	some s in spans
+	open(s)
 }
 
 describe(w) := sprintf("%s %s-%s %s", [concat(",", w.days), w.start, w.end, tz_of(w)])

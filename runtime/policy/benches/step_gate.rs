@@ -124,6 +124,40 @@ fn main() {
         );
     }
 
+    // Where the time goes, on the first input: each step policy alone, and the input
+    // encoding alone.
+    if let Some((name, input)) = inputs.first() {
+        let p50 = |f: &mut dyn FnMut()| {
+            let n = (iterations / 4).max(100);
+            let mut s: Vec<Duration> = (0..n)
+                .map(|_| {
+                    let t = Instant::now();
+                    f();
+                    t.elapsed()
+                })
+                .collect();
+            s.sort();
+            us(percentile(&s, 0.5))
+        };
+        let encode = p50(&mut || {
+            black_box(regorus::Value::from(serde_json::to_value(black_box(input)).unwrap()));
+        });
+        let mut parts = serde_json::Map::new();
+        parts.insert("input encoding".into(), encode.into());
+        for p in &policies {
+            let one = PolicySet::compile(std::slice::from_ref(p), Limits::default());
+            if one.statuses()[0].point != Some(DecisionPoint::Step) {
+                continue;
+            }
+            let mut e = one.evaluator();
+            parts.insert(p.name.clone(), p50(&mut || drop(black_box(e.step(input)))).into());
+        }
+        println!(
+            "{}",
+            serde_json::json!({"engine": "regorus", "input": name, "breakdown_p50_us": parts})
+        );
+    }
+
     // 2. Criterion (mean and confidence interval).
     let mut c = Criterion::default()
         .configure_from_args()
