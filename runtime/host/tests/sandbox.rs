@@ -599,3 +599,18 @@ fn exec_paths_with_dotdot_are_invalid_not_resolved() {
     assert_eq!(e.code, "host:invalid-argument");
     assert_happy(&node, &host);
 }
+
+#[test]
+fn exec_that_outlives_its_grant_timeout_is_killed() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let grants = Grants {
+        exec: vec![ExecGrant { command: "/usr/bin/spin".into(), args: vec![], timeout_seconds: Some(1), max_output_bytes: None }],
+        ..Grants::default()
+    };
+    let (e, _) = refused(&host, &bad, &grants, "exec", r#"{"command":"/usr/bin/spin"}"#);
+    assert_eq!(e.code, "host:timeout");
+    assert!(e.message.contains("/usr/bin/spin ran longer than 1s"), "{}", e.message);
+    assert_happy(&node, &host);
+}

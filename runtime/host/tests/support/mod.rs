@@ -158,7 +158,8 @@ fn install_shell(root: &Path) {
 /// - `/ro/secret.txt` and `/rw/` for cross-domain tests; `/rw/escape` → `../../outside`
 ///   and `/rw/abs-escape` → the absolute path of `outside`;
 /// - `/etc/os-release`, `/etc/marker` and `/usr/bin/greet`, a shell script that prints
-///   its argument and the marker (which only exists inside the root);
+///   its argument and the marker (which only exists inside the root), and
+///   `/usr/bin/spin`, a shell script that never ends;
 /// - `outside/secret.txt` next to the root.
 pub fn node() -> Node {
     let dir = tempfile::tempdir().unwrap();
@@ -177,8 +178,11 @@ pub fn node() -> Node {
     );
     write(&root.join("etc/marker"), "inside-the-root\n");
     write(&root.join("usr/bin/greet"), "#!/bin/sh\nread marker < /etc/marker || marker=unconfined\necho \"hello $1 from $marker\"\n");
+    write(&root.join("usr/bin/spin"), "#!/bin/sh\nwhile :; do :; done\n");
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(root.join("usr/bin/greet"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for script in ["usr/bin/greet", "usr/bin/spin"] {
+        std::fs::set_permissions(root.join(script), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
     install_shell(&root);
     Node { dir, signer: Signer::new(), services: Arc::new(RecordingBackend::logging_to_host_root()) }
 }
