@@ -86,7 +86,11 @@ fn main() {
     let warmup = iterations / 10;
     let policies = shipped_policies();
     let set = PolicySet::compile(&policies, Limits::default());
-    assert!(set.is_healthy(), "shipped policies must compile: {:?}", set.statuses());
+    assert!(
+        set.is_healthy(),
+        "shipped policies must compile: {:?}",
+        set.statuses()
+    );
     let step_policies = set
         .statuses()
         .iter()
@@ -140,7 +144,9 @@ fn main() {
             us(percentile(&s, 0.5))
         };
         let encode = p50(&mut || {
-            black_box(regorus::Value::from(serde_json::to_value(black_box(input)).unwrap()));
+            black_box(regorus::Value::from(
+                serde_json::to_value(black_box(input)).unwrap(),
+            ));
         });
         let mut parts = serde_json::Map::new();
         parts.insert("input encoding".into(), encode.into());
@@ -150,7 +156,10 @@ fn main() {
                 continue;
             }
             let mut e = one.evaluator();
-            parts.insert(p.name.clone(), p50(&mut || drop(black_box(e.step(input)))).into());
+            parts.insert(
+                p.name.clone(),
+                p50(&mut || drop(black_box(e.step(input)))).into(),
+            );
         }
         println!(
             "{}",
