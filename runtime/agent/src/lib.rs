@@ -1,0 +1,305 @@
+//! The Bosun node agent: runs its own node's NodeTask steps as signed plugins.
+//!
+//! The agent watches only NodeTasks labelled `bosun.dev/node=<its node>`. When a task is
+//! Running (the controller gave it its turn) and its next step runs on the agent, the agent
+//! resolves the step's Plugin (see [`plugins`]), and runs it through `bosun-host` with the
+//! Plugin's grants (see [`step`]): the host verifies digest and signature before compiling,
+//! runs preflight, then the action. The agent writes the step's status (times with
+//! microseconds, outcome, bounded log tail, preflight results) with server-side apply, and
+//! on a failure moves the task to Blocked with the reason. Finishing a task (Succeeded) is
+//! the controller's call, once every step succeeded.
+//!
+//! Restart rule: a step found Running when the agent (re)starts was interrupted; it runs
+//! again only if the plugin declares the action idempotent, otherwise the task blocks as
+//! Interrupted for a person to decide.
+
+pub mod plugins;
+pub mod step;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
+use bosun_api::operation::{RunsOn, labels};
+use bosun_controller::progress::{Progress, progress, step_status};
+use bosun_controller::time::precise;
+use bosun_host::{Host, NodeContext};
+use bosun_planner::state::{StepEvent, TaskEvent, step_transition, task_transition};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::{Controller, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tracing::Instrument;
+
+use crate::plugins::{Resolved, Store, resolve};
+use crate::step::{StepCall, StepResult, execute};
+
+/// The agent's errors: API calls and state transitions. A step that fails is not an error
+/// here; it is a Failed step in status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("NodeTask {task}: {source}")]
+    Transition {
+        task: String,
+        #[source]
+        source: bosun_planner::state::TransitionError,
+    },
+    #[error("the step runner thread stopped: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// What every reconcile of the agent shares.
+pub struct Agent {
+    pub client: Client,
+    pub node_name: String,
+    pub host: Arc<Host>,
+    pub store: Store,
+    /// Field manager for server-side apply of step status.
+    pub manager: String,
+    /// (task uid, step) → the attempt this process last started. The watch cache may lag
+    /// behind this process's own writes; a status showing fewer attempts than this is
+    /// stale, not a step to run again or an interrupted one.
+    pub started: std::sync::Mutex<std::collections::HashMap<(String, String), u32>>,
+}
+
+impl Agent {
+    /// An agent for `node_name`.
+    pub fn new(client: Client, node_name: String, host: Arc<Host>, store: Store, manager: String) -> Agent {
+        Agent { client, node_name, host, store, manager, started: Default::default() }
+    }
+
+    fn started_attempt(&self, task: &NodeTask, step: &str) -> u32 {
+        let key = (task.uid().unwrap_or_default(), step.to_string());
+        self.started.lock().map(|m| m.get(&key).copied().unwrap_or(0)).unwrap_or(0)
+    }
+
+    fn record_start(&self, task: &NodeTask, step: &str, attempt: u32) {
+        if let Ok(mut m) = self.started.lock() {
+            m.insert((task.uid().unwrap_or_default(), step.to_string()), attempt);
+        }
+    }
+}
+
+/// How soon to look again when the watch cache has not caught up with our own write.
+const STALE_RETRY: Duration = Duration::from_millis(300);
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("node_name", &self.node_name).field("store", &self.store).finish_non_exhaustive()
+    }
+}
+
+/// Runs the agent until SIGTERM / Ctrl-C.
+pub async fn run(agent: Arc<Agent>) {
+    let tasks: Api<NodeTask> = Api::all(agent.client.clone());
+    let selector = format!("{}={}", labels::NODE, agent.node_name);
+    Controller::new(tasks, watcher::Config::default().labels(&selector))
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, agent)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "reconcile error");
+            }
+        })
+        .await;
+}
+
+/// Retry a failed reconcile (an API error) a little later.
+pub fn error_policy(task: Arc<NodeTask>, error: &Error, _agent: Arc<Agent>) -> Action {
+    tracing::warn!(task = %task.name_any(), %error, "agent reconcile failed; retrying in 5s");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// One look at one of this node's NodeTasks: run its next agent step if it is its turn.
+///
+/// Guarantees: runs nothing unless the task is Running (the controller's decision) and the
+/// next step in spec order runs on the agent; never runs a step after a failed one; writes
+/// the step as Running (with its start time) before the plugin starts, so a restart can
+/// tell an interrupted step.
+pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action, Error> {
+    if task.spec.node_name != agent.node_name {
+        return Ok(Action::await_change());
+    }
+    let status = task.status.clone().unwrap_or_default();
+    if status.phase != NodeTaskPhase::Running {
+        return Ok(Action::await_change());
+    }
+    let seen = |index: usize| step_status(&status.steps, &task.spec.steps[index].name).map_or(0, |s| s.attempts);
+    let ours = |index: usize| agent.started_attempt(&task, &task.spec.steps[index].name);
+    match progress(&task.spec.steps, &status.steps) {
+        Progress::Next { index, runs_on: RunsOn::Agent } if ours(index) > seen(index) => Ok(Action::requeue(STALE_RETRY)),
+        Progress::Running { index, runs_on: RunsOn::Agent } if ours(index) >= seen(index) => Ok(Action::requeue(STALE_RETRY)),
+        Progress::Next { index, runs_on: RunsOn::Agent } => {
+            run_step(&task, index, &agent).await?;
+            // The write above triggers another reconcile for the next step.
+            Ok(Action::await_change())
+        }
+        Progress::Running { index, runs_on: RunsOn::Agent } => {
+            interrupted(&task, index, &agent).await?;
+            Ok(Action::await_change())
+        }
+        _ => Ok(Action::await_change()),
+    }
+}
+
+async fn run_step(task: &NodeTask, index: usize, agent: &Agent) -> Result<(), Error> {
+    let step = &task.spec.steps[index];
+    let span = tracing::info_span!("step", operation = %task.spec.operation, node = %agent.node_name, step = %step.name, plugin = step.plugin.as_deref().unwrap_or(""));
+    run_step_inner(task, index, agent).instrument(span).await
+}
+
+async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<(), Error> {
+    let step = &task.spec.steps[index];
+    let name = task.name_any();
+    let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name).cloned().unwrap_or_default();
+    let phase = step_transition(previous.phase, StepEvent::Start).map_err(|source| Error::Transition { task: name.clone(), source })?;
+    let attempts = previous.attempts + 1;
+    let started = precise(Timestamp::now());
+    agent.record_start(task, &step.name, attempts);
+    apply_status(
+        agent,
+        &name,
+        json!({
+            "currentStep": step.name,
+            "message": format!("running step {}", step.name),
+            "steps": [{ "name": step.name, "phase": phase, "attempts": attempts, "startedAt": started }],
+        }),
+    )
+    .await?;
+    tracing::info!("step started");
+
+    let result = match step.plugin.as_deref() {
+        None => StepResult::failed(BlockReason::PluginUnavailable, "no-plugin", format!("agent step {} names no plugin", step.name), false),
+        Some(plugin) => match resolve(&agent.client, &agent.store, plugin).await {
+            Err(e) => StepResult::failed(BlockReason::PluginUnavailable, "plugin-unavailable", e.to_string(), true),
+            Ok(resolved) => {
+                let node = node_context(agent).await;
+                let host = agent.host.clone();
+                let action = step.action.clone();
+                let params_json = step.params.clone().unwrap_or_else(|| json!({})).to_string();
+                let dry_run = task.spec.dry_run;
+                let timeout = task.spec.step_timeout_seconds.map(|s| Duration::from_secs(u64::from(s)));
+                tokio::task::spawn_blocking(move || run_blocking(&host, &resolved, &node, &action, params_json, dry_run, timeout)).await?
+            }
+        },
+    };
+    let finished = precise(Timestamp::now());
+    let event = if result.phase == StepPhase::Succeeded { StepEvent::Succeeded } else { StepEvent::Failed };
+    let end_phase = step_transition(phase, event).map_err(|source| Error::Transition { task: name.clone(), source })?;
+    let outputs: serde_json::Map<String, serde_json::Value> = result.outputs.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+    let mut entry = json!({
+        "name": step.name, "phase": end_phase, "attempts": attempts,
+        "startedAt": started, "finishedAt": finished,
+        "changed": result.changed, "message": result.message,
+        "outputs": outputs, "logTail": result.log_tail, "preflight": result.preflight,
+    });
+    if let Some(e) = &result.error {
+        entry["error"] = json!(e);
+    }
+    let mut body = json!({ "currentStep": step.name, "steps": [entry] });
+    if let Some(reason) = result.block {
+        let next = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| Error::Transition { task: name.clone(), source })?;
+        body["phase"] = json!(next);
+        body["reason"] = json!(reason);
+        body["message"] = json!(format!("step {} failed: {}", step.name, result.message));
+        tracing::warn!(reason = ?reason, message = %result.message, "step failed; task blocked");
+    } else {
+        body["message"] = json!(format!("step {} succeeded: {}", step.name, result.message));
+        tracing::info!(message = %result.message, "step succeeded");
+    }
+    apply_status(agent, &name, body).await
+}
+
+fn run_blocking(
+    host: &Host,
+    resolved: &Resolved,
+    node: &NodeContext,
+    action: &str,
+    params_json: String,
+    dry_run: bool,
+    timeout: Option<Duration>,
+) -> StepResult {
+    let call = StepCall { action, params_json, grants: &resolved.plugin.spec.grants, dry_run, timeout };
+    execute(host, resolved, node, &call)
+}
+
+/// A step found Running that this process is not running: the agent restarted during it.
+async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(), Error> {
+    let step = &task.spec.steps[index];
+    let name = task.name_any();
+    let idempotent = match step.plugin.as_deref() {
+        Some(plugin) => match resolve(&agent.client, &agent.store, plugin).await {
+            Ok(r) => {
+                let host = agent.host.clone();
+                let action = step.action.clone();
+                tokio::task::spawn_blocking(move || {
+                    host.load(&r.bytes, &r.pin)
+                        .map(|l| l.metadata().actions.iter().any(|a| a.name == action && a.idempotent))
+                        .unwrap_or(false)
+                })
+                .await?
+            }
+            Err(_) => false,
+        },
+        None => false,
+    };
+    let next = step_transition(StepPhase::Running, StepEvent::AgentRestarted { idempotent })
+        .map_err(|source| Error::Transition { task: name.clone(), source })?;
+    let mut body = json!({ "steps": [{ "name": step.name, "phase": next }] });
+    if next == StepPhase::Failed {
+        let phase = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| Error::Transition { task: name.clone(), source })?;
+        body["phase"] = json!(phase);
+        body["reason"] = json!(BlockReason::Interrupted);
+        body["message"] = json!(format!(
+            "step {} was interrupted by an agent restart and its action is not idempotent: check the node, then retry or skip",
+            step.name
+        ));
+        body["steps"][0]["finishedAt"] = json!(precise(Timestamp::now()));
+        body["steps"][0]["message"] = json!("interrupted by an agent restart");
+    }
+    tracing::warn!(step = %step.name, idempotent, "found a step interrupted by a restart");
+    apply_status(agent, &name, body).await
+}
+
+/// The node's name, roles and kubelet version from its Node object (best effort: an API
+/// error leaves roles and version empty rather than failing the step).
+async fn node_context(agent: &Agent) -> NodeContext {
+    let nodes: Api<Node> = Api::all(agent.client.clone());
+    let node = nodes.get_opt(&agent.node_name).await.ok().flatten();
+    let roles = node
+        .as_ref()
+        .map(|n| {
+            let mut roles: Vec<String> = n
+                .labels()
+                .keys()
+                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                .map(str::to_owned)
+                .collect();
+            if roles.is_empty() {
+                roles.push("worker".into());
+            }
+            roles
+        })
+        .unwrap_or_default();
+    let kubelet_version = node.and_then(|n| n.status?.node_info.map(|i| i.kubelet_version));
+    NodeContext { node_name: agent.node_name.clone(), roles, kubelet_version }
+}
+
+async fn apply_status(agent: &Agent, name: &str, status: serde_json::Value) -> Result<(), Error> {
+    let api: Api<NodeTask> = Api::all(agent.client.clone());
+    let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
+    api.patch_status(name, &PatchParams::apply(&agent.manager).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::Kube { what: format!("writing the status of NodeTask {name}"), source })?;
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! `bosun-agent`: runs one node's NodeTask steps. Connects with the usual kubeconfig rules
+//! (`KUBECONFIG`, `~/.kube/config`, or in-cluster) and runs until SIGTERM / Ctrl-C.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use bosun_agent::Agent;
+use bosun_agent::plugins::Store;
+use bosun_host::{Host, HostConfig};
+use bosun_trust::TrustRoots;
+use clap::Parser;
+
+/// Runs this node's Bosun steps as signed WebAssembly plugins.
+#[derive(Debug, Parser)]
+#[command(name = "bosun-agent", version)]
+struct Args {
+    /// The Kubernetes Node this agent works for.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// The node's root file system as this process sees it (`/`, `/host`, or a lab node's
+    /// directory). Every grant is resolved under it.
+    #[arg(long, default_value = "/")]
+    host_root: PathBuf,
+    /// Public keys (SPKI PEM files, or directories of them) trusted to sign plugins. At
+    /// least one: with none, no plugin can run.
+    #[arg(long = "trust-root", required = true)]
+    trust_roots: Vec<PathBuf>,
+    /// Local content-addressed store of plugin bytes (`<sha256>.wasm`).
+    #[arg(long, default_value = "/var/lib/bosun/plugins")]
+    plugin_dir: PathBuf,
+    /// Cache of compiled plugin code (optional).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Field manager name for server-side apply (default: `bosun-agent-<node>`).
+    #[arg(long)]
+    field_manager: Option<String>,
+    /// Log filter (tracing-subscriber EnvFilter syntax).
+    #[arg(long, env = "BOSUN_LOG", default_value = "info")]
+    log: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+        .with_writer(std::io::stderr)
+        .init();
+    let roots = TrustRoots::load(&args.trust_roots).context("loading the trust roots")?;
+    let mut config = HostConfig::new(&args.host_root, roots);
+    config.cache_dir = args.cache_dir.clone();
+    let host = Host::new(config).context("starting the plugin host")?;
+    let store = Store::new(&args.plugin_dir).context("opening the plugin store")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
+    let manager = args.field_manager.unwrap_or_else(|| format!("bosun-agent-{}", args.node_name));
+    tracing::info!(node = %args.node_name, host_root = %args.host_root.display(), "bosun-agent starting");
+    let agent = Arc::new(Agent::new(client, args.node_name, Arc::new(host), store, manager));
+    bosun_agent::run(agent).await;
+    tracing::info!("bosun-agent stopped");
+    Ok(())
+}

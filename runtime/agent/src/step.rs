@@ -1,0 +1,225 @@
+//! One agent step through the wasm host: load (verify + compile), preflight, run, and the
+//! result as a step status.
+//!
+//! [`execute`] is blocking (wasm runs on the calling thread); the agent calls it on a
+//! blocking thread. The conversions from host reports to status are plain functions,
+//! unit-tested without a plugin.
+
+use std::time::Duration;
+
+use bosun_api::grants::Grants;
+use bosun_api::node_task::{BlockReason, CheckStatus as ApiCheck, LOG_TAIL_LINES, PreflightCheck, StepError, StepPhase};
+use bosun_host::{CallFailure, Captured, Check, CheckStatus, Error as HostError, Host, LogLevel, NodeContext, RunOptions};
+
+use crate::plugins::Resolved;
+
+/// What one step did, ready to be written to its status entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepResult {
+    /// Succeeded or Failed.
+    pub phase: StepPhase,
+    pub changed: bool,
+    pub message: String,
+    pub outputs: Vec<(String, String)>,
+    /// The last [`LOG_TAIL_LINES`] lines logged (preflight's, then run's).
+    pub log_tail: Vec<String>,
+    pub preflight: Vec<PreflightCheck>,
+    pub error: Option<StepError>,
+    /// Why the task blocks, when the step failed.
+    pub block: Option<BlockReason>,
+}
+
+impl StepResult {
+    /// A failed step.
+    pub fn failed(block: BlockReason, code: &str, message: String, retryable: bool) -> StepResult {
+        StepResult {
+            phase: StepPhase::Failed,
+            changed: false,
+            message: message.clone(),
+            outputs: Vec::new(),
+            log_tail: Vec::new(),
+            preflight: Vec::new(),
+            error: Some(StepError { code: code.into(), message, retryable }),
+            block: Some(block),
+        }
+    }
+}
+
+/// What the step asks the plugin to do.
+#[derive(Clone, Debug)]
+pub struct StepCall<'a> {
+    pub action: &'a str,
+    pub params_json: String,
+    pub grants: &'a Grants,
+    pub dry_run: bool,
+    pub timeout: Option<Duration>,
+}
+
+/// Loads the plugin (the host verifies digest and signature before compiling), runs its
+/// preflight, and runs the action only if no check failed. Never panics on plugin
+/// misbehaviour: every failure becomes a Failed result with the reason to block.
+pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCall<'_>) -> StepResult {
+    let loaded = match host.load(&plugin.bytes, &plugin.pin) {
+        Ok(l) => l,
+        Err(e) => return StepResult::failed(BlockReason::PluginUnavailable, "plugin-refused", e.to_string(), false),
+    };
+    let mut lines = Vec::new();
+    let checks = match host.preflight(&loaded, call.grants, node, call.action, &call.params_json) {
+        Ok(report) => {
+            lines.extend(tail_of(&report.captured));
+            match report.result {
+                Ok(checks) => checks,
+                Err(pe) => {
+                    let mut r = StepResult::failed(BlockReason::PreflightFailed, &pe.code, format!("preflight refused: {}", pe.message), pe.retryable);
+                    r.log_tail = keep_tail(lines);
+                    return r;
+                }
+            }
+        }
+        Err(failure) => return with_tail(from_failure(failure, "preflight"), lines),
+    };
+    let preflight: Vec<PreflightCheck> = checks.iter().map(check_status).collect();
+    let failed: Vec<&Check> = checks.iter().filter(|c| c.status == CheckStatus::Fail).collect();
+    if !failed.is_empty() {
+        let what: Vec<String> = failed.iter().map(|c| format!("{}: {}", c.name, c.message)).collect();
+        let mut r = StepResult::failed(
+            BlockReason::PreflightFailed,
+            "preflight-failed",
+            format!("preflight failed ({}); fix the cause on the node, then retry", what.join("; ")),
+            true,
+        );
+        r.preflight = preflight;
+        r.log_tail = keep_tail(lines);
+        return r;
+    }
+    let options = RunOptions { dry_run: call.dry_run, deadline: call.timeout };
+    let mut result = match host.run(&loaded, call.grants, node, call.action, &call.params_json, options) {
+        Ok(report) => {
+            lines.extend(tail_of(&report.captured));
+            match report.result {
+                Ok(outcome) => StepResult {
+                    phase: StepPhase::Succeeded,
+                    changed: outcome.changed,
+                    message: outcome.message,
+                    outputs: outcome.outputs,
+                    log_tail: Vec::new(),
+                    preflight: Vec::new(),
+                    error: None,
+                    block: None,
+                },
+                Err(pe) => StepResult::failed(BlockReason::StepFailed, &pe.code, pe.message, pe.retryable),
+            }
+        }
+        Err(failure) => {
+            lines.extend(tail_of(&failure.captured));
+            from_failure(failure, "run")
+        }
+    };
+    result.preflight = preflight;
+    result.log_tail = keep_tail(lines);
+    result
+}
+
+fn with_tail(mut r: StepResult, lines: Vec<String>) -> StepResult {
+    r.log_tail = keep_tail(lines);
+    r
+}
+
+/// A call the host refused or stopped, as a failed step.
+fn from_failure(failure: CallFailure, phase: &str) -> StepResult {
+    let (block, code, retryable) = match &failure.error {
+        HostError::DeadlineExceeded { .. } => (BlockReason::StepTimedOut, "deadline-exceeded", true),
+        HostError::NotGranted { .. } => (BlockReason::StepFailed, "not-granted", false),
+        _ => (BlockReason::StepFailed, "host-refused", false),
+    };
+    let mut r = StepResult::failed(block, code, format!("{phase}: {}", failure.error), retryable);
+    r.log_tail = keep_tail(tail_of(&failure.captured));
+    r
+}
+
+fn check_status(c: &Check) -> PreflightCheck {
+    PreflightCheck {
+        name: c.name.clone(),
+        status: match c.status {
+            CheckStatus::Pass => ApiCheck::Pass,
+            CheckStatus::Warn => ApiCheck::Warn,
+            CheckStatus::Fail => ApiCheck::Fail,
+        },
+        message: c.message.clone(),
+    }
+}
+
+/// Captured output as log lines: `LEVEL message k=v ...`, refused host calls as
+/// `DENIED capability: message`.
+pub fn tail_of(captured: &Captured) -> Vec<String> {
+    let mut out: Vec<String> = captured
+        .lines
+        .iter()
+        .map(|l| {
+            let level = match l.level {
+                LogLevel::Debug => "DEBUG",
+                LogLevel::Info => "INFO",
+                LogLevel::Warn => "WARN",
+                LogLevel::Error => "ERROR",
+            };
+            let mut s = format!("{level} {}", l.message);
+            for (k, v) in &l.fields {
+                s.push_str(&format!(" {k}={v}"));
+            }
+            s
+        })
+        .collect();
+    out.extend(captured.denied.iter().map(|d| format!("DENIED {}: {}", d.capability, d.message)));
+    out
+}
+
+/// The last [`LOG_TAIL_LINES`] lines.
+pub fn keep_tail(mut lines: Vec<String>) -> Vec<String> {
+    if lines.len() > LOG_TAIL_LINES {
+        lines.drain(..lines.len() - LOG_TAIL_LINES);
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bosun_host::{Denial, LogLine};
+
+    #[test]
+    fn the_log_tail_is_bounded_and_keeps_the_last_lines() {
+        let lines: Vec<String> = (0..120).map(|i| format!("line {i}")).collect();
+        let tail = keep_tail(lines);
+        assert_eq!(tail.len(), LOG_TAIL_LINES);
+        assert_eq!(tail.first().unwrap(), "line 70");
+        assert_eq!(tail.last().unwrap(), "line 119");
+        assert_eq!(keep_tail(vec!["a".into()]), vec!["a".to_string()]);
+    }
+
+    #[test]
+    fn captured_lines_and_denials_become_readable_lines() {
+        let captured = Captured {
+            lines: vec![LogLine {
+                level: LogLevel::Warn,
+                message: "disk almost full".into(),
+                fields: vec![("path".into(), "/var".into())],
+                truncated: false,
+            }],
+            denied: vec![Denial { capability: "exec /usr/bin/rm".into(), message: "not granted".into() }],
+            ..Default::default()
+        };
+        assert_eq!(tail_of(&captured), vec!["WARN disk almost full path=/var", "DENIED exec /usr/bin/rm: not granted"]);
+    }
+
+    #[test]
+    fn a_deadline_blocks_as_timed_out_and_a_missing_grant_as_failed() {
+        let r = from_failure(HostError::DeadlineExceeded { deadline: Duration::from_secs(3) }.into(), "run");
+        assert_eq!(r.block, Some(BlockReason::StepTimedOut));
+        assert_eq!(r.phase, StepPhase::Failed);
+        assert!(r.error.as_ref().unwrap().retryable);
+        let r = from_failure(HostError::NotGranted { capability: "exec /bin/sh".into() }.into(), "run");
+        assert_eq!(r.block, Some(BlockReason::StepFailed));
+        assert_eq!(r.error.as_ref().unwrap().code, "not-granted");
+        assert!(r.message.contains("/bin/sh"), "{}", r.message);
+    }
+}

@@ -1,0 +1,53 @@
+//! The Bosun controller: turns an Operation into NodeTasks and drives them in plan order.
+//!
+//! - [`reconcile`]: the reconciler (`reconcile(Arc<Operation>, Arc<Context>) -> Result<Action>`
+//!   plus [`error_policy`](reconcile::error_policy)), which plans with `bosun-planner`,
+//!   freezes the plan in status, creates NodeTasks, runs controller-side steps (cordon,
+//!   uncordon) and starts tasks when the rollout allows.
+//! - [`progress`]: where a NodeTask stands in its step list; shared with the agent so both
+//!   agree whose turn a step is.
+//! - [`run`]: wires the reconciler into a kube-runtime `Controller` watching Operations and
+//!   the NodeTasks they own.
+//!
+//! Not done yet (see docs/operator.md): leader election, Events, health gates, drain,
+//! automatic retry, `recovery`, `ttlSecondsAfterFinished`, Policy checks.
+
+pub mod error;
+pub mod progress;
+pub mod reconcile;
+pub mod time;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_api::node_task::NodeTask;
+use bosun_api::operation::Operation;
+use futures::StreamExt;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::{Controller, watcher};
+
+pub use error::{Error, Result};
+pub use reconcile::{Context, error_policy, reconcile};
+
+/// The field manager the controller writes with unless told otherwise.
+pub const FIELD_MANAGER: &str = "bosun-controller";
+
+/// Runs the controller until a shutdown signal (SIGTERM, Ctrl-C). Watches every
+/// Operation and every NodeTask (mapped to its owning Operation).
+pub async fn run(client: Client, manager: String, resync: Duration) {
+    let operations: Api<Operation> = Api::all(client.clone());
+    let tasks: Api<NodeTask> = Api::all(client.clone());
+    let ctx = Arc::new(Context { client, manager, resync });
+    Controller::new(operations, watcher::Config::default())
+        .owns(tasks, watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((obj, _)) => tracing::debug!(operation = %obj.name, "reconciled"),
+                Err(e) => tracing::debug!(error = %e, "reconcile error"),
+            }
+        })
+        .await;
+}

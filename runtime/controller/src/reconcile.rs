@@ -1,0 +1,394 @@
+//! The Operation reconciler: plan, freeze, create NodeTasks, run controller-side steps,
+//! start tasks when the rollout allows, and summarise everything in the Operation's status.
+//!
+//! Every decision about order and concurrency is the planner's ([`bosun_planner::plan()`],
+//! [`bosun_planner::schedule()`], [`bosun_planner::state`]); this module only reads the
+//! cluster, asks, and writes the answer. A reconcile starts from what the API server holds
+//! (the frozen plan in status, the NodeTasks' phases), so a restarted controller resumes
+//! where the last one stopped.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
+use bosun_api::operation::{Operation, OperationPhase, OperationStatus, RunsOn, Step, labels};
+use bosun_planner::plan::controller_actions;
+use bosun_planner::state::{TaskEvent, operation_transition, task_transition};
+use bosun_planner::{NodeInfo, TaskView, plan, schedule};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+use crate::progress::{Progress, progress};
+use crate::time::{precise, set_condition};
+
+/// What every reconcile shares.
+#[derive(Clone)]
+pub struct Context {
+    pub client: Client,
+    /// Field manager for server-side apply of everything the controller writes.
+    pub manager: String,
+    /// How often a running Operation is looked at even without a change (watches normally
+    /// trigger reconciles sooner).
+    pub resync: Duration,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("manager", &self.manager).finish_non_exhaustive()
+    }
+}
+
+/// One pass over an Operation. Idempotent: running it twice in a row with nothing changed
+/// in between writes the same status and creates nothing.
+///
+/// Guarantees: the plan is written to status before any NodeTask exists, and never
+/// recomputed once written; NodeTasks have deterministic names, so a second controller (or a
+/// restarted one) creates none twice; a task is only ever moved through
+/// [`task_transition`].
+pub async fn reconcile(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action> {
+    let span = tracing::info_span!("reconcile", operation = %op.name_any());
+    reconcile_inner(op, ctx).instrument(span).await
+}
+
+async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action> {
+    let name = op.name_any();
+    let operations: Api<Operation> = Api::all(ctx.client.clone());
+    let mut op = op;
+    if op.status.as_ref().and_then(|s| s.plan.as_ref()).is_none() {
+        // The watch cache may not have our own freeze yet: read the Operation itself
+        // before planning, so a plan is never computed twice.
+        match operations.get_opt(&name).await.map_err(Error::kube(format!("getting Operation {name}")))? {
+            Some(fresh) => op = Arc::new(fresh),
+            None => return Ok(Action::await_change()),
+        }
+    }
+    let stored = op.status.clone().unwrap_or_default();
+    if stored.phase.is_finished() {
+        return Ok(Action::await_change());
+    }
+    let now = Timestamp::now();
+
+    let nodes = snapshot_nodes(&ctx.client).await?;
+    let planned = match plan(&name, &op.spec, &nodes, stored.plan.as_ref()) {
+        Ok(p) => p,
+        Err(e) => {
+            // The user's input cannot be planned: say why, and stop (nothing was created).
+            let mut status = stored.clone();
+            status.phase = OperationPhase::Failed;
+            status.message = Some(format!("cannot plan: {e}"));
+            status.completion_time = Some(Time(now));
+            status.observed_generation = op.metadata.generation;
+            set_condition(&mut status.conditions, "Planned", false, "PlanFailed", &e.to_string(), op.metadata.generation, now);
+            write_operation_status(&operations, &name, &status, &ctx.manager).await?;
+            tracing::warn!(error = %e, "operation cannot be planned");
+            return Ok(Action::await_change());
+        }
+    };
+
+    let mut status = stored.clone();
+    if stored.plan.is_none() {
+        // Freeze first: once this write lands, a restart plans nothing anew.
+        status.plan = Some(planned.plan.clone());
+        status.start_time = Some(Time(now));
+        status.phase = OperationPhase::Running;
+        status.message = Some(format!("planned {} nodes", planned.tasks.len()));
+        let notes = if planned.notes.is_empty() { String::new() } else { planned.notes.join("; ") };
+        set_condition(&mut status.conditions, "Planned", true, "PlanFrozen", &notes, op.metadata.generation, now);
+        write_operation_status(&operations, &name, &status, &ctx.manager).await?;
+        tracing::info!(nodes = planned.tasks.len(), "plan frozen");
+    }
+    let frozen = status.plan.clone().unwrap_or_default();
+
+    // Existing tasks, then the missing ones (create-or-get by deterministic name).
+    let tasks_api: Api<NodeTask> = Api::all(ctx.client.clone());
+    let mut tasks: BTreeMap<String, NodeTask> = BTreeMap::new();
+    let selector = planned
+        .tasks
+        .first()
+        .and_then(|t| t.labels.get(labels::OPERATION))
+        .map_or_else(String::new, |v| format!("{}={v}", labels::OPERATION));
+    let list = tasks_api.list(&ListParams::default().labels(&selector)).await.map_err(Error::kube("listing NodeTasks"))?;
+    for t in list {
+        if t.spec.operation == name {
+            tasks.insert(t.spec.node_name.clone(), t);
+        }
+    }
+    let owner = owner_reference(&op);
+    for planned_task in &planned.tasks {
+        if tasks.contains_key(&planned_task.spec.node_name) {
+            continue;
+        }
+        let task = NodeTask {
+            metadata: ObjectMeta {
+                name: Some(planned_task.name.clone()),
+                labels: Some(planned_task.labels.clone()),
+                owner_references: Some(vec![owner.clone()]),
+                ..Default::default()
+            },
+            spec: planned_task.spec.clone(),
+            status: None,
+        };
+        let created = match tasks_api.create(&PostParams::default(), &task).await {
+            Ok(t) => t,
+            Err(kube::Error::Api(s)) if s.code == 409 => tasks_api
+                .get(&planned_task.name)
+                .await
+                .map_err(Error::kube(format!("getting NodeTask {} after it already existed", planned_task.name)))?,
+            Err(e) => return Err(Error::kube(format!("creating NodeTask {}", planned_task.name))(e)),
+        };
+        tracing::info!(task = %planned_task.name, "NodeTask created");
+        tasks.insert(planned_task.spec.node_name.clone(), created);
+    }
+
+    // Running tasks: run controller-side steps that are next, and finish tasks whose steps
+    // all succeeded.
+    for task in tasks.values_mut() {
+        if task.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running) {
+            advance_running_task(&ctx, task).await?;
+        }
+    }
+
+    let present: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let views: BTreeMap<String, TaskView> = tasks
+        .iter()
+        .map(|(node, t)| {
+            let phase = t.status.as_ref().map(|s| s.phase).unwrap_or_default();
+            (node.clone(), TaskView { phase, approve: t.spec.approve })
+        })
+        .collect();
+    let decision = schedule(&frozen, &views, &present, op.spec.paused, op.spec.execution_mode);
+
+    for node in &decision.invalidate {
+        let task = &tasks[node];
+        move_task(&ctx, task, TaskEvent::NodeGone, Some((BlockReason::NodeGone, format!("node {node} left the cluster after the plan was frozen")))).await?;
+    }
+    for node in &decision.await_approval {
+        move_task(&ctx, &tasks[node], TaskEvent::TurnCame { needs_approval: true }, None).await?;
+    }
+    for node in &decision.start {
+        let task = &tasks[node];
+        let from = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        let event = if from == NodeTaskPhase::AwaitingApproval { TaskEvent::Approved } else { TaskEvent::TurnCame { needs_approval: false } };
+        move_task(&ctx, task, event, None).await?;
+        tracing::info!(node = %node, group = %task.spec.group, "NodeTask started");
+    }
+
+    // The Operation's status.
+    status.phase = operation_transition(stored.phase, decision.phase);
+    status.counts = decision.counts.clone();
+    status.progress = Some(decision.progress.clone());
+    status.observed_generation = op.metadata.generation;
+    let blocked: Vec<String> = tasks
+        .values()
+        .filter(|t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Blocked))
+        .map(|t| {
+            let s = t.status.as_ref().map(|s| s.message.clone().unwrap_or_default()).unwrap_or_default();
+            format!("{}: {s}", t.spec.node_name)
+        })
+        .collect();
+    status.message = Some(if blocked.is_empty() { decision.message.clone() } else { format!("{} — {}", blocked.join("; "), decision.message) });
+    let gen_ = op.metadata.generation;
+    let is_blocked = status.phase == OperationPhase::Blocked;
+    let block_reason = tasks
+        .values()
+        .filter_map(|t| t.status.as_ref())
+        .find(|s| s.phase == NodeTaskPhase::Blocked)
+        .and_then(|s| s.reason)
+        .map_or_else(|| "NotBlocked".to_string(), |r| format!("{r:?}"));
+    set_condition(&mut status.conditions, "Blocked", is_blocked, &block_reason, if is_blocked { status.message.as_deref().unwrap_or("") } else { "" }, gen_, now);
+    let done = status.phase == OperationPhase::Succeeded;
+    set_condition(&mut status.conditions, "Progressing", !done && !is_blocked && status.phase != OperationPhase::Paused, &format!("{:?}", status.phase), &decision.progress, gen_, now);
+    set_condition(&mut status.conditions, "Complete", done, if done { "AllTasksFinished" } else { "InProgress" }, "", gen_, now);
+    if status.phase.is_finished() && status.completion_time.is_none() {
+        status.completion_time = Some(Time(now));
+    }
+    if status != stored {
+        write_operation_status(&operations, &name, &status, &ctx.manager).await?;
+    }
+    if status.phase.is_finished() {
+        tracing::info!(phase = ?status.phase, message = status.message.as_deref().unwrap_or(""), "operation finished");
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(ctx.resync))
+}
+
+/// What [`kube::runtime::Controller`] does after a failed reconcile: log it and try again
+/// a little later (the API server may be briefly unavailable; transitions refused by the
+/// state machine are logged loudly and retried in case the status was being edited).
+pub fn error_policy(op: Arc<Operation>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(operation = %op.name_any(), %error, "reconcile failed; retrying in 5s");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The planner's view of every Node now.
+async fn snapshot_nodes(client: &Client) -> Result<Vec<NodeInfo>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes.list(&ListParams::default()).await.map_err(Error::kube("listing Nodes"))?;
+    Ok(list.items.iter().map(node_info).collect())
+}
+
+/// A Node object as the planner sees it.
+pub fn node_info(node: &Node) -> NodeInfo {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    NodeInfo {
+        name: node.name_any(),
+        labels: node.labels().clone(),
+        ready,
+        unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+    }
+}
+
+fn owner_reference(op: &Operation) -> OwnerReference {
+    OwnerReference {
+        api_version: Operation::api_version(&()).into_owned(),
+        kind: Operation::kind(&()).into_owned(),
+        name: op.name_any(),
+        uid: op.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Applies `event` to a task and writes the new phase (with `reason` when it blocks or
+/// becomes invalid).
+async fn move_task(ctx: &Context, task: &NodeTask, event: TaskEvent, reason: Option<(BlockReason, String)>) -> Result<NodeTaskPhase> {
+    let name = task.name_any();
+    let current = task.status.clone().unwrap_or_default();
+    let next = task_transition(current.phase, event).map_err(|source| Error::Transition { task: name.clone(), source })?;
+    let mut body = json!({ "phase": next });
+    if matches!(event, TaskEvent::TurnCame { needs_approval: false } | TaskEvent::Approved) {
+        body["attempts"] = json!(current.attempts + 1);
+        body["message"] = json!("running");
+    }
+    if matches!(event, TaskEvent::TurnCame { needs_approval: true }) {
+        body["message"] = json!("waiting for approval: `kubectl bosun approve` (spec.approve: true)");
+    }
+    if next == NodeTaskPhase::Succeeded {
+        body["message"] = json!("every step succeeded");
+    }
+    if let Some((r, m)) = reason {
+        body["reason"] = json!(r);
+        body["message"] = json!(m);
+    }
+    apply_task_status(ctx, &name, body).await?;
+    Ok(next)
+}
+
+/// Server-side apply of part of a NodeTask's status under the controller's field manager.
+async fn apply_task_status(ctx: &Context, name: &str, status: serde_json::Value) -> Result<()> {
+    let api: Api<NodeTask> = Api::all(ctx.client.clone());
+    let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
+    api.patch_status(name, &PatchParams::apply(&ctx.manager).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(Error::kube(format!("writing the status of NodeTask {name}")))?;
+    Ok(())
+}
+
+async fn write_operation_status(api: &Api<Operation>, name: &str, status: &OperationStatus, manager: &str) -> Result<()> {
+    let status = serde_json::to_value(status).map_err(|source| Error::Serialize { what: "Operation status", source })?;
+    let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation", "metadata": { "name": name }, "status": status });
+    api.patch_status(name, &PatchParams::apply(manager).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(Error::kube(format!("writing the status of Operation {name}")))?;
+    Ok(())
+}
+
+/// For a Running task: runs every controller-side step that is next (in order), and moves
+/// the task to Succeeded once all its steps succeeded. Agent steps are left to the agent.
+/// Updates `task`'s status in memory to what was written.
+async fn advance_running_task(ctx: &Context, task: &mut NodeTask) -> Result<()> {
+    loop {
+        let status = task.status.clone().unwrap_or_default();
+        match progress(&task.spec.steps, &status.steps) {
+            Progress::Done => {
+                let next = move_task(ctx, task, TaskEvent::StepsDone, None).await?;
+                if let Some(s) = task.status.as_mut() {
+                    s.phase = next;
+                }
+                tracing::info!(node = %task.spec.node_name, "NodeTask succeeded");
+                return Ok(());
+            }
+            Progress::Next { index, runs_on: RunsOn::Controller } => {
+                let step = task.spec.steps[index].clone();
+                let started = Timestamp::now();
+                let result = run_controller_step(ctx, &task.spec.node_name, &step).await;
+                let finished = Timestamp::now();
+                let attempts = step_attempts(&status, &step.name) + 1;
+                let (phase, message, error) = match &result {
+                    Ok(m) => (StepPhase::Succeeded, m.clone(), None),
+                    Err(m) => (StepPhase::Failed, m.clone(), Some(json!({ "code": "controller-step-failed", "message": m, "retryable": true }))),
+                };
+                let mut entry = json!({
+                    "name": step.name, "phase": phase, "attempts": attempts,
+                    "startedAt": precise(started), "finishedAt": precise(finished),
+                    "changed": result.is_ok(), "message": message,
+                });
+                if let Some(e) = error {
+                    entry["error"] = e;
+                }
+                let mut body = json!({ "currentStep": step.name, "steps": [entry.clone()] });
+                if result.is_err() {
+                    let next = task_transition(status.phase, TaskEvent::StepFailed)
+                        .map_err(|source| Error::Transition { task: task.name_any(), source })?;
+                    body["phase"] = json!(next);
+                    body["reason"] = json!(BlockReason::StepFailed);
+                    body["message"] = json!(format!("step {}: {message}", step.name));
+                }
+                apply_task_status(ctx, &task.name_any(), body.clone()).await?;
+                // Mirror the write in memory, then look at the next step.
+                let written: bosun_api::node_task::StepStatus =
+                    serde_json::from_value(entry).map_err(|source| Error::Serialize { what: "step status", source })?;
+                let s = task.status.get_or_insert_with(Default::default);
+                s.steps.retain(|x| x.name != written.name);
+                s.steps.push(written);
+                if result.is_err() {
+                    s.phase = NodeTaskPhase::Blocked;
+                    s.message = Some(format!("step {}: {message}", step.name));
+                    s.reason = Some(BlockReason::StepFailed);
+                    return Ok(());
+                }
+            }
+            // The agent's turn, a step in flight, or a failure waiting for a person.
+            Progress::Next { runs_on: RunsOn::Agent, .. } | Progress::Running { .. } | Progress::Failed { .. } => return Ok(()),
+        }
+    }
+}
+
+fn step_attempts(status: &bosun_api::node_task::NodeTaskStatus, step: &str) -> u32 {
+    crate::progress::step_status(&status.steps, step).map_or(0, |s| s.attempts)
+}
+
+/// Runs one controller-side step against the API. `Ok` carries the one-line result, `Err`
+/// what went wrong and what to do.
+async fn run_controller_step(ctx: &Context, node: &str, step: &Step) -> std::result::Result<String, String> {
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    let set_unschedulable = |value: bool| {
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(json!({ "spec": { "unschedulable": value } })))
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("patching node {node} spec.unschedulable={value}: {e}"))
+        }
+    };
+    match step.action.as_str() {
+        controller_actions::CORDON => set_unschedulable(true).await.map(|()| format!("node {node} cordoned")),
+        controller_actions::UNCORDON => set_unschedulable(false).await.map(|()| format!("node {node} uncordoned")),
+        other => Err(format!(
+            "controller action {other} is not implemented in this build of bosun-controller (only cordon and uncordon are): remove the step or use recovery: Skip"
+        )),
+    }
+}
