@@ -169,6 +169,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     apply_status(
         agent,
         &name,
+        &step.name,
         json!({
             "currentStep": step.name,
             "message": format!("running step {}", step.name),
@@ -217,7 +218,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         body["message"] = json!(format!("step {} succeeded: {}", step.name, result.message));
         tracing::info!(message = %result.message, "step succeeded");
     }
-    apply_status(agent, &name, body).await
+    apply_status(agent, &name, &step.name, body).await
 }
 
 fn run_blocking(
@@ -268,7 +269,7 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
         body["steps"][0]["message"] = json!("interrupted by an agent restart");
     }
     tracing::warn!(step = %step.name, idempotent, "found a step interrupted by a restart");
-    apply_status(agent, &name, body).await
+    apply_status(agent, &name, &step.name, body).await
 }
 
 /// The node's name, roles and kubelet version from its Node object (best effort: an API
@@ -295,10 +296,14 @@ async fn node_context(agent: &Agent) -> NodeContext {
     NodeContext { node_name: agent.node_name.clone(), roles, kubelet_version }
 }
 
-async fn apply_status(agent: &Agent, name: &str, status: serde_json::Value) -> Result<(), Error> {
+/// Applied with one field manager per step (`<manager>.step.<name>`): server-side apply
+/// removes fields a manager set before and omits now, so a manager per step keeps one
+/// step's write from deleting another step's entry.
+async fn apply_status(agent: &Agent, name: &str, step: &str, status: serde_json::Value) -> Result<(), Error> {
     let api: Api<NodeTask> = Api::all(agent.client.clone());
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
-    api.patch_status(name, &PatchParams::apply(&agent.manager).force(), &Patch::Apply(&patch))
+    let manager = format!("{}.step.{step}", agent.manager);
+    api.patch_status(name, &PatchParams::apply(&manager).force(), &Patch::Apply(&patch))
         .await
         .map_err(|source| Error::Kube { what: format!("writing the status of NodeTask {name}"), source })?;
     Ok(())

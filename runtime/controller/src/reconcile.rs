@@ -267,7 +267,9 @@ async fn move_task(ctx: &Context, task: &NodeTask, event: TaskEvent, reason: Opt
     let name = task.name_any();
     let current = task.status.clone().unwrap_or_default();
     let next = task_transition(current.phase, event).map_err(|source| Error::Transition { task: name.clone(), source })?;
-    let mut body = json!({ "phase": next });
+    // Server-side apply drops fields this manager set before and omits now: every apply
+    // carries the whole set the controller owns at the top level.
+    let mut body = json!({ "phase": next, "attempts": current.attempts, "message": current.message.clone().unwrap_or_default() });
     if matches!(event, TaskEvent::TurnCame { needs_approval: false } | TaskEvent::Approved) {
         body["attempts"] = json!(current.attempts + 1);
         body["message"] = json!("running");
@@ -282,15 +284,17 @@ async fn move_task(ctx: &Context, task: &NodeTask, event: TaskEvent, reason: Opt
         body["reason"] = json!(r);
         body["message"] = json!(m);
     }
-    apply_task_status(ctx, &name, body).await?;
+    apply_task_status(ctx, &name, body, &ctx.manager).await?;
     Ok(next)
 }
 
 /// Server-side apply of part of a NodeTask's status under the controller's field manager.
-async fn apply_task_status(ctx: &Context, name: &str, status: serde_json::Value) -> Result<()> {
+/// `manager` is the controller's own for the task's top-level fields, and one per step
+/// (`<manager>.step.<name>`) for a step's entry, so no apply removes another's fields.
+async fn apply_task_status(ctx: &Context, name: &str, status: serde_json::Value, manager: &str) -> Result<()> {
     let api: Api<NodeTask> = Api::all(ctx.client.clone());
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
-    api.patch_status(name, &PatchParams::apply(&ctx.manager).force(), &Patch::Apply(&patch))
+    api.patch_status(name, &PatchParams::apply(manager).force(), &Patch::Apply(&patch))
         .await
         .map_err(Error::kube(format!("writing the status of NodeTask {name}")))?;
     Ok(())
@@ -338,15 +342,15 @@ async fn advance_running_task(ctx: &Context, task: &mut NodeTask) -> Result<()> 
                 if let Some(e) = error {
                     entry["error"] = e;
                 }
-                let mut body = json!({ "currentStep": step.name, "steps": [entry.clone()] });
+                let body = json!({ "currentStep": step.name, "steps": [entry.clone()] });
+                apply_task_status(ctx, &task.name_any(), body, &format!("{}.step.{}", ctx.manager, step.name)).await?;
                 if result.is_err() {
                     let next = task_transition(status.phase, TaskEvent::StepFailed)
                         .map_err(|source| Error::Transition { task: task.name_any(), source })?;
-                    body["phase"] = json!(next);
-                    body["reason"] = json!(BlockReason::StepFailed);
-                    body["message"] = json!(format!("step {}: {message}", step.name));
+                    let top = json!({ "phase": next, "attempts": status.attempts, "reason": BlockReason::StepFailed,
+                        "message": format!("step {}: {message}", step.name) });
+                    apply_task_status(ctx, &task.name_any(), top, &ctx.manager).await?;
                 }
-                apply_task_status(ctx, &task.name_any(), body.clone()).await?;
                 // Mirror the write in memory, then look at the next step.
                 let written: bosun_api::node_task::StepStatus =
                     serde_json::from_value(entry).map_err(|source| Error::Serialize { what: "step status", source })?;
