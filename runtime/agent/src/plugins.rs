@@ -76,9 +76,9 @@ pub fn pin_of(plugin: &Plugin) -> Result<PluginPin, ResolveError> {
                 SignatureAlgorithm::Ed25519 => Algorithm::Ed25519,
                 SignatureAlgorithm::EcdsaP256Sha256 => Algorithm::EcdsaP256Sha256,
             },
-            // The API requires a key id, but only a `sha256:` key id names a trust root;
-            // any other value is a human label, and every root of the algorithm is tried.
-            key_id: s.key_id.starts_with("sha256:").then(|| s.key_id.clone()),
+            // Only a `sha256:` key id names a trust root; any other value is a human
+            // label, and (as with no key id) every root of the algorithm is tried.
+            key_id: s.key_id.clone().filter(|id| id.starts_with("sha256:")),
             signature: s.signature.clone(),
         })
         .collect();
@@ -194,8 +194,8 @@ mod tests {
                 },
                 sha256: Digest::of(b"bytes").to_string(),
                 signatures: vec![
-                    Signature { algorithm: SignatureAlgorithm::Ed25519, key_id: "sha256:0123456789abcdef".into(), signature: "AAAA".into() },
-                    Signature { algorithm: SignatureAlgorithm::EcdsaP256Sha256, key_id: "team-key".into(), signature: "BBBB".into() },
+                    Signature { algorithm: SignatureAlgorithm::Ed25519, key_id: Some("sha256:0123456789abcdef".into()), signature: "AAAA".into() },
+                    Signature { algorithm: SignatureAlgorithm::EcdsaP256Sha256, key_id: Some("team-key".into()), signature: "BBBB".into() },
                 ],
                 grants: Default::default(),
             },

@@ -132,15 +132,20 @@ pub struct ConfigMapSource {
     pub key: String,
 }
 
-/// A signature over the plugin's digest.
+/// A signature over the plugin's signed statement (its name, version and sha256 digest; see
+/// docs/trust.md). The same shape as an entry of the `<plugin>.wasm.sig.json` bundle that
+/// `kubectl bosun plugin sign` writes, so entries can be copied over as they are.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Signature {
     /// The signature scheme.
     pub algorithm: SignatureAlgorithm,
-    /// Names the trust-root key that made it.
+    /// The trust-root key that made it, as `sha256:<hex>` of its public key (printed by
+    /// `kubectl bosun plugin keygen`). Optional: cosign signatures carry none, and without
+    /// it every trust root of the algorithm is tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    pub key_id: String,
+    pub key_id: Option<String>,
     /// The signature, base64.
     #[schemars(
         regex(pattern = r"^[A-Za-z0-9+/]+={0,2}$"),
@@ -152,9 +157,12 @@ pub struct Signature {
 /// A signature scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum SignatureAlgorithm {
-    /// Ed25519 over the digest (`kubectl bosun plugin sign`).
+    /// Ed25519 over the statement (`kubectl bosun plugin sign`).
+    #[serde(rename = "ed25519")]
     Ed25519,
-    /// ECDSA P-256 with SHA-256, DER-encoded (`cosign sign-blob`).
+    /// ECDSA P-256 with SHA-256 over the statement, DER-encoded, base64
+    /// (`cosign sign-blob`).
+    #[serde(rename = "ecdsa-p256-sha256")]
     EcdsaP256Sha256,
 }
 

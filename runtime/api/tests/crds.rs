@@ -319,7 +319,7 @@ fn schema_keywords_carry_the_intended_constraints() {
     );
     assert_eq!(
         at(&plugin, "spec.signatures.[].algorithm")["enum"],
-        json!(["Ed25519", "EcdsaP256Sha256"])
+        json!(["ed25519", "ecdsa-p256-sha256"])
     );
     assert_eq!(
         at(&plugin, "spec.source.url.url")["pattern"],
@@ -591,7 +591,7 @@ fn plugin_source_is_exactly_one_and_signatures_are_required() {
         json!({"apiVersion": "bosun.dev/v1alpha1", "kind": "Plugin", "metadata": {"name": "p"},
                "spec": {"source": source, "sha256": format!("sha256:{}", "a".repeat(64)), "signatures": signatures}})
     };
-    let sig = json!([{"algorithm": "Ed25519", "keyId": "k", "signature": "AAAA"}]);
+    let sig = json!([{"algorithm": "ed25519", "keyId": "k", "signature": "AAAA"}]);
     validate(
         file,
         &plugin(

@@ -204,7 +204,7 @@ async fn publish_hello(client: &Client, dir: &Path) -> Result<PathBuf> {
             "spec": {
                 "source": { "configMap": { "namespace": PLUGIN_NAMESPACE, "name": "plugin-hello", "key": "hello.wasm" } },
                 "sha256": digest.to_string(),
-                "signatures": [{ "algorithm": "Ed25519", "keyId": signature.key_id, "signature": signature.signature }],
+                "signatures": [{ "algorithm": "ed25519", "keyId": signature.key_id, "signature": signature.signature }],
                 "grants": {
                     "filesystem": [{ "path": "/etc", "access": "ReadOnly" }],
                     "exec": [{ "command": "/usr/bin/uname", "args": [["-r"]] }],
