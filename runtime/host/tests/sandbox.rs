@@ -176,8 +176,15 @@ fn http_reaches_a_granted_loopback_host_only() {
     let server = std::thread::spawn(move || {
         // Serves exactly the one request the granted run makes.
         let (mut conn, _) = listener.accept().unwrap();
+        // Read the whole request head before answering: closing a socket with unread
+        // request bytes makes the kernel send RST, and the client would see a reset.
+        let mut head = Vec::new();
         let mut buf = [0u8; 1024];
-        let _ = conn.read(&mut buf).unwrap();
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).unwrap();
+            assert!(n > 0, "the client closed before finishing its request");
+            head.extend_from_slice(&buf[..n]);
+        }
         conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello").unwrap();
     });
     let node = node();
