@@ -92,6 +92,18 @@ pub enum ServiceAction {
     Reload,
 }
 
+impl ServiceAction {
+    /// The action as spelled in grants and in the plugin ABI (`restart`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceAction::Start => "start",
+            ServiceAction::Stop => "stop",
+            ServiceAction::Restart => "restart",
+            ServiceAction::Reload => "reload",
+        }
+    }
+}
+
 /// A host the plugin may download from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

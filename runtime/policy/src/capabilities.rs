@@ -1,8 +1,7 @@
 //! The capabilities decision point: requested ⊆ granted, checked in Rust, then policy.
 //!
-//! [`Grants`] mirrors `bosun_api::grants::Grants` field for field (same JSON), so this
-//! crate needs neither kube nor k8s-openapi; a test round-trips one into the other. The
-//! requests mirror the WIT record `capabilities` that a plugin's `describe()` returns.
+//! [`Grants`] is `bosun_api::grants::Grants` (re-exported). The requests mirror the WIT
+//! record `capabilities` that a plugin's `describe()` returns.
 //!
 //! The subset check is conservative: when it cannot prove that a request is covered by a
 //! grant (for example a glob requested where the grant lists literals), it refuses.
@@ -17,66 +16,11 @@ use serde::{Deserialize, Serialize};
 use crate::input::{CapabilitiesInput, PluginInfo};
 use crate::set::{Decision, DecisionPoint, Evaluator, Finding};
 
-/// What an administrator granted one plugin. Same JSON as `bosun_api::grants::Grants`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Grants {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub filesystem: Vec<FilesystemGrant>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub exec: Vec<ExecGrant>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub services: Vec<ServiceGrant>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub http: Vec<HttpGrant>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FilesystemGrant {
-    /// Absolute path on the node.
-    pub path: String,
-    #[serde(default)]
-    pub access: Access,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum Access {
-    #[default]
-    ReadOnly,
-    ReadWrite,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ExecGrant {
-    /// Absolute path of the command on the node.
-    pub command: String,
-    /// Allowed argument lists; each a list of per-position globs, a final `**` matching
-    /// any remaining arguments.
-    #[serde(default)]
-    pub args: Vec<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_seconds: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_output_bytes: Option<u64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ServiceGrant {
-    pub unit: String,
-    /// `start`, `stop`, `restart`, `reload`.
-    pub actions: Vec<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HttpGrant {
-    pub host: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_bytes: Option<u64>,
-}
+/// The grants are bosun-api's own types (plain serde data, no I/O), so the check below
+/// reads exactly what the Plugin resource holds.
+pub use bosun_api::grants::{
+    Access, ExecGrant, FilesystemGrant, Grants, HttpGrant, ServiceAction, ServiceGrant,
+};
 
 /// What a plugin's `describe()` asks for (WIT record `capabilities`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -156,7 +100,8 @@ pub fn uncovered(requested: &RequestedCapabilities, grants: &Grants) -> Vec<Stri
         let grant = grants.services.iter().find(|g| g.unit == r.unit);
         for action in &r.actions {
             let ok =
-                action == "status" || grant.is_some_and(|g| g.actions.iter().any(|a| a == action));
+                action == "status"
+                    || grant.is_some_and(|g| g.actions.iter().any(|a| a.as_str() == action));
             if !ok {
                 out.push(format!(
                     "services: {action} on {} is requested but not granted",
@@ -359,7 +304,7 @@ mod tests {
             }],
             services: vec![ServiceGrant {
                 unit: "kubelet.service".into(),
-                actions: v(&["restart"]),
+                actions: vec![ServiceAction::Restart],
             }],
             http: vec![HttpGrant {
                 host: "dl.k8s.io".into(),
