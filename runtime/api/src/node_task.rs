@@ -304,6 +304,10 @@ pub struct PolicyDecision {
     /// Messages of every policy that objected, with its enforcement.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<PolicyMessage>,
+    /// `sha256:<hex>` of the set of policies that made the decision: the same digest and
+    /// the same input give the same decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_set_digest: Option<String>,
 }
 
 /// One policy's objection.

@@ -81,6 +81,10 @@ pub struct PolicyStatus {
     /// Compile errors, with line numbers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// `sha256:<hex>` of this policy's name, enforcement, source and data, so a person can
+    /// tell which version of it the status (and the decisions citing it) describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
     /// Standard conditions: `Compiled`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
