@@ -1,1 +1,248 @@
-//! placeholder
+//! Support for the first-party plugin tests: builds the plugins for `wasm32-wasip2` (once
+//! per test binary), signs them with a throw-away key, runs them through the real sandbox
+//! (`bosun-host`, chroot isolation) against a node root directory, and assembles node roots
+//! from real programs of this machine (each binary with the shared libraries `ldd` lists).
+//!
+//! The tests need root: granted commands run chrooted into the node root, as the agent runs
+//! them, and dpkg/apt/kubeadm need to own the files they write.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use bosun_api::grants::Grants;
+use bosun_host::{
+    Check, CheckStatus, ExecIsolation, Host, HostConfig, LoadedPlugin, NodeContext, Outcome,
+    PluginError, PluginPin, RecordingBackend, RunOptions, RunReport,
+};
+use bosun_trust::{Digest, SigningKey, Statement, TrustRoots};
+
+/// The first-party plugins, compiled.
+#[derive(Debug)]
+pub struct Plugins {
+    pub certs: Vec<u8>,
+    pub kubeadm_upgrade: Vec<u8>,
+    pub packages: Vec<u8>,
+    pub kubelet: Vec<u8>,
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Runs `cargo build --release --target wasm32-wasip2` for the four plugins once per test
+/// binary, in the same target directory as the tests, and reads the components.
+pub fn plugins() -> &'static Plugins {
+    static PLUGINS: OnceLock<Plugins> = OnceLock::new();
+    PLUGINS.get_or_init(|| {
+        let root = workspace_root();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "--release", "--target", "wasm32-wasip2"])
+            .args(["-p", "bosun-plugin-certs", "-p", "bosun-plugin-kubeadm-upgrade"])
+            .args(["-p", "bosun-plugin-packages", "-p", "bosun-plugin-kubelet"])
+            .status()
+            .expect("running cargo to build the plugins");
+        assert!(
+            status.success(),
+            "building the plugins failed ({status}); is the target installed? `rustup target add wasm32-wasip2`"
+        );
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| root.join("target"), PathBuf::from);
+        let read = |name: &str| {
+            let path = target.join("wasm32-wasip2/release").join(format!("{name}.wasm"));
+            std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        };
+        Plugins {
+            certs: read("bosun_plugin_certs"),
+            kubeadm_upgrade: read("bosun_plugin_kubeadm_upgrade"),
+            packages: read("bosun_plugin_packages"),
+            kubelet: read("bosun_plugin_kubelet"),
+        }
+    })
+}
+
+/// True when running as root (uid 0).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A host for one node root, with a fresh signing key trusted by it, chroot isolation (as
+/// the agent runs commands) and service calls recorded in `<root>/var/log/bosun-services.log`.
+pub struct Node {
+    pub root: PathBuf,
+    pub host: Host,
+    pub key: SigningKey,
+    pub ctx: NodeContext,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("root", &self.root).finish_non_exhaustive()
+    }
+}
+
+/// What a preflight and a run produced.
+#[derive(Debug)]
+pub struct Ran {
+    pub checks: Vec<Check>,
+    /// `None` when a failing check stopped the run (as the agent does).
+    pub run: Option<RunReport>,
+}
+
+impl Ran {
+    /// The outcome; panics with the plugin's error or failed checks otherwise.
+    pub fn outcome(&self) -> &Outcome {
+        match &self.run {
+            Some(r) => match &r.result {
+                Ok(o) => o,
+                Err(e) => panic!("plugin error {}: {} (logs: {:?})", e.code, e.message, r.captured.lines),
+            },
+            None => panic!("preflight failed: {:?}", self.failed_checks()),
+        }
+    }
+
+    /// The plugin's error; panics when it succeeded.
+    pub fn error(&self) -> &PluginError {
+        match self.run.as_ref().map(|r| &r.result) {
+            Some(Err(e)) => e,
+            Some(Ok(o)) => panic!("expected an error, the run succeeded: {}", o.message),
+            None => panic!("preflight failed before the run: {:?}", self.failed_checks()),
+        }
+    }
+
+    /// Names and messages of failing checks.
+    pub fn failed_checks(&self) -> Vec<(String, String)> {
+        self.checks
+            .iter()
+            .filter(|c| c.status == CheckStatus::Fail)
+            .map(|c| (c.name.clone(), c.message.clone()))
+            .collect()
+    }
+
+    /// The value of output `key`.
+    pub fn output(&self, key: &str) -> Option<String> {
+        self.outcome().outputs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+}
+
+impl Node {
+    /// A host over `root`. Panics unless running as root (chroot needs it).
+    pub fn new(root: &Path, roles: &[&str]) -> Node {
+        assert!(
+            is_root(),
+            "the first-party plugin tests run commands chrooted into node roots, as the agent does: run them as root"
+        );
+        let key = SigningKey::generate_ed25519();
+        let mut roots = TrustRoots::new();
+        roots.add_pem(&key.public_key().to_pem(), "test.pub").unwrap();
+        let mut config = HostConfig::new(root, roots);
+        config.exec_isolation = ExecIsolation::Chroot;
+        config.service_backend = std::sync::Arc::new(RecordingBackend::logging_to_host_root());
+        Node {
+            root: root.to_owned(),
+            host: Host::new(config).unwrap(),
+            key,
+            ctx: NodeContext {
+                node_name: "test-node".into(),
+                roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+                kubelet_version: Some("v1.34.4".into()),
+            },
+        }
+    }
+
+    /// Verifies (signed by this node's key as `name` 0.1.0), compiles and describes `bytes`.
+    pub fn load(&self, bytes: &[u8], name: &str) -> LoadedPlugin {
+        let digest = Digest::of(bytes);
+        let statement = Statement::new(name, env!("CARGO_PKG_VERSION"), digest).unwrap();
+        let pin = PluginPin {
+            name: name.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            sha256: digest,
+            signatures: vec![self.key.sign_statement(&statement)],
+        };
+        self.host.load(bytes, &pin).unwrap_or_else(|e| panic!("loading {name}: {e}"))
+    }
+
+    /// Preflight, then (if no check failed) run, as the agent does.
+    pub fn run(&self, plugin: &LoadedPlugin, grants: &Grants, action: &str, params: &serde_json::Value, dry_run: bool) -> Ran {
+        let params = params.to_string();
+        let checks = self
+            .host
+            .preflight(plugin, grants, &self.ctx, action, &params)
+            .unwrap_or_else(|f| panic!("preflight {action}: host failure {f} ({:?})", f.captured))
+            .result
+            .unwrap_or_else(|e| panic!("preflight {action}: plugin error {}: {}", e.code, e.message));
+        if checks.iter().any(|c| c.status == CheckStatus::Fail) {
+            return Ran { checks, run: None };
+        }
+        let options = RunOptions { dry_run, deadline: Some(Duration::from_secs(600)) };
+        let run = self
+            .host
+            .run(plugin, grants, &self.ctx, action, &params, options)
+            .unwrap_or_else(|f| panic!("run {action}: host failure {f} ({:?})", f.captured));
+        Ran { checks, run: Some(run) }
+    }
+}
+
+/// Parses a Plugin-resource style grants YAML (the `grants:` of the examples in
+/// deploy/examples/plugins), so the tests run with exactly the grants the examples ship.
+pub fn example_grants(file: &str) -> Grants {
+    let path = workspace_root().join("deploy/examples/plugins").join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc: serde_json::Value = serde_yaml_ng(&text, &path);
+    let grants = doc.pointer("/spec/grants").cloned().unwrap_or_else(|| panic!("{}: no spec.grants", path.display()));
+    serde_json::from_value(grants).unwrap_or_else(|e| panic!("{}: spec.grants: {e}", path.display()))
+}
+
+fn serde_yaml_ng(text: &str, path: &Path) -> serde_json::Value {
+    let v: serde_yaml::Value = serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::to_value(v).unwrap()
+}
+
+/// Copies each program in `programs` (absolute paths on this machine) and every shared
+/// library `ldd` lists for it into `root` at the same paths, so it runs chrooted there.
+pub fn install_programs(root: &Path, programs: &[&str]) {
+    for program in programs {
+        let mut files = vec![PathBuf::from(program)];
+        let ldd = Command::new("ldd").arg(program).output().expect("ldd");
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let path = line.split("=>").last().unwrap_or(line).split_whitespace().next().unwrap_or("");
+            if path.starts_with('/') {
+                files.push(PathBuf::from(path));
+            }
+        }
+        for f in files {
+            copy_into(root, &f);
+        }
+    }
+}
+
+/// Copies `path` (a file on this machine) to the same path under `root`, following
+/// symlinks for the content and keeping the mode.
+pub fn copy_into(root: &Path, path: &Path) {
+    let dest = root.join(path.strip_prefix("/").unwrap());
+    if dest.exists() {
+        return;
+    }
+    std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    let real = path.canonicalize().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::copy(&real, &dest).unwrap_or_else(|e| panic!("copying {} to {}: {e}", real.display(), dest.display()));
+}
+
+/// Copies a directory tree (`cp -a`).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    let status = Command::new("cp").arg("-a").arg(from).arg(to).status().unwrap();
+    assert!(status.success(), "cp -a {} {}", from.display(), to.display());
+}
