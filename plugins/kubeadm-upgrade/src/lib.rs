@@ -1,1 +1,294 @@
-//! placeholder
+//! The `kubeadm-upgrade` plugin: `kubeadm upgrade plan`, `apply` (the first control-plane
+//! node) and `node` (every other node) for a target Kubernetes version.
+//!
+//! The node's current version is what its control plane runs (the image tag of
+//! `/etc/kubernetes/manifests/kube-apiserver.yaml`) on a control-plane node, and the
+//! kubelet's version (from the node facts) on a worker. Preflight refuses what kubeadm
+//! does not support: a downgrade, a skipped minor version, and a kubeadm binary that is not
+//! at the target version (the `packages` step before installs it).
+//!
+//! `apply` and `node` are idempotent: a control-plane node already at the target reports no
+//! change without running kubeadm, and `kubeadm upgrade node` converges when re-run.
+
+use bosun_plugin_sdk::exec::Command;
+use bosun_plugin_sdk::prelude::*;
+use bosun_plugin_sdk::{facts, fs};
+
+/// The kubeadm binary on the node.
+pub const KUBEADM: &str = "/usr/bin/kubeadm";
+/// The API server's static pod manifest: its image tag is the control plane's version.
+pub const APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+
+/// The actions with their params.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(tag = "action", content = "params", rename_all = "kebab-case")]
+pub enum Action {
+    /// `kubeadm upgrade plan VERSION`: what an upgrade would do. Reads only.
+    Plan(UpgradeParams),
+    /// `kubeadm upgrade apply VERSION` on the first control-plane node.
+    Apply(UpgradeParams),
+    /// `kubeadm upgrade node` on the other control-plane nodes and the workers.
+    Node(UpgradeParams),
+}
+
+/// Params of every action.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpgradeParams {
+    /// The target version, `vMAJOR.MINOR.PATCH` (for example `v1.34.2`).
+    pub kubernetes_version: String,
+}
+
+/// A Kubernetes version `vMAJOR.MINOR.PATCH`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version {
+    pub major: u64,
+    pub minor: u64,
+    pub patch: u64,
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "v{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl Version {
+    /// Parses `v1.34.2` (a leading `v` is optional; pre-release and build suffixes such as
+    /// `-rc.1` are refused: kubeadm upgrades between releases).
+    ///
+    /// # Errors
+    /// A message naming the text and the expected form.
+    pub fn parse(text: &str) -> Result<Version, String> {
+        let t = text.trim();
+        let v = semver::Version::parse(t.strip_prefix('v').unwrap_or(t))
+            .map_err(|e| format!("`{text}` is not a version like v1.34.2 ({e})"))?;
+        if !v.pre.is_empty() || !v.build.is_empty() {
+            return Err(format!("`{text}` is a pre-release or build version; expected a release like v1.34.2"));
+        }
+        Ok(Version { major: v.major, minor: v.minor, patch: v.patch })
+    }
+}
+
+/// Whether kubeadm can upgrade from `current` to `target`: same major, no downgrade, at
+/// most one minor version up.
+///
+/// # Errors
+/// Why not, in words for a preflight message.
+pub fn step_allowed(current: Version, target: Version) -> Result<(), String> {
+    if target < current {
+        return Err(format!("{target} is older than the node's {current}: kubeadm does not downgrade"));
+    }
+    if target.major != current.major || target.minor > current.minor + 1 {
+        return Err(format!(
+            "{current} → {target} skips a minor version: kubeadm upgrades one minor version at a time; upgrade to v{}.{}.x first",
+            current.major,
+            current.minor + 1
+        ));
+    }
+    Ok(())
+}
+
+/// The version in the image tag of a static pod manifest (`image: registry.k8s.io/kube-apiserver:v1.34.4`).
+#[must_use]
+pub fn manifest_version(manifest: &str) -> Option<Version> {
+    manifest.lines().find_map(|l| {
+        let image = l.trim().strip_prefix("image:")?.trim().trim_matches('"');
+        let tag = image.rsplit_once(':')?.1;
+        Version::parse(tag).ok()
+    })
+}
+
+/// The plugin.
+pub struct KubeadmUpgrade;
+
+impl Plugin for KubeadmUpgrade {
+    type Action = Action;
+
+    fn metadata() -> Metadata {
+        bosun_plugin_sdk::metadata!()
+            .name("kubeadm-upgrade")
+            .action(ActionInfo::new("plan", "Show what `kubeadm upgrade plan` would do for the target version").params::<UpgradeParams>().idempotent())
+            .action(ActionInfo::new("apply", "Upgrade the control plane with `kubeadm upgrade apply` (first control-plane node)").params::<UpgradeParams>().idempotent())
+            .action(ActionInfo::new("node", "Upgrade this node with `kubeadm upgrade node` (other control-plane nodes, workers)").params::<UpgradeParams>().idempotent())
+            .reads("/etc/kubernetes/manifests")
+            .runs(KUBEADM, ["upgrade", "plan", "v*"])
+            .runs(KUBEADM, ["upgrade", "apply", "--yes", "v*"])
+            .runs(KUBEADM, ["upgrade", "node"])
+    }
+
+    fn preflight(action: &Action) -> Result<Vec<Check>, PluginError> {
+        let (name, p) = split(action);
+        let target = match Version::parse(&p.kubernetes_version) {
+            Ok(v) => v,
+            Err(m) => return Ok(vec![Check::fail("target-version", m)]),
+        };
+        let facts = facts::node()?;
+        let mut checks = Vec::new();
+        if name == "apply" {
+            checks.push(Check::require(
+                "control-plane",
+                facts.is_control_plane() && std::fs::metadata(APISERVER_MANIFEST).is_ok(),
+                if facts.is_control_plane() {
+                    format!("{} is a control-plane node; {APISERVER_MANIFEST} must exist", facts.node_name)
+                } else {
+                    format!("{} is not a control-plane node: `apply` runs on the first control-plane node, workers run `node`", facts.node_name)
+                },
+            ));
+        }
+        match current_version(&facts) {
+            Ok((current, source)) => checks.push(match step_allowed(current, target) {
+                Ok(()) => Check::pass("version-step", format!("{current} ({source}) → {target}")),
+                Err(m) => Check::fail("version-step", m),
+            }),
+            Err(m) => checks.push(Check::fail("version-step", m)),
+        }
+        checks.push(match facts.kubeadm_version.as_deref().map(Version::parse) {
+            Some(Ok(v)) if v == target => Check::pass("kubeadm-version", format!("{KUBEADM} is {v}")),
+            Some(Ok(v)) => Check::fail(
+                "kubeadm-version",
+                format!("{KUBEADM} is {v}, expected {target}: install kubeadm {target} first (the upgrade's `upgrade-kubeadm` packages step does)"),
+            ),
+            Some(Err(m)) => Check::fail("kubeadm-version", format!("{KUBEADM} reports {m}")),
+            None => Check::fail("kubeadm-version", format!("{KUBEADM} is missing or does not run: install kubeadm {target} first")),
+        });
+        Ok(checks)
+    }
+
+    fn run(action: Action, ctx: &RunContext) -> Result<Outcome, PluginError> {
+        let (name, p) = split(&action);
+        let target = Version::parse(&p.kubernetes_version).map_err(|m| PluginError::new("bad-params", m))?;
+        match name {
+            "plan" => {
+                let out = Command::new(KUBEADM).args(["upgrade", "plan"]).arg(target.to_string()).run()?;
+                let text = out.stdout_text();
+                info!("{text}");
+                Ok(Outcome::unchanged(format!("kubeadm upgrade plan {target}: see the log for kubeadm's plan")).output("plan", tail(&text, 8192)))
+            }
+            "apply" => {
+                if let Some(current) = control_plane_version()?
+                    && current == target
+                {
+                    return Ok(Outcome::unchanged(format!("the control plane already runs {target}; nothing to apply")));
+                }
+                if ctx.dry_run {
+                    return Ok(Outcome::unchanged(format!("would run `kubeadm upgrade apply --yes {target}`")));
+                }
+                let out = Command::new(KUBEADM).args(["upgrade", "apply", "--yes"]).arg(target.to_string()).run()?;
+                info!("{}", tail(&out.stdout_text(), 4096));
+                match control_plane_version()? {
+                    Some(v) if v == target => Ok(Outcome::changed(format!("control plane upgraded to {target}")).output("version", target)),
+                    other => Err(PluginError::new(
+                        "upgrade-not-applied",
+                        format!(
+                            "`kubeadm upgrade apply {target}` exited 0 but {APISERVER_MANIFEST} shows {}; check kubeadm's log on the node",
+                            other.map_or_else(|| "no version".to_owned(), |v| v.to_string())
+                        ),
+                    )),
+                }
+            }
+            _ => {
+                let cp = control_plane_version()?;
+                if let Some(current) = cp
+                    && current == target
+                {
+                    return Ok(Outcome::unchanged(format!("this control-plane node already runs {target}")));
+                }
+                if ctx.dry_run {
+                    return Ok(Outcome::unchanged(format!("would run `kubeadm upgrade node` (kubeadm {target})")));
+                }
+                let out = Command::new(KUBEADM).args(["upgrade", "node"]).run()?;
+                info!("{}", tail(&out.stdout_text(), 4096));
+                Ok(Outcome::changed(format!("node upgraded with kubeadm {target}")).output("version", target))
+            }
+        }
+    }
+}
+
+fn split(action: &Action) -> (&'static str, &UpgradeParams) {
+    match action {
+        Action::Plan(p) => ("plan", p),
+        Action::Apply(p) => ("apply", p),
+        Action::Node(p) => ("node", p),
+    }
+}
+
+/// The control plane's version on this node, `None` when it has no API server manifest.
+fn control_plane_version() -> Result<Option<Version>, PluginError> {
+    match fs::read_optional(APISERVER_MANIFEST) {
+        Ok(Some(text)) => manifest_version(&text).map(Some).ok_or_else(|| {
+            PluginError::new("bad-manifest", format!("{APISERVER_MANIFEST} has no image with a version tag"))
+        }),
+        Ok(None) => Ok(None),
+        // A worker usually has no grant there worth failing for.
+        Err(e) if e.code() == "file-not-found" => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The node's current version and where it came from.
+fn current_version(facts: &facts::NodeFacts) -> Result<(Version, &'static str), String> {
+    if let Ok(Some(v)) = control_plane_version() {
+        return Ok((v, "control plane"));
+    }
+    match facts.kubelet_version.as_deref() {
+        Some(k) => Version::parse(k).map(|v| (v, "kubelet")),
+        None => Err("cannot tell the node's version: no kube-apiserver manifest and no kubelet version in the node facts".into()),
+    }
+}
+
+fn tail(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    s[start..].to_owned()
+}
+
+bosun_plugin_sdk::export_plugin!(KubeadmUpgrade);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Version {
+        Version::parse(s).unwrap()
+    }
+
+    #[test]
+    fn one_minor_step_and_no_downgrade() {
+        assert!(step_allowed(v("v1.33.5"), v("v1.34.2")).is_ok());
+        assert!(step_allowed(v("v1.34.1"), v("v1.34.2")).is_ok());
+        assert!(step_allowed(v("v1.34.2"), v("v1.34.2")).is_ok());
+        assert!(step_allowed(v("v1.33.5"), v("v1.35.0")).unwrap_err().contains("skips a minor version"));
+        assert!(step_allowed(v("v1.34.2"), v("v1.34.1")).unwrap_err().contains("does not downgrade"));
+        assert!(step_allowed(v("v1.34.2"), v("v2.0.0")).is_err());
+    }
+
+    #[test]
+    fn versions_parse_strictly() {
+        assert_eq!(v("1.34.2"), v("v1.34.2"));
+        assert!(Version::parse("v1.34").is_err());
+        assert!(Version::parse("v1.35.0-rc.1").unwrap_err().contains("pre-release"));
+    }
+
+    #[test]
+    fn manifest_image_tag_is_the_version() {
+        let m = "spec:\n  containers:\n  - command:\n    - kube-apiserver\n    image: registry.k8s.io/kube-apiserver:v1.34.4\n";
+        assert_eq!(manifest_version(m), Some(v("v1.34.4")));
+        assert_eq!(manifest_version("image: localhost:5000/kube-apiserver:v1.33.1"), Some(v("v1.33.1")));
+        assert_eq!(manifest_version("no image here"), None);
+    }
+
+    #[test]
+    fn metadata_has_the_planner_actions() {
+        let m = KubeadmUpgrade::metadata();
+        assert_eq!(m.name, "kubeadm-upgrade");
+        let names: Vec<_> = m.actions.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["plan", "apply", "node"]);
+        assert!(m.capabilities.exec.iter().all(|c| c.command == KUBEADM));
+    }
+}
