@@ -2,9 +2,9 @@
 //!
 //! Today it carries the plugin author's and the administrator's plugin tools under
 //! `kubectl bosun plugin`: key generation, signing, verification, inspection, running one
-//! action against a host-root directory, and scaffolding a new plugin crate. The command
-//! tree is grouped so operator commands (`status`, `approve`, `retry`, `skip` on
-//! Operations and NodeTasks) and `policy` commands join as siblings of `plugin`.
+//! action against a host-root directory, scaffolding a new plugin crate, and publishing a
+//! signed plugin to a cluster. Beside `plugin` are the operator commands on Operations and
+//! their NodeTasks: `status`, `approve`, `retry`, `skip`, `pause`, `resume`, `logs`.
 //!
 //! Exit codes: 0 success; 1 the command failed (bad input, refused verification, host
 //! error); 2 the plugin itself reported an error or a failing preflight check.
@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod ops;
 mod plugin;
 
 /// Bosun: kubeadm lifecycle work across a cluster's nodes, run as signed WebAssembly plugins.
@@ -25,9 +26,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Work with plugins: keys, signatures, inspection, local runs, scaffolding.
+    /// Work with plugins: keys, signatures, inspection, local runs, scaffolding, publishing.
     #[command(subcommand)]
-    Plugin(plugin::Command),
+    Plugin(ops::publish::PluginCommand),
+    #[command(flatten)]
+    Ops(ops::Command),
 }
 
 /// What a command reports when it did not fail outright.
@@ -42,7 +45,8 @@ enum Status {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Plugin(cmd) => plugin::execute(cmd),
+        Command::Plugin(cmd) => ops::publish::execute(cmd),
+        Command::Ops(cmd) => ops::execute(cmd),
     };
     match result {
         Ok(Status::Success) => ExitCode::SUCCESS,

@@ -1,0 +1,442 @@
+//! The operator commands: `status`, `approve`, `retry`, `skip`, `pause`, `resume`, `logs`
+//! on Operations and their NodeTasks, and `plugin publish` (see [`publish`]).
+//!
+//! This module owns the cluster side of the CLI: connecting with the usual kubeconfig
+//! rules, reading an Operation with its NodeTasks, checking the state before any change
+//! ([`checks`]) and writing only the fields a person owns (`Operation.spec.paused`,
+//! `NodeTask.spec.approve`, `NodeTask.spec.recovery`). Every write is a merge patch that
+//! carries the `resourceVersion` the checks saw, so a change made in between makes the
+//! API server refuse it (409) instead of acting on a stale view.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use bosun_api::node_task::NodeTask;
+use bosun_api::operation::Operation;
+use clap::{Args, Subcommand, ValueEnum};
+use futures::{FutureExt as _, StreamExt as _};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Client, Config};
+use serde_json::json;
+
+use crate::Status;
+
+pub mod checks;
+pub mod publish;
+pub mod render;
+
+/// The field manager recorded for this CLI's writes.
+pub const FIELD_MANAGER: &str = "kubectl-bosun";
+
+/// How to reach the cluster: the usual kubeconfig rules.
+#[derive(Debug, Clone, Args)]
+pub struct Connection {
+    /// The kubeconfig file. Default: $KUBECONFIG (a `:`-separated list is merged), else
+    /// ~/.kube/config, else the in-cluster service account.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context. Default: its current context.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+}
+
+impl Connection {
+    /// A client for the selected cluster.
+    pub async fn client(&self) -> Result<Client> {
+        let options = KubeConfigOptions {
+            context: self.context.clone(),
+            ..Default::default()
+        };
+        let config = match &self.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+                Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .with_context(|| format!("using kubeconfig {}", path.display()))?
+            }
+            None if self.context.is_some() => Config::from_kubeconfig(&options)
+                .await
+                .context("loading the kubeconfig ($KUBECONFIG or ~/.kube/config)")?,
+            None => Config::infer().await.context(
+                "no cluster configuration found: set KUBECONFIG or pass --kubeconfig FILE",
+            )?,
+        };
+        Client::try_from(config).context("building the Kubernetes client")
+    }
+}
+
+/// The operator commands, siblings of `plugin` at the top level.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show an Operation at a glance: phase, progress, and groups → nodes → steps, with
+    /// what blocks and the command that moves it on.
+    Status(StatusArgs),
+    /// Controlled mode: let NodeTasks start (sets spec.approve on each).
+    Approve(ApproveArgs),
+    /// Run the failed step of a Blocked node again, after fixing its cause (recovery: Retry).
+    Retry(NodeArgs),
+    /// Leave a Blocked node as it is and let the Operation move on (recovery: Skip).
+    Skip(NodeArgs),
+    /// Pause an Operation: running steps finish, nothing new starts (spec.paused: true).
+    Pause(OperationArgs),
+    /// Resume a paused Operation (spec.paused: false).
+    Resume(OperationArgs),
+    /// Print the log tail of a node's steps, as its agent reported them in the NodeTask.
+    Logs(LogsArgs),
+}
+
+/// Machine-readable output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The Operation's name.
+    pub operation: String,
+    /// Re-render whenever the Operation or one of its NodeTasks changes; ends when the
+    /// Operation has finished (Succeeded or Failed).
+    #[arg(short, long)]
+    pub watch: bool,
+    /// Print the Operation and its NodeTasks as JSON or YAML instead of the tree.
+    #[arg(short, long, value_enum, value_name = "FORMAT")]
+    pub output: Option<Format>,
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["nodes", "all"]))]
+pub struct ApproveArgs {
+    /// The Operation's name.
+    pub operation: String,
+    /// The nodes whose NodeTasks may start.
+    #[arg(value_name = "NODE")]
+    pub nodes: Vec<String>,
+    /// Approve every NodeTask that has not started and is not approved yet.
+    #[arg(long)]
+    pub all: bool,
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// The Operation's name.
+    pub operation: String,
+    /// The node whose NodeTask is Blocked.
+    pub node: String,
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+#[derive(Debug, Args)]
+pub struct OperationArgs {
+    /// The Operation's name.
+    pub operation: String,
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The Operation's name.
+    pub operation: String,
+    /// The node.
+    pub node: String,
+    /// Only this step.
+    #[arg(long, value_name = "STEP")]
+    pub step: Option<String>,
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// Runs an operator command on a fresh single-threaded runtime.
+pub fn execute(cmd: Command) -> Result<Status> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        match cmd {
+            Command::Status(a) => status(a).await,
+            Command::Approve(a) => approve(a).await,
+            Command::Retry(a) => recover(a, bosun_api::Recovery::Retry).await,
+            Command::Skip(a) => recover(a, bosun_api::Recovery::Skip).await,
+            Command::Pause(a) => set_paused(a, true).await,
+            Command::Resume(a) => set_paused(a, false).await,
+            Command::Logs(a) => logs(a).await,
+        }
+    })
+}
+
+/// The Operation, or an error that says how to find the right name.
+async fn get_operation(client: &Client, name: &str) -> Result<Operation> {
+    let api: Api<Operation> = Api::all(client.clone());
+    match api.get_opt(name).await {
+        Ok(Some(op)) => Ok(op),
+        Ok(None) => bail!(
+            "Operation {name} not found; `kubectl get operations` lists the Operations there are"
+        ),
+        Err(kube::Error::Api(e)) if e.code == 404 => bail!(
+            "the API server does not know Operations (404): install Bosun's CRDs first: kubectl apply -f deploy/crds/"
+        ),
+        Err(e) => Err(e).with_context(|| format!("reading Operation {name}")),
+    }
+}
+
+/// The Operation's NodeTasks (by the selectable field `spec.operation`, so long names
+/// that do not fit a label value work too), sorted by node name.
+async fn tasks_of(client: &Client, op: &str) -> Result<Vec<NodeTask>> {
+    let api: Api<NodeTask> = Api::all(client.clone());
+    let mut tasks = api
+        .list(&ListParams::default().fields(&format!("spec.operation={op}")))
+        .await
+        .with_context(|| format!("listing the NodeTasks of Operation {op}"))?
+        .items;
+    tasks.sort_by(|a, b| a.spec.node_name.cmp(&b.spec.node_name));
+    Ok(tasks)
+}
+
+async fn snapshot(client: &Client, name: &str) -> Result<(Operation, Vec<NodeTask>)> {
+    let op = get_operation(client, name).await?;
+    let tasks = tasks_of(client, name).await?;
+    Ok((op, tasks))
+}
+
+fn style() -> render::Style {
+    render::Style::detect(
+        std::io::stdout().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
+}
+
+fn machine_output(format: Format, op: &Operation, tasks: &[NodeTask]) -> Result<String> {
+    let doc = json!({ "operation": op, "nodeTasks": tasks });
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(&doc)? + "\n",
+        Format::Yaml => serde_yaml::to_string(&doc)?,
+    })
+}
+
+async fn status(args: StatusArgs) -> Result<Status> {
+    let client = args.conn.client().await?;
+    let name = args.operation.as_str();
+    let style = style();
+    let show = |op: &Operation, tasks: &[NodeTask]| -> Result<String> {
+        match args.output {
+            Some(f) => machine_output(f, op, tasks),
+            None => Ok(render::status(op, tasks, Timestamp::now(), style)),
+        }
+    };
+    if !args.watch {
+        let (op, tasks) = snapshot(&client, name).await?;
+        print!("{}", show(&op, &tasks)?);
+        return Ok(Status::Success);
+    }
+
+    // Watch: any event on the Operation or its tasks triggers a fresh read and a
+    // re-render. On a terminal the screen is redrawn (and refreshed each second so running
+    // times move); elsewhere each changed rendering is printed after a blank line.
+    let terminal = std::io::stdout().is_terminal() && args.output.is_none();
+    let ops: Api<Operation> = Api::all(client.clone());
+    let tasks_api: Api<NodeTask> = Api::all(client.clone());
+    let op_events = watcher(
+        ops,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    )
+    .default_backoff()
+    .map(|e| e.map(|_| ()));
+    let task_events = watcher(
+        tasks_api,
+        watcher::Config::default().fields(&format!("spec.operation={name}")),
+    )
+    .default_backoff()
+    .map(|e| e.map(|_| ()));
+    let mut events = futures::stream::select(op_events, task_events).boxed();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last = String::new();
+    loop {
+        let (op, tasks) = snapshot(&client, name).await?;
+        let text = show(&op, &tasks)?;
+        if text != last {
+            if terminal {
+                print!("\x1b[H\x1b[2J{text}\n{}", style_hint(style));
+            } else {
+                if !last.is_empty() {
+                    println!();
+                }
+                print!("{text}");
+            }
+            use std::io::Write as _;
+            std::io::stdout().flush().ok();
+            last = text;
+        }
+        if op.status.as_ref().is_some_and(|s| s.phase.is_finished()) {
+            return Ok(Status::Success);
+        }
+        tokio::select! {
+            event = events.next() => match event {
+                None => bail!("the watch on Operation {name} ended unexpectedly"),
+                // The watcher retries with backoff; a failed round is reported, not fatal.
+                Some(Err(e)) => eprintln!("warning: watching Operation {name}: {e}"),
+                Some(Ok(())) => {}
+            },
+            _ = tick.tick(), if terminal => {}
+        }
+        // Coalesce a burst of events (one step's writes come in several) into one render.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        while let Some(Some(_)) = events.next().now_or_never() {}
+    }
+}
+
+fn style_hint(style: render::Style) -> String {
+    let text = "watching; Ctrl-C to stop";
+    if style.color {
+        format!("\x1b[2m{text}\x1b[0m\n")
+    } else {
+        format!("{text}\n")
+    }
+}
+
+/// A merge patch of `spec` that only applies to the `resourceVersion` the checks saw.
+fn guarded_patch(resource_version: Option<&String>, spec: serde_json::Value) -> Patch<serde_json::Value> {
+    Patch::Merge(json!({ "metadata": { "resourceVersion": resource_version }, "spec": spec }))
+}
+
+/// Turns a 409 from a guarded patch into advice to look again.
+fn conflict_advice(e: kube::Error, what: &str, op: &str) -> anyhow::Error {
+    match e {
+        kube::Error::Api(ae) if ae.code == 409 => anyhow::anyhow!(
+            "{what} changed while this command ran, so nothing was written; look again with `kubectl bosun status {op}` and repeat the command if it still applies"
+        ),
+        other => anyhow::Error::new(other).context(format!("writing {what}")),
+    }
+}
+
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+async fn approve(args: ApproveArgs) -> Result<Status> {
+    let client = args.conn.client().await?;
+    let (op, tasks) = snapshot(&client, &args.operation).await?;
+    let chosen: Vec<&NodeTask> = if args.all {
+        checks::approve_all(&op, &tasks)?
+    } else {
+        let mut chosen = Vec::new();
+        // Check every node before writing anything: all or nothing.
+        for node in &args.nodes {
+            let task = checks::task_of(&op, &tasks, node)?;
+            checks::approve(&op, task)?;
+            chosen.push(task);
+        }
+        chosen
+    };
+    let api: Api<NodeTask> = Api::all(client.clone());
+    for task in chosen {
+        let name = task.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &patch_params(),
+            &guarded_patch(task.metadata.resource_version.as_ref(), json!({ "approve": true })),
+        )
+        .await
+        .map_err(|e| conflict_advice(e, &format!("NodeTask {name}"), &args.operation))?;
+        println!("approved {} (NodeTask {name})", task.spec.node_name);
+    }
+    Ok(Status::Success)
+}
+
+async fn recover(args: NodeArgs, recovery: bosun_api::Recovery) -> Result<Status> {
+    let client = args.conn.client().await?;
+    let (op, tasks) = snapshot(&client, &args.operation).await?;
+    let task = checks::task_of(&op, &tasks, &args.node)?;
+    let verb = match recovery {
+        bosun_api::Recovery::Retry => "retry",
+        bosun_api::Recovery::Skip => "skip",
+    };
+    checks::recovery(&op, task, verb)?;
+    let name = task.metadata.name.clone().unwrap_or_default();
+    let api: Api<NodeTask> = Api::all(client.clone());
+    api.patch(
+        &name,
+        &patch_params(),
+        &guarded_patch(task.metadata.resource_version.as_ref(), json!({ "recovery": recovery })),
+    )
+    .await
+    .map_err(|e| conflict_advice(e, &format!("NodeTask {name}"), &args.operation))?;
+    let step = task
+        .status
+        .as_ref()
+        .and_then(|s| s.current_step.clone())
+        .unwrap_or_else(|| "its failed step".into());
+    match recovery {
+        bosun_api::Recovery::Retry => println!(
+            "recovery: Retry set on NodeTask {name}: the controller runs step {step} on {} again",
+            args.node
+        ),
+        bosun_api::Recovery::Skip => println!(
+            "recovery: Skip set on NodeTask {name}: {} is left as it is (from step {step} on) and the Operation moves on",
+            args.node
+        ),
+    }
+    println!("follow it with: kubectl bosun status {} --watch", args.operation);
+    Ok(Status::Success)
+}
+
+async fn set_paused(args: OperationArgs, paused: bool) -> Result<Status> {
+    let client = args.conn.client().await?;
+    let op = get_operation(&client, &args.operation).await?;
+    if paused {
+        checks::pause(&op)?;
+    } else {
+        checks::resume(&op)?;
+    }
+    let api: Api<Operation> = Api::all(client.clone());
+    api.patch(
+        &args.operation,
+        &patch_params(),
+        &guarded_patch(op.metadata.resource_version.as_ref(), json!({ "paused": paused })),
+    )
+    .await
+    .map_err(|e| conflict_advice(e, &format!("Operation {}", args.operation), &args.operation))?;
+    if paused {
+        println!(
+            "paused {}: running steps finish, nothing new starts; resume with `kubectl bosun resume {}`",
+            args.operation, args.operation
+        );
+    } else {
+        println!("resumed {}", args.operation);
+    }
+    Ok(Status::Success)
+}
+
+async fn logs(args: LogsArgs) -> Result<Status> {
+    let client = args.conn.client().await?;
+    let (op, tasks) = snapshot(&client, &args.operation).await?;
+    let task = checks::task_of(&op, &tasks, &args.node)?;
+    if let Some(step) = &args.step
+        && !task.spec.steps.iter().any(|s| &s.name == step)
+    {
+        let names: Vec<&str> = task.spec.steps.iter().map(|s| s.name.as_str()).collect();
+        bail!(
+            "NodeTask {} has no step {step}; its steps are: {}",
+            task.metadata.name.as_deref().unwrap_or("?"),
+            names.join(", ")
+        );
+    }
+    print!("{}", render::logs(task, args.step.as_deref(), Timestamp::now()));
+    Ok(Status::Success)
+}

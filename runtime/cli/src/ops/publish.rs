@@ -1,0 +1,384 @@
+//! `kubectl bosun plugin publish`: puts a signed plugin into the cluster so agents can run
+//! it, without hand-editing YAML. It writes the plugin's bytes into a ConfigMap and the
+//! `Plugin` resource pinning them: `spec.sha256`, `spec.signatures` copied from the
+//! signature bundle (`FILE.wasm.sig.json`), `spec.grants` from a grants file, and the
+//! annotation `bosun.dev/plugin-version` (the version the signatures bind).
+//!
+//! It refuses anything the agents would refuse later: a bundle made for other bytes, a
+//! bundle without signatures, a name or version other than the ones signed, a grants file
+//! with unknown fields, bytes too large for a ConfigMap.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use bosun_api::grants::Grants;
+use bosun_api::plugin::{
+    ConfigMapSource, Plugin, PluginSource, PluginSpec, Signature, SignatureAlgorithm,
+};
+use bosun_trust::{Algorithm, Digest, SignatureBundle};
+use clap::{Args, Subcommand};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+use super::{Connection, FIELD_MANAGER};
+use crate::Status;
+
+/// The annotation the agent reads the plugin's version from.
+pub const VERSION_ANNOTATION: &str = "bosun.dev/plugin-version";
+
+/// The API server's limit on a ConfigMap's data (keys and values together).
+pub const CONFIGMAP_LIMIT: usize = 1024 * 1024;
+
+/// `kubectl bosun plugin ...`: the local plugin tools and `publish`.
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    #[command(flatten)]
+    Local(crate::plugin::Command),
+    /// Publish a signed plugin to the cluster: a ConfigMap with its bytes and the Plugin
+    /// resource with its digest, signatures (from FILE.sig.json) and grants.
+    Publish(PublishArgs),
+}
+
+/// Runs a plugin command.
+pub fn execute(cmd: PluginCommand) -> Result<Status> {
+    match cmd {
+        PluginCommand::Local(c) => crate::plugin::execute(c),
+        PluginCommand::Publish(a) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(publish(a))
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// The plugin file (`.wasm` component), signed with `kubectl bosun plugin sign`.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The Plugin resource's name; must be the name the signatures bind. Default: the
+    /// bundle's name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The version; must be the version the signatures bind. Default: the bundle's.
+    #[arg(long)]
+    pub version: Option<String>,
+    /// Namespace of the ConfigMap that carries the bytes (created if missing).
+    #[arg(long, default_value = "bosun-system")]
+    pub namespace: String,
+    /// Grants (YAML, the `grants` of a Plugin resource). Without it the plugin is granted
+    /// nothing: every host capability is denied.
+    #[arg(long, value_name = "FILE")]
+    pub grants: Option<PathBuf>,
+    /// Signature bundle. Default: FILE.sig.json.
+    #[arg(long, value_name = "PATH")]
+    pub bundle: Option<PathBuf>,
+    /// The ConfigMap's name. Default: plugin-NAME.
+    #[arg(long, value_name = "NAME")]
+    pub configmap: Option<String>,
+    #[command(flatten)]
+    pub conn: Connection,
+}
+
+/// What gets written, computed without the cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Publication {
+    pub name: String,
+    pub version: String,
+    pub namespace: String,
+    pub configmap: String,
+    pub key: String,
+    pub bytes: Vec<u8>,
+    pub spec: PluginSpec,
+}
+
+/// Checks the bytes against the bundle and builds the Plugin spec.
+pub fn prepare(
+    bytes: Vec<u8>,
+    bundle: &SignatureBundle,
+    name: Option<&str>,
+    version: Option<&str>,
+    namespace: &str,
+    configmap: Option<&str>,
+    grants: Grants,
+) -> Result<Publication> {
+    let digest = Digest::of(&bytes);
+    ensure!(
+        bundle.sha256 == digest,
+        "the signature bundle is for {} but the file's digest is {digest}: the file was rebuilt after signing; sign it again with `kubectl bosun plugin sign`",
+        bundle.sha256
+    );
+    ensure!(
+        !bundle.signatures.is_empty(),
+        "the signature bundle has no signatures; sign the plugin with `kubectl bosun plugin sign` (unsigned plugins never run)"
+    );
+    let name = name.unwrap_or(&bundle.name);
+    ensure!(
+        name == bundle.name,
+        "--name {name} differs from the signed name {}: agents verify the signed statement (name, version, digest), so publishing under another name would fail on every node; sign it as {name} or publish it as {}",
+        bundle.name,
+        bundle.name
+    );
+    let version = version.unwrap_or(&bundle.version);
+    ensure!(
+        version == bundle.version,
+        "--version {version} differs from the signed version {}: sign it as {version} or publish it as {}",
+        bundle.version,
+        bundle.version
+    );
+    let key = format!("{name}.wasm");
+    ensure!(
+        key.len() + bytes.len() <= CONFIGMAP_LIMIT,
+        "the plugin is {} bytes; a ConfigMap holds at most {CONFIGMAP_LIMIT} bytes of data: shrink it (release build, strip) or serve it from an OCI registry or https URL",
+        bytes.len()
+    );
+    let signatures = bundle
+        .signatures
+        .iter()
+        .map(|s| Signature {
+            algorithm: match s.algorithm {
+                Algorithm::Ed25519 => SignatureAlgorithm::Ed25519,
+                Algorithm::EcdsaP256Sha256 => SignatureAlgorithm::EcdsaP256Sha256,
+            },
+            key_id: s.key_id.clone(),
+            signature: s.signature.clone(),
+        })
+        .collect();
+    let configmap = configmap.map_or_else(|| format!("plugin-{name}"), str::to_owned);
+    Ok(Publication {
+        name: name.to_owned(),
+        version: version.to_owned(),
+        namespace: namespace.to_owned(),
+        configmap: configmap.clone(),
+        key: key.clone(),
+        bytes,
+        spec: PluginSpec {
+            source: PluginSource {
+                oci: None,
+                url: None,
+                config_map: Some(ConfigMapSource {
+                    namespace: namespace.to_owned(),
+                    name: configmap,
+                    key,
+                }),
+            },
+            sha256: digest.to_string(),
+            signatures,
+            grants,
+        },
+    })
+}
+
+/// Reads a grants file; absent means nothing granted.
+pub fn read_grants(path: Option<&PathBuf>) -> Result<Grants> {
+    let Some(path) = path else {
+        return Ok(Grants::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading grants file {}", path.display()))?;
+    if text.trim().is_empty() {
+        bail!(
+            "grants file {} is empty; write `{{}}` to grant nothing",
+            path.display()
+        );
+    }
+    serde_yaml::from_str(&text).with_context(|| {
+        format!(
+            "grants file {} is not a Plugin's grants (filesystem, exec, services, http)",
+            path.display()
+        )
+    })
+}
+
+async fn publish(args: PublishArgs) -> Result<Status> {
+    let bytes = std::fs::read(&args.file)
+        .with_context(|| format!("reading plugin file {}", args.file.display()))?;
+    let bundle_path = args
+        .bundle
+        .clone()
+        .unwrap_or_else(|| SignatureBundle::path_for(&args.file));
+    let bundle = SignatureBundle::read(&bundle_path).with_context(|| {
+        format!(
+            "no usable signature bundle at {}; sign the plugin first with `kubectl bosun plugin sign --key KEY {}`",
+            bundle_path.display(),
+            args.file.display()
+        )
+    })?;
+    let grants = read_grants(args.grants.as_ref())?;
+    if args.grants.is_none() {
+        eprintln!("note: no --grants: the plugin is granted nothing (every host capability is denied)");
+    }
+    let p = prepare(
+        bytes,
+        &bundle,
+        args.name.as_deref(),
+        args.version.as_deref(),
+        &args.namespace,
+        args.configmap.as_deref(),
+        grants,
+    )?;
+    let client = args.conn.client().await?;
+
+    // Namespace: created when missing, left alone otherwise.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    if namespaces.get_opt(&p.namespace).await?.is_none() {
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(p.namespace.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {}", p.namespace))?;
+        println!("created namespace {}", p.namespace);
+    }
+
+    // ConfigMap: this CLI owns the plugin's key (server-side apply, forced).
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &p.namespace);
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(p.configmap.clone()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(p.key.clone(), ByteString(p.bytes.clone()))])),
+        ..Default::default()
+    };
+    maps.patch(
+        &p.configmap,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .with_context(|| format!("writing ConfigMap {}/{}", p.namespace, p.configmap))?;
+
+    // Plugin: the whole spec is replaced, so no grant from an earlier version lingers
+    // (an apply would keep fields another manager set, which could widen the grants).
+    let plugins: Api<Plugin> = Api::all(client.clone());
+    let action = match plugins.get_opt(&p.name).await? {
+        Some(mut existing) => {
+            existing.spec = p.spec.clone();
+            existing
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(VERSION_ANNOTATION.into(), p.version.clone());
+            existing.status = None;
+            plugins
+                .replace(&p.name, &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &existing)
+                .await
+                .with_context(|| format!("updating Plugin {}", p.name))?;
+            "updated"
+        }
+        None => {
+            let mut plugin = Plugin::new(&p.name, p.spec.clone());
+            plugin.metadata.annotations =
+                Some(BTreeMap::from([(VERSION_ANNOTATION.into(), p.version.clone())]));
+            plugins
+                .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &plugin)
+                .await
+                .with_context(|| format!("creating Plugin {}", p.name))?;
+            "created"
+        }
+    };
+    let g = &p.spec.grants;
+    println!("published {} {} {}", p.name, p.version, p.spec.sha256);
+    println!(
+        "  ConfigMap {}/{} key {} ({} bytes)",
+        p.namespace,
+        p.configmap,
+        p.key,
+        p.bytes.len()
+    );
+    println!(
+        "  Plugin {} {action}: {} signature{}; grants: {} filesystem, {} exec, {} services, {} http",
+        p.name,
+        p.spec.signatures.len(),
+        if p.spec.signatures.len() == 1 { "" } else { "s" },
+        g.filesystem.len(),
+        g.exec.len(),
+        g.services.len(),
+        g.http.len()
+    );
+    Ok(Status::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bosun_trust::{SigningKey, Statement};
+
+    fn signed(bytes: &[u8], name: &str, version: &str) -> SignatureBundle {
+        let statement = Statement::new(name, version, Digest::of(bytes)).unwrap();
+        let mut bundle = SignatureBundle::new(&statement);
+        bundle.add(SigningKey::generate_ed25519().sign_statement(&statement));
+        bundle
+    }
+
+    #[test]
+    fn spec_carries_digest_signatures_grants_and_source() {
+        let bytes = b"\0asm not really".to_vec();
+        let bundle = signed(&bytes, "hello", "0.1.0");
+        let grants: Grants = serde_yaml::from_str("filesystem: [{path: /etc, access: ReadOnly}]").unwrap();
+        let p = prepare(bytes.clone(), &bundle, Some("hello"), Some("0.1.0"), "bosun-system", None, grants.clone()).unwrap();
+        assert_eq!(p.spec.sha256, Digest::of(&bytes).to_string());
+        assert_eq!(p.spec.signatures.len(), 1);
+        assert_eq!(p.spec.signatures[0].algorithm, SignatureAlgorithm::Ed25519);
+        assert_eq!(p.spec.signatures[0].signature, bundle.signatures[0].signature);
+        assert_eq!(p.spec.signatures[0].key_id, bundle.signatures[0].key_id);
+        assert_eq!(p.spec.grants, grants);
+        let cm = p.spec.source.config_map.as_ref().unwrap();
+        assert_eq!((cm.namespace.as_str(), cm.name.as_str(), cm.key.as_str()), ("bosun-system", "plugin-hello", "hello.wasm"));
+        assert_eq!((p.name.as_str(), p.version.as_str()), ("hello", "0.1.0"));
+        // The spec passes the API types' own serde (what the API server will get).
+        let json = serde_json::to_value(&p.spec).unwrap();
+        assert_eq!(json["signatures"][0]["algorithm"], "ed25519");
+    }
+
+    #[test]
+    fn name_and_version_default_to_the_signed_ones_and_must_match_them() {
+        let bytes = b"x".to_vec();
+        let bundle = signed(&bytes, "hello", "0.1.0");
+        let p = prepare(bytes.clone(), &bundle, None, None, "ns", Some("cm"), Grants::default()).unwrap();
+        assert_eq!((p.name.as_str(), p.version.as_str(), p.configmap.as_str()), ("hello", "0.1.0", "cm"));
+        let e = prepare(bytes.clone(), &bundle, Some("other"), None, "ns", None, Grants::default()).unwrap_err();
+        assert!(e.to_string().contains("--name other differs from the signed name hello"), "{e}");
+        let e = prepare(bytes, &bundle, None, Some("0.2.0"), "ns", None, Grants::default()).unwrap_err();
+        assert!(e.to_string().contains("--version 0.2.0 differs from the signed version 0.1.0"), "{e}");
+    }
+
+    #[test]
+    fn rebuilt_unsigned_or_oversized_plugins_are_refused() {
+        let bundle = signed(b"old", "hello", "0.1.0");
+        let e = prepare(b"new".to_vec(), &bundle, None, None, "ns", None, Grants::default()).unwrap_err();
+        assert!(e.to_string().contains("rebuilt after signing"), "{e}");
+
+        let mut unsigned = signed(b"x", "hello", "0.1.0");
+        unsigned.signatures.clear();
+        let e = prepare(b"x".to_vec(), &unsigned, None, None, "ns", None, Grants::default()).unwrap_err();
+        assert!(e.to_string().contains("no signatures"), "{e}");
+
+        let big = vec![0u8; CONFIGMAP_LIMIT];
+        let bundle = signed(&big, "hello", "0.1.0");
+        let e = prepare(big, &bundle, None, None, "ns", None, Grants::default()).unwrap_err();
+        assert!(e.to_string().contains("a ConfigMap holds at most"), "{e}");
+    }
+
+    #[test]
+    fn grants_files_are_strict() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.yaml");
+        std::fs::write(&path, "filesytem: [{path: /etc, access: ReadOnly}]\n").unwrap();
+        let e = read_grants(Some(&path)).unwrap_err();
+        assert!(format!("{e:#}").contains("filesytem"), "{e:#}");
+        std::fs::write(&path, "  \n").unwrap();
+        assert!(read_grants(Some(&path)).unwrap_err().to_string().contains("is empty"));
+        assert_eq!(read_grants(None).unwrap(), Grants::default());
+    }
+}

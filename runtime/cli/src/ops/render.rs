@@ -1,0 +1,875 @@
+//! Text rendering of an Operation and its NodeTasks for `status` and `logs`.
+//!
+//! Everything here is a pure function of the resources, the current time and a [`Style`]:
+//! no I/O, so the output is unit-tested as plain strings. The layout is a header (phase,
+//! mode, progress, age, paused), then a tree of the frozen plan's groups, their nodes and
+//! each node's steps. A task that waits for a person (blocked, awaiting approval) carries
+//! the reason and the exact command that moves it on.
+
+use std::fmt::Write as _;
+
+use bosun_api::node_task::{NodeTask, NodeTaskPhase, StepPhase, StepStatus};
+use bosun_api::operation::{CertificateName, Operation, OperationPhase, RunsOn};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+/// How text is decorated. Colours are ANSI escapes, used only when the caller decided the
+/// output is a terminal and `NO_COLOR` is not set (see [`Style::detect`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Style {
+    pub color: bool,
+}
+
+impl Style {
+    /// Plain text, for pipes, files and tests.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub const PLAIN: Style = Style { color: false };
+
+    /// Colour when `is_terminal` and the `NO_COLOR` convention (<https://no-color.org>: set
+    /// and not empty) does not forbid it.
+    pub fn detect(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> Style {
+        Style {
+            color: is_terminal && no_color.is_none_or(|v| v.is_empty()),
+        }
+    }
+
+    fn paint(self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+    fn bold(self, t: &str) -> String {
+        self.paint("1", t)
+    }
+    fn dim(self, t: &str) -> String {
+        self.paint("2", t)
+    }
+    fn green(self, t: &str) -> String {
+        self.paint("32", t)
+    }
+    fn red(self, t: &str) -> String {
+        self.paint("31", t)
+    }
+    fn yellow(self, t: &str) -> String {
+        self.paint("33", t)
+    }
+    fn cyan(self, t: &str) -> String {
+        self.paint("36", t)
+    }
+}
+
+/// The symbol and colour of a task phase.
+fn task_mark(phase: NodeTaskPhase, s: Style) -> String {
+    match phase {
+        NodeTaskPhase::Pending => s.dim("·"),
+        NodeTaskPhase::AwaitingApproval => s.yellow("?"),
+        NodeTaskPhase::Running => s.cyan("▶"),
+        NodeTaskPhase::Blocked => s.red("✗"),
+        NodeTaskPhase::Succeeded => s.green("✓"),
+        NodeTaskPhase::Skipped => s.yellow("↷"),
+        NodeTaskPhase::Invalid => s.red("!"),
+    }
+}
+
+fn task_phase_text(phase: NodeTaskPhase, s: Style) -> String {
+    let text = format!("{phase:?}");
+    match phase {
+        NodeTaskPhase::Pending => s.dim(&text),
+        NodeTaskPhase::AwaitingApproval | NodeTaskPhase::Skipped => s.yellow(&text),
+        NodeTaskPhase::Running => s.cyan(&text),
+        NodeTaskPhase::Blocked | NodeTaskPhase::Invalid => s.red(&text),
+        NodeTaskPhase::Succeeded => s.green(&text),
+    }
+}
+
+fn step_mark(phase: StepPhase, s: Style) -> String {
+    match phase {
+        StepPhase::Pending => s.dim("·"),
+        StepPhase::Running => s.cyan("▶"),
+        StepPhase::Succeeded => s.green("✓"),
+        StepPhase::Failed => s.red("✗"),
+        StepPhase::Skipped => s.yellow("↷"),
+    }
+}
+
+fn operation_phase_text(phase: OperationPhase, s: Style) -> String {
+    let text = format!("{phase:?}");
+    match phase {
+        OperationPhase::Pending => s.dim(&text),
+        OperationPhase::Running => s.cyan(&text),
+        OperationPhase::Paused | OperationPhase::AwaitingApproval => s.yellow(&text),
+        OperationPhase::Blocked | OperationPhase::Failed => s.red(&text),
+        OperationPhase::Succeeded => s.green(&text),
+    }
+}
+
+/// A duration for people: `350ms`, `2.4s`, `42s`, `3m05s`, `2h07m`, `3d04h`. Negative
+/// durations (clock skew between the writer and this machine) show as `0ms`.
+pub fn human_duration(d: SignedDuration) -> String {
+    let ms = d.as_millis().max(0);
+    let secs = ms / 1000;
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 10_000 {
+        format!("{}.{}s", secs, (ms % 1000) / 100)
+    } else if secs < 60 {
+        format!("{secs}s")
+    } else if secs < 3600 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else if secs < 86_400 {
+        format!("{}h{:02}m", secs / 3600, (secs % 3600) / 60)
+    } else {
+        format!("{}d{:02}h", secs / 86_400, (secs % 86_400) / 3600)
+    }
+}
+
+/// How long a step ran: finished − started, or now − started while it runs.
+fn step_duration(step: &StepStatus, now: Timestamp) -> Option<String> {
+    let start = step.started_at.as_ref()?.0;
+    match (&step.finished_at, step.phase) {
+        (Some(end), _) => Some(human_duration(end.0.duration_since(start))),
+        (None, StepPhase::Running) => Some(format!(
+            "{} so far",
+            human_duration(now.duration_since(start))
+        )),
+        (None, _) => None,
+    }
+}
+
+/// How long a task ran: from its first step's start to its last step's end (or now, while
+/// it is not finished).
+fn task_duration(task: &NodeTask, now: Timestamp) -> Option<String> {
+    let status = task.status.as_ref()?;
+    let start = status
+        .steps
+        .iter()
+        .filter_map(|s| s.started_at.as_ref())
+        .map(|t| t.0)
+        .min()?;
+    if status.phase.is_finished() || status.phase == NodeTaskPhase::Blocked {
+        let end = status
+            .steps
+            .iter()
+            .filter_map(|s| s.finished_at.as_ref())
+            .map(|t| t.0)
+            .max()?;
+        Some(human_duration(end.duration_since(start)))
+    } else {
+        Some(format!(
+            "{} so far",
+            human_duration(now.duration_since(start))
+        ))
+    }
+}
+
+/// One line saying what kind of work the Operation does.
+fn kind_line(op: &Operation) -> String {
+    let spec = &op.spec;
+    if let Some(u) = &spec.upgrade {
+        let packages: Vec<&str> = u.packages.iter().map(|p| p.as_str()).collect();
+        let packages = if packages.is_empty() {
+            "packages left alone".to_owned()
+        } else {
+            format!("packages {}", packages.join(", "))
+        };
+        format!("upgrade to {} ({packages})", u.kubernetes_version)
+    } else if let Some(r) = &spec.renew_certificates {
+        let names: Vec<String> = r
+            .certificates
+            .iter()
+            .map(|c| match c {
+                CertificateName::All => "all".to_owned(),
+                other => serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| format!("{other:?}")),
+            })
+            .collect();
+        let mut line = format!("renew certificates: {}", names.join(", "));
+        if let Some(before) = &r.renew_before {
+            let _ = write!(line, " (only those expiring within {before})");
+        }
+        line
+    } else if let Some(c) = &spec.custom {
+        let groups: Vec<&str> = c.groups.iter().map(|g| g.name.as_str()).collect();
+        format!("custom: groups {}", groups.join(" → "))
+    } else {
+        "no kind of work set".to_owned()
+    }
+}
+
+/// The status screen of one Operation: header, then groups → nodes → steps.
+///
+/// Groups and nodes come from the frozen plan (`status.plan`); tasks are matched to nodes
+/// by `spec.nodeName`. Before the plan is frozen, the tasks found are listed by their
+/// `spec.group`. `now` is only used for the age and for durations of running steps.
+pub fn status(op: &Operation, tasks: &[NodeTask], now: Timestamp, s: Style) -> String {
+    let name = op.metadata.name.as_deref().unwrap_or("?");
+    let status = op.status.clone().unwrap_or_default();
+    let mut out = String::new();
+
+    // --- header
+    let progress = status.progress.clone().unwrap_or_else(|| {
+        let finished = tasks
+            .iter()
+            .filter(|t| t.status.as_ref().is_some_and(|s| s.phase.is_finished()))
+            .count();
+        format!("{finished}/{}", tasks.len())
+    });
+    let age = op
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| human_duration(now.duration_since(t.0)))
+        .unwrap_or_else(|| "?".to_owned());
+    let _ = write!(
+        out,
+        "{} {}  {}  {} nodes finished  mode {:?}  age {}",
+        s.bold("Operation"),
+        s.bold(name),
+        operation_phase_text(status.phase, s),
+        progress,
+        op.spec.execution_mode,
+        age
+    );
+    if op.spec.paused {
+        let _ = write!(out, "  {}", s.yellow("PAUSED"));
+    }
+    out.push('\n');
+    let _ = writeln!(out, "  {}", kind_line(op));
+    if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
+        let _ = writeln!(out, "  {message}");
+    }
+    if op.spec.paused && !status.phase.is_finished() {
+        let _ = writeln!(
+            out,
+            "  paused: running steps finish, nothing new starts. Resume: {}",
+            s.bold(&format!("kubectl bosun resume {name}"))
+        );
+    }
+
+    // --- groups → nodes
+    let groups: Vec<(String, Vec<String>, Option<u32>)> = match &status.plan {
+        Some(plan) => plan
+            .groups
+            .iter()
+            .map(|g| (g.name.clone(), g.nodes.clone(), Some(g.max_parallel)))
+            .collect(),
+        None => {
+            let _ = writeln!(
+                out,
+                "  {}",
+                s.dim("not planned yet (the controller freezes the plan when it picks the Operation up; is bosun-controller running?)")
+            );
+            let mut groups: Vec<(String, Vec<String>, Option<u32>)> = Vec::new();
+            for t in tasks {
+                match groups.iter_mut().find(|g| g.0 == t.spec.group) {
+                    Some(g) => g.1.push(t.spec.node_name.clone()),
+                    None => groups.push((t.spec.group.clone(), vec![t.spec.node_name.clone()], None)),
+                }
+            }
+            groups
+        }
+    };
+    for (group, nodes, max_parallel) in &groups {
+        out.push('\n');
+        let finished = nodes
+            .iter()
+            .filter(|n| {
+                task_for(tasks, n)
+                    .and_then(|t| t.status.as_ref())
+                    .is_some_and(|st| st.phase.is_finished())
+            })
+            .count();
+        let _ = write!(
+            out,
+            "{}  {finished}/{} finished",
+            s.bold(group),
+            nodes.len()
+        );
+        if let Some(m) = max_parallel {
+            let _ = write!(out, "  {}", s.dim(&format!("(up to {m} at a time)")));
+        }
+        out.push('\n');
+        if nodes.is_empty() {
+            let _ = writeln!(out, "└─ {}", s.dim("no node matched this group"));
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            let last = i + 1 == nodes.len();
+            let (branch, cont) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
+            match task_for(tasks, node) {
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "{branch}{} {node}  {}",
+                        s.dim("·"),
+                        s.dim("no NodeTask yet")
+                    );
+                }
+                Some(task) => render_task(&mut out, name, op, task, branch, cont, now, s),
+            }
+        }
+    }
+    out
+}
+
+fn task_for<'a>(tasks: &'a [NodeTask], node: &str) -> Option<&'a NodeTask> {
+    tasks.iter().find(|t| t.spec.node_name == node)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render_task(
+    out: &mut String,
+    op_name: &str,
+    op: &Operation,
+    task: &NodeTask,
+    branch: &str,
+    cont: &str,
+    now: Timestamp,
+    s: Style,
+) {
+    let node = &task.spec.node_name;
+    let status = task.status.clone().unwrap_or_default();
+    let _ = write!(
+        out,
+        "{branch}{} {}  {}",
+        task_mark(status.phase, s),
+        s.bold(node),
+        task_phase_text(status.phase, s)
+    );
+    if let Some(reason) = status.reason {
+        let _ = write!(out, " ({reason:?})");
+    }
+    if status.attempts > 1 {
+        let _ = write!(out, "  attempt {}", status.attempts);
+    }
+    if let Some(d) = task_duration(task, now) {
+        let _ = write!(out, "  {}", s.dim(&d));
+    }
+    if task.spec.dry_run {
+        let _ = write!(out, "  {}", s.dim("dry run"));
+    }
+    out.push('\n');
+
+    // Steps: shown once the task has started; a task still waiting its turn gets one line.
+    let started = status.steps.iter().any(|st| st.phase != StepPhase::Pending)
+        || !matches!(
+            status.phase,
+            NodeTaskPhase::Pending | NodeTaskPhase::AwaitingApproval
+        );
+    if started {
+        let width = task
+            .spec
+            .steps
+            .iter()
+            .map(|st| st.name.len())
+            .max()
+            .unwrap_or(0);
+        for (i, step) in task.spec.steps.iter().enumerate() {
+            let last = i + 1 == task.spec.steps.len();
+            let sb = if last { "└─ " } else { "├─ " };
+            let sc = if last { "   " } else { "│  " };
+            let st = status.steps.iter().find(|x| x.name == step.name);
+            let phase = st.map(|x| x.phase).unwrap_or_default();
+            let _ = write!(
+                out,
+                "{cont}{sb}{} {:<width$}  {}",
+                step_mark(phase, s),
+                step.name,
+                format!("{phase:?}")
+            );
+            if let Some(st) = st {
+                if let Some(d) = step_duration(st, now) {
+                    let _ = write!(out, "  {d}");
+                }
+                if st.attempts > 1 {
+                    let _ = write!(out, "  attempt {}", st.attempts);
+                }
+                if st.changed == Some(true) {
+                    let _ = write!(out, "  {}", s.dim("changed"));
+                }
+            }
+            if step.runs_on == RunsOn::Controller {
+                let _ = write!(out, "  {}", s.dim("[controller]"));
+            }
+            out.push('\n');
+            if let Some(err) = st.and_then(|x| x.error.as_ref())
+                && phase == StepPhase::Failed
+            {
+                let _ = writeln!(
+                    out,
+                    "{cont}{sc}  {} {}",
+                    s.red(&format!("{}:", err.code)),
+                    err.message
+                );
+            }
+        }
+    } else {
+        let n = task.spec.steps.len();
+        let _ = writeln!(
+            out,
+            "{cont}{}",
+            s.dim(&format!(
+                "{n} step{} waiting: {}",
+                if n == 1 { "" } else { "s" },
+                task.spec
+                    .steps
+                    .iter()
+                    .map(|x| x.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        );
+    }
+
+    // What a person can do about it.
+    let hint = |out: &mut String, text: &str| {
+        let _ = writeln!(out, "{cont}{text}");
+    };
+    match status.phase {
+        NodeTaskPhase::Blocked => {
+            if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
+                hint(out, &s.red(&format!("blocked: {message}")));
+            }
+            match task.spec.recovery {
+                Some(r) => hint(
+                    out,
+                    &format!("recovery {r:?} requested; waiting for the controller to act on it"),
+                ),
+                None => {
+                    hint(
+                        out,
+                        &format!(
+                            "fix the cause, then run the step again: {}",
+                            s.bold(&format!("kubectl bosun retry {op_name} {node}"))
+                        ),
+                    );
+                    hint(
+                        out,
+                        &format!(
+                            "or leave the node as it is and move on: {}",
+                            s.bold(&format!("kubectl bosun skip {op_name} {node}"))
+                        ),
+                    );
+                }
+            }
+        }
+        NodeTaskPhase::AwaitingApproval => {
+            if task.spec.approve {
+                hint(out, "approved; starting");
+            } else {
+                hint(
+                    out,
+                    &format!(
+                        "waiting for approval: {}",
+                        s.bold(&format!("kubectl bosun approve {op_name} {node}"))
+                    ),
+                );
+            }
+        }
+        NodeTaskPhase::Pending
+            if task.spec.approve
+                && op.spec.execution_mode == bosun_api::ExecutionMode::Controlled =>
+        {
+            hint(out, &s.dim("approved in advance; starts when its turn comes"));
+        }
+        NodeTaskPhase::Invalid | NodeTaskPhase::Skipped => {
+            if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
+                hint(out, &s.dim(message));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The log tails of a task's steps, in spec order, each under a header with its phase,
+/// attempts and duration. `only` restricts it to one step. Steps that have not run say so.
+pub fn logs(task: &NodeTask, only: Option<&str>, now: Timestamp) -> String {
+    let status = task.status.clone().unwrap_or_default();
+    let mut out = String::new();
+    for step in &task.spec.steps {
+        if only.is_some_and(|o| o != step.name) {
+            continue;
+        }
+        let st = status.steps.iter().find(|x| x.name == step.name);
+        let phase = st.map(|x| x.phase).unwrap_or_default();
+        let _ = write!(out, "=== {} ({phase:?}", step.name);
+        if let Some(st) = st {
+            if st.attempts > 0 {
+                let _ = write!(out, ", attempt {}", st.attempts);
+            }
+            if let Some(d) = step_duration(st, now) {
+                let _ = write!(out, ", {d}");
+            }
+        }
+        out.push_str(")\n");
+        match st {
+            None => out.push_str("(not started)\n"),
+            Some(st) => {
+                if step.runs_on == RunsOn::Controller && st.log_tail.is_empty() {
+                    // Controller steps log into the controller's own log, not the task.
+                    if let Some(m) = &st.message {
+                        let _ = writeln!(out, "{m}");
+                    } else {
+                        out.push_str("(a controller step: see bosun-controller's log)\n");
+                    }
+                } else if st.log_tail.is_empty() {
+                    out.push_str("(no log lines)\n");
+                } else {
+                    for line in &st.log_tail {
+                        let _ = writeln!(out, "{line}");
+                    }
+                }
+                for check in &st.preflight {
+                    let _ = writeln!(
+                        out,
+                        "preflight {}: {:?} {}",
+                        check.name, check.status, check.message
+                    );
+                }
+                if let Some(err) = &st.error {
+                    let _ = writeln!(
+                        out,
+                        "error {}: {}{}",
+                        err.code,
+                        err.message,
+                        if err.retryable { " (retryable)" } else { "" }
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bosun_api::node_task::{
+        BlockReason, CheckStatus, NodeTaskSpec, NodeTaskStatus, PreflightCheck, Recovery,
+        StepError,
+    };
+    use bosun_api::operation::{OperationSpec, OperationStatus, Plan, PlannedGroup, Step};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn ts(s: &str) -> Time {
+        Time(s.parse().unwrap())
+    }
+
+    fn step(name: &str, controller: bool) -> Step {
+        Step {
+            name: name.into(),
+            runs_on: if controller {
+                RunsOn::Controller
+            } else {
+                RunsOn::Agent
+            },
+            plugin: (!controller).then(|| "hello".into()),
+            action: if controller { name.into() } else { "greet".into() },
+            params: None,
+        }
+    }
+
+    fn done(name: &str, start: &str, end: &str) -> StepStatus {
+        StepStatus {
+            name: name.into(),
+            phase: StepPhase::Succeeded,
+            attempts: 1,
+            started_at: Some(ts(start)),
+            finished_at: Some(ts(end)),
+            ..Default::default()
+        }
+    }
+
+    fn operation() -> Operation {
+        let spec: OperationSpec = serde_json::from_value(serde_json::json!({
+            "custom": {"groups": [
+                {"name": "control-plane", "steps": [{"name": "greet", "plugin": "hello", "action": "greet"}]},
+                {"name": "workers", "steps": [
+                    {"name": "cordon", "runsOn": "controller", "action": "cordon"},
+                    {"name": "greet", "plugin": "hello", "action": "greet"},
+                    {"name": "uncordon", "runsOn": "controller", "action": "uncordon"}]}]},
+            "rollout": {"maxUnavailable": 2}
+        }))
+        .unwrap();
+        let mut op = Operation::new("hello-everyone", spec);
+        op.metadata.creation_timestamp = Some(ts("2026-11-30T03:00:00Z"));
+        op.status = Some(OperationStatus {
+            phase: OperationPhase::Blocked,
+            progress: Some("2/4".into()),
+            message: Some("lab-worker-2: preflight failed: /etc/missing not found".into()),
+            plan: Some(Plan {
+                groups: vec![
+                    PlannedGroup {
+                        name: "control-plane".into(),
+                        nodes: vec!["lab-cp-1".into()],
+                        max_parallel: 1,
+                        control_plane_nodes: vec!["lab-cp-1".into()],
+                    },
+                    PlannedGroup {
+                        name: "workers".into(),
+                        nodes: vec![
+                            "lab-worker-1".into(),
+                            "lab-worker-2".into(),
+                            "lab-worker-3".into(),
+                        ],
+                        max_parallel: 2,
+                        control_plane_nodes: vec![],
+                    },
+                ],
+            }),
+            ..Default::default()
+        });
+        op
+    }
+
+    fn task(node: &str, group: &str, steps: Vec<Step>, status: NodeTaskStatus) -> NodeTask {
+        let mut t = NodeTask::new(
+            &format!("hello-everyone-{node}"),
+            NodeTaskSpec {
+                operation: "hello-everyone".into(),
+                node_name: node.into(),
+                group: group.into(),
+                steps,
+                dry_run: false,
+                step_timeout_seconds: None,
+                approve: false,
+                recovery: None,
+            },
+        );
+        t.status = Some(status);
+        t
+    }
+
+    fn worker_steps() -> Vec<Step> {
+        vec![step("cordon", true), step("greet", false), step("uncordon", true)]
+    }
+
+    fn tasks() -> Vec<NodeTask> {
+        vec![
+            task(
+                "lab-cp-1",
+                "control-plane",
+                vec![step("greet", false)],
+                NodeTaskStatus {
+                    phase: NodeTaskPhase::Succeeded,
+                    attempts: 1,
+                    steps: vec![done("greet", "2026-11-30T03:00:01Z", "2026-11-30T03:00:01.35Z")],
+                    ..Default::default()
+                },
+            ),
+            task(
+                "lab-worker-1",
+                "workers",
+                worker_steps(),
+                NodeTaskStatus {
+                    phase: NodeTaskPhase::Succeeded,
+                    attempts: 1,
+                    steps: vec![
+                        done("cordon", "2026-11-30T03:00:02Z", "2026-11-30T03:00:02.012Z"),
+                        StepStatus {
+                            changed: Some(true),
+                            ..done("greet", "2026-11-30T03:00:02.1Z", "2026-11-30T03:00:04.5Z")
+                        },
+                        done("uncordon", "2026-11-30T03:00:04.6Z", "2026-11-30T03:00:04.609Z"),
+                    ],
+                    ..Default::default()
+                },
+            ),
+            task(
+                "lab-worker-2",
+                "workers",
+                worker_steps(),
+                NodeTaskStatus {
+                    phase: NodeTaskPhase::Blocked,
+                    attempts: 2,
+                    reason: Some(BlockReason::PreflightFailed),
+                    message: Some("step greet: preflight failed: /etc/missing not found".into()),
+                    current_step: Some("greet".into()),
+                    steps: vec![
+                        done("cordon", "2026-11-30T03:00:02Z", "2026-11-30T03:00:02.010Z"),
+                        StepStatus {
+                            name: "greet".into(),
+                            phase: StepPhase::Failed,
+                            attempts: 2,
+                            started_at: Some(ts("2026-11-30T03:00:02.1Z")),
+                            finished_at: Some(ts("2026-11-30T03:00:02.3Z")),
+                            log_tail: vec!["checking /etc/missing".into()],
+                            preflight: vec![PreflightCheck {
+                                name: "file-readable".into(),
+                                status: CheckStatus::Fail,
+                                message: "/etc/missing not found".into(),
+                            }],
+                            error: Some(StepError {
+                                code: "preflight-failed".into(),
+                                message: "/etc/missing not found".into(),
+                                retryable: false,
+                            }),
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                },
+            ),
+            task("lab-worker-3", "workers", worker_steps(), NodeTaskStatus::default()),
+        ]
+    }
+
+    const NOW: &str = "2026-11-30T03:01:12Z";
+
+    #[test]
+    fn blocked_operation_renders_as_a_tree_with_the_fix() {
+        let got = status(&operation(), &tasks(), NOW.parse().unwrap(), Style::PLAIN);
+        let want = "\
+Operation hello-everyone  Blocked  2/4 nodes finished  mode Auto  age 1m12s
+  custom: groups control-plane → workers
+  lab-worker-2: preflight failed: /etc/missing not found
+
+control-plane  1/1 finished  (up to 1 at a time)
+└─ ✓ lab-cp-1  Succeeded  350ms
+   └─ ✓ greet  Succeeded  350ms
+
+workers  1/3 finished  (up to 2 at a time)
+├─ ✓ lab-worker-1  Succeeded  2.6s
+│  ├─ ✓ cordon    Succeeded  12ms  [controller]
+│  ├─ ✓ greet     Succeeded  2.4s  changed
+│  └─ ✓ uncordon  Succeeded  9ms  [controller]
+├─ ✗ lab-worker-2  Blocked (PreflightFailed)  attempt 2  300ms
+│  ├─ ✓ cordon    Succeeded  10ms  [controller]
+│  ├─ ✗ greet     Failed  200ms  attempt 2
+│  │    preflight-failed: /etc/missing not found
+│  └─ · uncordon  Pending  [controller]
+│  blocked: step greet: preflight failed: /etc/missing not found
+│  fix the cause, then run the step again: kubectl bosun retry hello-everyone lab-worker-2
+│  or leave the node as it is and move on: kubectl bosun skip hello-everyone lab-worker-2
+└─ · lab-worker-3  Pending
+   3 steps waiting: cordon, greet, uncordon
+";
+        assert_eq!(got, want, "\n--- got ---\n{got}");
+    }
+
+    #[test]
+    fn running_step_shows_elapsed_time_and_paused_operation_says_how_to_resume() {
+        let mut op = operation();
+        op.spec.paused = true;
+        let st = op.status.as_mut().unwrap();
+        st.phase = OperationPhase::Paused;
+        st.message = None;
+        let mut ts_ = tasks();
+        ts_.truncate(2);
+        let w1 = ts_[1].status.as_mut().unwrap();
+        w1.phase = NodeTaskPhase::Running;
+        w1.steps[1] = StepStatus {
+            name: "greet".into(),
+            phase: StepPhase::Running,
+            attempts: 1,
+            started_at: Some(ts("2026-11-30T03:01:00Z")),
+            ..Default::default()
+        };
+        w1.steps.truncate(2);
+        let got = status(&op, &ts_, NOW.parse().unwrap(), Style::PLAIN);
+        assert!(got.starts_with("Operation hello-everyone  Paused  2/4 nodes finished  mode Auto  age 1m12s  PAUSED\n"), "{got}");
+        assert!(got.contains("  paused: running steps finish, nothing new starts. Resume: kubectl bosun resume hello-everyone\n"), "{got}");
+        assert!(got.contains("├─ ▶ lab-worker-1  Running  1m10s so far\n"), "{got}");
+        assert!(got.contains("│  ├─ ▶ greet     Running  12s so far\n"), "{got}");
+        // A planned node whose task does not exist yet is shown, not dropped.
+        assert!(got.contains("└─ · lab-worker-3  no NodeTask yet\n"), "{got}");
+    }
+
+    #[test]
+    fn awaiting_approval_and_requested_recovery_say_what_happens_next() {
+        let mut op = operation();
+        op.spec.execution_mode = bosun_api::ExecutionMode::Controlled;
+        let mut ts_ = tasks();
+        ts_[2].spec.recovery = Some(Recovery::Retry);
+        ts_[3].status.as_mut().unwrap().phase = NodeTaskPhase::AwaitingApproval;
+        let got = status(&op, &ts_, NOW.parse().unwrap(), Style::PLAIN);
+        assert!(got.contains("│  recovery Retry requested; waiting for the controller to act on it\n"), "{got}");
+        assert!(!got.contains("kubectl bosun retry"), "{got}");
+        assert!(got.contains("└─ ? lab-worker-3  AwaitingApproval\n"), "{got}");
+        assert!(got.contains("   waiting for approval: kubectl bosun approve hello-everyone lab-worker-3\n"), "{got}");
+        ts_[3].spec.approve = true;
+        ts_[3].status.as_mut().unwrap().phase = NodeTaskPhase::Pending;
+        let got = status(&op, &ts_, NOW.parse().unwrap(), Style::PLAIN);
+        assert!(got.contains("   approved in advance; starts when its turn comes\n"), "{got}");
+    }
+
+    #[test]
+    fn unplanned_operation_lists_tasks_by_their_group() {
+        let mut op = operation();
+        op.status = None;
+        let got = status(&op, &tasks()[..1], NOW.parse().unwrap(), Style::PLAIN);
+        assert!(got.starts_with("Operation hello-everyone  Pending  1/1 nodes finished"), "{got}");
+        assert!(got.contains("not planned yet"), "{got}");
+        assert!(got.contains("\ncontrol-plane  1/1 finished\n└─ ✓ lab-cp-1  Succeeded"), "{got}");
+    }
+
+    #[test]
+    fn colour_only_when_asked() {
+        let plain = status(&operation(), &tasks(), NOW.parse().unwrap(), Style::PLAIN);
+        assert!(!plain.contains('\x1b'));
+        let colour = status(&operation(), &tasks(), NOW.parse().unwrap(), Style { color: true });
+        assert!(colour.contains("\x1b[31m✗\x1b[0m"), "{colour}");
+        assert!(colour.contains("\x1b[32m✓\x1b[0m"), "{colour}");
+    }
+
+    #[test]
+    fn no_color_and_terminal_detection() {
+        use std::ffi::OsStr;
+        assert!(Style::detect(true, None).color);
+        assert!(!Style::detect(false, None).color);
+        assert!(!Style::detect(true, Some(OsStr::new("1"))).color);
+        // An empty NO_COLOR does not count, per the convention.
+        assert!(Style::detect(true, Some(OsStr::new(""))).color);
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        let d = |ms: i64| human_duration(SignedDuration::from_millis(ms));
+        assert_eq!(d(0), "0ms");
+        assert_eq!(d(999), "999ms");
+        assert_eq!(d(2_449), "2.4s");
+        assert_eq!(d(42_000), "42s");
+        assert_eq!(d(185_000), "3m05s");
+        assert_eq!(d(7_620_000), "2h07m");
+        assert_eq!(d(273_600_000), "3d04h");
+        assert_eq!(d(-5), "0ms");
+    }
+
+    #[test]
+    fn upgrade_and_renewal_kinds_are_described() {
+        let mut op = operation();
+        op.spec.custom = None;
+        op.spec.upgrade = serde_json::from_value(serde_json::json!({"kubernetesVersion": "v1.34.2"})).unwrap();
+        assert!(status(&op, &[], NOW.parse().unwrap(), Style::PLAIN)
+            .contains("  upgrade to v1.34.2 (packages kubeadm, kubelet, kubectl)\n"));
+        op.spec.upgrade = None;
+        op.spec.renew_certificates = serde_json::from_value(
+            serde_json::json!({"certificates": ["apiserver", "admin.conf"], "renewBefore": "720h"}),
+        )
+        .unwrap();
+        assert!(status(&op, &[], NOW.parse().unwrap(), Style::PLAIN)
+            .contains("  renew certificates: apiserver, admin.conf (only those expiring within 720h)\n"));
+    }
+
+    #[test]
+    fn logs_show_each_step_with_its_tail_checks_and_error() {
+        let t = &tasks()[2];
+        let got = logs(t, None, NOW.parse().unwrap());
+        let want = "\
+=== cordon (Succeeded, attempt 1, 10ms)
+(a controller step: see bosun-controller's log)
+=== greet (Failed, attempt 2, 200ms)
+checking /etc/missing
+preflight file-readable: Fail /etc/missing not found
+error preflight-failed: /etc/missing not found
+=== uncordon (Pending)
+(not started)
+";
+        assert_eq!(got, want, "\n--- got ---\n{got}");
+        let only = logs(t, Some("greet"), NOW.parse().unwrap());
+        assert!(only.starts_with("=== greet (Failed"), "{only}");
+        assert!(!only.contains("cordon"), "{only}");
+    }
+}
