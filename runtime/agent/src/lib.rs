@@ -70,12 +70,16 @@ pub struct Agent {
     /// behind this process's own writes; a status showing fewer attempts than this is
     /// stale, not a step to run again or an interrupted one.
     pub started: std::sync::Mutex<std::collections::HashMap<(String, String), u32>>,
+    /// `--instance`: act only on NodeTasks labelled `bosun.dev/instance=<instance>`
+    /// (without it, only on NodeTasks without that label); see
+    /// [`bosun_controller::instance_selector`].
+    pub instance: Option<String>,
 }
 
 impl Agent {
     /// An agent for `node_name`.
     pub fn new(client: Client, node_name: String, host: Arc<Host>, store: Store, manager: String) -> Agent {
-        Agent { client, node_name, host, store, manager, started: Default::default() }
+        Agent { client, node_name, host, store, manager, started: Default::default(), instance: None }
     }
 
     fn started_attempt(&self, task: &NodeTask, step: &str) -> u32 {
@@ -99,10 +103,15 @@ impl std::fmt::Debug for Agent {
     }
 }
 
-/// Runs the agent until SIGTERM / Ctrl-C.
+/// Runs the agent until SIGTERM / Ctrl-C. Watches the NodeTasks of its node and instance.
 pub async fn run(agent: Arc<Agent>) {
     let tasks: Api<NodeTask> = Api::all(agent.client.clone());
-    let selector = format!("{}={}", labels::NODE, agent.node_name);
+    let selector = format!(
+        "{}={},{}",
+        labels::NODE,
+        agent.node_name,
+        bosun_controller::instance_selector(agent.instance.as_deref())
+    );
     Controller::new(tasks, watcher::Config::default().labels(&selector))
         .shutdown_on_signal()
         .run(reconcile, error_policy, agent)

@@ -35,6 +35,11 @@ struct Args {
     /// Field manager name for server-side apply (default: `bosun-agent-<node>`).
     #[arg(long)]
     field_manager: Option<String>,
+    /// Act only on NodeTasks labelled `bosun.dev/instance=NAME`; without it, only on
+    /// NodeTasks without that label. Must match the controller's `--instance`. For running
+    /// installs side by side, and tests.
+    #[arg(long, env = "BOSUN_INSTANCE")]
+    instance: Option<String>,
     /// Log filter (tracing-subscriber EnvFilter syntax).
     #[arg(long, env = "BOSUN_LOG", default_value = "info")]
     log: String,
@@ -57,7 +62,9 @@ async fn main() -> anyhow::Result<()> {
         .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
     let manager = args.field_manager.unwrap_or_else(|| format!("bosun-agent-{}", args.node_name));
     tracing::info!(node = %args.node_name, host_root = %args.host_root.display(), "bosun-agent starting");
-    let agent = Arc::new(Agent::new(client, args.node_name, Arc::new(host), store, manager));
+    let mut agent = Agent::new(client, args.node_name, Arc::new(host), store, manager);
+    agent.instance = args.instance;
+    let agent = Arc::new(agent);
     bosun_agent::run(agent).await;
     tracing::info!("bosun-agent stopped");
     Ok(())

@@ -33,14 +33,30 @@ pub use reconcile::{Context, error_policy, reconcile};
 /// The field manager the controller writes with unless told otherwise.
 pub const FIELD_MANAGER: &str = "bosun-controller";
 
-/// Runs the controller until a shutdown signal (SIGTERM, Ctrl-C). Watches every
-/// Operation and every NodeTask (mapped to its owning Operation).
-pub async fn run(client: Client, manager: String, resync: Duration) {
+/// The label that scopes Operations and their NodeTasks to one install of the controller
+/// and agents (their `--instance NAME`), for running installs side by side, and tests.
+pub const INSTANCE_LABEL: &str = "bosun.dev/instance";
+
+/// The label selector of the objects an install with `instance` acts on: those labelled
+/// `bosun.dev/instance=<instance>`, or, with no instance, only those without the label
+/// (so a default install never touches a side-by-side install's objects).
+pub fn instance_selector(instance: Option<&str>) -> String {
+    match instance {
+        Some(name) => format!("{INSTANCE_LABEL}={name}"),
+        None => format!("!{INSTANCE_LABEL}"),
+    }
+}
+
+/// Runs the controller until a shutdown signal (SIGTERM, Ctrl-C). Watches the Operations
+/// of its instance (see [`instance_selector`]) and their NodeTasks (mapped to their owning
+/// Operation).
+pub async fn run(client: Client, manager: String, resync: Duration, instance: Option<String>) {
     let operations: Api<Operation> = Api::all(client.clone());
     let tasks: Api<NodeTask> = Api::all(client.clone());
-    let ctx = Arc::new(Context { client, manager, resync });
-    Controller::new(operations, watcher::Config::default())
-        .owns(tasks, watcher::Config::default())
+    let selector = instance_selector(instance.as_deref());
+    let ctx = Arc::new(Context { client, manager, resync, instance });
+    Controller::new(operations, watcher::Config::default().labels(&selector))
+        .owns(tasks, watcher::Config::default().labels(&selector))
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

@@ -16,6 +16,11 @@ struct Args {
     /// Seconds between reconciles of a running Operation when nothing changes.
     #[arg(long, default_value_t = 30)]
     resync_seconds: u64,
+    /// Act only on Operations labelled `bosun.dev/instance=NAME` (and label their
+    /// NodeTasks so); without it, only on Operations without that label. For running
+    /// installs side by side, and tests.
+    #[arg(long, env = "BOSUN_INSTANCE")]
+    instance: Option<String>,
     /// Log filter (tracing-subscriber EnvFilter syntax).
     #[arg(long, env = "BOSUN_LOG", default_value = "info")]
     log: String,
@@ -31,8 +36,8 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
-    tracing::info!(manager = %args.field_manager, "bosun-controller starting");
-    bosun_controller::run(client, args.field_manager, Duration::from_secs(args.resync_seconds)).await;
+    tracing::info!(manager = %args.field_manager, instance = args.instance.as_deref().unwrap_or(""), "bosun-controller starting");
+    bosun_controller::run(client, args.field_manager, Duration::from_secs(args.resync_seconds), args.instance).await;
     tracing::info!("bosun-controller stopped");
     Ok(())
 }

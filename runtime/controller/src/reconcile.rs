@@ -38,6 +38,9 @@ pub struct Context {
     /// How often a running Operation is looked at even without a change (watches normally
     /// trigger reconciles sooner).
     pub resync: Duration,
+    /// `--instance`: the value of [`crate::INSTANCE_LABEL`] this install acts on and puts
+    /// on the NodeTasks it creates.
+    pub instance: Option<String>,
 }
 
 impl std::fmt::Debug for Context {
@@ -126,10 +129,14 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         if tasks.contains_key(&planned_task.spec.node_name) {
             continue;
         }
+        let mut task_labels = planned_task.labels.clone();
+        if let Some(instance) = &ctx.instance {
+            task_labels.insert(crate::INSTANCE_LABEL.to_string(), instance.clone());
+        }
         let task = NodeTask {
             metadata: ObjectMeta {
                 name: Some(planned_task.name.clone()),
-                labels: Some(planned_task.labels.clone()),
+                labels: Some(task_labels),
                 owner_references: Some(vec![owner.clone()]),
                 ..Default::default()
             },
