@@ -22,15 +22,17 @@ pub mod capabilities;
 mod error;
 mod explain;
 pub mod input;
+mod load;
 mod set;
 mod testing;
 
 pub use error::{CompileError, PolicyError};
 pub use explain::{Explanation, PolicyTrace, RuleTrace, explain};
 pub use input::{CapabilitiesInput, OperationInput, StepInput};
+pub use load::load_policies;
 pub use set::{
     Decision, DecisionPoint, Enforcement, Evaluator, Finding, Limits, PolicySet, PolicySource,
-    PolicyStatus,
+    PolicyStatus, set_digest, source_digest,
 };
 pub use testing::{TestKind, TestReport, TestResult, test_dir};
 

@@ -666,6 +666,18 @@ pub(crate) fn canonical_json(v: &serde_json::Value, out: &mut String) {
     }
 }
 
+/// `sha256:<hex>` of one policy (its name, enforcement, source and data), as the
+/// `Policy` resource's status shows it. Equal to the digest of a set holding only it.
+pub fn source_digest(source: &PolicySource) -> String {
+    digest(std::slice::from_ref(source))
+}
+
+/// The digest [`PolicySet::compile`] would give `sources`, without compiling them: how a
+/// caller tells cheaply whether the policies it holds are the set it compiled last.
+pub fn set_digest(sources: &[PolicySource]) -> String {
+    digest(sources)
+}
+
 fn digest(sources: &[PolicySource]) -> String {
     let mut sorted: Vec<&PolicySource> = sources.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
