@@ -1,7 +1,8 @@
 //! Host benchmarks (see docs/benchmarks.md for figures and how to reproduce them).
 //!
-//! (a) run a no-op action (fresh store + instantiate + call), and load-from-memory
-//!     (re-hash + verify signature) + run, beside fork/exec of `/bin/true`;
+//! (a) take the plugin verified for this pin from memory + run a no-op action (fresh
+//!     store + instantiate + call); the same run with every memory decommitted after each
+//!     instance; re-hash + verify the bytes + run; all beside fork/exec of `/bin/true`;
 //! (b) one host-call round trip: a run making 1000 `log` calls beside one making none;
 //! (c) load one plugin from the compiled on-disk cache (evicted from memory first);
 //! (d) hash + verify a 5 MB plugin, beside hashing alone.
@@ -26,11 +27,27 @@ fn benches(c: &mut Criterion) {
     let ctx = NodeContext::default();
     let opts = RunOptions::default();
 
+    // The same host configuration except that every linear memory is decommitted with
+    // madvise when an instance ends (wasmtime's default), for the side-by-side figure.
+    let mut decommit_config = node.config();
+    decommit_config.pool.keep_resident_bytes = 0;
+    let decommit_host = bosun_host::Host::new(decommit_config).unwrap();
+    let decommit_plugin = decommit_host.load(bytes, &pin).unwrap();
+
     let mut g = c.benchmark_group("a_noop");
     g.bench_function("run_noop", |b| {
         b.iter(|| black_box(host.run(&plugin, &grants, &ctx, "noop", "{}", opts).unwrap()));
     });
-    g.bench_function("verify_from_memory_cache_and_run_noop", |b| {
+    g.bench_function("run_noop_decommit_all", |b| {
+        b.iter(|| black_box(decommit_host.run(&decommit_plugin, &grants, &ctx, "noop", "{}", opts).unwrap()));
+    });
+    g.bench_function("cached_verified_pin_and_run_noop", |b| {
+        b.iter(|| {
+            let p = host.loaded(&pin).expect("verified by the load above");
+            black_box(host.run(&p, &grants, &ctx, "noop", "{}", opts).unwrap())
+        });
+    });
+    g.bench_function("rehash_verify_bytes_and_run_noop", |b| {
         b.iter(|| {
             let p = host.load(bytes, &pin).unwrap();
             black_box(host.run(&p, &grants, &ctx, "noop", "{}", opts).unwrap())

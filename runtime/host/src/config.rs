@@ -88,11 +88,20 @@ pub struct PoolConfig {
     /// Core module instances inside one plugin component (a Rust wasip2 component has
     /// a handful). Default 16.
     pub max_core_instances_per_plugin: u32,
+    /// Bytes of each linear memory (and, capped at 64 KiB, each table) that stay mapped
+    /// when an instance ends. Memory is always reset to zero before its slot is reused,
+    /// so nothing a plugin wrote is visible to the next run; this only chooses how: up to
+    /// this many bytes are zeroed in place (found with the PAGEMAP_SCAN ioctl on Linux
+    /// 6.7+), the rest is returned to the kernel with `madvise`. Keeping the pages a
+    /// typical run touches avoids a page fault per page on the next run (see
+    /// docs/benchmarks.md, figure a). Costs up to `max_instances` × this many bytes of
+    /// resident memory. Default 4 MiB; 0 decommits everything.
+    pub keep_resident_bytes: usize,
 }
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        PoolConfig { max_instances: 16, max_core_instances_per_plugin: 16 }
+        PoolConfig { max_instances: 16, max_core_instances_per_plugin: 16, keep_resident_bytes: 4 << 20 }
     }
 }
 

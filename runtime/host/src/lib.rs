@@ -99,7 +99,7 @@ const BOSUN_INTERFACES: &[&str] = &["types", "log", "exec", "service", "facts", 
 
 /// What a plugin was pinned and signed as: the `Plugin` resource's `spec.sha256` and
 /// `spec.signatures`, or a signature bundle next to the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PluginPin {
     pub name: String,
     pub version: String,
@@ -210,6 +210,8 @@ pub struct Host {
     linker_http: wasmtime::component::Linker<RunState>,
     cache: Option<cache::DiskCache>,
     compiled: Mutex<HashMap<Digest, Arc<Compiled>>>,
+    /// Plugins [`Host::load`] verified, by the exact pin they were verified against.
+    verified: Mutex<HashMap<PluginPin, LoadedPlugin>>,
     _ticker: Ticker,
 }
 
@@ -239,7 +241,10 @@ impl Host {
             .max_memories_per_component(4)
             .max_tables_per_component(per)
             .max_memory_size(usize::try_from(config.limits.max_memory_bytes).unwrap_or(usize::MAX))
-            .table_elements(usize::try_from(config.limits.max_table_elements).unwrap_or(usize::MAX));
+            .table_elements(usize::try_from(config.limits.max_table_elements).unwrap_or(usize::MAX))
+            .linear_memory_keep_resident(config.pool.keep_resident_bytes)
+            .table_keep_resident(config.pool.keep_resident_bytes.min(64 << 10))
+            .pagemap_scan(wasmtime::Enabled::Auto);
         let mut wcfg = wasmtime::Config::new();
         wcfg.wasm_component_model(true)
             .epoch_interruption(true)
@@ -255,7 +260,16 @@ impl Host {
             None => None,
         };
         let ticker = Ticker::start(engine.clone(), config.epoch_tick.max(Duration::from_micros(100)))?;
-        Ok(Host { engine, config, linker, linker_http, cache, compiled: Mutex::new(HashMap::new()), _ticker: ticker })
+        Ok(Host {
+            engine,
+            config,
+            linker,
+            linker_http,
+            cache,
+            compiled: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
+            _ticker: ticker,
+        })
     }
 
     /// The configuration this host was created with.
@@ -280,7 +294,24 @@ impl Host {
                 return Err(Error::MetadataMismatch { field, signed: signed.clone(), declared: declared.clone() });
             }
         }
-        Ok(LoadedPlugin { compiled, digest: pin.sha256, metadata, verified: Some(verified) })
+        let loaded = LoadedPlugin { compiled, digest: pin.sha256, metadata, verified: Some(verified) };
+        if let Ok(mut m) = self.verified.lock() {
+            m.insert(pin.clone(), loaded.clone());
+        }
+        Ok(loaded)
+    }
+
+    /// The plugin an earlier [`load`](Host::load) verified against exactly this pin (same
+    /// name, version, digest and signatures), while it is still in memory; `None`
+    /// otherwise, and then the caller must `load` the bytes.
+    ///
+    /// No bytes are read, so nothing is hashed: the code in memory is the code that was
+    /// compiled from the bytes `load` hashed and whose signature it checked against this
+    /// host's trust roots (which never change for the life of a `Host`). Bytes read again
+    /// from a store must go through `load`, which re-hashes them. A pin that differs in
+    /// any field (a new signature, another version) is a miss.
+    pub fn loaded(&self, pin: &PluginPin) -> Option<LoadedPlugin> {
+        self.verified.lock().ok().and_then(|m| m.get(pin).cloned())
     }
 
     /// Loads a plugin WITHOUT verifying any signature. Refused with
@@ -304,6 +335,9 @@ impl Host {
     pub fn evict(&self, digest: &Digest) {
         if let Ok(mut m) = self.compiled.lock() {
             m.remove(digest);
+        }
+        if let Ok(mut m) = self.verified.lock() {
+            m.retain(|pin, _| pin.sha256 != *digest);
         }
     }
 

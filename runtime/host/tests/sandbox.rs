@@ -226,6 +226,39 @@ fn tampered_bytes_are_refused_before_compiling() {
 }
 
 #[test]
+fn only_the_exact_pin_a_load_verified_is_served_from_memory() {
+    let node = node();
+    let host = node.host();
+    let bytes = &plugins().good;
+    let pin = node.signer.pin(bytes, "good", "1.0.0");
+    assert!(host.loaded(&pin).is_none(), "nothing was verified yet");
+    let stranger = support::Signer::new();
+    assert!(host.load(bytes, &stranger.pin(bytes, "good", "1.0.0")).is_err());
+    assert!(host.loaded(&stranger.pin(bytes, "good", "1.0.0")).is_none(), "a refused pin is never served");
+
+    let first = host.load(bytes, &pin).unwrap();
+    let again = host.loaded(&pin).expect("the pin load verified is served from memory");
+    assert_eq!(again.digest(), first.digest());
+    assert_eq!(again.verified(), first.verified());
+    let report = run(&host, &again, &Grants::default(), "noop", "{}").unwrap();
+    assert!(!report.result.expect("noop succeeds").changed);
+
+    // Any other pin for the same bytes must go through `load` again.
+    let mut other_version = pin.clone();
+    other_version.version = "1.0.1".into();
+    assert!(host.loaded(&other_version).is_none());
+    let mut other_signature = pin.clone();
+    other_signature.signatures = stranger.pin(bytes, "good", "1.0.0").signatures;
+    assert!(host.loaded(&other_signature).is_none());
+    let mut no_signature = pin.clone();
+    no_signature.signatures.clear();
+    assert!(host.loaded(&no_signature).is_none());
+
+    host.evict(&pin.sha256);
+    assert!(host.loaded(&pin).is_none(), "evict forgets the verification too");
+}
+
+#[test]
 fn a_signature_by_an_untrusted_key_is_refused_before_compiling() {
     let node = node();
     let host = node.host();
