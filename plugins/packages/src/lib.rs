@@ -369,10 +369,8 @@ fn install(p: &InstallParams, facts: &facts::NodeFacts, ctx: &RunContext) -> Res
         plan.iter().filter(|(_, want, have)| have.as_ref().is_none_or(|h| &h.version != want)).collect();
     let to_hold: Vec<&(String, String, Option<Installed>)> = plan
         .iter()
-        .filter(|(_, want, have)| match have {
-            Some(h) if &h.version == want => h.held != p.hold,
-            _ => p.hold,
-        })
+        // Whose hold state must change (a held package being upgraded stays held).
+        .filter(|(_, _, have)| have.as_ref().map(|h| h.held) != Some(p.hold))
         .collect();
     let describe = |(name, want, have): &(String, String, Option<Installed>)| match have {
         Some(h) => format!("{name} {} → {want}", h.version),

@@ -139,6 +139,11 @@ impl Ran {
 impl Node {
     /// A host over `root`. Panics unless running as root (chroot needs it).
     pub fn new(root: &Path, roles: &[&str]) -> Node {
+        Node::with_services(root, roles, std::sync::Arc::new(RecordingBackend::logging_to_host_root()))
+    }
+
+    /// As [`Node::new`], with `services` answering service calls.
+    pub fn with_services(root: &Path, roles: &[&str], services: std::sync::Arc<dyn bosun_host::ServiceBackend>) -> Node {
         assert!(
             is_root(),
             "the first-party plugin tests run commands chrooted into node roots, as the agent does: run them as root"
@@ -148,7 +153,7 @@ impl Node {
         roots.add_pem(&key.public_key().to_pem(), "test.pub").unwrap();
         let mut config = HostConfig::new(root, roots);
         config.exec_isolation = ExecIsolation::Chroot;
-        config.service_backend = std::sync::Arc::new(RecordingBackend::logging_to_host_root());
+        config.service_backend = services;
         Node {
             root: root.to_owned(),
             host: Host::new(config).unwrap(),
@@ -245,4 +250,134 @@ pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to.parent().unwrap()).unwrap();
     let status = Command::new("cp").arg("-a").arg(from).arg(to).status().unwrap();
     assert!(status.success(), "cp -a {} {}", from.display(), to.display());
+}
+
+/// Programs a Debian node root needs for dpkg and apt to work chrooted: the package tools,
+/// what dpkg requires on `PATH` (sh, rm, tar, diff, ldconfig, start-stop-daemon), the
+/// decompressors, and chmod (the binary backend's).
+pub const DEBIAN_PROGRAMS: &[&str] = &[
+    "/bin/sh",
+    "/usr/bin/dpkg",
+    "/usr/bin/dpkg-deb",
+    "/usr/bin/dpkg-query",
+    "/usr/bin/dpkg-split",
+    "/usr/bin/dpkg-divert",
+    "/usr/bin/dpkg-trigger",
+    "/usr/bin/apt-get",
+    "/usr/bin/apt-cache",
+    "/usr/bin/apt-mark",
+    "/usr/bin/apt-config",
+    "/usr/bin/rm",
+    "/usr/bin/tar",
+    "/usr/bin/diff",
+    "/sbin/ldconfig",
+    "/sbin/start-stop-daemon",
+    "/usr/bin/gzip",
+    "/usr/bin/xz",
+    "/usr/bin/chmod",
+];
+
+/// Writes `content` to `root/rel`, creating parents.
+pub fn write(root: &Path, rel: &str, content: &str) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+/// A Debian 12 node root in `root` with this machine's real dpkg and apt (and their
+/// libraries), an empty dpkg database, and apt pointed at `file:/srv/repo` (trusted, no
+/// signature: a test repository).
+pub fn debian_root(root: &Path) {
+    install_programs(root, DEBIAN_PROGRAMS);
+    for m in std::fs::read_dir("/usr/lib/apt/methods").unwrap() {
+        let path = m.unwrap().path();
+        install_programs(root, &[path.to_str().unwrap()]);
+    }
+    // apt reads dpkg's CPU and tuple tables to know the architecture.
+    for f in std::fs::read_dir("/usr/share/dpkg").unwrap() {
+        let path = f.unwrap().path();
+        if path.is_file() {
+            copy_into(root, &path);
+        }
+    }
+    for dir in [
+        "var/lib/dpkg/info",
+        "var/lib/dpkg/updates",
+        "var/lib/dpkg/triggers",
+        "var/lib/apt/lists/partial",
+        "var/cache/apt/archives/partial",
+        "var/log/apt",
+        "etc/apt/apt.conf.d",
+        "etc/apt/preferences.d",
+        "etc/apt/sources.list.d",
+        "etc/dpkg/dpkg.cfg.d",
+        "tmp",
+        "srv/repo",
+    ] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    write(root, "var/lib/dpkg/status", "");
+    write(root, "var/lib/dpkg/available", "");
+    // apt drops privileges to `_apt` for fetching: the accounts must exist in the root.
+    copy_into(root, Path::new("/etc/passwd"));
+    copy_into(root, Path::new("/etc/group"));
+    write(root, "etc/os-release", "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nID=debian\n");
+    write(root, "etc/apt/sources.list", "deb [trusted=yes] file:/srv/repo ./\n");
+}
+
+/// Builds `package` at `version` with the real `dpkg-deb` into `root/srv/repo`: an
+/// architecture-independent package holding `/usr/share/NAME/version` (its version).
+pub fn build_deb(root: &Path, package: &str, version: &str) {
+    let work = tempfile::tempdir().unwrap();
+    let tree = work.path().join("tree");
+    write(&tree, "DEBIAN/control", &format!(
+        "Package: {package}\nVersion: {version}\nArchitecture: all\nMaintainer: Bosun tests <tests@bosun.invalid>\nDescription: Bosun test package {version}\n"
+    ));
+    write(&tree, &format!("usr/share/{package}/version"), &format!("{version}\n"));
+    let deb = root.join("srv/repo").join(format!("{package}_{version}_all.deb"));
+    let out = Command::new("dpkg-deb").arg("--root-owner-group").arg("-b").arg(&tree).arg(&deb).output().unwrap();
+    assert!(out.status.success(), "dpkg-deb -b: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Writes `root/srv/repo/Packages` for every .deb there (what dpkg-scanpackages would, from
+/// `dpkg-deb -f` plus file name, size and SHA-256).
+pub fn index_repo(root: &Path) {
+    use sha2::Digest as _;
+    let repo = root.join("srv/repo");
+    let mut debs: Vec<PathBuf> = std::fs::read_dir(&repo)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "deb"))
+        .collect();
+    debs.sort();
+    let mut index = String::new();
+    for deb in debs {
+        let control = Command::new("dpkg-deb").arg("-f").arg(&deb).output().unwrap();
+        assert!(control.status.success());
+        let bytes = std::fs::read(&deb).unwrap();
+        index.push_str(String::from_utf8(control.stdout).unwrap().trim_end());
+        index.push_str(&format!(
+            "\nFilename: ./{}\nSize: {}\nSHA256: {}\n\n",
+            deb.file_name().unwrap().to_string_lossy(),
+            bytes.len(),
+            hex::encode(sha2::Sha256::digest(&bytes))
+        ));
+    }
+    std::fs::write(repo.join("Packages"), index).unwrap();
+}
+
+/// What dpkg says about `package` in the node root, asked from outside the sandbox with the
+/// machine's own dpkg-query (`--admindir`): `(status, version)`, e.g. `("hold ok installed", "1.0-1")`.
+pub fn dpkg_state(root: &Path, package: &str) -> Option<(String, String)> {
+    let out = Command::new("dpkg-query")
+        .arg(format!("--admindir={}", root.join("var/lib/dpkg").display()))
+        .args(["-W", "-f=${Status}|${Version}", package])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (s, v) = text.split_once('|')?;
+    Some((s.to_owned(), v.to_owned()))
 }

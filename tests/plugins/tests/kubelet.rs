@@ -1,0 +1,77 @@
+//! The `kubelet` plugin through the real sandbox with the grants of
+//! deploy/examples/plugins/kubelet.yaml. systemd itself is not available here: the host's
+//! recording backend stands in for it (as in the lab), and a scripted backend plays a
+//! kubelet that fails right after its restart.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use bosun_api::grants::ServiceAction;
+use bosun_host::{RecordingBackend, ServiceBackend, ServiceError, UnitStatus};
+use bosun_plugins_tests::{Node, example_grants, plugins, write};
+use serde_json::json;
+
+fn root() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    write(&root, "etc/os-release", "ID=debian\nVERSION_ID=12\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n");
+    (dir, root)
+}
+
+#[test]
+fn restart_goes_through_the_service_grant_and_waits_for_running() {
+    let (_dir, root) = root();
+    let node = Node::new(&root, &["worker"]);
+    let kubelet = node.load(&plugins().kubelet, "kubelet");
+    let grants = example_grants("kubelet.yaml");
+
+    let dry = node.run(&kubelet, &grants, "restart", &json!({"settleSeconds": 1}), true);
+    assert_eq!(dry.outcome().message, "would restart kubelet.service (now inactive/dead) and wait up to 120s for it to run");
+    let log = std::fs::read_to_string(RecordingBackend::log_path(&root)).unwrap();
+    assert!(!log.contains("restart"), "a dry run restarts nothing: {log}");
+
+    let ran = node.run(&kubelet, &grants, "restart", &json!({"settleSeconds": 1}), false);
+    let o = ran.outcome();
+    assert!(o.changed);
+    assert!(o.message.starts_with("restarted kubelet.service; running after"), "{}", o.message);
+    assert_eq!(ran.output("subState").unwrap(), "running");
+    let log = std::fs::read_to_string(RecordingBackend::log_path(&root)).unwrap();
+    assert_eq!(log.lines().filter(|l| *l == "restart kubelet.service").count(), 1, "{log}");
+
+    // Without the grant the host refuses the restart and names the unit.
+    let refused = node.run(&kubelet, &bosun_api::grants::Grants::default(), "restart", &json!({}), false);
+    assert!(refused.run.is_none());
+    assert!(refused.failed_checks()[0].1.contains("kubelet.service"), "{:?}", refused.checks);
+}
+
+/// A kubelet that starts and then fails: `activating` after the restart, `failed` after.
+struct FailingKubelet {
+    polls: Mutex<u32>,
+}
+
+impl ServiceBackend for FailingKubelet {
+    fn control(&self, _root: &Path, _unit: &str, _action: ServiceAction) -> Result<UnitStatus, ServiceError> {
+        Ok(UnitStatus { active_state: "activating".into(), sub_state: "start".into() })
+    }
+
+    fn status(&self, _root: &Path, _unit: &str) -> Result<UnitStatus, ServiceError> {
+        let mut polls = self.polls.lock().unwrap();
+        *polls += 1;
+        Ok(match *polls {
+            // preflight and the run's first look: running before the restart
+            1 | 2 => UnitStatus { active_state: "active".into(), sub_state: "running".into() },
+            _ => UnitStatus { active_state: "failed".into(), sub_state: "failed".into() },
+        })
+    }
+}
+
+#[test]
+fn a_kubelet_that_fails_after_the_restart_fails_the_step() {
+    let (_dir, root) = root();
+    let node = Node::with_services(&root, &["worker"], Arc::new(FailingKubelet { polls: Mutex::new(0) }));
+    let kubelet = node.load(&plugins().kubelet, "kubelet");
+    let ran = node.run(&kubelet, &example_grants("kubelet.yaml"), "restart", &json!({"settleSeconds": 1}), false);
+    let e = ran.error();
+    assert_eq!(e.code, "kubelet-failed");
+    assert!(e.message.contains("journalctl -u kubelet"), "{}", e.message);
+}
