@@ -504,6 +504,10 @@ pub struct DrainSpec {
     /// Also evict pods that use emptyDir volumes (their data is lost). Default false.
     #[serde(default)]
     pub delete_empty_dir_data: bool,
+    /// Also evict pods that no controller manages (bare pods: nothing recreates them
+    /// elsewhere). Default false: such a pod stops the drain and blocks the task.
+    #[serde(default)]
+    pub evict_unmanaged_pods: bool,
 }
 
 impl Default for DrainSpec {
@@ -511,6 +515,7 @@ impl Default for DrainSpec {
         DrainSpec {
             timeout_seconds: default_drain_timeout(),
             delete_empty_dir_data: false,
+            evict_unmanaged_pods: false,
         }
     }
 }

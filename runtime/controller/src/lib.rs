@@ -12,10 +12,16 @@
 //! Not done yet (see docs/operator.md): leader election, Events, health gates, drain,
 //! automatic retry, `recovery`, `ttlSecondsAfterFinished`, Policy checks.
 
+pub mod actions;
+pub mod drain;
 pub mod error;
+pub mod events;
+pub mod gates;
+pub mod leader;
 pub mod progress;
 pub mod reconcile;
 pub mod time;
+pub mod ttl;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,11 +56,14 @@ pub fn instance_selector(instance: Option<&str>) -> String {
 /// Runs the controller until a shutdown signal (SIGTERM, Ctrl-C). Watches the Operations
 /// of its instance (see [`instance_selector`]) and their NodeTasks (mapped to their owning
 /// Operation).
-pub async fn run(client: Client, manager: String, resync: Duration, instance: Option<String>) {
+///
+/// `identity` names this replica in the Events it publishes (its leader-election identity).
+pub async fn run(client: Client, manager: String, resync: Duration, instance: Option<String>, identity: String) {
     let operations: Api<Operation> = Api::all(client.clone());
     let tasks: Api<NodeTask> = Api::all(client.clone());
     let selector = instance_selector(instance.as_deref());
-    let ctx = Arc::new(Context { client, manager, resync, instance });
+    let events = Arc::new(events::Events::new(client.clone(), identity));
+    let ctx = Arc::new(Context { client, manager, resync, instance, events });
     Controller::new(operations, watcher::Config::default().labels(&selector))
         .owns(tasks, watcher::Config::default().labels(&selector))
         .shutdown_on_signal()

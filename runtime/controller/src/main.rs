@@ -21,9 +21,37 @@ struct Args {
     /// installs side by side, and tests.
     #[arg(long, env = "BOSUN_INSTANCE")]
     instance: Option<String>,
+    #[command(flatten)]
+    leader: LeaderArgs,
     /// Log filter (tracing-subscriber EnvFilter syntax).
     #[arg(long, env = "BOSUN_LOG", default_value = "info")]
     log: String,
+}
+
+/// Leader election: of several replicas sharing a Lease, only the holder acts.
+#[derive(Debug, clap::Args)]
+struct LeaderArgs {
+    /// Act without holding the Lease. Only for a single replica: two replicas without
+    /// leader election would both act.
+    #[arg(long)]
+    no_leader_election: bool,
+    /// The Lease's name. Default: `bosun-controller`, or `bosun-controller-<instance>`
+    /// with `--instance`, so side-by-side installs elect separately.
+    #[arg(long)]
+    lease_name: Option<String>,
+    /// The Lease's namespace (must exist).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "bosun-system")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease and in Events. Default: `$POD_NAME`, else
+    /// host name and process id.
+    #[arg(long)]
+    identity: Option<String>,
+    /// Seconds a leader's claim lasts without renewal; a standby takes over after this.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+    /// Seconds between renewals (shorter than the lease duration).
+    #[arg(long, default_value_t = 5)]
+    lease_renew_seconds: u64,
 }
 
 #[tokio::main]
@@ -37,7 +65,24 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
     tracing::info!(manager = %args.field_manager, instance = args.instance.as_deref().unwrap_or(""), "bosun-controller starting");
-    bosun_controller::run(client, args.field_manager, Duration::from_secs(args.resync_seconds), args.instance).await;
+    let identity = args.leader.identity.clone().unwrap_or_else(bosun_controller::leader::default_identity);
+    let resync = Duration::from_secs(args.resync_seconds);
+    if args.leader.no_leader_election {
+        bosun_controller::run(client, args.field_manager, resync, args.instance, identity).await;
+    } else {
+        let lease = bosun_controller::leader::LeaseConfig {
+            name: args.leader.lease_name.clone().unwrap_or_else(|| match &args.instance {
+                Some(i) => format!("bosun-controller-{i}"),
+                None => "bosun-controller".to_string(),
+            }),
+            namespace: args.leader.lease_namespace.clone(),
+            identity: identity.clone(),
+            duration: Duration::from_secs(args.leader.lease_duration_seconds),
+            renew_every: Duration::from_secs(args.leader.lease_renew_seconds),
+        };
+        let work = || bosun_controller::run(client.clone(), args.field_manager, resync, args.instance, identity);
+        bosun_controller::leader::run_as_leader(client.clone(), lease, work).await?;
+    }
     tracing::info!("bosun-controller stopped");
     Ok(())
 }

@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
-use bosun_api::operation::{Operation, OperationPhase, OperationStatus, RunsOn, Step, labels};
-use bosun_planner::plan::controller_actions;
+use bosun_api::operation::{Operation, OperationPhase, OperationStatus, RunsOn, labels};
 use bosun_planner::state::{TaskEvent, operation_transition, task_transition};
 use bosun_planner::{NodeInfo, TaskView, plan, schedule};
 use k8s_openapi::api::core::v1::Node;
@@ -41,6 +40,8 @@ pub struct Context {
     /// `--instance`: the value of [`crate::INSTANCE_LABEL`] this install acts on and puts
     /// on the NodeTasks it creates.
     pub instance: Option<String>,
+    /// Events about Operations and NodeTasks (and the task phases seen so far).
+    pub events: Arc<crate::events::Events>,
 }
 
 impl std::fmt::Debug for Context {
@@ -75,7 +76,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     }
     let stored = op.status.clone().unwrap_or_default();
     if stored.phase.is_finished() {
-        return Ok(Action::await_change());
+        return crate::ttl::after_finished(&ctx.client, &op).await;
     }
     let now = Timestamp::now();
 
@@ -156,10 +157,14 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     }
 
     // Running tasks: run controller-side steps that are next, and finish tasks whose steps
-    // all succeeded.
+    // all succeeded and whose health gates passed. A drain or wait in progress asks to be
+    // looked at again sooner than the resync.
+    let mut recheck: Option<Duration> = None;
     for task in tasks.values_mut() {
-        if task.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running) {
-            advance_running_task(&ctx, task).await?;
+        if task.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running)
+            && let Some(d) = advance_running_task(&ctx, &op, task).await?
+        {
+            recheck = Some(recheck.map_or(d, |r| r.min(d)));
         }
     }
 
@@ -220,11 +225,12 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     if status != stored {
         write_operation_status(&operations, &name, &status, &ctx.manager).await?;
     }
+    ctx.events.observe(&op, stored.phase, status.phase, status.message.as_deref().unwrap_or(""), tasks.values()).await;
     if status.phase.is_finished() {
         tracing::info!(phase = ?status.phase, message = status.message.as_deref().unwrap_or(""), "operation finished");
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(ctx.resync))
+    Ok(Action::requeue(recheck.map_or(ctx.resync, |r| r.min(ctx.resync))))
 }
 
 /// What [`kube::runtime::Controller`] does after a failed reconcile: log it and try again
@@ -316,46 +322,77 @@ async fn write_operation_status(api: &Api<Operation>, name: &str, status: &Opera
     Ok(())
 }
 
-/// For a Running task: runs every controller-side step that is next (in order), and moves
-/// the task to Succeeded once all its steps succeeded. Agent steps are left to the agent.
-/// Updates `task`'s status in memory to what was written.
-async fn advance_running_task(ctx: &Context, task: &mut NodeTask) -> Result<()> {
+/// For a Running task: runs the controller-side steps that are next, in order, one pass
+/// each ([`crate::actions::run_step`]: a drain or a wait that is not done yet stays Running
+/// and asks to be looked at again); once every step succeeded, checks the health gates
+/// ([`crate::gates::evaluate`]), and moves the task to Succeeded only when they pass (or to
+/// Blocked, `HealthGateFailed`, when they do not in time). Agent steps are left to the agent.
+/// Updates `task`'s status in memory to what was written. Returns when to look again, when
+/// that should be sooner than the resync.
+async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask) -> Result<Option<Duration>> {
+    use crate::actions::StepOutcome;
     loop {
         let status = task.status.clone().unwrap_or_default();
         match progress(&task.spec.steps, &status.steps) {
             Progress::Done => {
-                let next = move_task(ctx, task, TaskEvent::StepsDone, None).await?;
+                let (event, reason) = match crate::gates::evaluate(&ctx.client, &ctx.manager, &op.spec.health_gates, task).await? {
+                    crate::gates::Verdict::Wait(d) => return Ok(Some(d)),
+                    crate::gates::Verdict::Fail(message) => (TaskEvent::StepFailed, Some((BlockReason::HealthGateFailed, message))),
+                    crate::gates::Verdict::Pass => (TaskEvent::StepsDone, None),
+                };
+                let next = move_task(ctx, task, event, reason.clone()).await?;
                 if let Some(s) = task.status.as_mut() {
                     s.phase = next;
+                    if let Some((r, m)) = reason {
+                        s.reason = Some(r);
+                        s.message = Some(m);
+                    }
                 }
-                tracing::info!(node = %task.spec.node_name, "NodeTask succeeded");
-                return Ok(());
+                tracing::info!(node = %task.spec.node_name, phase = ?next, "NodeTask finished its steps");
+                return Ok(None);
             }
-            Progress::Next { index, runs_on: RunsOn::Controller } => {
+            Progress::Next { index, runs_on: RunsOn::Controller } | Progress::Running { index, runs_on: RunsOn::Controller } => {
                 let step = task.spec.steps[index].clone();
-                let started = Timestamp::now();
-                let result = run_controller_step(ctx, &task.spec.node_name, &step).await;
-                let finished = Timestamp::now();
-                let attempts = step_attempts(&status, &step.name) + 1;
-                let (phase, message, error) = match &result {
-                    Ok(m) => (StepPhase::Succeeded, m.clone(), None),
-                    Err(m) => (StepPhase::Failed, m.clone(), Some(json!({ "code": "controller-step-failed", "message": m, "retryable": true }))),
-                };
-                let mut entry = json!({
-                    "name": step.name, "phase": phase, "attempts": attempts,
-                    "startedAt": precise(started), "finishedAt": precise(finished),
-                    "changed": result.is_ok(), "message": message,
-                });
-                if let Some(e) = error {
-                    entry["error"] = e;
+                // A step already Running is a drain or wait in progress: same clock, same attempt.
+                let prior = crate::progress::step_status(&status.steps, &step.name).filter(|s| s.phase == StepPhase::Running).cloned();
+                let started = prior.as_ref().and_then(|s| s.started_at.as_ref()).map_or_else(Timestamp::now, |t| t.0);
+                let attempts = prior.as_ref().map_or_else(|| step_attempts(&status, &step.name) + 1, |p| p.attempts);
+                let outcome = crate::actions::run_step(&ctx.client, &ctx.events, &op.spec, task, &step, started).await;
+                let finished = precise(Timestamp::now());
+                let mut entry = json!({ "name": step.name, "attempts": attempts, "startedAt": precise(started) });
+                let (mut recheck, mut blocked) = (None, None);
+                match &outcome {
+                    StepOutcome::Succeeded { message, changed } => {
+                        entry["phase"] = json!(StepPhase::Succeeded);
+                        entry["finishedAt"] = json!(finished);
+                        entry["changed"] = json!(changed);
+                        entry["message"] = json!(message);
+                    }
+                    StepOutcome::InProgress { message, recheck: r } => {
+                        entry["phase"] = json!(StepPhase::Running);
+                        entry["message"] = json!(message);
+                        recheck = Some(*r);
+                    }
+                    StepOutcome::Failed { reason, code, message, retryable } => {
+                        entry["phase"] = json!(StepPhase::Failed);
+                        entry["finishedAt"] = json!(finished);
+                        entry["changed"] = json!(false);
+                        entry["message"] = json!(message);
+                        entry["error"] = json!({ "code": code, "message": message, "retryable": retryable });
+                        blocked = Some((*reason, format!("step {}: {message}", step.name)));
+                    }
                 }
-                let body = json!({ "currentStep": step.name, "steps": [entry.clone()] });
-                apply_task_status(ctx, &task.name_any(), body, &format!("{}.step.{}", ctx.manager, step.name)).await?;
-                if result.is_err() {
+                // An in-progress step that reports the same as last time writes nothing: the
+                // write would wake this controller again at once.
+                let unchanged = recheck.is_some() && prior.as_ref().is_some_and(|p| p.message.as_deref() == entry["message"].as_str());
+                if !unchanged {
+                    let body = json!({ "currentStep": step.name, "steps": [entry.clone()] });
+                    apply_task_status(ctx, &task.name_any(), body, &format!("{}.step.{}", ctx.manager, step.name)).await?;
+                }
+                if let Some((reason, message)) = &blocked {
                     let next = task_transition(status.phase, TaskEvent::StepFailed)
                         .map_err(|source| Error::Transition { task: task.name_any(), source })?;
-                    let top = json!({ "phase": next, "attempts": status.attempts, "reason": BlockReason::StepFailed,
-                        "message": format!("step {}: {message}", step.name) });
+                    let top = json!({ "phase": next, "attempts": status.attempts, "reason": reason, "message": message });
                     apply_task_status(ctx, &task.name_any(), top, &ctx.manager).await?;
                 }
                 // Mirror the write in memory, then look at the next step.
@@ -364,42 +401,22 @@ async fn advance_running_task(ctx: &Context, task: &mut NodeTask) -> Result<()> 
                 let s = task.status.get_or_insert_with(Default::default);
                 s.steps.retain(|x| x.name != written.name);
                 s.steps.push(written);
-                if result.is_err() {
+                if let Some((reason, message)) = blocked {
                     s.phase = NodeTaskPhase::Blocked;
-                    s.message = Some(format!("step {}: {message}", step.name));
-                    s.reason = Some(BlockReason::StepFailed);
-                    return Ok(());
+                    s.message = Some(message);
+                    s.reason = Some(reason);
+                    return Ok(None);
+                }
+                if recheck.is_some() {
+                    return Ok(recheck);
                 }
             }
-            // The agent's turn, a step in flight, or a failure waiting for a person.
-            Progress::Next { runs_on: RunsOn::Agent, .. } | Progress::Running { .. } | Progress::Failed { .. } => return Ok(()),
+            // The agent's turn, an agent step in flight, or a failure waiting for a person.
+            Progress::Next { runs_on: RunsOn::Agent, .. } | Progress::Running { runs_on: RunsOn::Agent, .. } | Progress::Failed { .. } => return Ok(None),
         }
     }
 }
 
 fn step_attempts(status: &bosun_api::node_task::NodeTaskStatus, step: &str) -> u32 {
     crate::progress::step_status(&status.steps, step).map_or(0, |s| s.attempts)
-}
-
-/// Runs one controller-side step against the API. `Ok` carries the one-line result, `Err`
-/// what went wrong and what to do.
-async fn run_controller_step(ctx: &Context, node: &str, step: &Step) -> std::result::Result<String, String> {
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    let set_unschedulable = |value: bool| {
-        let nodes = nodes.clone();
-        async move {
-            nodes
-                .patch(node, &PatchParams::default(), &Patch::Merge(json!({ "spec": { "unschedulable": value } })))
-                .await
-                .map(|_| ())
-                .map_err(|e| format!("patching node {node} spec.unschedulable={value}: {e}"))
-        }
-    };
-    match step.action.as_str() {
-        controller_actions::CORDON => set_unschedulable(true).await.map(|()| format!("node {node} cordoned")),
-        controller_actions::UNCORDON => set_unschedulable(false).await.map(|()| format!("node {node} uncordoned")),
-        other => Err(format!(
-            "controller action {other} is not implemented in this build of bosun-controller (only cordon and uncordon are): remove the step or use recovery: Skip"
-        )),
-    }
 }

@@ -1,0 +1,238 @@
+//! Kubernetes Events (events.k8s.io/v1) for Operations and NodeTasks.
+//!
+//! The controller reports what a person following `kubectl get events` wants to know: a task
+//! started, was blocked (with its reason and message), succeeded, was skipped or became
+//! invalid, a node was drained, and the Operation's own phase changes. Operations and NodeTasks
+//! are cluster-scoped, so their Events live in the `default` namespace (as for Nodes).
+//!
+//! Which event a change deserves is decided by pure functions ([`task_event`],
+//! [`operation_event`]); [`Events`] remembers the last phase it saw of every task so that a
+//! change made by anyone (the controller itself, an agent blocking a step, a person setting
+//! `recovery`) is reported once. Guarantees: publishing never fails a reconcile (a refused
+//! Event is logged); a controller that restarts does not repeat events for changes made
+//! before it started (it may miss those made while it was down).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use bosun_api::node_task::{NodeTask, NodeTaskPhase};
+use bosun_api::operation::{Operation, OperationPhase};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
+
+/// The `reportingController` of every Event Bosun's controller publishes.
+pub const REPORTING_CONTROLLER: &str = "bosun.dev/controller";
+
+/// Event reasons, stable so people and tests can filter on them.
+pub mod reasons {
+    pub const STARTED: &str = "Started";
+    pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
+    pub const RETRIED: &str = "Retried";
+    pub const BLOCKED: &str = "Blocked";
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const SKIPPED: &str = "Skipped";
+    pub const INVALID: &str = "Invalid";
+    pub const DRAINED: &str = "Drained";
+    pub const PAUSED: &str = "Paused";
+    pub const RESUMED: &str = "Resumed";
+    pub const FAILED: &str = "Failed";
+}
+
+/// What to publish: severity, reason, action and a note for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+impl Notice {
+    fn normal(reason: &'static str, action: &'static str, note: String) -> Self {
+        Notice { warning: false, reason, action, note }
+    }
+    fn warning(reason: &'static str, action: &'static str, note: String) -> Self {
+        Notice { warning: true, reason, action, note }
+    }
+}
+
+/// The Event a NodeTask deserves when its phase moved from `from` to `to` (`from` is `None`
+/// when this controller has not seen the task before: nothing is reported then, so a
+/// restart does not repeat old news). `message` and `reason` are the task's status fields.
+pub fn task_event(from: Option<NodeTaskPhase>, to: NodeTaskPhase, reason: Option<&str>, message: &str, node: &str) -> Option<Notice> {
+    use NodeTaskPhase as P;
+    let from = from?;
+    if from == to {
+        return None;
+    }
+    Some(match to {
+        P::Pending => return None,
+        P::AwaitingApproval => Notice::normal(reasons::AWAITING_APPROVAL, "Schedule", format!("node {node}: its turn came; waiting for approval (spec.approve: true)")),
+        P::Running if from == P::Blocked => Notice::normal(reasons::RETRIED, "Recover", format!("node {node}: running again after recovery: Retry")),
+        P::Running => Notice::normal(reasons::STARTED, "Schedule", format!("node {node}: started")),
+        P::Blocked => {
+            let why = reason.unwrap_or("Blocked");
+            Notice::warning(reasons::BLOCKED, "RunStep", format!("node {node} blocked ({why}): {message}"))
+        }
+        P::Succeeded => Notice::normal(reasons::SUCCEEDED, "RunStep", format!("node {node}: every step succeeded and the health gates passed")),
+        P::Skipped => Notice::normal(reasons::SKIPPED, "Recover", format!("node {node}: skipped by recovery: Skip; the node was left as it was")),
+        P::Invalid => Notice::warning(reasons::INVALID, "Schedule", format!("node {node}: {message}")),
+    })
+}
+
+/// The Event an Operation deserves when this reconcile moved it from `from` to `to`.
+pub fn operation_event(from: OperationPhase, to: OperationPhase, message: &str) -> Option<Notice> {
+    use OperationPhase as P;
+    if from == to {
+        return None;
+    }
+    Some(match to {
+        P::Pending => return None,
+        P::Running if from == P::Paused => Notice::normal(reasons::RESUMED, "Resume", message.to_string()),
+        P::Running if from == P::Pending => Notice::normal(reasons::STARTED, "Plan", format!("plan frozen; {message}")),
+        // Back to Running after a block was resolved, or after an approval.
+        P::Running => return None,
+        P::Paused => Notice::normal(reasons::PAUSED, "Pause", "spec.paused is true: running steps finish, nothing new starts".to_string()),
+        P::AwaitingApproval => Notice::normal(reasons::AWAITING_APPROVAL, "Schedule", message.to_string()),
+        P::Blocked => Notice::warning(reasons::BLOCKED, "RunStep", message.to_string()),
+        P::Succeeded => Notice::normal(reasons::SUCCEEDED, "Finish", message.to_string()),
+        P::Failed => Notice::warning(reasons::FAILED, "Finish", message.to_string()),
+    })
+}
+
+/// Publishes Events and remembers the task phases it has seen. Cheap to share (`Arc`-backed
+/// recorder, one lock held only for map updates).
+pub struct Events {
+    recorder: Recorder,
+    seen: Mutex<HashMap<String, NodeTaskPhase>>,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events").finish_non_exhaustive()
+    }
+}
+
+impl Events {
+    /// `instance` names this controller process (its leader-election identity), so Events
+    /// say which replica acted.
+    pub fn new(client: Client, instance: String) -> Self {
+        let reporter = Reporter { controller: REPORTING_CONTROLLER.to_string(), instance: Some(instance) };
+        Events { recorder: Recorder::new(client, reporter), seen: Mutex::default() }
+    }
+
+    /// Publishes `notice` about `object`. Never fails: a refused Event is logged.
+    pub async fn publish<K: Resource<DynamicType = ()>>(&self, object: &K, notice: Notice) {
+        let reference: ObjectReference = object.object_ref(&());
+        let event = Event {
+            type_: if notice.warning { EventType::Warning } else { EventType::Normal },
+            reason: notice.reason.to_string(),
+            // The API server refuses notes over 1 kB.
+            note: Some(truncate(&notice.note, 1000)),
+            action: notice.action.to_string(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(%error, object = %object.name_any(), reason = notice.reason, "could not publish an Event");
+        }
+    }
+
+    /// Reports every task whose phase changed since this controller last saw it, and the
+    /// Operation's own phase change from `from` to `to`.
+    pub async fn observe<'a>(&self, op: &Operation, from: OperationPhase, to: OperationPhase, message: &str, tasks: impl IntoIterator<Item = &'a NodeTask>) {
+        let mut notices = Vec::new();
+        {
+            let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for task in tasks {
+                let Some(uid) = task.uid() else { continue };
+                let status = task.status.clone().unwrap_or_default();
+                let before = seen.insert(uid, status.phase);
+                let reason = status.reason.map(|r| format!("{r:?}"));
+                let message = status.message.clone().unwrap_or_default();
+                if let Some(n) = task_event(before, status.phase, reason.as_deref(), &message, &task.spec.node_name) {
+                    notices.push((task.clone(), n));
+                }
+            }
+        }
+        for (task, notice) in notices {
+            self.publish(&task, notice).await;
+        }
+        if let Some(notice) = operation_event(from, to, message) {
+            self.publish(op, notice).await;
+        }
+    }
+
+    /// Forgets the tasks of an Operation that is gone or finished, so the memory stays
+    /// bounded by the Operations in flight.
+    pub fn forget<'a>(&self, tasks: impl IntoIterator<Item = &'a NodeTask>) {
+        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for task in tasks {
+            if let Some(uid) = task.uid() {
+                seen.remove(&uid);
+            }
+        }
+    }
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary, with `…` when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use NodeTaskPhase as P;
+
+    #[test]
+    fn a_task_seen_for_the_first_time_reports_nothing() {
+        assert_eq!(task_event(None, P::Blocked, Some("StepFailed"), "boom", "n1"), None);
+        assert_eq!(task_event(Some(P::Running), P::Running, None, "", "n1"), None);
+    }
+
+    #[test]
+    fn each_task_change_has_its_reason() {
+        let started = task_event(Some(P::Pending), P::Running, None, "", "n1").unwrap();
+        assert_eq!((started.reason, started.warning), (reasons::STARTED, false));
+        let retried = task_event(Some(P::Blocked), P::Running, None, "", "n1").unwrap();
+        assert_eq!(retried.reason, reasons::RETRIED);
+        let blocked = task_event(Some(P::Running), P::Blocked, Some("DrainTimedOut"), "pods ns/a held by PDB ns/p", "n1").unwrap();
+        assert!(blocked.warning);
+        assert_eq!(blocked.reason, reasons::BLOCKED);
+        assert!(blocked.note.contains("DrainTimedOut") && blocked.note.contains("PDB ns/p") && blocked.note.contains("n1"), "{}", blocked.note);
+        assert_eq!(task_event(Some(P::Running), P::Succeeded, None, "", "n1").unwrap().reason, reasons::SUCCEEDED);
+        assert_eq!(task_event(Some(P::Blocked), P::Skipped, None, "", "n1").unwrap().reason, reasons::SKIPPED);
+        assert_eq!(task_event(Some(P::Pending), P::AwaitingApproval, None, "", "n1").unwrap().reason, reasons::AWAITING_APPROVAL);
+        assert!(task_event(Some(P::Pending), P::Invalid, None, "node gone", "n1").unwrap().warning);
+    }
+
+    #[test]
+    fn operation_changes_report_start_block_pause_and_finish_but_not_every_return_to_running() {
+        use OperationPhase as O;
+        assert_eq!(operation_event(O::Pending, O::Running, "planned 3 nodes").unwrap().reason, reasons::STARTED);
+        assert_eq!(operation_event(O::Running, O::Blocked, "n1: boom").unwrap().note, "n1: boom");
+        assert!(operation_event(O::Running, O::Blocked, "x").unwrap().warning);
+        assert_eq!(operation_event(O::Running, O::Paused, "").unwrap().reason, reasons::PAUSED);
+        assert_eq!(operation_event(O::Paused, O::Running, "").unwrap().reason, reasons::RESUMED);
+        assert_eq!(operation_event(O::Blocked, O::Running, ""), None);
+        assert_eq!(operation_event(O::Running, O::Succeeded, "4/4").unwrap().reason, reasons::SUCCEEDED);
+        assert!(operation_event(O::Pending, O::Failed, "cannot plan").unwrap().warning);
+        assert_eq!(operation_event(O::Running, O::Running, ""), None);
+    }
+
+    #[test]
+    fn notes_are_cut_at_a_character_boundary() {
+        assert_eq!(truncate("short", 10), "short");
+        let long = "é".repeat(600);
+        let cut = truncate(&long, 1000);
+        assert!(cut.len() <= 1000 && cut.ends_with('…'));
+    }
+}

@@ -1,0 +1,269 @@
+//! Health gates: what must hold after a node's steps before the task counts as Succeeded
+//! (and so before the rollout moves on to the next node).
+//!
+//! The gates are the Operation's `healthGates`: the node reports Ready, the API server answers
+//! `/readyz`, then `settleSeconds` more with both still true; a gate that does not pass within
+//! `timeoutSeconds` blocks the task as `HealthGateFailed` with the reason. Waiting never
+//! blocks a reconcile: each pass checks once, records where the gates stand in the task's
+//! `HealthGates` condition and asks to be looked at again.
+//!
+//! The condition is the gates' clock, so a restarted controller keeps the same deadline:
+//! reason `Waiting` (its `lastTransitionTime` is when waiting began), `Settling` (when the
+//! gates passed), `Passed`, or `Failed`. A task that is running again after a
+//! `HealthGateFailed` block (recovery: Retry) starts a fresh wait. If a gate fails again while
+//! settling, the wait starts over: settling means "healthy for `settleSeconds` in a row".
+
+use std::time::Duration;
+
+use bosun_api::operation::HealthGates;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use bosun_api::node_task::NodeTask;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+use crate::error::{Error, Result};
+
+/// The NodeTask condition type the gates are recorded in.
+pub const CONDITION: &str = "HealthGates";
+
+/// Condition reasons.
+pub mod reasons {
+    pub const WAITING: &str = "Waiting";
+    pub const SETTLING: &str = "Settling";
+    pub const PASSED: &str = "Passed";
+    pub const FAILED: &str = "Failed";
+}
+
+/// How often a gate that is not passing yet is checked again.
+pub const RECHECK: Duration = Duration::from_secs(2);
+
+/// What the gates say now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every gate passed and the settle time is over: the task may succeed.
+    Pass,
+    /// Look again after this long.
+    Wait(Duration),
+    /// The gates did not pass in time; block the task with this message.
+    Fail(String),
+}
+
+/// Decides from the checks made now (`Err` says which gate failed and why), the condition
+/// written by the last pass, and the time. Returns the condition to record and the verdict.
+/// Pure.
+pub fn judge(gates: &HealthGates, checks: Result<(), String>, prior: Option<&Condition>, generation: Option<i64>, now: Timestamp) -> (Condition, Verdict) {
+    let prior_reason = prior.map(|c| c.reason.as_str());
+    let condition = |status: bool, reason: &str, since: Timestamp, message: String| Condition {
+        type_: CONDITION.to_string(),
+        status: if status { "True" } else { "False" }.to_string(),
+        reason: reason.to_string(),
+        message,
+        last_transition_time: Time(since),
+        observed_generation: generation,
+    };
+    let since_prior = |reasons: &[&str]| match prior {
+        Some(c) if reasons.contains(&c.reason.as_str()) => c.last_transition_time.0,
+        _ => now,
+    };
+    match checks {
+        Ok(()) => {
+            let passed_at = since_prior(&[reasons::SETTLING, reasons::PASSED]);
+            let settle = Duration::from_secs(u64::from(gates.settle_seconds));
+            let elapsed = duration_between(passed_at, now);
+            if elapsed >= settle {
+                let c = condition(true, reasons::PASSED, passed_at, "every health gate passed".to_string());
+                (c, Verdict::Pass)
+            } else {
+                let until = passed_at + settle;
+                let c = condition(true, reasons::SETTLING, passed_at, format!("health gates passed; settling for {}s, until {until}", gates.settle_seconds));
+                (c, Verdict::Wait((settle - elapsed).max(Duration::from_secs(1))))
+            }
+        }
+        Err(why) => {
+            // A fresh wait unless the last pass was already waiting (a Failed condition on a
+            // running task means a person chose to retry).
+            let started = if prior_reason == Some(reasons::WAITING) { since_prior(&[reasons::WAITING]) } else { now };
+            let timeout = Duration::from_secs(u64::from(gates.timeout_seconds));
+            let elapsed = duration_between(started, now);
+            if elapsed >= timeout {
+                let message = format!(
+                    "health gates did not pass within {}s: {why}; fix the cause, then recovery: Retry (waits again) or Skip",
+                    gates.timeout_seconds
+                );
+                (condition(false, reasons::FAILED, now, message.clone()), Verdict::Fail(message))
+            } else {
+                let until = started + timeout;
+                // No elapsed counter in the message: a write per pass would wake the
+                // controller again at once.
+                let c = condition(false, reasons::WAITING, started, format!("waiting until {until}: {why}"));
+                (c, Verdict::Wait(RECHECK.min(timeout - elapsed)))
+            }
+        }
+    }
+}
+
+fn duration_between(earlier: Timestamp, later: Timestamp) -> Duration {
+    let d = later.duration_since(earlier);
+    Duration::try_from(d).unwrap_or(Duration::ZERO)
+}
+
+/// Whether `node` reports Ready; `Err` says what it reports instead.
+pub async fn node_ready(client: &Client, node: &str) -> Result<(), String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    match nodes.get_opt(node).await {
+        Ok(Some(n)) => node_ready_condition(&n),
+        Ok(None) => Err(format!("node {node} does not exist")),
+        Err(e) => Err(format!("reading node {node}: {e}")),
+    }
+}
+
+/// Reads the node's Ready condition. Pure.
+pub fn node_ready_condition(node: &Node) -> Result<(), String> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let ready = node.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    match ready {
+        Some(c) if c.status == "True" => Ok(()),
+        Some(c) => {
+            let reason = c.reason.clone().unwrap_or_default();
+            let message = c.message.clone().unwrap_or_default();
+            Err(format!("node {name} is not Ready (Ready={}{}{})", c.status, if reason.is_empty() { String::new() } else { format!(", {reason}") }, if message.is_empty() { String::new() } else { format!(": {message}") }))
+        }
+        None => Err(format!("node {name} reports no Ready condition (is its kubelet running?)")),
+    }
+}
+
+/// Whether the API server answers `GET /readyz` with `ok`; `Err` carries what it said.
+pub async fn api_server_ready(client: &Client) -> Result<(), String> {
+    let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| format!("building the /readyz request: {e}"))?;
+    match client.request_text(request).await {
+        Ok(text) if text.trim() == "ok" => Ok(()),
+        Ok(text) => Err(format!("the API server's /readyz answered {:?}", text.trim())),
+        Err(e) => Err(format!("the API server's /readyz failed: {e}")),
+    }
+}
+
+/// Runs the enabled checks once. `Err` joins every failing gate's reason.
+pub async fn check(client: &Client, gates: &HealthGates, node: &str) -> Result<(), String> {
+    let mut failing = Vec::new();
+    if gates.node_ready
+        && let Err(e) = node_ready(client, node).await
+    {
+        failing.push(e);
+    }
+    if gates.api_server
+        && let Err(e) = api_server_ready(client).await
+    {
+        failing.push(e);
+    }
+    if failing.is_empty() { Ok(()) } else { Err(failing.join("; ")) }
+}
+
+/// One pass of the gates for a task whose steps all finished: checks, records the
+/// `HealthGates` condition (only when it changed, so an unchanged wait writes nothing and
+/// does not wake the controller again), and returns the verdict.
+pub async fn evaluate(client: &Client, manager: &str, gates: &HealthGates, task: &NodeTask) -> Result<Verdict> {
+    let checks = check(client, gates, &task.spec.node_name).await;
+    let prior = task.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION));
+    let (condition, verdict) = judge(gates, checks, prior, task.metadata.generation, Timestamp::now());
+    if prior != Some(&condition) {
+        let name = task.name_any();
+        let api: Api<NodeTask> = Api::all(client.clone());
+        let patch = json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name },
+            "status": { "conditions": [condition] },
+        });
+        api.patch_status(&name, &PatchParams::apply(&format!("{manager}.gates")).force(), &Patch::Apply(&patch))
+            .await
+            .map_err(|source| Error::Kube { what: format!("writing the HealthGates condition of NodeTask {name}"), source })?;
+    }
+    Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+
+    fn t(s: u64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + i64::try_from(s).unwrap()).unwrap()
+    }
+
+    fn gates(settle: u32, timeout: u32) -> HealthGates {
+        HealthGates { settle_seconds: settle, timeout_seconds: timeout, ..HealthGates::default() }
+    }
+
+    #[test]
+    fn passing_gates_without_settle_time_pass_at_once() {
+        let (c, v) = judge(&gates(0, 600), Ok(()), None, Some(1), t(0));
+        assert_eq!(v, Verdict::Pass);
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", reasons::PASSED));
+    }
+
+    #[test]
+    fn settle_time_counts_from_when_the_gates_first_passed() {
+        let g = gates(30, 600);
+        let (c, v) = judge(&g, Ok(()), None, None, t(100));
+        assert_eq!(v, Verdict::Wait(Duration::from_secs(30)));
+        assert_eq!(c.reason, reasons::SETTLING);
+        let (c2, v2) = judge(&g, Ok(()), Some(&c), None, t(120));
+        assert_eq!(v2, Verdict::Wait(Duration::from_secs(10)));
+        assert_eq!(c2.last_transition_time.0, t(100));
+        let (c3, v3) = judge(&g, Ok(()), Some(&c2), None, t(130));
+        assert_eq!(v3, Verdict::Pass);
+        assert_eq!(c3.last_transition_time.0, t(100));
+    }
+
+    #[test]
+    fn a_gate_failing_while_settling_starts_the_wait_over() {
+        let g = gates(30, 600);
+        let (settling, _) = judge(&g, Ok(()), None, None, t(100));
+        let (waiting, v) = judge(&g, Err("node n1 is not Ready".into()), Some(&settling), None, t(110));
+        assert_eq!(v, Verdict::Wait(RECHECK));
+        assert_eq!((waiting.reason.as_str(), waiting.last_transition_time.0), (reasons::WAITING, t(110)));
+        let (again, v) = judge(&g, Ok(()), Some(&waiting), None, t(120));
+        assert_eq!(again.last_transition_time.0, t(120), "settling restarts from the new pass");
+        assert_eq!(v, Verdict::Wait(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn a_gate_that_keeps_failing_fails_after_the_timeout_with_its_reason() {
+        let g = gates(0, 60);
+        let why = || Err::<(), _>("node n1 is not Ready (Ready=False, KubeletNotReady)".to_string());
+        let (w1, v1) = judge(&g, why(), None, None, t(0));
+        assert_eq!(v1, Verdict::Wait(RECHECK));
+        let (w2, v2) = judge(&g, why(), Some(&w1), None, t(59));
+        assert_eq!(v2, Verdict::Wait(Duration::from_secs(1)));
+        assert_eq!(w2, w1, "an unchanged wait writes an identical condition");
+        let (f, v3) = judge(&g, why(), Some(&w2), None, t(60));
+        let Verdict::Fail(message) = v3 else { panic!("expected a failure") };
+        assert!(message.contains("within 60s") && message.contains("node n1 is not Ready"), "{message}");
+        assert_eq!((f.status.as_str(), f.reason.as_str()), ("False", reasons::FAILED));
+        // After recovery: Retry the task runs again and a new wait begins.
+        let (w3, v4) = judge(&g, why(), Some(&f), None, t(500));
+        assert_eq!((w3.reason.as_str(), w3.last_transition_time.0), (reasons::WAITING, t(500)));
+        assert_eq!(v4, Verdict::Wait(RECHECK));
+    }
+
+    fn node(status: Option<&str>) -> Node {
+        Node {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta { name: Some("n1".into()), ..Default::default() },
+            spec: None,
+            status: Some(NodeStatus {
+                conditions: status.map(|s| {
+                    vec![NodeCondition { type_: "Ready".into(), status: s.into(), reason: Some("KubeletNotReady".into()), message: Some("PLEG is not healthy".into()), ..Default::default() }]
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn node_readiness_comes_from_its_ready_condition() {
+        assert_eq!(node_ready_condition(&node(Some("True"))), Ok(()));
+        assert_eq!(node_ready_condition(&node(Some("False"))), Err("node n1 is not Ready (Ready=False, KubeletNotReady: PLEG is not healthy)".into()));
+        assert!(node_ready_condition(&node(None)).unwrap_err().contains("no Ready condition"));
+    }
+}
