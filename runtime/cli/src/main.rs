@@ -7,7 +7,8 @@
 //! their NodeTasks: `status`, `approve`, `retry`, `skip`, `pause`, `resume`, `logs`.
 //!
 //! Exit codes: 0 success; 1 the command failed (bad input, refused verification, host
-//! error); 2 the plugin itself reported an error or a failing preflight check.
+//! error); 2 the plugin itself reported an error or a failing preflight check, or the
+//! decision `policy eval` explained denied.
 
 use std::process::ExitCode;
 
@@ -15,6 +16,7 @@ use clap::{Parser, Subcommand};
 
 mod ops;
 mod plugin;
+mod policy;
 
 /// Bosun: kubeadm lifecycle work across a cluster's nodes, run as signed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -31,6 +33,9 @@ enum Command {
     Plugin(ops::publish::PluginCommand),
     #[command(flatten)]
     Ops(ops::Command),
+    /// Test policies and explain decisions offline: `policy test DIR`, `policy eval --input FILE`.
+    #[command(subcommand)]
+    Policy(policy::Command),
 }
 
 /// What a command reports when it did not fail outright.
@@ -40,6 +45,8 @@ enum Status {
     Success,
     /// The plugin ran and reported an error or a failing check (exit code 2).
     PluginFailed,
+    /// `policy eval`: the decision denied (exit code 2).
+    Denied,
 }
 
 fn main() -> ExitCode {
@@ -47,10 +54,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Plugin(cmd) => ops::publish::execute(cmd),
         Command::Ops(cmd) => ops::execute(cmd),
+        Command::Policy(cmd) => policy::execute(cmd),
     };
     match result {
         Ok(Status::Success) => ExitCode::SUCCESS,
-        Ok(Status::PluginFailed) => ExitCode::from(2),
+        Ok(Status::PluginFailed | Status::Denied) => ExitCode::from(2),
         Err(e) => {
             eprintln!("error: {}", error_chain(&e));
             ExitCode::from(1)

@@ -168,7 +168,12 @@ pub(crate) fn rule_names(engine: &mut regorus::Engine) -> Vec<(String, u32)> {
             };
             let name = match refr.as_ref() {
                 Expr::Var { span, .. } => span.text().to_owned(),
-                other => other.span().text().to_owned(),
+                // `local[tz] := ...` or `a.b := ...`: the rule's path is its first part;
+                // evaluating that part shows the whole object it builds.
+                other => {
+                    let text = other.span().text();
+                    text.split(['[', '.']).next().unwrap_or(text).trim().to_owned()
+                }
             };
             if !out.iter().any(|(n, _)| *n == name) {
                 out.push((name, line));
