@@ -62,7 +62,15 @@ pub enum Error {
     #[error("plugin has no action `{action}`; it declares: {available}")]
     UnknownAction { action: String, available: String },
 
-    /// The params are not a JSON document or exceed the host's size cap.
+    /// A params schema in the plugin's `describe` is not JSON, not a JSON Schema, or
+    /// refers to a file or URL; the plugin is refused at load.
+    #[error(
+        "plugin declares an invalid params schema for action `{action}`: {message}; the plugin's author must fix `describe`"
+    )]
+    InvalidParamsSchema { action: String, message: String },
+
+    /// The params are not a JSON document, exceed the host's size cap, or do not match
+    /// the action's declared schema.
     #[error("invalid params: {message}")]
     InvalidParams { message: String },
 

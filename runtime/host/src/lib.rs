@@ -25,6 +25,7 @@ mod exec;
 mod facts;
 mod fs;
 mod http;
+mod params;
 mod report;
 mod sandbox;
 mod service;
@@ -131,6 +132,8 @@ struct Compiled {
     /// `describe`'s answer, asked once per digest (the ABI requires it to be cheap and
     /// side-effect free, so the same bytes give the same answer).
     metadata: std::sync::OnceLock<Metadata>,
+    /// The actions' params schemas, compiled with the metadata.
+    params: std::sync::OnceLock<Arc<params::ParamSchemas>>,
 }
 
 /// A verified, compiled and described plugin, ready to run. Cheap to clone.
@@ -346,6 +349,9 @@ impl Host {
             return Ok(m.clone());
         }
         let m = self.describe(compiled)?;
+        let schemas = params::ParamSchemas::compile(&m.actions)
+            .map_err(|(action, message)| Error::InvalidParamsSchema { action, message })?;
+        let _ = compiled.params.set(Arc::new(schemas));
         Ok(compiled.metadata.get_or_init(|| m).clone())
     }
 
@@ -393,6 +399,7 @@ impl Host {
             pre: if imports_http { link(&self.linker_http)? } else { link(&self.linker)? },
             pre_http: if imports_http { Some(link(&self.linker_http)?) } else { None },
             metadata: std::sync::OnceLock::new(),
+            params: std::sync::OnceLock::new(),
         });
         if let Ok(mut m) = self.compiled.lock() {
             m.insert(*digest, Arc::clone(&compiled));
@@ -520,8 +527,16 @@ impl Host {
         if params_json.len() > max {
             return Err(Error::InvalidParams { message: format!("{} bytes, more than the limit of {max}", params_json.len()) }.into());
         }
-        serde_json::from_str::<serde::de::IgnoredAny>(params_json)
+        let params: serde_json::Value = serde_json::from_str(params_json)
             .map_err(|e| Error::InvalidParams { message: format!("not a JSON document: {e}") })?;
+        if let Some(schemas) = plugin.compiled.params.get() {
+            schemas.check(action, &params).map_err(|problems| Error::InvalidParams {
+                message: format!(
+                    "params of `{action}` do not match the schema the plugin declares for them: {problems} \
+                     (`kubectl-bosun plugin inspect` prints the schema)"
+                ),
+            })?;
+        }
         Ok(())
     }
 

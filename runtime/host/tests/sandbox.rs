@@ -454,6 +454,13 @@ fn unknown_actions_and_malformed_params_are_refused_before_instantiating() {
     assert!(matches!(&f.error, Error::UnknownAction { action, available } if action == "format-disk" && available.contains("happy")), "{f}");
     let f = failure(run(&host, &good, &Grants::default(), "noop", "{not json"));
     assert!(matches!(f.error, Error::InvalidParams { .. }), "{f}");
+    // JSON, but not what `noop` declares (`{"type":"object"}`): refused by the host with
+    // where and why, before the guest sees it.
+    let f = failure(run(&host, &good, &Grants::default(), "noop", "[1, 2]"));
+    assert!(
+        matches!(&f.error, Error::InvalidParams { message } if message.contains("`noop`") && message.contains("at `/`") && message.contains("object")),
+        "{f}"
+    );
     assert_happy(&node, &host);
 }
 
