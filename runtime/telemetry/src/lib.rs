@@ -9,7 +9,7 @@
 //! - [`init_logging`]: text or JSON logs; the controller's and agent's tracing spans carry
 //!   `operation`, `node`, `step` and `plugin`, and both formats print them on every line.
 //!
-//! [`Args`] is the command-line group both binaries flatten into their own arguments.
+//! [`TelemetryArgs`] is the command-line group both binaries flatten into their own arguments.
 
 pub mod admin;
 pub mod metrics;
@@ -21,7 +21,7 @@ pub use metrics::{CacheResult, Gate, Metrics, Side, StepOutcome, metrics};
 
 /// The telemetry flags shared by `bosun-controller` and `bosun-agent`.
 #[derive(Clone, Debug, clap::Args)]
-pub struct Args {
+pub struct TelemetryArgs {
     /// Address of the admin server (`/live`, `/ready`, `/metrics`), e.g. `0.0.0.0:9090`.
     /// Unset: no admin server.
     #[arg(long, env = "BOSUN_ADMIN_ADDR")]
@@ -65,4 +65,32 @@ pub fn init_logging(filter: &str, format: LogFormat) -> Result<(), LogError> {
         LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
     };
     result.map_err(|e| LogError::AlreadySet(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    /// A binary's own `Args` (the name both binaries use) flattening the group: clap's
+    /// debug assertions catch clashing group or flag names.
+    #[derive(Debug, Parser)]
+    struct Args {
+        #[arg(long, default_value = "info")]
+        log: String,
+        #[command(flatten)]
+        telemetry: TelemetryArgs,
+    }
+
+    #[test]
+    fn flattens_into_a_binarys_args() {
+        Args::command().debug_assert();
+        let a = Args::parse_from(["bin", "--admin-addr", "127.0.0.1:9090", "--log-format", "json"]);
+        assert_eq!(a.telemetry.admin_addr, Some("127.0.0.1:9090".parse().unwrap()));
+        assert_eq!(a.telemetry.log_format, LogFormat::Json);
+        assert_eq!(a.log, "info");
+        let err = Args::try_parse_from(["bin", "--admin-addr", "nine-thousand"]).unwrap_err();
+        assert!(err.to_string().contains("--admin-addr"), "{err}");
+    }
 }

@@ -191,7 +191,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
         let operations = Family::<PhaseLabels, Gauge>::default();
-        registry.register("bosun_operations", "Operations this controller has seen, by the phase it last wrote", operations.clone());
+        registry.register("bosun_operations", "Operations this controller has seen since it started, by the phase it last decided for each", operations.clone());
         let steps = Family::<StepLabels, Counter>::default();
         registry.register("bosun_steps", "Steps finished, by the side that ran them and how they ended", steps.clone());
         let step_duration: HistogramFamily<StepLabels> = Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS));
