@@ -174,6 +174,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     let phase = step_transition(previous.phase, StepEvent::Start).map_err(|source| Error::Transition { task: name.clone(), source })?;
     let attempts = previous.attempts + 1;
     let started = precise(Timestamp::now());
+    let clock = std::time::Instant::now();
     agent.record_start(task, &step.name, attempts);
     apply_status(
         agent,
@@ -204,6 +205,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         },
     };
     let finished = precise(Timestamp::now());
+    bosun_telemetry::metrics().step_finished(bosun_telemetry::Side::Agent, bosun_telemetry::StepOutcome::from_block(result.block), clock.elapsed());
     let event = if result.phase == StepPhase::Succeeded { StepEvent::Succeeded } else { StepEvent::Failed };
     let end_phase = step_transition(phase, event).map_err(|source| Error::Transition { task: name.clone(), source })?;
     let outputs: serde_json::Map<String, serde_json::Value> = result.outputs.iter().map(|(k, v)| (k.clone(), json!(v))).collect();

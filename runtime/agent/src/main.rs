@@ -43,15 +43,18 @@ struct Args {
     /// Log filter (tracing-subscriber EnvFilter syntax).
     #[arg(long, env = "BOSUN_LOG", default_value = "info")]
     log: String,
+    #[command(flatten)]
+    telemetry: bosun_telemetry::TelemetryArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
-        .with_writer(std::io::stderr)
-        .init();
+    bosun_telemetry::init_logging(&args.log, args.telemetry.log_format)?;
+    let admin = match args.telemetry.admin_addr {
+        Some(addr) => Some(bosun_telemetry::AdminServer::start(addr).await?),
+        None => None,
+    };
     let roots = TrustRoots::load(&args.trust_roots).context("loading the trust roots")?;
     let mut config = HostConfig::new(&args.host_root, roots);
     config.cache_dir = args.cache_dir.clone();
@@ -60,6 +63,9 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
+    // Ready (admin server's /ready) once the API server has answered with these credentials.
+    client.apiserver_version().await.context("asking the API server for its version (are the credentials valid?)")?;
+    admin.iter().for_each(|a| a.readiness.set(true));
     let manager = args.field_manager.unwrap_or_else(|| format!("bosun-agent-{}", args.node_name));
     tracing::info!(node = %args.node_name, host_root = %args.host_root.display(), "bosun-agent starting");
     let mut agent = Agent::new(client, args.node_name, Arc::new(host), store, manager);

@@ -157,8 +157,10 @@ pub async fn resolve(client: &Client, store: &Store, name: &str) -> Result<Resol
         .ok_or_else(|| ResolveError::NotFound { name: name.into() })?;
     let pin = pin_of(&plugin)?;
     if let Some(bytes) = store.get(&pin.sha256)? {
+        bosun_telemetry::metrics().plugin_cache(bosun_telemetry::CacheResult::Hit);
         return Ok(Resolved { plugin, pin, bytes });
     }
+    bosun_telemetry::metrics().plugin_cache(bosun_telemetry::CacheResult::Miss);
     let source = &plugin.spec.source;
     let cm = match (&source.config_map, &source.oci, &source.url) {
         (Some(cm), _, _) => cm,

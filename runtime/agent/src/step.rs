@@ -64,7 +64,10 @@ pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCa
         Err(e) => return StepResult::failed(BlockReason::PluginUnavailable, "plugin-refused", e.to_string(), false),
     };
     let mut lines = Vec::new();
-    let checks = match host.preflight(&loaded, call.grants, node, call.action, &call.params_json) {
+    let preflight_clock = std::time::Instant::now();
+    let preflight_report = host.preflight(&loaded, call.grants, node, call.action, &call.params_json);
+    bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Preflight, preflight_clock.elapsed());
+    let checks = match preflight_report {
         Ok(report) => {
             lines.extend(tail_of(&report.captured));
             match report.result {

@@ -26,6 +26,8 @@ struct Args {
     /// Log filter (tracing-subscriber EnvFilter syntax).
     #[arg(long, env = "BOSUN_LOG", default_value = "info")]
     log: String,
+    #[command(flatten)]
+    telemetry: bosun_telemetry::TelemetryArgs,
 }
 
 /// Leader election: of several replicas sharing a Lease, only the holder acts.
@@ -57,13 +59,17 @@ struct LeaderArgs {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
-        .with_writer(std::io::stderr)
-        .init();
+    bosun_telemetry::init_logging(&args.log, args.telemetry.log_format)?;
+    let admin = match args.telemetry.admin_addr {
+        Some(addr) => Some(bosun_telemetry::AdminServer::start(addr).await?),
+        None => None,
+    };
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
+    // Ready (admin server's /ready) once the API server has answered with these credentials.
+    client.apiserver_version().await.context("asking the API server for its version (are the credentials valid?)")?;
+    admin.iter().for_each(|a| a.readiness.set(true));
     tracing::info!(manager = %args.field_manager, instance = args.instance.as_deref().unwrap_or(""), "bosun-controller starting");
     let identity = args.leader.identity.clone().unwrap_or_else(bosun_controller::leader::default_identity);
     let resync = Duration::from_secs(args.resync_seconds);

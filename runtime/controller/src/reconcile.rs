@@ -76,6 +76,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     }
     let stored = op.status.clone().unwrap_or_default();
     if stored.phase.is_finished() {
+        bosun_telemetry::metrics().operation_phase(&name, stored.phase);
         return crate::ttl::after_finished(&ctx.client, &op).await;
     }
     let now = Timestamp::now();
@@ -222,6 +223,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     if status.phase.is_finished() && status.completion_time.is_none() {
         status.completion_time = Some(Time(now));
     }
+    bosun_telemetry::metrics().operation_phase(&name, status.phase);
     if status != stored {
         write_operation_status(&operations, &name, &status, &ctx.manager).await?;
     }
@@ -314,6 +316,7 @@ async fn apply_task_status(ctx: &Context, name: &str, status: serde_json::Value,
 }
 
 async fn write_operation_status(api: &Api<Operation>, name: &str, status: &OperationStatus, manager: &str) -> Result<()> {
+    bosun_telemetry::metrics().operation_phase(name, status.phase);
     let status = serde_json::to_value(status).map_err(|source| Error::Serialize { what: "Operation status", source })?;
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation", "metadata": { "name": name }, "status": status });
     api.patch_status(name, &PatchParams::apply(manager).force(), &Patch::Apply(&patch))
@@ -359,6 +362,8 @@ async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask
                 let attempts = prior.as_ref().map_or_else(|| step_attempts(&status, &step.name) + 1, |p| p.attempts);
                 let outcome = crate::actions::run_step(&ctx.client, &ctx.events, &op.spec, task, &step, started).await;
                 let finished = precise(Timestamp::now());
+                let ended = match &outcome { StepOutcome::Succeeded { .. } => Some(None), StepOutcome::Failed { reason, .. } => Some(Some(*reason)), StepOutcome::InProgress { .. } => None };
+                ended.into_iter().for_each(|b| bosun_telemetry::metrics().step_finished(bosun_telemetry::Side::Controller, bosun_telemetry::StepOutcome::from_block(b), Timestamp::now().duration_since(started).unsigned_abs()));
                 let mut entry = json!({ "name": step.name, "attempts": attempts, "startedAt": precise(started) });
                 let (mut recheck, mut blocked) = (None, None);
                 match &outcome {
