@@ -1,0 +1,409 @@
+//! The install path against the lab's real API server: what `deploy/` creates, what the
+//! agent's identity may and may not do, and what the admin servers expose.
+//!
+//! - `kubectl apply --dry-run=server -k deploy/` is accepted by the API server (schema,
+//!   admission, RBAC escalation checks — everything but persisting).
+//! - The agent's RBAC and the `bosun-agent-own-node` ValidatingAdmissionPolicy: a token
+//!   bound to a Pod on node A may write node A's NodeTask status and is refused node B's
+//!   with the policy's message; a token bound to no Pod is refused; RBAC refuses deleting
+//!   NodeTasks, changing their spec, and writing Operations.
+//! - A running controller's and agent's `/metrics` show every metric family, and the
+//!   counts move when an Operation runs.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use bosun_api::node_task::NodeTask;
+use bosun_api::operation::{Operation, OperationPhase};
+use bosun_e2e::cluster::publish_hello;
+use bosun_e2e::{DEADLINE, MANAGER, Processes, apply_crds, binary, target_dir, unique, workspace_root};
+use bosun_lab::LabHandle;
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+const NAMESPACE: &str = "bosun-system";
+const AGENT_SA: &str = "bosun-agent";
+const POLICY: &str = "bosun-agent-own-node";
+const POLL: Duration = Duration::from_millis(250);
+
+/// `kubectl` from the lab's binaries, against the lab, from the workspace root.
+fn kubectl(lab: &LabHandle, args: &[&str]) -> Result<std::process::Output> {
+    Command::new(lab.bin_dir.join("kubectl"))
+        .env("KUBECONFIG", &lab.kubeconfig)
+        .current_dir(workspace_root())
+        .args(args)
+        .output()
+        .with_context(|| format!("running kubectl {}", args.join(" ")))
+}
+
+/// The namespace `deploy/` installs into. A server-side dry run creates nothing, so the
+/// namespaced objects of the same dry run would be refused with "namespaces not found" on
+/// a cluster that never had it; this makes the dry run about the manifests, not the order.
+async fn ensure_namespace(client: &Client) -> Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(NAMESPACE, &PatchParams::apply(MANAGER), &Patch::Apply(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": NAMESPACE } })))
+        .await
+        .context("creating the bosun-system namespace")?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn deploy_kustomization_passes_a_server_side_dry_run() -> Result<()> {
+    let lab = bosun_lab::ensure_lab().await?;
+    ensure_namespace(&lab.client).await?;
+    let out = kubectl(&lab, &["apply", "--dry-run=server", "-k", "deploy/"])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.success(), "kubectl apply --dry-run=server -k deploy/ failed ({}):\n{stdout}\n{stderr}", out.status);
+    // Every object the kustomization renders was accepted (created, configured or
+    // unchanged, depending on what earlier runs left in the lab).
+    for object in [
+        "namespace/bosun-system",
+        "customresourcedefinition.apiextensions.k8s.io/operations.bosun.dev",
+        "customresourcedefinition.apiextensions.k8s.io/nodetasks.bosun.dev",
+        "customresourcedefinition.apiextensions.k8s.io/plugins.bosun.dev",
+        "customresourcedefinition.apiextensions.k8s.io/policies.bosun.dev",
+        "serviceaccount/bosun-controller",
+        "serviceaccount/bosun-agent",
+        "clusterrole.rbac.authorization.k8s.io/bosun-controller",
+        "clusterrole.rbac.authorization.k8s.io/bosun-agent",
+        "clusterrolebinding.rbac.authorization.k8s.io/bosun-controller",
+        "clusterrolebinding.rbac.authorization.k8s.io/bosun-agent",
+        "role.rbac.authorization.k8s.io/bosun-agent-plugins",
+        "rolebinding.rbac.authorization.k8s.io/bosun-agent-plugins",
+        "deployment.apps/bosun-controller",
+        "daemonset.apps/bosun-agent",
+        "service/bosun-controller-metrics",
+        "service/bosun-agent-metrics",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/bosun-agent-own-node",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/bosun-agent-own-node",
+    ] {
+        let accepted = stdout
+            .lines()
+            .any(|l| l.starts_with(&format!("{object} ")) && l.ends_with("(server dry run)"));
+        ensure!(accepted, "{object} missing from the dry run's output:\n{stdout}\n{stderr}");
+    }
+    Ok(())
+}
+
+/// A client that authenticates with `token` only (the lab's CA, no client certificate).
+async fn client_with_token(lab: &LabHandle, token: &str) -> Result<Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&lab.kubeconfig)?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+    config.auth_info = kube::config::AuthInfo { token: Some(token.to_string().into()), ..Default::default() };
+    Ok(Client::try_from(config)?)
+}
+
+/// A token of the agent's ServiceAccount, bound to `pod` when given (as the kubelet's
+/// projected token of a DaemonSet Pod is), else bound to nothing.
+async fn agent_token(client: &Client, pod: Option<&Pod>) -> Result<String> {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
+    let bound = pod.map(|p| BoundObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(p.name_any()),
+        uid: p.uid(),
+    });
+    let request = TokenRequest {
+        spec: TokenRequestSpec { audiences: vec![], bound_object_ref: bound, expiration_seconds: Some(600) },
+        ..Default::default()
+    };
+    let answer = sas.create_token_request(AGENT_SA, &PostParams::default(), &request).await.context("requesting a bosun-agent token")?;
+    Ok(answer.status.context("a TokenRequest without status")?.token)
+}
+
+/// Applies one of `deploy/`'s files for real (kubectl, as an administrator would).
+fn apply_file(lab: &LabHandle, file: &str) -> Result<()> {
+    let out = kubectl(lab, &["apply", "--server-side", "--force-conflicts", "--field-manager", MANAGER, "-f", file])?;
+    ensure!(out.status.success(), "kubectl apply -f {file} failed: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(())
+}
+
+/// The agent writing step status the way it does (server-side apply on the status
+/// subresource, forced, its own field manager).
+async fn write_status_as_agent(agent: &Client, task: &str) -> std::result::Result<NodeTask, kube::Error> {
+    let api: Api<NodeTask> = Api::all(agent.clone());
+    let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": task },
+        "status": { "message": "written by the agent's token" } });
+    api.patch_status(task, &PatchParams::apply("bosun-agent-install-test").force(), &Patch::Apply(&patch)).await
+}
+
+fn forbidden(result: &std::result::Result<impl std::fmt::Debug, kube::Error>) -> Option<String> {
+    match result {
+        Err(kube::Error::Api(s)) if s.code == 403 => Some(s.message.clone()),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn an_agent_may_write_only_its_own_nodes_node_tasks() -> Result<()> {
+    let lab = bosun_lab::ensure_lab().await?;
+    let client = lab.client.clone();
+    apply_crds(&client).await?;
+    ensure_namespace(&client).await?;
+    apply_file(&lab, "deploy/agent/rbac.yaml")?;
+    apply_file(&lab, "deploy/admission/agent-own-node.yaml")?;
+    let [node_a, node_b] = [&lab.nodes[lab.nodes.len() - 2].name, &lab.nodes[lab.nodes.len() - 1].name];
+
+    // The agent Pod on node A, as the DaemonSet would make it (spec.nodeName set; no
+    // kubelet runs in the lab, so it never starts: only its identity matters here).
+    let run = unique("install-rbac");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": format!("agent-{run}") },
+        "spec": { "serviceAccountName": AGENT_SA, "nodeName": node_a, "automountServiceAccountToken": false,
+                  "containers": [{ "name": "agent", "image": "bosun-agent:never-pulled" }] },
+    }))?;
+    let pod = pods.create(&PostParams::default(), &pod).await.context("creating the agent Pod on node A")?;
+
+    // One NodeTask per node, labelled with this run's instance so no agent of another test
+    // acts on them.
+    let tasks: Api<NodeTask> = Api::all(client.clone());
+    let mut names = BTreeMap::new();
+    for node in [node_a, node_b] {
+        let name = format!("{run}-{node}");
+        let task: NodeTask = serde_json::from_value(json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask",
+            "metadata": { "name": name, "labels": { "bosun.dev/node": node, "bosun.dev/instance": run } },
+            "spec": { "operation": run, "nodeName": node, "group": "workers",
+                      "steps": [{ "name": "greet", "plugin": "hello", "action": "greet" }] },
+        }))?;
+        tasks.create(&PostParams::default(), &task).await.with_context(|| format!("creating NodeTask {name}"))?;
+        names.insert(node.clone(), name);
+    }
+
+    let token = agent_token(&client, Some(&pod)).await?;
+    let agent = client_with_token(&lab, &token).await?;
+
+    // Node B's task: refused by the policy. The policy starts to apply once the API
+    // server's admission informer has it, so wait for the refusal (RBAC allows the patch:
+    // only the policy can refuse it) rather than assume it is immediate.
+    let started = Instant::now();
+    let refusal = loop {
+        let result = write_status_as_agent(&agent, &names[node_b]).await;
+        if let Some(message) = forbidden(&result) {
+            break message;
+        }
+        ensure!(result.is_ok(), "writing node B's task status failed otherwise than refused: {result:?}");
+        if started.elapsed() >= DEADLINE {
+            bail!("within {DEADLINE:?} the API server never refused the agent of {node_a} writing {node_b}'s NodeTask; is the ValidatingAdmissionPolicy {POLICY} bound?");
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    ensure!(refusal.contains(&format!("ValidatingAdmissionPolicy '{POLICY}'")), "refused, but not by {POLICY}: {refusal}");
+    ensure!(
+        refusal.contains(&format!("bosun-agent on node {node_a} may change only NodeTasks of its own node"))
+            && refusal.contains(&format!("belongs to node {node_b}")),
+        "the refusal does not say whose node it is: {refusal}"
+    );
+
+    // Node A's task: allowed, and the write landed.
+    let written = write_status_as_agent(&agent, &names[node_a]).await.context("the agent of node A writing its own NodeTask's status")?;
+    ensure!(
+        written.status.as_ref().and_then(|s| s.message.as_deref()) == Some("written by the agent's token"),
+        "node A's status write did not land: {:?}",
+        written.status
+    );
+
+    // A token of the same ServiceAccount bound to no Pod carries no node: refused.
+    let unbound = client_with_token(&lab, &agent_token(&client, None).await?).await?;
+    let result = write_status_as_agent(&unbound, &names[node_a]).await;
+    let message = forbidden(&result).with_context(|| format!("an unbound agent token wrote a NodeTask: {result:?}"))?;
+    ensure!(message.contains("this token is not bound to a Pod on a node"), "unexpected refusal: {message}");
+
+    // RBAC: no deleting NodeTasks, no spec changes, no writes to Operations.
+    let agent_tasks: Api<NodeTask> = Api::all(agent.clone());
+    let result = agent_tasks.delete(&names[node_a], &DeleteParams::default()).await;
+    let message = forbidden(&result).with_context(|| format!("the agent deleted a NodeTask: {result:?}"))?;
+    ensure!(message.contains("cannot delete resource \"nodetasks\""), "unexpected refusal: {message}");
+    let result = agent_tasks.patch(&names[node_a], &PatchParams::default(), &Patch::Merge(json!({ "spec": { "approve": true } }))).await;
+    let message = forbidden(&result).with_context(|| format!("the agent changed a NodeTask's spec: {result:?}"))?;
+    ensure!(message.contains("cannot patch resource \"nodetasks\""), "unexpected refusal: {message}");
+    let operations: Api<Operation> = Api::all(agent.clone());
+    let op: Operation = serde_json::from_value(json!({
+        "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation", "metadata": { "name": run },
+        "spec": { "custom": { "groups": [{ "name": "g", "steps": [{ "name": "s", "plugin": "hello", "action": "greet" }] }] } },
+    }))?;
+    let result = operations.create(&PostParams::default(), &op).await;
+    let message = forbidden(&result).with_context(|| format!("the agent created an Operation: {result:?}"))?;
+    ensure!(message.contains("cannot create resource \"operations\""), "unexpected refusal: {message}");
+    let result = operations.delete(&run, &DeleteParams::default()).await;
+    let message = forbidden(&result).with_context(|| format!("the agent deleted an Operation: {result:?}"))?;
+    ensure!(message.contains("cannot delete resource \"operations\""), "unexpected refusal: {message}");
+    let result = operations.patch_status(&run, &PatchParams::apply("x").force(), &Patch::Apply(json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation", "status": {} }))).await;
+    let message = forbidden(&result).with_context(|| format!("the agent wrote an Operation's status: {result:?}"))?;
+    ensure!(message.contains("cannot patch resource \"operations/status\""), "unexpected refusal: {message}");
+
+    // Clean up what this test made (the NodeTasks are an audit trail only for real runs).
+    for name in names.values() {
+        tasks.delete(name, &DeleteParams::default()).await.with_context(|| format!("deleting NodeTask {name}"))?;
+    }
+    pods.delete(&pod.name_any(), &DeleteParams::default().grace_period(0)).await.context("deleting the agent Pod")?;
+    Ok(())
+}
+
+/// A free loopback port for an admin server (bound and released; the process binds it
+/// right after).
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// `GET path` on the admin server at `port`: status code and body.
+fn get(port: u16, path: &str) -> Result<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    let (head, body) = answer.split_once("\r\n\r\n").with_context(|| format!("not an HTTP answer: {answer}"))?;
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).with_context(|| format!("no status in {head}"))?;
+    Ok((code, body.to_string()))
+}
+
+/// Waits until `/ready` on `port` answers 200, failing if a process exits first.
+async fn wait_ready(procs: &mut Processes, port: u16, who: &str) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        procs.check_alive()?;
+        if matches!(get(port, "/ready"), Ok((200, _))) {
+            return Ok(());
+        }
+        if started.elapsed() >= DEADLINE {
+            bail!("{who}'s /ready on port {port} did not answer 200 within {DEADLINE:?}; logs in {}", procs.logs().display());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The value of the sample line starting with `series ` in an exposition.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+const FAMILIES: [(&str, &str); 5] = [
+    ("bosun_operations", "gauge"),
+    ("bosun_steps", "counter"),
+    ("bosun_step_duration_seconds", "histogram"),
+    ("bosun_gate_duration_seconds", "histogram"),
+    ("bosun_plugin_cache", "counter"),
+];
+
+#[tokio::test]
+async fn admin_servers_expose_every_metric_family_and_count_a_real_operation() -> Result<()> {
+    let lab = bosun_lab::ensure_lab().await?;
+    // The Operation below cordons and uncordons a lab node.
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    apply_crds(&lab.client).await?;
+    publish_hello(&lab).await?;
+    let node = lab.nodes.last().context("the lab has nodes")?.clone();
+
+    let instance = unique("install-metrics");
+    let dir = target_dir().join("e2e-install").join(&instance);
+    let mut procs = Processes::new(&dir)?;
+    let (controller_port, agent_port) = (free_port()?, free_port()?);
+    let (_, trust_root) = bosun_e2e::cluster::signing_key()?;
+    procs.spawn(
+        "controller",
+        Command::new(binary("bosun-controller")?)
+            .env("KUBECONFIG", &lab.kubeconfig)
+            .env("BOSUN_LOG", "info,kube=warn")
+            .args(["--instance", &instance, "--resync-seconds", "2"])
+            .args(["--admin-addr", &format!("127.0.0.1:{controller_port}")]),
+    )?;
+    procs.spawn(
+        "agent",
+        Command::new(binary("bosun-agent")?)
+            .env("KUBECONFIG", &lab.kubeconfig)
+            .env("BOSUN_LOG", "info,kube=warn")
+            .args(["--instance", &instance, "--node-name", &node.name])
+            .arg("--host-root")
+            .arg(&node.host_root)
+            .arg("--trust-root")
+            .arg(&trust_root)
+            .arg("--plugin-dir")
+            .arg(dir.join("plugins"))
+            .args(["--admin-addr", &format!("127.0.0.1:{agent_port}")]),
+    )?;
+    wait_ready(&mut procs, controller_port, "the controller").await?;
+    wait_ready(&mut procs, agent_port, "the agent").await?;
+    for (who, port) in [("controller", controller_port), ("agent", agent_port)] {
+        ensure!(get(port, "/live")?.0 == 200, "the {who}'s /live is not 200");
+        let (code, text) = get(port, "/metrics")?;
+        ensure!(code == 200, "the {who}'s /metrics answered {code}");
+        for (family, kind) in FAMILIES {
+            ensure!(text.contains(&format!("# TYPE {family} {kind}\n")), "the {who}'s /metrics lacks {family} ({kind}):\n{text}");
+        }
+    }
+
+    // One node: cordon (controller), greet (agent, the signed hello plugin), uncordon.
+    let name = unique("install-metrics");
+    let ops: Api<Operation> = Api::all(lab.client.clone());
+    ops.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(json!({
+        "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+        "metadata": { "name": name, "labels": { "bosun.dev/instance": instance } },
+        "spec": { "custom": { "groups": [{ "name": "one",
+            "nodeSelector": { "matchLabels": { "kubernetes.io/hostname": node.name } },
+            "steps": [
+                { "name": "cordon", "runsOn": "controller", "action": "cordon" },
+                { "name": "greet", "plugin": "hello", "action": "greet", "params": { "name": "metrics" } },
+                { "name": "uncordon", "runsOn": "controller", "action": "uncordon" } ] }] } },
+    })))
+    .await
+    .with_context(|| format!("creating Operation {name}"))?;
+    let started = Instant::now();
+    loop {
+        procs.check_alive()?;
+        let op = ops.get(&name).await?;
+        let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        if phase == OperationPhase::Succeeded {
+            break;
+        }
+        ensure!(
+            !matches!(phase, OperationPhase::Failed | OperationPhase::Blocked),
+            "Operation {name} is {phase:?}: {}; logs in {}",
+            op.status.and_then(|s| s.message).unwrap_or_default(),
+            dir.display()
+        );
+        if started.elapsed() >= DEADLINE {
+            bail!("Operation {name} is {phase:?} after {DEADLINE:?}; logs in {}", dir.display());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+
+    // These processes saw this one Operation only, so the counts are exact.
+    let (_, controller) = get(controller_port, "/metrics")?;
+    let (_, agent) = get(agent_port, "/metrics")?;
+    for (text, series, want) in [
+        (&controller, "bosun_operations{phase=\"Succeeded\"}", 1.0),
+        (&controller, "bosun_operations{phase=\"Running\"}", 0.0),
+        (&controller, "bosun_steps_total{side=\"controller\",outcome=\"succeeded\"}", 2.0),
+        (&controller, "bosun_step_duration_seconds_count{side=\"controller\",outcome=\"succeeded\"}", 2.0),
+        (&agent, "bosun_steps_total{side=\"agent\",outcome=\"succeeded\"}", 1.0),
+        (&agent, "bosun_step_duration_seconds_count{side=\"agent\",outcome=\"succeeded\"}", 1.0),
+        (&agent, "bosun_gate_duration_seconds_count{gate=\"preflight\"}", 1.0),
+        // A fresh plugin store: the bytes came from the ConfigMap.
+        (&agent, "bosun_plugin_cache_total{result=\"miss\"}", 1.0),
+        (&agent, "bosun_plugin_cache_total{result=\"hit\"}", 0.0),
+    ] {
+        let got = sample(text, series);
+        ensure!(got == Some(want), "{series} is {got:?}, expected {want}:\n{text}");
+    }
+    save_sample(&dir, &controller, &agent)?;
+    Ok(())
+}
+
+/// Keeps the scrapes next to the processes' logs (docs/observability.md quotes one).
+fn save_sample(dir: &Path, controller: &str, agent: &str) -> Result<()> {
+    std::fs::write(dir.join("controller.metrics"), controller)?;
+    std::fs::write(dir.join("agent.metrics"), agent)?;
+    Ok(())
+}
