@@ -204,7 +204,7 @@ impl Backend for Dnf {
         let version = out.stdout_text().trim().to_owned();
         let held = self.versionlock_available() && {
             let list = Command::new(self.program).args(["-q", "versionlock", "list"]).run()?;
-            list.stdout_text().lines().any(|l| l.trim().starts_with(&format!("{package}-")))
+            list.stdout_text().lines().any(|l| locks(l.trim(), package))
         };
         Ok(Some(Installed { version, held }))
     }
@@ -253,6 +253,15 @@ impl Backend for Dnf {
         Command::new(self.program).args(["-q", "versionlock", "delete", package]).run()?;
         Ok(())
     }
+}
+
+/// Whether a `dnf versionlock list` line (`NAME-EPOCH:VERSION-RELEASE.*`) locks `package`
+/// (and not another package whose name starts the same).
+#[must_use]
+pub fn locks(line: &str, package: &str) -> bool {
+    line.strip_prefix(package)
+        .and_then(|rest| rest.strip_prefix('-'))
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// Parses `dnf list --showduplicates NAME`: `NAME.ARCH  VERSION-RELEASE  REPO`, best first.
@@ -348,6 +357,13 @@ mod tests {
         assert_eq!(parse_madison(m, "kubeadm"), ["1.34.2-1.1", "1.34.1-1.1"]);
         let d = "Available Packages\nkubeadm.x86_64   1.34.1-150500.1.1   kubernetes\nkubeadm.x86_64   1.34.10-150500.1.1   kubernetes\nkubeadm.x86_64   1.34.2-150500.1.1   kubernetes\n";
         assert_eq!(parse_dnf_list(d, "kubeadm"), ["1.34.10-150500.1.1", "1.34.2-150500.1.1", "1.34.1-150500.1.1"]);
+    }
+
+    #[test]
+    fn versionlock_lines_name_one_package() {
+        assert!(locks("kubeadm-0:1.34.2-150500.1.1.*", "kubeadm"));
+        assert!(!locks("kubeadm-extra-0:1.0-1.*", "kubeadm"));
+        assert!(!locks("kubelet-0:1.34.2-150500.1.1.*", "kubeadm"));
     }
 
     #[test]

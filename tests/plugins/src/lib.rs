@@ -381,3 +381,98 @@ pub fn dpkg_state(root: &Path, package: &str) -> Option<(String, String)> {
     let (s, v) = text.split_once('|')?;
     Some((s.to_owned(), v.to_owned()))
 }
+
+/// Whether the RPM tool chain the dnf test needs is on this machine (Debian packages
+/// `dnf`, `dnf-plugins-core`, `rpm`, `createrepo-c`).
+pub fn have_rpm_tools() -> bool {
+    ["/usr/bin/dnf", "/usr/bin/rpm", "/usr/bin/rpmdb", "/usr/bin/rpmbuild", "/usr/bin/createrepo_c", "/usr/lib/python3/dist-packages/dnf-plugins/versionlock.py"]
+        .iter()
+        .all(|p| Path::new(p).exists())
+}
+
+/// A Rocky Linux 9 node root in `root` with this machine's real dnf (Python, libdnf, the
+/// versionlock plugin), rpm and their libraries, an empty RPM database at /var/lib/rpm, and
+/// dnf pointed at `file:///srv/repo` (no signature check: a test repository).
+pub fn rhel_root(root: &Path) {
+    let py = "/usr/bin/python3.11";
+    install_programs(root, &["/bin/sh", py, "/usr/bin/rpm", "/usr/bin/rpmdb", "/usr/bin/rpmkeys", "/usr/bin/chmod"]);
+    copy_into(root, Path::new("/usr/bin/dnf"));
+    std::os::unix::fs::symlink("python3.11", root.join("usr/bin/python3")).unwrap();
+    copy_tree(Path::new("/usr/lib/python3.11"), &root.join("usr/lib/python3.11"));
+    copy_tree(Path::new("/usr/lib/rpm"), &root.join("usr/lib/rpm"));
+    copy_tree(Path::new("/etc/dnf"), &root.join("etc/dnf"));
+    let site = Path::new("/usr/lib/python3/dist-packages");
+    for module in ["dnf", "hawkey", "libdnf", "rpm", "gpg", "libcomps", "dnfpluginscore"] {
+        copy_tree(&site.join(module), &root.join("usr/lib/python3/dist-packages").join(module));
+    }
+    // Only the plugin the backend uses (the others need modules not copied here).
+    copy_into(root, &site.join("dnf-plugins/versionlock.py"));
+    // The native modules' libraries.
+    let out = Command::new("find")
+        .arg(root.join("usr/lib/python3"))
+        .arg(root.join("usr/lib/python3.11/lib-dynload"))
+        .args(["-name", "*.so*"])
+        .output()
+        .unwrap();
+    for so in String::from_utf8(out.stdout).unwrap().lines() {
+        let ldd = Command::new("ldd").arg(so).output().unwrap();
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let path = line.split("=>").last().unwrap_or(line).split_whitespace().next().unwrap_or("");
+            if path.starts_with('/') {
+                copy_into(root, Path::new(path));
+            }
+        }
+    }
+    for dir in ["etc/yum.repos.d", "var/lib/rpm", "var/cache/dnf", "var/log", "tmp", "srv/repo"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    // Debian's rpm keeps its database in ~/.rpmdb; a RHEL node keeps it in /var/lib/rpm.
+    write(root, "etc/rpm/macros", "%_dbpath /var/lib/rpm\n");
+    write(root, "etc/os-release", "NAME=\"Rocky Linux\"\nID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.4\"\nPRETTY_NAME=\"Rocky Linux 9.4 (Blue Onyx)\"\n");
+    write(root, "etc/yum.repos.d/test.repo", "[bosun-test]\nname=Bosun test repository\nbaseurl=file:///srv/repo\nenabled=1\ngpgcheck=0\n");
+    let status = Command::new("/usr/sbin/chroot").arg(root).args(["/usr/bin/rpm", "--initdb"]).env_clear().env("PATH", "/usr/bin:/bin").status().unwrap();
+    assert!(status.success(), "rpm --initdb in the node root");
+}
+
+/// Builds `package` at `version`-`release` (noarch, one file `/usr/share/NAME/version`)
+/// with the real rpmbuild into `root/srv/repo`.
+pub fn build_rpm(root: &Path, package: &str, version: &str, release: &str) {
+    let work = tempfile::tempdir().unwrap();
+    let spec = work.path().join("t.spec");
+    std::fs::write(
+        &spec,
+        format!(
+            "Name: {package}\nVersion: {version}\nRelease: {release}\nSummary: Bosun test package\nLicense: Apache-2.0\nBuildArch: noarch\n%description\nBosun test package\n%install\nmkdir -p %{{buildroot}}/usr/share/{package}\necho {version}-{release} > %{{buildroot}}/usr/share/{package}/version\n%files\n/usr/share/{package}/version\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new("rpmbuild")
+        .arg("--quiet")
+        .arg("--define")
+        .arg(format!("_topdir {}", work.path().join("top").display()))
+        .arg("--define")
+        .arg(format!("_rpmdir {}", root.join("srv/repo").display()))
+        .arg("-bb")
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "rpmbuild: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Runs the real createrepo_c over `root/srv/repo`.
+pub fn index_rpm_repo(root: &Path) {
+    let out = Command::new("createrepo_c").arg("-q").arg(root.join("srv/repo")).output().unwrap();
+    assert!(out.status.success(), "createrepo_c: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// What rpm says about `package` in the node root (chrooted, as the node would answer).
+pub fn rpm_version(root: &Path, package: &str) -> Option<String> {
+    let out = Command::new("/usr/sbin/chroot")
+        .arg(root)
+        .args(["/usr/bin/rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", package])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap();
+    out.status.success().then(|| String::from_utf8(out.stdout).unwrap())
+}

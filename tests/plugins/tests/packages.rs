@@ -24,7 +24,7 @@ fn installed_file(root: &Path) -> String {
 
 /// A plain `apt-get upgrade` run by the test itself (not the plugin) in the node root.
 fn apt_upgrade(root: &Path) {
-    let out = std::process::Command::new("chroot")
+    let out = std::process::Command::new("/usr/sbin/chroot")
         .arg(root)
         .args(["/usr/bin/apt-get", "-q", "-y", "upgrade"])
         .env_clear()
@@ -254,4 +254,69 @@ fn binary_download_checks_the_digest_replaces_atomically_and_rolls_back() {
     let ungranted = node.run(&packages, &example_grants("packages.yaml"), "install", &spec("/v1.34.2/kubeadm", Some(sha256(&new))), false);
     assert_eq!(ungranted.error().code, "not-granted", "{}", ungranted.error().message);
     assert_eq!(std::fs::read(&kubeadm).unwrap(), old);
+}
+
+/// dnf on a RHEL-family node root: this machine's real dnf 4 (with the versionlock plugin)
+/// and rpm, chrooted, against a local repository built with rpmbuild and createrepo_c.
+/// Needs those tools (Debian: `apt-get install dnf dnf-plugins-core rpm createrepo-c`);
+/// without them the test fails saying so rather than passing untested.
+#[test]
+fn dnf_installs_an_exact_version_versionlocks_upgrades_and_unlocks() {
+    use bosun_plugins_tests::{build_rpm, have_rpm_tools, index_rpm_repo, rhel_root, rpm_version};
+    assert!(
+        have_rpm_tools(),
+        "dnf, dnf-plugins-core (versionlock), rpm (rpmbuild, rpmdb) and createrepo-c are needed: apt-get install dnf dnf-plugins-core rpm createrepo-c"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    rhel_root(&root);
+    for v in ["1.34.1", "1.34.2"] {
+        build_rpm(&root, PKG, v, "150500.1.1");
+    }
+    index_rpm_repo(&root);
+
+    let node = Node::new(&root, &["worker"]);
+    let packages = node.load(&plugins().packages, "packages");
+    let grants = example_grants("packages.yaml");
+    let dnf_upgrade = || {
+        let out = std::process::Command::new("/usr/sbin/chroot")
+            .arg(&root)
+            .args(["/usr/bin/dnf", "-q", "-y", "upgrade"])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "dnf upgrade: {}", String::from_utf8_lossy(&out.stderr));
+    };
+
+    let first = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "version": "1.34.1-150500.1.1"}), false);
+    assert!(first.checks.iter().any(|c| c.name == "backend" && c.message.starts_with("dnf on Rocky Linux 9.4")), "{:?}", first.checks);
+    assert!(first.outcome().changed, "{}", first.outcome().message);
+    assert_eq!(first.output(&format!("{PKG}.after")).unwrap(), "1.34.1-150500.1.1");
+    assert_eq!(first.output(&format!("{PKG}.held")).unwrap(), "true");
+    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.1-150500.1.1"));
+
+    let again = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "version": "1.34.1-150500.1.1"}), false);
+    assert!(!again.outcome().changed, "{}", again.outcome().message);
+
+    // The versionlock is real: dnf's own upgrade leaves the package alone.
+    dnf_upgrade();
+    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.1-150500.1.1"));
+
+    // Upgrade by Kubernetes version through the lock, locked again at the new version.
+    let up = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "kubernetesVersion": "v1.34.2"}), false);
+    assert!(up.outcome().changed, "{}", up.outcome().message);
+    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.2-150500.1.1"));
+    assert_eq!(up.output(&format!("{PKG}.held")).unwrap(), "true");
+
+    // Downgrade to an exact older version (dnf's `downgrade`).
+    let down = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "version": "1.34.1-150500.1.1"}), false);
+    assert!(down.outcome().changed, "{}", down.outcome().message);
+    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.1-150500.1.1"));
+
+    // Unlock, and dnf's upgrade moves it again.
+    let unhold = node.run(&packages, &grants, "unhold", &json!({"packages": [PKG]}), false);
+    assert!(unhold.outcome().changed, "{}", unhold.outcome().message);
+    dnf_upgrade();
+    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.2-150500.1.1"));
 }
