@@ -13,7 +13,9 @@
 //! again only if the plugin declares the action idempotent, otherwise the task blocks as
 //! Interrupted for a person to decide.
 
+pub mod gate;
 pub mod plugins;
+pub mod preflight;
 pub mod step;
 
 use std::sync::Arc;
@@ -23,10 +25,9 @@ use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
 use bosun_api::operation::{RunsOn, labels};
 use bosun_controller::progress::{Progress, progress, step_status};
 use bosun_controller::time::precise;
-use bosun_host::{Host, NodeContext};
+use bosun_host::Host;
 use bosun_planner::state::{StepEvent, TaskEvent, step_transition, task_transition};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -35,8 +36,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tracing::Instrument;
 
-use crate::plugins::{Resolved, Store, resolve};
-use crate::step::{StepCall, StepResult, execute};
+use crate::plugins::{Store, resolve};
+use crate::step::StepResult;
 
 /// The agent's errors: API calls and state transitions. A step that fails is not an error
 /// here; it is a Failed step in status.
@@ -56,6 +57,9 @@ pub enum Error {
     },
     #[error("the step runner thread stopped: {0}")]
     Join(#[from] tokio::task::JoinError),
+    /// A policy gate cannot decide yet (the Policy objects are not listed): nothing runs.
+    #[error("policy gate: {0}")]
+    Gate(String),
 }
 
 /// What every reconcile of the agent shares.
@@ -74,12 +78,17 @@ pub struct Agent {
     /// (without it, only on NodeTasks without that label); see
     /// [`bosun_controller::instance_selector`].
     pub instance: Option<String>,
+    /// The Policy objects of this agent's instance, compiled once per change of the set:
+    /// the capabilities and step gates (see [`gate`]).
+    pub policies: Arc<bosun_controller::gate::PolicyWatch>,
+    /// Thresholds of the built-in preflight checks (see [`preflight`]).
+    pub preflight: preflight::Settings,
 }
 
 impl Agent {
     /// An agent for `node_name`.
     pub fn new(client: Client, node_name: String, host: Arc<Host>, store: Store, manager: String) -> Agent {
-        Agent { client, node_name, host, store, manager, started: Default::default(), instance: None }
+        Agent { client, node_name, host, store, manager, started: Default::default(), instance: None, policies: Default::default(), preflight: Default::default() }
     }
 
     fn started_attempt(&self, task: &NodeTask, step: &str) -> u32 {
@@ -112,6 +121,10 @@ pub async fn run(agent: Arc<Agent>) {
         agent.node_name,
         bosun_controller::instance_selector(agent.instance.as_deref())
     );
+    // Policies of the same instance as the tasks; until they are listed, no step runs.
+    if let Some(watch) = agent.policies.drive(agent.client.clone(), Some(bosun_controller::instance_selector(agent.instance.as_deref()))) {
+        tokio::spawn(watch);
+    }
     Controller::new(tasks, watcher::Config::default().labels(&selector))
         .shutdown_on_signal()
         .run(reconcile, error_policy, agent)
@@ -170,6 +183,8 @@ async fn run_step(task: &NodeTask, index: usize, agent: &Agent) -> Result<(), Er
 async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<(), Error> {
     let step = &task.spec.steps[index];
     let name = task.name_any();
+    // Policies and facts first: if they cannot be had, the step is not started at all.
+    let prepared = Arc::new(gate::prepare(agent, task).await?);
     let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name).cloned().unwrap_or_default();
     let phase = step_transition(previous.phase, StepEvent::Start).map_err(|source| Error::Transition { task: name.clone(), source })?;
     let attempts = previous.attempts + 1;
@@ -193,15 +208,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         None => StepResult::failed(BlockReason::PluginUnavailable, "no-plugin", format!("agent step {} names no plugin", step.name), false),
         Some(plugin) => match resolve(&agent.client, &agent.store, plugin).await {
             Err(e) => StepResult::failed(BlockReason::PluginUnavailable, "plugin-unavailable", e.to_string(), true),
-            Ok(resolved) => {
-                let node = node_context(agent).await;
-                let host = agent.host.clone();
-                let action = step.action.clone();
-                let params_json = step.params.clone().unwrap_or_else(|| json!({})).to_string();
-                let dry_run = task.spec.dry_run;
-                let timeout = task.spec.step_timeout_seconds.map(|s| Duration::from_secs(u64::from(s)));
-                tokio::task::spawn_blocking(move || run_blocking(&host, &resolved, &node, &action, params_json, dry_run, timeout)).await?
-            }
+            Ok(resolved) => prepared.clone().run(agent, task, index, resolved).await?,
         },
     };
     let finished = precise(Timestamp::now());
@@ -218,6 +225,9 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     if let Some(e) = &result.error {
         entry["error"] = json!(e);
     }
+    if let Some(decision) = prepared.decision() {
+        entry["policy"] = json!(decision);
+    }
     let mut body = json!({ "currentStep": step.name, "steps": [entry] });
     if let Some(reason) = result.block {
         let next = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| Error::Transition { task: name.clone(), source })?;
@@ -229,20 +239,9 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         body["message"] = json!(format!("step {} succeeded: {}", step.name, result.message));
         tracing::info!(message = %result.message, "step succeeded");
     }
-    apply_status(agent, &name, &step.name, body).await
-}
-
-fn run_blocking(
-    host: &Host,
-    resolved: &Resolved,
-    node: &NodeContext,
-    action: &str,
-    params_json: String,
-    dry_run: bool,
-    timeout: Option<Duration>,
-) -> StepResult {
-    let call = StepCall { action, params_json, grants: &resolved.plugin.spec.grants, dry_run, timeout };
-    execute(host, resolved, node, &call)
+    apply_status(agent, &name, &step.name, body).await?;
+    prepared.publish_events(agent, task, &step.name).await;
+    Ok(())
 }
 
 /// A step found Running that this process is not running: the agent restarted during it.
@@ -281,30 +280,6 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
     }
     tracing::warn!(step = %step.name, idempotent, "found a step interrupted by a restart");
     apply_status(agent, &name, &step.name, body).await
-}
-
-/// The node's name, roles and kubelet version from its Node object (best effort: an API
-/// error leaves roles and version empty rather than failing the step).
-async fn node_context(agent: &Agent) -> NodeContext {
-    let nodes: Api<Node> = Api::all(agent.client.clone());
-    let node = nodes.get_opt(&agent.node_name).await.ok().flatten();
-    let roles = node
-        .as_ref()
-        .map(|n| {
-            let mut roles: Vec<String> = n
-                .labels()
-                .keys()
-                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
-                .map(str::to_owned)
-                .collect();
-            if roles.is_empty() {
-                roles.push("worker".into());
-            }
-            roles
-        })
-        .unwrap_or_default();
-    let kubelet_version = node.and_then(|n| n.status?.node_info.map(|i| i.kubelet_version));
-    NodeContext { node_name: agent.node_name.clone(), roles, kubelet_version }
 }
 
 /// Applied with one field manager per step (`<manager>.step.<name>`): server-side apply

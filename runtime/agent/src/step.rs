@@ -11,6 +11,7 @@ use bosun_api::grants::Grants;
 use bosun_api::node_task::{BlockReason, CheckStatus as ApiCheck, LOG_TAIL_LINES, PreflightCheck, StepError, StepPhase};
 use bosun_host::{CallFailure, Captured, Check, CheckStatus, Error as HostError, Host, LogLevel, NodeContext, RunOptions};
 
+use crate::gate::Gate;
 use crate::plugins::Resolved;
 
 /// What one step did, ready to be written to its status entry.
@@ -55,14 +56,19 @@ pub struct StepCall<'a> {
     pub timeout: Option<Duration>,
 }
 
-/// Loads the plugin (the host verifies digest and signature before compiling), runs its
-/// preflight, and runs the action only if no check failed. Never panics on plugin
-/// misbehaviour: every failure becomes a Failed result with the reason to block.
-pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCall<'_>) -> StepResult {
+/// Loads the plugin (the host verifies digest and signature before compiling), asks
+/// `gate` about its capabilities, runs its preflight, asks `gate` again right before the
+/// run (the step policies), and runs the action only if no check failed and no gate
+/// refused. Never panics on plugin misbehaviour: every failure becomes a Failed result
+/// with the reason to block.
+pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCall<'_>, gate: &dyn Gate) -> StepResult {
     let loaded = match host.load(&plugin.bytes, &plugin.pin) {
         Ok(l) => l,
         Err(e) => return StepResult::failed(BlockReason::PluginUnavailable, "plugin-refused", e.to_string(), false),
     };
+    if let Err(refused) = gate.loaded(&loaded) {
+        return refused;
+    }
     let mut lines = Vec::new();
     let preflight_clock = std::time::Instant::now();
     let preflight_report = host.preflight(&loaded, call.grants, node, call.action, &call.params_json);
@@ -94,6 +100,11 @@ pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCa
         r.preflight = preflight;
         r.log_tail = keep_tail(lines);
         return r;
+    }
+    if let Err(mut refused) = gate.before_run(&loaded, &preflight) {
+        refused.preflight = preflight;
+        refused.log_tail = keep_tail(lines);
+        return refused;
     }
     let options = RunOptions { dry_run: call.dry_run, deadline: call.timeout };
     let mut result = match host.run(&loaded, call.grants, node, call.action, &call.params_json, options) {

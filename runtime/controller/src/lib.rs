@@ -15,6 +15,7 @@
 pub mod actions;
 pub mod drain;
 pub mod error;
+pub mod gate;
 pub mod events;
 pub mod gates;
 pub mod leader;
@@ -63,9 +64,15 @@ pub async fn run(client: Client, manager: String, resync: Duration, instance: Op
     let tasks: Api<NodeTask> = Api::all(client.clone());
     let selector = instance_selector(instance.as_deref());
     let events = Arc::new(events::Events::new(client.clone(), identity));
-    let ctx = Arc::new(Context { client, manager, resync, instance, events });
+    // Policies of this instance: the operation gate, their status, and a reconcile of every
+    // Operation whenever they change (a fixed policy unblocks without waiting for a resync).
+    let policies = Arc::new(gate::PolicyWatch::new());
+    let policy_changes = policies.changes(client.clone(), Some(selector.clone()));
+    tokio::spawn(gate::run_status(client.clone(), manager.clone(), Some(selector.clone())));
+    let ctx = Arc::new(Context { client, manager, resync, instance, events, policies });
     Controller::new(operations, watcher::Config::default().labels(&selector))
         .owns(tasks, watcher::Config::default().labels(&selector))
+        .reconcile_all_on(futures::stream::iter(policy_changes).flatten())
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

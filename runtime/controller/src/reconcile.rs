@@ -42,6 +42,8 @@ pub struct Context {
     pub instance: Option<String>,
     /// Events about Operations and NodeTasks (and the task phases seen so far).
     pub events: Arc<crate::events::Events>,
+    /// The cluster's Policy objects (of this instance), compiled: the operation gate.
+    pub policies: Arc<crate::gate::PolicyWatch>,
 }
 
 impl std::fmt::Debug for Context {
@@ -100,6 +102,17 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
 
     let mut status = stored.clone();
     if stored.plan.is_none() {
+        // The operation gate before planning: a deny blocks before anything is frozen.
+        match crate::gate::hold_before_planning(&ctx.client, &ctx.policies, &op, &planned.plan, &stored, now).await {
+            Ok(None) => {}
+            Ok(Some(blocked)) => {
+                if blocked != stored {
+                    write_operation_status(&operations, &name, &blocked, &ctx.manager).await?;
+                }
+                return Ok(Action::requeue(ctx.resync));
+            }
+            Err(e) => return crate::gate::retry_later(e),
+        }
         // Freeze first: once this write lands, a restart plans nothing anew.
         status.plan = Some(planned.plan.clone());
         status.start_time = Some(Time(now));
@@ -183,10 +196,15 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         let task = &tasks[node];
         move_task(&ctx, task, TaskEvent::NodeGone, Some((BlockReason::NodeGone, format!("node {node} left the cluster after the plan was frozen")))).await?;
     }
-    for node in &decision.await_approval {
+    // The operation gate before each group: a held group's tasks are not started.
+    let hold = match crate::gate::hold_groups(&ctx.client, &ctx.policies, &op, &frozen, &tasks, &decision.start, &decision.await_approval).await {
+        Ok(h) => h,
+        Err(e) => return crate::gate::retry_later(e),
+    };
+    for node in decision.await_approval.iter().filter(|n| !hold.holds(&tasks[*n])) {
         move_task(&ctx, &tasks[node], TaskEvent::TurnCame { needs_approval: true }, None).await?;
     }
-    for node in &decision.start {
+    for node in decision.start.iter().filter(|n| !hold.holds(&tasks[*n])) {
         let task = &tasks[node];
         let from = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
         let event = if from == NodeTaskPhase::AwaitingApproval { TaskEvent::Approved } else { TaskEvent::TurnCame { needs_approval: false } };
@@ -220,6 +238,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     let done = status.phase == OperationPhase::Succeeded;
     set_condition(&mut status.conditions, "Progressing", !done && !is_blocked && status.phase != OperationPhase::Paused, &format!("{:?}", status.phase), &decision.progress, gen_, now);
     set_condition(&mut status.conditions, "Complete", done, if done { "AllTasksFinished" } else { "InProgress" }, "", gen_, now);
+    hold.record(&ctx.client, &op, &stored, &mut status, now).await;
     if status.phase.is_finished() && status.completion_time.is_none() {
         status.completion_time = Some(Time(now));
     }

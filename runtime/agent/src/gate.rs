@@ -1,0 +1,406 @@
+//! The agent's gates around a plugin step: built-in preflight, capabilities, step policy.
+//!
+//! Order, for one step (see [`Prepared::run`]):
+//! 1. [`prepare`] (before the step is marked Running): the compiled policy set of the
+//!    agent's instance (waiting for the first Policy list; nothing runs before it), and the
+//!    facts the policies read: the Operation, the Node, the cluster's version, annotations
+//!    and control-plane nodes, os-release from the host root, the time.
+//! 2. The built-in checks of [`crate::preflight`]; a failure blocks the task
+//!    (PreflightFailed) before the plugin is loaded.
+//! 3. Once the host has verified, compiled and described the plugin: the capabilities
+//!    gate — requested ⊆ granted, then `data.bosun.capabilities.deny`.
+//! 4. The plugin's own preflight (in [`crate::step::execute`]).
+//! 5. The step gate, right before `run`: `data.bosun.step.deny` with the node facts, every
+//!    preflight result (built-in and plugin), the plugin's signer and the time.
+//!
+//! A deny (from a Deny policy, or from any broken policy: fail closed) blocks the task
+//! with reason PolicyDenied, the deny messages in the task message and the step status,
+//! and a Warning Event on the NodeTask. Warn and Audit findings are recorded in the step
+//! status (`policy.messages`) and the step proceeds; Warn findings are also an Event.
+//! Every recorded decision carries the digest of the policy set that made it.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use bosun_api::grants::Grants;
+use bosun_api::node_task::{BlockReason, CheckStatus as ApiCheck, NodeTask, PolicyDecision, PolicyMessage, PreflightCheck};
+use bosun_api::operation::Operation;
+use bosun_api::policy::Enforcement as ApiEnforcement;
+use bosun_controller::gate::{Generation, SYNC_WAIT, cluster_annotations, cluster_version, control_plane, is_ready, operation_ref, roles_of};
+use bosun_host::{LoadedPlugin, NodeContext};
+use bosun_policy::capabilities::{CommandRequest, PathRequest, RequestedCapabilities, UnitRequest};
+use bosun_policy::input::{
+    CheckStatus, ClusterState, NodeFacts, OperationKind, OperationRef, OsRelease, PluginInfo, PreflightResult, StepInput, StepRef, TaskRef,
+};
+use bosun_policy::{Decision, Finding};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Resource, ResourceExt};
+
+use crate::plugins::Resolved;
+use crate::step::{StepCall, StepResult, execute};
+use crate::{Agent, Error};
+
+/// The hooks [`crate::step::execute`] calls around a plugin's preflight.
+pub trait Gate: Send + Sync {
+    /// After the plugin was verified, compiled and described; before any call into it.
+    /// `Err` is the failed step to report instead of running anything.
+    fn loaded(&self, plugin: &LoadedPlugin) -> Result<(), StepResult>;
+    /// After the plugin's preflight passed, right before `run`.
+    fn before_run(&self, plugin: &LoadedPlugin, preflight: &[PreflightCheck]) -> Result<(), StepResult>;
+}
+
+/// Everything gathered for one step before it starts.
+pub struct Prepared {
+    generation: Arc<Generation>,
+    node: NodeFacts,
+    node_ready: Option<bool>,
+    operation: OperationRef,
+    task: TaskRef,
+    cluster: ClusterState,
+    decisions: Mutex<Decisions>,
+}
+
+#[derive(Default)]
+struct Decisions {
+    capabilities: Option<Decision>,
+    step: Option<Decision>,
+}
+
+/// Reads what the gates need. Errors (API unreachable, policies not listed yet) leave the
+/// step untouched; the reconcile is retried.
+pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> {
+    let generation = agent.policies.generation(SYNC_WAIT).await.map_err(|e| Error::Gate(e.to_string()))?;
+    let kube_err = |what: &str| {
+        let what = what.to_owned();
+        move |source| Error::Kube { what, source }
+    };
+    let nodes: Api<Node> = Api::all(agent.client.clone());
+    let all = nodes.list(&ListParams::default()).await.map_err(kube_err("listing Nodes"))?.items;
+    let node = all.iter().find(|n| n.name_any() == agent.node_name);
+    let operations: Api<Operation> = Api::all(agent.client.clone());
+    let operation = match operations.get_opt(&task.spec.operation).await.map_err(kube_err("reading the task's Operation"))? {
+        Some(op) => operation_ref(&op),
+        None => OperationRef {
+            name: task.spec.operation.clone(),
+            kind: OperationKind::Custom,
+            target_version: None,
+            execution_mode: None,
+            annotations: Default::default(),
+        },
+    };
+    let cluster = ClusterState {
+        version: cluster_version(&agent.client).await,
+        annotations: cluster_annotations(&agent.client).await,
+        control_plane: control_plane(&agent.client, &all).await.map_err(|e| Error::Gate(e.to_string()))?,
+    };
+    let host_root = agent.host.config().host_root.clone();
+    let facts = NodeFacts {
+        name: agent.node_name.clone(),
+        roles: node.map(roles_of).unwrap_or_default(),
+        ready: node.is_some_and(is_ready),
+        os: os_release(&host_root),
+        arch: Some(go_arch().into()),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_owned()),
+        kubelet_version: node
+            .and_then(|n| n.status.as_ref()?.node_info.as_ref().map(|i| i.kubelet_version.clone()))
+            .filter(|v| !v.is_empty()),
+        kubeadm_version: None,
+        annotations: node.map(|n| n.annotations().clone()).unwrap_or_default(),
+        certificates: Vec::new(),
+    };
+    Ok(Prepared {
+        generation,
+        node_ready: node.map(is_ready),
+        node: facts,
+        operation,
+        task: TaskRef { node: agent.node_name.clone(), group: task.spec.group.clone() },
+        cluster,
+        decisions: Mutex::new(Decisions::default()),
+    })
+}
+
+impl Prepared {
+    /// The context the host gives the plugin.
+    pub fn node_context(&self) -> NodeContext {
+        NodeContext { node_name: self.node.name.clone(), roles: self.node.roles.clone(), kubelet_version: self.node.kubelet_version.clone() }
+    }
+
+    /// Runs step `index` of `task` with `resolved`: built-in checks, then the host with the
+    /// capabilities and step gates. Blocking work runs on a blocking thread.
+    pub async fn run(self: Arc<Self>, agent: &Agent, task: &NodeTask, index: usize, resolved: Resolved) -> Result<StepResult, Error> {
+        let step = &task.spec.steps[index];
+        let grants = resolved.plugin.spec.grants.clone();
+        let host_root = agent.host.config().host_root.clone();
+        let builtin = crate::preflight::run_all(
+            agent.preflight,
+            &crate::preflight::Facts {
+                host_root: &host_root,
+                grants: &grants,
+                node_ready: self.node_ready,
+                kubelet_version: self.node.kubelet_version.as_deref(),
+                api_server_version: self.cluster.version.as_deref(),
+            },
+        );
+        let builtin_status: Vec<PreflightCheck> = builtin.iter().map(api_check).collect();
+        let failed: Vec<String> = builtin.iter().filter(|c| c.status == CheckStatus::Fail).map(|c| format!("{}: {}", c.name, c.message)).collect();
+        if !failed.is_empty() {
+            let mut r = StepResult::failed(
+                BlockReason::PreflightFailed,
+                "preflight-failed",
+                format!("preflight failed ({}); fix the cause on the node, then retry", failed.join("; ")),
+                true,
+            );
+            r.preflight = builtin_status;
+            return Ok(r);
+        }
+        let gate = StepGate {
+            prepared: self.clone(),
+            step: StepRef {
+                name: step.name.clone(),
+                plugin: step.plugin.clone().unwrap_or_default(),
+                action: step.action.clone(),
+                params: step.params.clone().unwrap_or_else(|| serde_json::json!({})),
+            },
+            grants: grants.clone(),
+            builtin,
+        };
+        let host = agent.host.clone();
+        let node = self.node_context();
+        let action = step.action.clone();
+        let params_json = step.params.clone().unwrap_or_else(|| serde_json::json!({})).to_string();
+        let dry_run = task.spec.dry_run;
+        let timeout = task.spec.step_timeout_seconds.map(|s| std::time::Duration::from_secs(u64::from(s)));
+        let mut result = tokio::task::spawn_blocking(move || {
+            let call = StepCall { action: &action, params_json, grants: &grants, dry_run, timeout };
+            execute(&host, &resolved, &node, &call, &gate)
+        })
+        .await?;
+        // The plugin's own checks first (their order is the plugin's), then the agent's.
+        result.preflight.extend(builtin_status);
+        Ok(result)
+    }
+
+    /// What the policies said about this step (capabilities and step decisions together),
+    /// for the step's status; `None` when no gate was reached.
+    pub fn decision(&self) -> Option<PolicyDecision> {
+        let d = self.decisions.lock().ok()?;
+        let decisions: Vec<&Decision> = d.capabilities.iter().chain(d.step.iter()).collect();
+        let first = decisions.first()?;
+        let mut messages = Vec::new();
+        for decision in &decisions {
+            let tagged = |list: &[Finding], e: ApiEnforcement| {
+                list.iter().map(move |f| PolicyMessage { policy: f.policy.clone(), enforcement: e, message: f.message.clone() }).collect::<Vec<_>>()
+            };
+            messages.extend(tagged(&decision.denies, ApiEnforcement::Deny));
+            messages.extend(tagged(&decision.warnings, ApiEnforcement::Warn));
+            messages.extend(tagged(&decision.audits, ApiEnforcement::Audit));
+        }
+        Some(PolicyDecision {
+            allowed: decisions.iter().all(|d| d.allowed),
+            messages,
+            policy_set_digest: Some(first.policy_set_digest.clone()),
+        })
+    }
+
+    /// Publishes a Warning Event on the task for a deny (reason PolicyDenied) or for Warn
+    /// findings (reason PolicyWarning). Best effort: a refused Event is logged.
+    pub async fn publish_events(&self, agent: &Agent, task: &NodeTask, step: &str) {
+        let Some(decision) = self.decision() else { return };
+        let pick = |e: ApiEnforcement| decision.messages.iter().filter(|m| m.enforcement == e).map(|m| format!("{}: {}", m.policy, m.message)).collect::<Vec<_>>();
+        let digest = decision.policy_set_digest.clone().unwrap_or_default();
+        let mut events = Vec::new();
+        if !decision.allowed {
+            events.push(("PolicyDenied", format!("step {step} denied by policy: {} (policy set {digest})", pick(ApiEnforcement::Deny).join("; "))));
+        }
+        let warnings = pick(ApiEnforcement::Warn);
+        if !warnings.is_empty() {
+            events.push(("PolicyWarning", format!("step {step}: {} (policy set {digest})", warnings.join("; "))));
+        }
+        let recorder = Recorder::new(agent.client.clone(), Reporter { controller: "bosun.dev/agent".into(), instance: Some(agent.node_name.clone()) });
+        for (reason, note) in events {
+            let event = Event { type_: EventType::Warning, reason: reason.into(), note: Some(truncate(note, 1000)), action: "PolicyGate".into(), secondary: None };
+            if let Err(e) = recorder.publish(&event, &task.object_ref(&())).await {
+                tracing::warn!(error = %e, "publishing a policy Event failed");
+            }
+        }
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+/// The gate [`crate::step::execute`] calls for one step.
+struct StepGate {
+    prepared: Arc<Prepared>,
+    step: StepRef,
+    grants: Grants,
+    builtin: Vec<PreflightResult>,
+}
+
+impl StepGate {
+    fn plugin_info(plugin: &LoadedPlugin) -> PluginInfo {
+        let m = plugin.metadata();
+        PluginInfo {
+            name: m.name.clone(),
+            version: m.version.clone(),
+            digest: plugin.digest().to_string(),
+            signer: plugin.verified().map(|v| format!("{:#}", v.key_id)),
+        }
+    }
+
+    fn denied(&self, code: &str, what: &str, decision: &Decision) -> StepResult {
+        StepResult::failed(
+            BlockReason::PolicyDenied,
+            code,
+            format!(
+                "{what} denied by policy: {} (policy set {}); fix the cause or the policy, then set spec.recovery: Retry",
+                decision.deny_messages().join("; "),
+                decision.policy_set_digest
+            ),
+            true,
+        )
+    }
+}
+
+impl Gate for StepGate {
+    fn loaded(&self, plugin: &LoadedPlugin) -> Result<(), StepResult> {
+        let requested = requested_of(&plugin.metadata().capabilities);
+        let info = Self::plugin_info(plugin);
+        let node = self.prepared.node.name.clone();
+        let decision = self.prepared.generation.with_evaluator(|e| e.capabilities(&info, &requested, &self.grants, Some(&node)));
+        let allowed = decision.allowed;
+        let result = (!allowed).then(|| self.denied("capabilities-denied", "the plugin's capabilities were", &decision));
+        if let Ok(mut d) = self.prepared.decisions.lock() {
+            d.capabilities = Some(decision);
+        }
+        result.map_or(Ok(()), Err)
+    }
+
+    fn before_run(&self, plugin: &LoadedPlugin, preflight: &[PreflightCheck]) -> Result<(), StepResult> {
+        let p = &self.prepared;
+        let source = plugin.metadata().name.clone();
+        let mut results = self.builtin.clone();
+        results.extend(preflight.iter().map(|c| PreflightResult {
+            name: c.name.clone(),
+            status: match c.status {
+                ApiCheck::Pass => CheckStatus::Pass,
+                ApiCheck::Warn => CheckStatus::Warn,
+                ApiCheck::Fail => CheckStatus::Fail,
+            },
+            message: c.message.clone(),
+            source: source.clone(),
+        }));
+        let input = StepInput {
+            operation: p.operation.clone(),
+            task: p.task.clone(),
+            step: self.step.clone(),
+            plugin: Self::plugin_info(plugin),
+            grants: self.grants.clone(),
+            node: p.node.clone(),
+            preflight: results,
+            cluster: p.cluster.clone(),
+            now: Timestamp::now().to_string(),
+        };
+        let decision = p.generation.with_evaluator(|e| e.step(&input));
+        for f in &decision.warnings {
+            tracing::warn!(policy = %f.policy, message = %f.message, "policy warning");
+        }
+        let result = (!decision.allowed).then(|| self.denied("policy-denied", &format!("step {}", self.step.name), &decision));
+        if let Ok(mut d) = p.decisions.lock() {
+            d.step = Some(decision);
+        }
+        result.map_or(Ok(()), Err)
+    }
+}
+
+fn api_check(r: &PreflightResult) -> PreflightCheck {
+    PreflightCheck {
+        name: r.name.clone(),
+        status: match r.status {
+            CheckStatus::Pass => ApiCheck::Pass,
+            CheckStatus::Warn => ApiCheck::Warn,
+            CheckStatus::Fail => ApiCheck::Fail,
+        },
+        message: r.message.clone(),
+    }
+}
+
+/// The host's view of what a plugin asked for, as the capabilities input names it.
+pub fn requested_of(c: &bosun_host::Capabilities) -> RequestedCapabilities {
+    RequestedCapabilities {
+        filesystem: c.filesystem.iter().map(|(path, writable)| PathRequest { path: path.clone(), writable: *writable }).collect(),
+        exec: c.exec.iter().map(|(command, args)| CommandRequest { command: command.clone(), args: args.clone() }).collect(),
+        services: c.services.iter().map(|(unit, actions)| UnitRequest { unit: unit.clone(), actions: actions.clone() }).collect(),
+        http: c.http.clone(),
+    }
+}
+
+/// os-release of the host root (`etc/os-release`, else `usr/lib/os-release`).
+pub fn os_release(root: &Path) -> OsRelease {
+    let text = std::fs::read_to_string(root.join("etc/os-release")).or_else(|_| std::fs::read_to_string(root.join("usr/lib/os-release"))).unwrap_or_default();
+    let mut os = OsRelease { id: String::new(), id_like: vec![], version_id: String::new(), pretty_name: String::new() };
+    for line in text.lines() {
+        let Some((k, v)) = line.trim().split_once('=') else { continue };
+        let v = v.trim().trim_matches(|c| c == '"' || c == '\'').to_owned();
+        match k {
+            "ID" => os.id = v,
+            "ID_LIKE" => os.id_like = v.split_whitespace().map(str::to_owned).collect(),
+            "VERSION_ID" => os.version_id = v,
+            "PRETTY_NAME" => os.pretty_name = v,
+            _ => {}
+        }
+    }
+    os
+}
+
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_release_is_read_from_the_host_root() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        std::fs::write(dir.path().join("etc/os-release"), "ID=debian\nID_LIKE=\"rhel fedora\"\nVERSION_ID=\"12\"\nPRETTY_NAME='Debian 12'\n").unwrap();
+        let os = os_release(dir.path());
+        assert_eq!(os.id, "debian");
+        assert_eq!(os.id_like, vec!["rhel", "fedora"]);
+        assert_eq!(os.version_id, "12");
+        assert_eq!(os.pretty_name, "Debian 12");
+        assert_eq!(os_release(&dir.path().join("missing")).id, "");
+    }
+
+    #[test]
+    fn requested_capabilities_keep_every_request() {
+        let c = bosun_host::Capabilities {
+            filesystem: vec![("/etc".into(), false)],
+            exec: vec![("/usr/bin/uname".into(), vec!["-r".into()])],
+            services: vec![("kubelet.service".into(), vec!["restart".into()])],
+            http: vec!["dl.k8s.io".into()],
+        };
+        let r = requested_of(&c);
+        assert_eq!(r.filesystem, vec![PathRequest { path: "/etc".into(), writable: false }]);
+        assert_eq!(r.exec[0].args, vec!["-r"]);
+        assert_eq!(r.services[0].unit, "kubelet.service");
+        assert_eq!(r.http, vec!["dl.k8s.io"]);
+    }
+}
