@@ -59,7 +59,9 @@ pub enum LogError {
 pub fn init_logging(filter: &str, format: LogFormat) -> Result<(), LogError> {
     let env_filter = tracing_subscriber::EnvFilter::try_new(filter)
         .map_err(|source| LogError::Filter { filter: filter.to_string(), source })?;
-    let builder = tracing_subscriber::fmt().with_env_filter(env_filter).with_writer(std::io::stderr);
+    // Colours only for a person at a terminal; a log file or collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(env_filter).with_writer(std::io::stderr).with_ansi(ansi);
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
