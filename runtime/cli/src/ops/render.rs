@@ -429,7 +429,19 @@ fn render_task(
     };
     match status.phase {
         NodeTaskPhase::Blocked => {
-            if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
+            // The failed step's error is already shown under the step: repeat the task's
+            // message only when it says more than that.
+            let step_errors: Vec<&str> = status
+                .steps
+                .iter()
+                .filter(|x| x.phase == StepPhase::Failed)
+                .filter_map(|x| x.error.as_ref().map(|e| e.message.as_str()))
+                .collect();
+            if let Some(message) = status
+                .message
+                .as_deref()
+                .filter(|m| !m.is_empty() && !step_errors.iter().any(|e| m.contains(e)))
+            {
                 hint(out, &s.red(&format!("blocked: {message}")));
             }
             match task.spec.recovery {
@@ -740,7 +752,6 @@ workers  1/3 finished  (up to 2 at a time)
 │  ├─ ✗ greet     Failed  200ms  attempt 2
 │  │    preflight-failed: /etc/missing not found
 │  └─ · uncordon  Pending  [controller]
-│  blocked: step greet: preflight failed: /etc/missing not found
 │  fix the cause, then run the step again: kubectl bosun retry hello-everyone lab-worker-2
 │  or leave the node as it is and move on: kubectl bosun skip hello-everyone lab-worker-2
 └─ · lab-worker-3  Pending
@@ -793,6 +804,17 @@ workers  1/3 finished  (up to 2 at a time)
         ts_[3].status.as_mut().unwrap().phase = NodeTaskPhase::Pending;
         let got = status(&op, &ts_, NOW.parse().unwrap(), Style::PLAIN);
         assert!(got.contains("   approved in advance; starts when its turn comes\n"), "{got}");
+    }
+
+    #[test]
+    fn a_blocking_message_that_says_more_than_the_step_error_is_shown() {
+        let mut ts_ = tasks();
+        let w2 = ts_[2].status.as_mut().unwrap();
+        w2.reason = Some(BlockReason::Interrupted);
+        w2.message = Some("the agent restarted during step greet, which is not idempotent".into());
+        let got = status(&operation(), &ts_, NOW.parse().unwrap(), Style::PLAIN);
+        assert!(got.contains("├─ ✗ lab-worker-2  Blocked (Interrupted)  attempt 2  300ms\n"), "{got}");
+        assert!(got.contains("│  blocked: the agent restarted during step greet, which is not idempotent\n"), "{got}");
     }
 
     #[test]
