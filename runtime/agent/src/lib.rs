@@ -161,6 +161,9 @@ pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action,
     match progress(&task.spec.steps, &status.steps) {
         Progress::Next { index, runs_on: RunsOn::Agent } if ours(index) > seen(index) => Ok(Action::requeue(STALE_RETRY)),
         Progress::Running { index, runs_on: RunsOn::Agent } if ours(index) >= seen(index) => Ok(Action::requeue(STALE_RETRY)),
+        // The Operation is paused: no new step starts (the controller removes the mark on
+        // resume, and that change wakes this reconcile).
+        Progress::Next { runs_on: RunsOn::Agent, .. } if bosun_controller::recovery::is_paused(&task) => Ok(Action::await_change()),
         Progress::Next { index, runs_on: RunsOn::Agent } => {
             run_step(&task, index, &agent).await?;
             // The write above triggers another reconcile for the next step.
@@ -266,7 +269,14 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
     };
     let next = step_transition(StepPhase::Running, StepEvent::AgentRestarted { idempotent })
         .map_err(|source| Error::Transition { task: name.clone(), source })?;
-    let mut body = json!({ "steps": [{ "name": step.name, "phase": next }] });
+    // The entry keeps the interrupted run's attempt and start time: this manager wrote
+    // them when the step started, and server-side apply would drop them if left out.
+    let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name).cloned().unwrap_or_default();
+    let mut entry = json!({ "name": step.name, "phase": next, "attempts": previous.attempts });
+    if let Some(t) = &previous.started_at {
+        entry["startedAt"] = json!(precise(t.0));
+    }
+    let mut body = json!({ "steps": [entry] });
     if next == StepPhase::Failed {
         let phase = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| Error::Transition { task: name.clone(), source })?;
         body["phase"] = json!(phase);

@@ -15,12 +15,13 @@
 pub mod actions;
 pub mod drain;
 pub mod error;
-pub mod gate;
 pub mod events;
+pub mod gate;
 pub mod gates;
 pub mod leader;
 pub mod progress;
 pub mod reconcile;
+pub mod recovery;
 pub mod time;
 pub mod ttl;
 
@@ -63,13 +64,13 @@ pub async fn run(client: Client, manager: String, resync: Duration, instance: Op
     let operations: Api<Operation> = Api::all(client.clone());
     let tasks: Api<NodeTask> = Api::all(client.clone());
     let selector = instance_selector(instance.as_deref());
-    let events = Arc::new(events::Events::new(client.clone(), identity));
     // Policies of this instance: the operation gate, their status, and a reconcile of every
     // Operation whenever they change (a fixed policy unblocks without waiting for a resync).
     let policies = Arc::new(gate::PolicyWatch::new());
     let policy_changes = policies.changes(client.clone(), Some(selector.clone()));
     tokio::spawn(gate::run_status(client.clone(), manager.clone(), Some(selector.clone())));
-    let ctx = Arc::new(Context { client, manager, resync, instance, events, policies });
+    let events = Arc::new(events::Events::new(client.clone(), identity));
+    let ctx = Arc::new(Context { client, manager, resync, instance, policies, events });
     Controller::new(operations, watcher::Config::default().labels(&selector))
         .owns(tasks, watcher::Config::default().labels(&selector))
         .reconcile_all_on(futures::stream::iter(policy_changes).flatten())

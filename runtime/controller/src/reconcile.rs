@@ -40,10 +40,10 @@ pub struct Context {
     /// `--instance`: the value of [`crate::INSTANCE_LABEL`] this install acts on and puts
     /// on the NodeTasks it creates.
     pub instance: Option<String>,
-    /// Events about Operations and NodeTasks (and the task phases seen so far).
-    pub events: Arc<crate::events::Events>,
     /// The cluster's Policy objects (of this instance), compiled: the operation gate.
     pub policies: Arc<crate::gate::PolicyWatch>,
+    /// Events about Operations and NodeTasks (and the task phases seen so far).
+    pub events: Arc<crate::events::Events>,
 }
 
 impl std::fmt::Debug for Context {
@@ -170,10 +170,20 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         tasks.insert(planned_task.spec.node_name.clone(), created);
     }
 
+    // People's decisions (spec.recovery), the failure policy's automatic retries, and the
+    // pause mirrored onto the tasks, before anything else looks at them: a task retried
+    // here runs on below in this same pass.
+    let mut recheck: Option<Duration> = None;
+    for task in tasks.values_mut() {
+        crate::recovery::mirror_pause(&ctx, task, op.spec.paused).await?;
+        if let Some(d) = crate::recovery::handle(&ctx, &op, task, now).await? {
+            recheck = Some(recheck.map_or(d, |r| r.min(d)));
+        }
+    }
+
     // Running tasks: run controller-side steps that are next, and finish tasks whose steps
     // all succeeded and whose health gates passed. A drain or wait in progress asks to be
     // looked at again sooner than the resync.
-    let mut recheck: Option<Duration> = None;
     for task in tasks.values_mut() {
         if task.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running)
             && let Some(d) = advance_running_task(&ctx, &op, task).await?
@@ -325,7 +335,7 @@ async fn move_task(ctx: &Context, task: &NodeTask, event: TaskEvent, reason: Opt
 /// Server-side apply of part of a NodeTask's status under the controller's field manager.
 /// `manager` is the controller's own for the task's top-level fields, and one per step
 /// (`<manager>.step.<name>`) for a step's entry, so no apply removes another's fields.
-async fn apply_task_status(ctx: &Context, name: &str, status: serde_json::Value, manager: &str) -> Result<()> {
+pub(crate) async fn apply_task_status(ctx: &Context, name: &str, status: serde_json::Value, manager: &str) -> Result<()> {
     let api: Api<NodeTask> = Api::all(ctx.client.clone());
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
     api.patch_status(name, &PatchParams::apply(manager).force(), &Patch::Apply(&patch))
@@ -372,6 +382,22 @@ async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask
                 }
                 tracing::info!(node = %task.spec.node_name, phase = ?next, "NodeTask finished its steps");
                 return Ok(None);
+            }
+            // Paused: a step in progress goes on, no new one starts.
+            Progress::Next { runs_on: RunsOn::Controller, .. } if op.spec.paused => return Ok(None),
+            // A dry run changes no node: the step says what it would do.
+            Progress::Next { index, runs_on: RunsOn::Controller } if task.spec.dry_run => {
+                let step = task.spec.steps[index].clone();
+                let at = precise(Timestamp::now());
+                let message = format!("dry run: would {} node {}", step.action, task.spec.node_name);
+                let entry = json!({ "name": step.name, "phase": StepPhase::Succeeded, "attempts": step_attempts(&status, &step.name) + 1,
+                    "startedAt": at, "finishedAt": at, "changed": false, "message": message });
+                apply_task_status(ctx, &task.name_any(), json!({ "currentStep": step.name, "steps": [entry.clone()] }), &format!("{}.step.{}", ctx.manager, step.name)).await?;
+                let written: bosun_api::node_task::StepStatus =
+                    serde_json::from_value(entry).map_err(|source| Error::Serialize { what: "step status", source })?;
+                let s = task.status.get_or_insert_with(Default::default);
+                s.steps.retain(|x| x.name != written.name);
+                s.steps.push(written);
             }
             Progress::Next { index, runs_on: RunsOn::Controller } | Progress::Running { index, runs_on: RunsOn::Controller } => {
                 let step = task.spec.steps[index].clone();

@@ -108,8 +108,10 @@ async fn custom_operation_runs_to_succeeded_in_planned_order_with_max_unavailabl
         let greet = ts.steps.iter().find(|s| s.name == "greet").context("no greet step status")?;
         assert_eq!(greet.outputs.get("os"), Some(&node.os), "{}", node.name);
         assert_eq!(greet.outputs.get("kernel"), Some(&kernel), "{}", node.name);
-        assert_eq!(greet.preflight.len(), 1);
-        assert_eq!(greet.preflight[0].status, CheckStatus::Pass);
+        // The plugin's own check passed (the agent's built-in checks come with it).
+        let own = greet.preflight.iter().find(|c| c.name == "file-readable").context("no file-readable check")?;
+        assert_eq!(own.status, CheckStatus::Pass, "{own:?}");
+        assert!(greet.preflight.iter().all(|c| c.status != CheckStatus::Fail), "{:?}", greet.preflight);
         assert!(greet.log_tail.iter().any(|l| l.contains("greeting the node as e2e")), "{:?}", greet.log_tail);
         assert_eq!(greet.changed, Some(false), "hello only reads");
     }
@@ -163,7 +165,8 @@ async fn failing_preflight_blocks_the_task_and_the_operation_with_the_reason() -
     assert_eq!((ts.phase, ts.reason), (NodeTaskPhase::Blocked, Some(BlockReason::PreflightFailed)));
     let greet = &ts.steps[0];
     assert_eq!(greet.phase, StepPhase::Failed);
-    assert_eq!(greet.preflight[0].status, CheckStatus::Fail);
+    let own = greet.preflight.iter().find(|c| c.name == "file-readable").context("no file-readable check")?;
+    assert_eq!(own.status, CheckStatus::Fail, "{own:?}");
     assert_eq!(greet.error.as_ref().map(|e| e.code.as_str()), Some("preflight-failed"));
 
     operator.procs.check_alive()?;
