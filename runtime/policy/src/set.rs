@@ -329,7 +329,7 @@ impl Evaluator {
     /// Like [`Evaluator::evaluate`] for any serializable input.
     pub fn evaluate_input<T: Serialize>(&mut self, point: DecisionPoint, input: &T) -> Decision {
         match serde_json::to_value(input) {
-            Ok(v) => self.evaluate(point, &v),
+            Ok(v) => self.evaluate_value(point, Value::from(v)),
             Err(e) => self.fail_all(
                 point,
                 &format!("the input document could not be encoded as JSON: {e}"),
