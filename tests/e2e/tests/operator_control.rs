@@ -490,3 +490,65 @@ async fn agent_killed_mid_step_blocks_a_non_idempotent_step_as_interrupted() -> 
     operator.procs.check_alive()?;
     Ok(())
 }
+
+/// `failurePolicy: Retry` with `retryLimit: 2`: a step that keeps failing with a retryable
+/// error runs three times in all, with no person involved, then the task Blocks with a
+/// message saying the limit is used up and `recovery` left to a person.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policy_retry_retries_automatically_up_to_the_limit_then_blocks() -> Result<()> {
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    let (lab, mut operator) = setup("autoretry").await?;
+    let missing = format!("{STATE_DIR}/{}", bosun_e2e::unique("never"));
+    let op = operator
+        .create_operation(
+            "autoretry",
+            json!({ "failurePolicy": { "mode": "Retry", "retryLimit": 2, "backoffSeconds": 1 },
+                "custom": { "groups": [{ "name": "control-plane", "nodeSelector": control_plane(),
+                "steps": [ step("check", "require", json!({ "path": missing })) ] }] } }),
+        )
+        .await?;
+    let task = operator
+        .wait_task(&op, &lab.cp, "Blocked after the retries", |t| {
+            task_phase(t) == NodeTaskPhase::Blocked && t.status.as_ref().and_then(|s| s.message.as_deref()).unwrap_or("").contains("no automatic retry")
+        })
+        .await?;
+    let ts = task.status.clone().unwrap_or_default();
+    let message = ts.message.clone().unwrap_or_default();
+    assert!(message.contains("retry limit (2) is used up"), "{message}");
+    let check = step_of(&task, "check").context("no check status")?;
+    assert_eq!((check.phase, check.attempts), (StepPhase::Failed, 3), "one run and two automatic retries");
+    assert_eq!(ts.attempts, 3, "each retry is a task attempt");
+    assert_eq!(task.spec.recovery, None, "no person asked");
+    assert_eq!(phase_of(&operator.wait_settled(&op).await?), OperationPhase::Blocked);
+    operator.procs.check_alive()?;
+    Ok(())
+}
+
+/// `failurePolicy: Retry`: the step fails (a file is missing), the test creates the file,
+/// and the automatic retry succeeds with no `recovery` ever set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policy_retry_succeeds_once_the_cause_is_gone() -> Result<()> {
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    let (lab, mut operator) = setup("autoretry-ok").await?;
+    let marker = bosun_e2e::unique("later");
+    let op = operator
+        .create_operation(
+            "autoretry-ok",
+            json!({ "failurePolicy": { "mode": "Retry", "retryLimit": 3, "backoffSeconds": 2 },
+                "custom": { "groups": [{ "name": "control-plane", "nodeSelector": control_plane(),
+                "steps": [ step("check", "require", json!({ "path": format!("{STATE_DIR}/{marker}") })) ] }] } }),
+        )
+        .await?;
+    operator.wait_task(&op, &lab.cp, "step check Failed", |t| step_phase(t, "check") == StepPhase::Failed).await?;
+    std::fs::write(lab.state_file(&lab.cp, &marker), "ok\n")?;
+    let done = operator.wait_operation(&op, "Succeeded", |o| phase_of(o) == OperationPhase::Succeeded).await?;
+    assert_eq!(phase_of(&done), OperationPhase::Succeeded);
+    let task = operator.task(&op, &lab.cp).await?;
+    let check = step_of(&task, "check").context("no check status")?;
+    assert_eq!(check.phase, StepPhase::Succeeded);
+    assert!((2..=4).contains(&check.attempts), "failed, then retried automatically: {} attempts", check.attempts);
+    assert_eq!(task.spec.recovery, None);
+    std::fs::remove_file(lab.state_file(&lab.cp, &marker))?;
+    operator.procs.check_alive()?;
+    Ok(())
+}
