@@ -1,6 +1,7 @@
 //! The Bosun node agent: runs its own node's NodeTask steps as signed plugins.
 //!
-//! The agent watches only NodeTasks labelled `bosun.dev/node=<its node>`. When a task is
+//! The agent watches only NodeTasks labelled `bosun.dev/node=<its node>` (and, with
+//! `--instance`, `bosun.dev/instance=<instance>`). When a task is
 //! Running (the controller gave it its turn) and its next step runs on the agent, the agent
 //! resolves the step's Plugin (see [`plugins`]), and runs it through `bosun-host` with the
 //! Plugin's grants (see [`step`]): the host verifies digest and signature before compiling,
@@ -12,6 +13,9 @@
 //! Restart rule: a step found Running when the agent (re)starts was interrupted; it runs
 //! again only if the plugin declares the action idempotent, otherwise the task blocks as
 //! Interrupted for a person to decide.
+//!
+//! Pause: no new step of a task marked `bosun.dev/paused` (set by the controller while its
+//! Operation is paused) starts; a running step finishes.
 
 pub mod gate;
 pub mod plugins;

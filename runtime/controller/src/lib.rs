@@ -2,15 +2,16 @@
 //!
 //! - [`reconcile`]: the reconciler (`reconcile(Arc<Operation>, Arc<Context>) -> Result<Action>`
 //!   plus [`error_policy`](reconcile::error_policy)), which plans with `bosun-planner`,
-//!   freezes the plan in status, creates NodeTasks, runs controller-side steps (cordon,
-//!   uncordon) and starts tasks when the rollout allows.
-//! - [`progress`]: where a NodeTask stands in its step list; shared with the agent so both
-//!   agree whose turn a step is.
-//! - [`run`]: wires the reconciler into a kube-runtime `Controller` watching Operations and
-//!   the NodeTasks they own.
+//!   freezes the plan in status, creates NodeTasks, runs controller-side steps and starts
+//!   tasks when the rollout allows.
+//! - [`recovery`]: a person's `spec.recovery` (Retry, Skip), `failurePolicy: Retry`
+//!   (automatic retries with backoff, by requeue), and `spec.paused` mirrored onto tasks.
+//! - [`progress`]: where a NodeTask stands in its step list (re-exported from
+//!   `bosun_planner::state`); shared with the agent so both agree whose turn a step is.
+//! - [`run`]: wires the reconciler into a kube-runtime `Controller` watching the Operations
+//!   of its instance ([`instance_selector`]) and the NodeTasks they own.
 //!
-//! Not done yet (see docs/operator.md): leader election, Events, health gates, drain,
-//! automatic retry, `recovery`, `ttlSecondsAfterFinished`, Policy checks.
+//! See docs/operator.md for the semantics and what is not done yet.
 
 pub mod actions;
 pub mod drain;
