@@ -37,11 +37,21 @@ pub const PKI_DIR: &str = "/etc/kubernetes/pki";
 pub const MANIFESTS_DIR: &str = "/etc/kubernetes/manifests";
 
 const fn leaf(name: &'static str, location: Location, ca: &'static str) -> Cert {
-    Cert { name, location, ca: Some(ca), renewable: true }
+    Cert {
+        name,
+        location,
+        ca: Some(ca),
+        renewable: true,
+    }
 }
 
 const fn ca(name: &'static str, file: &'static str) -> Cert {
-    Cert { name, location: Location::Pki(file), ca: None, renewable: false }
+    Cert {
+        name,
+        location: Location::Pki(file),
+        ca: None,
+        renewable: false,
+    }
 }
 
 /// Every certificate in the order `kubeadm certs check-expiration` lists them: leaves and
@@ -49,15 +59,43 @@ const fn ca(name: &'static str, file: &'static str) -> Cert {
 pub const ALL: &[Cert] = &[
     leaf("admin.conf", Location::Kubeconfig("admin.conf"), "ca"),
     leaf("apiserver", Location::Pki("apiserver.crt"), "ca"),
-    leaf("apiserver-etcd-client", Location::Pki("apiserver-etcd-client.crt"), "etcd-ca"),
-    leaf("apiserver-kubelet-client", Location::Pki("apiserver-kubelet-client.crt"), "ca"),
-    leaf("controller-manager.conf", Location::Kubeconfig("controller-manager.conf"), "ca"),
-    leaf("etcd-healthcheck-client", Location::Pki("etcd/healthcheck-client.crt"), "etcd-ca"),
+    leaf(
+        "apiserver-etcd-client",
+        Location::Pki("apiserver-etcd-client.crt"),
+        "etcd-ca",
+    ),
+    leaf(
+        "apiserver-kubelet-client",
+        Location::Pki("apiserver-kubelet-client.crt"),
+        "ca",
+    ),
+    leaf(
+        "controller-manager.conf",
+        Location::Kubeconfig("controller-manager.conf"),
+        "ca",
+    ),
+    leaf(
+        "etcd-healthcheck-client",
+        Location::Pki("etcd/healthcheck-client.crt"),
+        "etcd-ca",
+    ),
     leaf("etcd-peer", Location::Pki("etcd/peer.crt"), "etcd-ca"),
     leaf("etcd-server", Location::Pki("etcd/server.crt"), "etcd-ca"),
-    leaf("front-proxy-client", Location::Pki("front-proxy-client.crt"), "front-proxy-ca"),
-    leaf("scheduler.conf", Location::Kubeconfig("scheduler.conf"), "ca"),
-    leaf("super-admin.conf", Location::Kubeconfig("super-admin.conf"), "ca"),
+    leaf(
+        "front-proxy-client",
+        Location::Pki("front-proxy-client.crt"),
+        "front-proxy-ca",
+    ),
+    leaf(
+        "scheduler.conf",
+        Location::Kubeconfig("scheduler.conf"),
+        "ca",
+    ),
+    leaf(
+        "super-admin.conf",
+        Location::Kubeconfig("super-admin.conf"),
+        "ca",
+    ),
     ca("ca", "ca.crt"),
     ca("etcd-ca", "etcd/ca.crt"),
     ca("front-proxy-ca", "front-proxy-ca.crt"),
@@ -111,11 +149,24 @@ mod tests {
     fn every_signer_is_a_known_ca_with_a_key_path() {
         for c in ALL.iter().filter(|c| c.ca.is_some()) {
             let key = c.ca_key_path().unwrap();
-            assert!(key.starts_with(PKI_DIR) && key.ends_with(".key"), "{}: {key}", c.name);
+            assert!(
+                key.starts_with(PKI_DIR) && key.ends_with(".key"),
+                "{}: {key}",
+                c.name
+            );
         }
-        assert_eq!(by_name("etcd-server").unwrap().ca_key_path().unwrap(), "/etc/kubernetes/pki/etcd/ca.key");
-        assert_eq!(by_name("apiserver").unwrap().path(), "/etc/kubernetes/pki/apiserver.crt");
-        assert_eq!(by_name("admin.conf").unwrap().path(), "/etc/kubernetes/admin.conf");
+        assert_eq!(
+            by_name("etcd-server").unwrap().ca_key_path().unwrap(),
+            "/etc/kubernetes/pki/etcd/ca.key"
+        );
+        assert_eq!(
+            by_name("apiserver").unwrap().path(),
+            "/etc/kubernetes/pki/apiserver.crt"
+        );
+        assert_eq!(
+            by_name("admin.conf").unwrap().path(),
+            "/etc/kubernetes/admin.conf"
+        );
     }
 
     #[test]

@@ -35,8 +35,12 @@ pub const DF: &str = "/usr/bin/df";
 /// The arguments the free-space check runs `df` with (granted literally).
 pub const DF_ARGS: [&str; 3] = ["--output=avail", "-B1", PKI_DIR];
 /// Static pods in the order they are restarted: etcd first (the API server needs it).
-pub const CONTROL_PLANE_COMPONENTS: [&str; 4] =
-    ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+pub const CONTROL_PLANE_COMPONENTS: [&str; 4] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
 /// Suffix of a manifest moved aside; with the leading dot the kubelet ignores it.
 const ASIDE_SUFFIX: &str = ".bosun-restart";
 
@@ -109,7 +113,10 @@ fn default_wait() -> u64 {
 }
 
 fn default_components() -> Vec<String> {
-    CONTROL_PLANE_COMPONENTS.iter().map(|s| (*s).to_owned()).collect()
+    CONTROL_PLANE_COMPONENTS
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
 }
 
 /// Smallest free space on the PKI's file system the renew preflight accepts.
@@ -153,11 +160,17 @@ impl Plugin for Certs {
     fn preflight(action: &Action) -> Result<Vec<Check>, PluginError> {
         match action {
             Action::Check(p) => {
-                let parsed = p.warn_within.as_deref().map(x509::parse_duration).transpose();
+                let parsed = p
+                    .warn_within
+                    .as_deref()
+                    .map(x509::parse_duration)
+                    .transpose();
                 Ok(vec![Check::require(
                     "params",
                     parsed.is_ok(),
-                    parsed.err().unwrap_or_else(|| "warnWithin is a duration".into()),
+                    parsed
+                        .err()
+                        .unwrap_or_else(|| "warnWithin is a duration".into()),
                 )])
             }
             Action::Renew(p) => renew_preflight(p),
@@ -167,7 +180,10 @@ impl Plugin for Certs {
                     "manifests-present",
                     !present.is_empty(),
                     if present.is_empty() {
-                        format!("none of {:?} has a manifest in {MANIFESTS_DIR}; is this a control-plane node?", p.components)
+                        format!(
+                            "none of {:?} has a manifest in {MANIFESTS_DIR}; is this a control-plane node?",
+                            p.components
+                        )
                     } else {
                         format!("will restart {}", present.join(", "))
                     },
@@ -210,20 +226,26 @@ fn read_cert(cert: &Cert) -> Result<Option<CertInfo>, PluginError> {
                     // A client certificate the kubelet rotates lives under
                     // /var/lib/kubelet, usually not granted: report, do not fail.
                     Ok(None) | Err(_) => {
-                        warn!("{path}: client certificate is in {file}, which the plugin cannot read; skipped");
+                        warn!(
+                            "{path}: client certificate is in {file}, which the plugin cannot read; skipped"
+                        );
                         return Ok(None);
                     }
                 },
             }
         }
     };
-    x509::parse_pem(&pem).map(Some).map_err(|e| bad_cert(&path, &e))
+    x509::parse_pem(&pem)
+        .map(Some)
+        .map_err(|e| bad_cert(&path, &e))
 }
 
 fn bad_cert(path: &str, e: &x509::ParseError) -> PluginError {
     PluginError::new(
         "bad-certificate",
-        format!("{path}: {e}; kubeadm cannot renew it either: restore it from a backup or recreate it with `kubeadm init phase certs`"),
+        format!(
+            "{path}: {e}; kubeadm cannot renew it either: restore it from a backup or recreate it with `kubeadm init phase certs`"
+        ),
     )
 }
 
@@ -239,7 +261,12 @@ fn read_optional_bytes(path: &str) -> Result<Option<Vec<u8>>, PluginError> {
 fn scan() -> Result<Vec<Found>, PluginError> {
     inventory::ALL
         .iter()
-        .map(|cert| Ok(Found { cert, info: read_cert(cert)? }))
+        .map(|cert| {
+            Ok(Found {
+                cert,
+                info: read_cert(cert)?,
+            })
+        })
         .collect()
 }
 
@@ -268,11 +295,20 @@ fn check(p: &CheckParams) -> Result<Outcome, PluginError> {
         log::write(
             log::Level::Info,
             &format!("{} expires {expiry}", f.cert.name),
-            &[("certificate", f.cert.name), ("notAfter", &expiry), ("subject", &info.subject), ("issuer", &info.issuer)],
+            &[
+                ("certificate", f.cert.name),
+                ("notAfter", &expiry),
+                ("subject", &info.subject),
+                ("issuer", &info.issuer),
+            ],
         );
         if info.not_after - now < within {
             soon.push(f.cert.name);
-            warn!("{} expires {expiry}, within {}", f.cert.name, p.warn_within.as_deref().unwrap_or(DEFAULT_WARN_WITHIN));
+            warn!(
+                "{} expires {expiry}, within {}",
+                f.cert.name,
+                p.warn_within.as_deref().unwrap_or(DEFAULT_WARN_WITHIN)
+            );
         }
         if f.cert.renewable && earliest.is_none_or(|(_, t)| info.not_after < t) {
             earliest = Some((f.cert.name, info.not_after));
@@ -282,14 +318,20 @@ fn check(p: &CheckParams) -> Result<Outcome, PluginError> {
     if present == 0 {
         return Err(PluginError::new(
             "no-certificates",
-            format!("found no kubeadm certificate under {PKI_DIR} or kubeconfig in /etc/kubernetes; is this a kubeadm control-plane node, and is /etc/kubernetes granted?"),
+            format!(
+                "found no kubeadm certificate under {PKI_DIR} or kubeconfig in /etc/kubernetes; is this a kubeadm control-plane node, and is /etc/kubernetes granted?"
+            ),
         ));
     }
     outcome.message = match earliest {
         Some((name, t)) => format!(
             "{present} certificates; earliest leaf expiry {name} at {}{}",
             x509::rfc3339(t),
-            if soon.is_empty() { String::new() } else { format!("; expiring soon: {}", soon.join(", ")) }
+            if soon.is_empty() {
+                String::new()
+            } else {
+                format!("; expiring soon: {}", soon.join(", "))
+            }
         ),
         None => format!("{present} certificates (no renewable leaf present)"),
     };
@@ -299,11 +341,17 @@ fn check(p: &CheckParams) -> Result<Outcome, PluginError> {
 /// The certificates `names` selects, checked against the inventory.
 fn select(names: &[String]) -> Result<Vec<&'static Cert>, PluginError> {
     if names.is_empty() {
-        return Err(PluginError::new("bad-params", "certificates is empty: name at least one certificate, or [\"all\"]"));
+        return Err(PluginError::new(
+            "bad-params",
+            "certificates is empty: name at least one certificate, or [\"all\"]",
+        ));
     }
     if names.iter().any(|n| n == "all") {
         if names.len() > 1 {
-            return Err(PluginError::new("bad-params", "certificates: `all` cannot be combined with individual names"));
+            return Err(PluginError::new(
+                "bad-params",
+                "certificates: `all` cannot be combined with individual names",
+            ));
         }
         return Ok(inventory::ALL.iter().filter(|c| c.renewable).collect());
     }
@@ -332,7 +380,13 @@ fn renew_preflight(p: &RenewParams) -> Result<Vec<Check>, PluginError> {
         checks.push(Check::fail("params", format!("renewBefore: {m}")));
     }
     if p.wait_seconds > MAX_WAIT_SECONDS {
-        checks.push(Check::fail("params", format!("waitSeconds is {}, expected at most {MAX_WAIT_SECONDS}", p.wait_seconds)));
+        checks.push(Check::fail(
+            "params",
+            format!(
+                "waitSeconds is {}, expected at most {MAX_WAIT_SECONDS}",
+                p.wait_seconds
+            ),
+        ));
     }
 
     // kubeadm present: the host reads its version from the node's /usr/bin/kubeadm.
@@ -365,7 +419,7 @@ fn renew_preflight(p: &RenewParams) -> Result<Vec<Check>, PluginError> {
         });
     }
     if keys.is_empty() {
-        checks.push(Check::fail("ca-key", format!("none of the selected certificates exists under /etc/kubernetes, so no CA key was checked; is this a control-plane node?")));
+        checks.push(Check::fail("ca-key", "none of the selected certificates exists under /etc/kubernetes, so no CA key was checked; is this a control-plane node?"));
     }
 
     // Free space where kubeadm writes the renewed files.
@@ -379,11 +433,20 @@ fn renew_preflight(p: &RenewParams) -> Result<Vec<Check>, PluginError> {
         (true, Some(bytes)) => Check::require(
             "disk-space",
             bytes >= MIN_FREE_BYTES,
-            format!("{} MiB free on the file system of {PKI_DIR} (need {} MiB)", bytes >> 20, MIN_FREE_BYTES >> 20),
+            format!(
+                "{} MiB free on the file system of {PKI_DIR} (need {} MiB)",
+                bytes >> 20,
+                MIN_FREE_BYTES >> 20
+            ),
         ),
         _ => Check::fail(
             "disk-space",
-            format!("`{DF} {}` did not report free space (exit {}): {}", DF_ARGS.join(" "), out.exit_code, out.stderr_text().trim()),
+            format!(
+                "`{DF} {}` did not report free space (exit {}): {}",
+                DF_ARGS.join(" "),
+                out.exit_code,
+                out.stderr_text().trim()
+            ),
         ),
     });
     Ok(checks)
@@ -412,7 +475,12 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
                 if let Some(window) = before_window
                     && info.not_after - now > window
                 {
-                    info!("{} expires {}, not within {}: left alone", cert.name, x509::rfc3339(info.not_after), p.renew_before.as_deref().unwrap_or_default());
+                    info!(
+                        "{} expires {}, not within {}: left alone",
+                        cert.name,
+                        x509::rfc3339(info.not_after),
+                        p.renew_before.as_deref().unwrap_or_default()
+                    );
                     continue;
                 }
                 targets.push((cert, info));
@@ -423,7 +491,9 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
     if targets.is_empty() {
         return Ok(Outcome::unchanged(match &p.renew_before {
             Some(w) => format!("no selected certificate expires within {w}; nothing to renew"),
-            None => "none of the selected certificates exists on this node; nothing to renew".to_owned(),
+            None => {
+                "none of the selected certificates exists on this node; nothing to renew".to_owned()
+            }
         }));
     }
     let names: Vec<&str> = targets.iter().map(|(c, _)| c.name).collect();
@@ -432,7 +502,11 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
             "would renew {} certificate(s) with `kubeadm certs renew`: {}{}",
             names.len(),
             names.join(", "),
-            if p.restart_control_plane { "; then restart the control-plane static pods" } else { "" }
+            if p.restart_control_plane {
+                "; then restart the control-plane static pods"
+            } else {
+                ""
+            }
         ));
         for (c, info) in &targets {
             o = o.output(format!("{}.before", c.name), x509::rfc3339(info.not_after));
@@ -443,24 +517,50 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
     // `renew all` when every renewable certificate present is due; one call per name
     // otherwise (kubeadm takes one name per call).
     let everything = p.certificates.iter().any(|n| n == "all") && before_window.is_none();
-    let batches: Vec<&str> = if everything { vec!["all"] } else { names.clone() };
+    let batches: Vec<&str> = if everything {
+        vec!["all"]
+    } else {
+        names.clone()
+    };
     for (i, name) in batches.iter().enumerate() {
-        log::progress(i as u64, batches.len() as u64, &format!("kubeadm certs renew {name}"));
+        log::progress(
+            i as u64,
+            batches.len() as u64,
+            &format!("kubeadm certs renew {name}"),
+        );
         let mut cmd = Command::new(KUBEADM).args(["certs", "renew", name]);
         if let Some(config) = &p.config {
             cmd = cmd.args(["--config", config.as_str()]);
         }
         let out = cmd.run()?;
-        info!("{}", out.stdout_text().lines().filter(|l| l.contains("renewed")).collect::<Vec<_>>().join("; "));
+        info!(
+            "{}",
+            out.stdout_text()
+                .lines()
+                .filter(|l| l.contains("renewed"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
     }
-    log::progress(batches.len() as u64, batches.len() as u64, "renewed; verifying");
+    log::progress(
+        batches.len() as u64,
+        batches.len() as u64,
+        "renewed; verifying",
+    );
 
     // After: every renewed certificate must be newer and still signed by the same issuer.
     let mut outcome = Outcome::changed(String::new());
     let mut latest = 0;
     for (cert, before) in &targets {
         let after = read_cert(cert)?.ok_or_else(|| {
-            PluginError::new("renew-lost-certificate", format!("{} ({}) is gone after `kubeadm certs renew`; restore it from a backup", cert.name, cert.path()))
+            PluginError::new(
+                "renew-lost-certificate",
+                format!(
+                    "{} ({}) is gone after `kubeadm certs renew`; restore it from a backup",
+                    cert.name,
+                    cert.path()
+                ),
+            )
         })?;
         if after.not_after <= before.not_after {
             return Err(PluginError::new(
@@ -476,15 +576,29 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
         if after.issuer != before.issuer {
             return Err(PluginError::new(
                 "renew-changed-issuer",
-                format!("{}: issuer changed from `{}` to `{}`", cert.name, before.issuer, after.issuer),
+                format!(
+                    "{}: issuer changed from `{}` to `{}`",
+                    cert.name, before.issuer, after.issuer
+                ),
             ));
         }
         latest = latest.max(after.not_after);
         outcome = outcome
-            .output(format!("{}.before", cert.name), x509::rfc3339(before.not_after))
-            .output(format!("{}.after", cert.name), x509::rfc3339(after.not_after));
+            .output(
+                format!("{}.before", cert.name),
+                x509::rfc3339(before.not_after),
+            )
+            .output(
+                format!("{}.after", cert.name),
+                x509::rfc3339(after.not_after),
+            );
     }
-    outcome.message = format!("renewed {} certificate(s), new expiry {}: {}", targets.len(), x509::rfc3339(latest), names.join(", "));
+    outcome.message = format!(
+        "renewed {} certificate(s), new expiry {}: {}",
+        targets.len(),
+        x509::rfc3339(latest),
+        names.join(", ")
+    );
     if p.restart_control_plane {
         let restarted = restart(&default_components(), p.wait_seconds, ctx)?;
         outcome.message = format!("{}; {}", outcome.message, restarted.message);
@@ -508,25 +622,49 @@ fn exists(path: &str) -> bool {
 fn present_manifests(wanted: &[String]) -> Result<Vec<String>, PluginError> {
     for c in wanted {
         if c.is_empty() || c.contains('/') || c.starts_with('.') {
-            return Err(PluginError::new("bad-params", format!("components: `{c}` is not a manifest name (expected e.g. kube-apiserver)")));
+            return Err(PluginError::new(
+                "bad-params",
+                format!("components: `{c}` is not a manifest name (expected e.g. kube-apiserver)"),
+            ));
         }
     }
-    Ok(wanted.iter().filter(|c| exists(&manifest(c)) || exists(&aside(c))).cloned().collect())
+    Ok(wanted
+        .iter()
+        .filter(|c| exists(&manifest(c)) || exists(&aside(c)))
+        .cloned()
+        .collect())
 }
 
 fn rename(from: &str, to: &str) -> Result<(), PluginError> {
     std::fs::rename(from, to).map_err(|e| {
-        PluginError::retryable("manifest-move-failed", format!("moving {from} to {to}: {e}; the plugin needs a ReadWrite grant on {MANIFESTS_DIR}"))
+        PluginError::retryable(
+            "manifest-move-failed",
+            format!(
+                "moving {from} to {to}: {e}; the plugin needs a ReadWrite grant on {MANIFESTS_DIR}"
+            ),
+        )
     })
 }
 
-fn restart(components: &[String], wait_seconds: u64, ctx: &RunContext) -> Result<Outcome, PluginError> {
+fn restart(
+    components: &[String],
+    wait_seconds: u64,
+    ctx: &RunContext,
+) -> Result<Outcome, PluginError> {
     if wait_seconds > MAX_WAIT_SECONDS {
-        return Err(PluginError::new("bad-params", format!("waitSeconds is {wait_seconds}, expected at most {MAX_WAIT_SECONDS}")));
+        return Err(PluginError::new(
+            "bad-params",
+            format!("waitSeconds is {wait_seconds}, expected at most {MAX_WAIT_SECONDS}"),
+        ));
     }
     let present = present_manifests(components)?;
     if present.is_empty() {
-        return Err(PluginError::new("no-manifests", format!("none of {components:?} has a manifest in {MANIFESTS_DIR}; is this a control-plane node?")));
+        return Err(PluginError::new(
+            "no-manifests",
+            format!(
+                "none of {components:?} has a manifest in {MANIFESTS_DIR}; is this a control-plane node?"
+            ),
+        ));
     }
     if ctx.dry_run {
         return Ok(Outcome::unchanged(format!(
@@ -537,7 +675,10 @@ fn restart(components: &[String], wait_seconds: u64, ctx: &RunContext) -> Result
     // An interrupted run may have left manifests aside: put them back first.
     for c in &present {
         if exists(&aside(c)) && !exists(&manifest(c)) {
-            warn!("{} was left aside by an interrupted restart; moving it back", manifest(c));
+            warn!(
+                "{} was left aside by an interrupted restart; moving it back",
+                manifest(c)
+            );
             rename(&aside(c), &manifest(c))?;
         }
     }
@@ -545,13 +686,21 @@ fn restart(components: &[String], wait_seconds: u64, ctx: &RunContext) -> Result
     for (i, c) in present.iter().enumerate() {
         log::progress(i as u64, present.len() as u64, &format!("restarting {c}"));
         rename(&manifest(c), &aside(c))?;
-        info!("moved {} out; waiting {wait_seconds}s for the kubelet to stop {c}", manifest(c));
+        info!(
+            "moved {} out; waiting {wait_seconds}s for the kubelet to stop {c}",
+            manifest(c)
+        );
         std::thread::sleep(wait);
         rename(&aside(c), &manifest(c))?;
         info!("moved {} back; the kubelet starts {c} again", manifest(c));
     }
     log::progress(present.len() as u64, present.len() as u64, "restarted");
-    Ok(Outcome::changed(format!("restarted {} ({}s out each)", present.join(", "), wait_seconds)).output("restarted", present.join(",")))
+    Ok(Outcome::changed(format!(
+        "restarted {} ({}s out each)",
+        present.join(", "),
+        wait_seconds
+    ))
+    .output("restarted", present.join(",")))
 }
 
 bosun_plugin_sdk::export_plugin!(Certs);
@@ -567,19 +716,44 @@ mod tests {
         let actions: Vec<_> = m.actions.iter().map(|a| a.name.as_str()).collect();
         // The planner's well-known actions for renewCertificates.
         assert_eq!(actions, ["check", "renew", "restart-control-plane"]);
-        assert!(m.capabilities.filesystem.iter().any(|p| p.path == "/etc/kubernetes" && !p.writable));
-        assert!(m.capabilities.filesystem.iter().any(|p| p.path == MANIFESTS_DIR && p.writable));
-        assert!(m.capabilities.exec.iter().all(|c| c.command == KUBEADM || c.command == DF));
+        assert!(
+            m.capabilities
+                .filesystem
+                .iter()
+                .any(|p| p.path == "/etc/kubernetes" && !p.writable)
+        );
+        assert!(
+            m.capabilities
+                .filesystem
+                .iter()
+                .any(|p| p.path == MANIFESTS_DIR && p.writable)
+        );
+        assert!(
+            m.capabilities
+                .exec
+                .iter()
+                .all(|c| c.command == KUBEADM || c.command == DF)
+        );
         assert!(m.capabilities.services.is_empty() && m.capabilities.http.is_empty());
     }
 
     #[test]
     fn selection_rejects_unknown_names_and_mixing_all() {
         assert_eq!(select(&["all".into()]).unwrap().len(), 11);
-        assert_eq!(select(&["apiserver".into(), "admin.conf".into()]).unwrap().len(), 2);
+        assert_eq!(
+            select(&["apiserver".into(), "admin.conf".into()])
+                .unwrap()
+                .len(),
+            2
+        );
         let e = select(&["ca".into()]).unwrap_err();
         assert_eq!(e.code, "bad-params");
-        assert!(e.message.contains("`ca` is not a certificate kubeadm renews"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("`ca` is not a certificate kubeadm renews"),
+            "{}",
+            e.message
+        );
         assert!(select(&["all".into(), "apiserver".into()]).is_err());
         assert!(select(&[]).is_err());
     }
@@ -592,15 +766,29 @@ mod tests {
             "params": {"certificates": ["all"], "renewBefore": "720h"}
         }))
         .unwrap();
-        assert!(matches!(a, Action::Renew(RenewParams { ref renew_before, .. }) if renew_before.as_deref() == Some("720h")));
-        let a: Action = serde_json::from_value(serde_json::json!({"action": "restart-control-plane", "params": {}})).unwrap();
-        assert!(matches!(a, Action::RestartControlPlane(RestartParams { wait_seconds: 20, .. })));
+        assert!(
+            matches!(a, Action::Renew(RenewParams { ref renew_before, .. }) if renew_before.as_deref() == Some("720h"))
+        );
+        let a: Action = serde_json::from_value(
+            serde_json::json!({"action": "restart-control-plane", "params": {}}),
+        )
+        .unwrap();
+        assert!(matches!(
+            a,
+            Action::RestartControlPlane(RestartParams {
+                wait_seconds: 20,
+                ..
+            })
+        ));
     }
 
     #[test]
     fn manifest_names_cannot_escape_the_directory() {
         assert!(present_manifests(&["../etc/passwd".into()]).is_err());
         assert!(present_manifests(&[".hidden".into()]).is_err());
-        assert_eq!(aside("etcd"), "/etc/kubernetes/manifests/.etcd.yaml.bosun-restart");
+        assert_eq!(
+            aside("etcd"),
+            "/etc/kubernetes/manifests/.etcd.yaml.bosun-restart"
+        );
     }
 }

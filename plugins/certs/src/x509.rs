@@ -113,13 +113,19 @@ pub fn kubeconfig_client_cert(yaml: &str) -> Result<ClientCert, ParseError> {
         .ok_or(ParseError::NoClientCertificate)?;
     for user in users {
         let Some(u) = user.get("user") else { continue };
-        if let Some(data) = u.get("client-certificate-data").and_then(serde_yaml::Value::as_str) {
+        if let Some(data) = u
+            .get("client-certificate-data")
+            .and_then(serde_yaml::Value::as_str)
+        {
             let pem = base64::engine::general_purpose::STANDARD
                 .decode(data.trim())
                 .map_err(|e| ParseError::BadBase64(e.to_string()))?;
             return Ok(ClientCert::Embedded(pem));
         }
-        if let Some(path) = u.get("client-certificate").and_then(serde_yaml::Value::as_str) {
+        if let Some(path) = u
+            .get("client-certificate")
+            .and_then(serde_yaml::Value::as_str)
+        {
             return Ok(ClientCert::File(path.to_owned()));
         }
     }
@@ -161,7 +167,11 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// # Errors
 /// A message naming what was expected when the text is not of that form.
 pub fn parse_duration(text: &str) -> Result<i64, String> {
-    let bad = || format!("`{text}` is not a duration of hours, minutes and seconds such as `720h` or `90h30m`");
+    let bad = || {
+        format!(
+            "`{text}` is not a duration of hours, minutes and seconds such as `720h` or `90h30m`"
+        )
+    };
     if text.is_empty() {
         return Err(bad());
     }
@@ -185,7 +195,11 @@ pub fn parse_duration(text: &str) -> Result<i64, String> {
             .ok_or_else(bad)?;
         number.clear();
     }
-    if number.is_empty() { Ok(total) } else { Err(bad()) }
+    if number.is_empty() {
+        Ok(total)
+    } else {
+        Err(bad())
+    }
 }
 
 #[cfg(test)]
@@ -212,13 +226,21 @@ mod tests {
     #[test]
     fn kubeconfig_client_cert_embedded_or_file() {
         let embedded = "users:\n- name: a\n  user:\n    client-certificate-data: aGVsbG8=\n";
-        assert_eq!(kubeconfig_client_cert(embedded), Ok(ClientCert::Embedded(b"hello".to_vec())));
+        assert_eq!(
+            kubeconfig_client_cert(embedded),
+            Ok(ClientCert::Embedded(b"hello".to_vec()))
+        );
         let file = "users:\n- name: a\n  user:\n    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem\n";
         assert_eq!(
             kubeconfig_client_cert(file),
-            Ok(ClientCert::File("/var/lib/kubelet/pki/kubelet-client-current.pem".into()))
+            Ok(ClientCert::File(
+                "/var/lib/kubelet/pki/kubelet-client-current.pem".into()
+            ))
         );
-        assert_eq!(kubeconfig_client_cert("users: []\n"), Err(ParseError::NoClientCertificate));
+        assert_eq!(
+            kubeconfig_client_cert("users: []\n"),
+            Err(ParseError::NoClientCertificate)
+        );
     }
 
     #[test]

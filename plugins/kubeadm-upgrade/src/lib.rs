@@ -64,9 +64,15 @@ impl Version {
         let v = semver::Version::parse(t.strip_prefix('v').unwrap_or(t))
             .map_err(|e| format!("`{text}` is not a version like v1.34.2 ({e})"))?;
         if !v.pre.is_empty() || !v.build.is_empty() {
-            return Err(format!("`{text}` is a pre-release or build version; expected a release like v1.34.2"));
+            return Err(format!(
+                "`{text}` is a pre-release or build version; expected a release like v1.34.2"
+            ));
         }
-        Ok(Version { major: v.major, minor: v.minor, patch: v.patch })
+        Ok(Version {
+            major: v.major,
+            minor: v.minor,
+            patch: v.patch,
+        })
     }
 }
 
@@ -77,7 +83,9 @@ impl Version {
 /// Why not, in words for a preflight message.
 pub fn step_allowed(current: Version, target: Version) -> Result<(), String> {
     if target < current {
-        return Err(format!("{target} is older than the node's {current}: kubeadm does not downgrade"));
+        return Err(format!(
+            "{target} is older than the node's {current}: kubeadm does not downgrade"
+        ));
     }
     if target.major != current.major || target.minor > current.minor + 1 {
         return Err(format!(
@@ -157,27 +165,44 @@ impl Plugin for KubeadmUpgrade {
 
     fn run(action: Action, ctx: &RunContext) -> Result<Outcome, PluginError> {
         let (name, p) = split(&action);
-        let target = Version::parse(&p.kubernetes_version).map_err(|m| PluginError::new("bad-params", m))?;
+        let target =
+            Version::parse(&p.kubernetes_version).map_err(|m| PluginError::new("bad-params", m))?;
         match name {
             "plan" => {
-                let out = Command::new(KUBEADM).args(["upgrade", "plan"]).arg(target.to_string()).run()?;
+                let out = Command::new(KUBEADM)
+                    .args(["upgrade", "plan"])
+                    .arg(target.to_string())
+                    .run()?;
                 let text = out.stdout_text();
                 info!("{text}");
-                Ok(Outcome::unchanged(format!("kubeadm upgrade plan {target}: see the log for kubeadm's plan")).output("plan", tail(&text, 8192)))
+                Ok(Outcome::unchanged(format!(
+                    "kubeadm upgrade plan {target}: see the log for kubeadm's plan"
+                ))
+                .output("plan", tail(&text, 8192)))
             }
             "apply" => {
                 if let Some(current) = control_plane_version()?
                     && current == target
                 {
-                    return Ok(Outcome::unchanged(format!("the control plane already runs {target}; nothing to apply")));
+                    return Ok(Outcome::unchanged(format!(
+                        "the control plane already runs {target}; nothing to apply"
+                    )));
                 }
                 if ctx.dry_run {
-                    return Ok(Outcome::unchanged(format!("would run `kubeadm upgrade apply --yes {target}`")));
+                    return Ok(Outcome::unchanged(format!(
+                        "would run `kubeadm upgrade apply --yes {target}`"
+                    )));
                 }
-                let out = Command::new(KUBEADM).args(["upgrade", "apply", "--yes"]).arg(target.to_string()).run()?;
+                let out = Command::new(KUBEADM)
+                    .args(["upgrade", "apply", "--yes"])
+                    .arg(target.to_string())
+                    .run()?;
                 info!("{}", tail(&out.stdout_text(), 4096));
                 match control_plane_version()? {
-                    Some(v) if v == target => Ok(Outcome::changed(format!("control plane upgraded to {target}")).output("version", target)),
+                    Some(v) if v == target => Ok(Outcome::changed(format!(
+                        "control plane upgraded to {target}"
+                    ))
+                    .output("version", target)),
                     other => Err(PluginError::new(
                         "upgrade-not-applied",
                         format!(
@@ -192,14 +217,21 @@ impl Plugin for KubeadmUpgrade {
                 if let Some(current) = cp
                     && current == target
                 {
-                    return Ok(Outcome::unchanged(format!("this control-plane node already runs {target}")));
+                    return Ok(Outcome::unchanged(format!(
+                        "this control-plane node already runs {target}"
+                    )));
                 }
                 if ctx.dry_run {
-                    return Ok(Outcome::unchanged(format!("would run `kubeadm upgrade node` (kubeadm {target})")));
+                    return Ok(Outcome::unchanged(format!(
+                        "would run `kubeadm upgrade node` (kubeadm {target})"
+                    )));
                 }
                 let out = Command::new(KUBEADM).args(["upgrade", "node"]).run()?;
                 info!("{}", tail(&out.stdout_text(), 4096));
-                Ok(Outcome::changed(format!("node upgraded with kubeadm {target}")).output("version", target))
+                Ok(
+                    Outcome::changed(format!("node upgraded with kubeadm {target}"))
+                        .output("version", target),
+                )
             }
         }
     }
@@ -217,7 +249,10 @@ fn split(action: &Action) -> (&'static str, &UpgradeParams) {
 fn control_plane_version() -> Result<Option<Version>, PluginError> {
     match fs::read_optional(APISERVER_MANIFEST) {
         Ok(Some(text)) => manifest_version(&text).map(Some).ok_or_else(|| {
-            PluginError::new("bad-manifest", format!("{APISERVER_MANIFEST} has no image with a version tag"))
+            PluginError::new(
+                "bad-manifest",
+                format!("{APISERVER_MANIFEST} has no image with a version tag"),
+            )
         }),
         Ok(None) => Ok(None),
         // A worker usually has no grant there worth failing for.
@@ -263,8 +298,16 @@ mod tests {
         assert!(step_allowed(v("v1.33.5"), v("v1.34.2")).is_ok());
         assert!(step_allowed(v("v1.34.1"), v("v1.34.2")).is_ok());
         assert!(step_allowed(v("v1.34.2"), v("v1.34.2")).is_ok());
-        assert!(step_allowed(v("v1.33.5"), v("v1.35.0")).unwrap_err().contains("skips a minor version"));
-        assert!(step_allowed(v("v1.34.2"), v("v1.34.1")).unwrap_err().contains("does not downgrade"));
+        assert!(
+            step_allowed(v("v1.33.5"), v("v1.35.0"))
+                .unwrap_err()
+                .contains("skips a minor version")
+        );
+        assert!(
+            step_allowed(v("v1.34.2"), v("v1.34.1"))
+                .unwrap_err()
+                .contains("does not downgrade")
+        );
         assert!(step_allowed(v("v1.34.2"), v("v2.0.0")).is_err());
     }
 
@@ -272,14 +315,21 @@ mod tests {
     fn versions_parse_strictly() {
         assert_eq!(v("1.34.2"), v("v1.34.2"));
         assert!(Version::parse("v1.34").is_err());
-        assert!(Version::parse("v1.35.0-rc.1").unwrap_err().contains("pre-release"));
+        assert!(
+            Version::parse("v1.35.0-rc.1")
+                .unwrap_err()
+                .contains("pre-release")
+        );
     }
 
     #[test]
     fn manifest_image_tag_is_the_version() {
         let m = "spec:\n  containers:\n  - command:\n    - kube-apiserver\n    image: registry.k8s.io/kube-apiserver:v1.34.4\n";
         assert_eq!(manifest_version(m), Some(v("v1.34.4")));
-        assert_eq!(manifest_version("image: localhost:5000/kube-apiserver:v1.33.1"), Some(v("v1.33.1")));
+        assert_eq!(
+            manifest_version("image: localhost:5000/kube-apiserver:v1.33.1"),
+            Some(v("v1.33.1"))
+        );
         assert_eq!(manifest_version("no image here"), None);
     }
 

@@ -69,11 +69,18 @@ impl Plugin for Kubelet {
         bosun_plugin_sdk::metadata!()
             .name("kubelet")
             .action(
-                ActionInfo::new("restart", "Restart kubelet.service and wait until systemd reports it running")
-                    .params::<RestartParams>()
+                ActionInfo::new(
+                    "restart",
+                    "Restart kubelet.service and wait until systemd reports it running",
+                )
+                .params::<RestartParams>()
+                .idempotent(),
+            )
+            .action(
+                ActionInfo::new("status", "Report kubelet.service's systemd state")
+                    .params::<StatusParams>()
                     .idempotent(),
             )
-            .action(ActionInfo::new("status", "Report kubelet.service's systemd state").params::<StatusParams>().idempotent())
             .controls(UNIT, &[ServiceAction::Restart])
     }
 
@@ -83,14 +90,24 @@ impl Plugin for Kubelet {
             checks.push(Check::require(
                 "params",
                 p.timeout_seconds > 0 && p.settle_seconds < p.timeout_seconds,
-                format!("timeoutSeconds {} > settleSeconds {}", p.timeout_seconds, p.settle_seconds),
+                format!(
+                    "timeoutSeconds {} > settleSeconds {}",
+                    p.timeout_seconds, p.settle_seconds
+                ),
             ));
         }
         checks.push(match service::status(UNIT) {
-            Ok(s) if s.active_state == "failed" => {
-                Check::warn("unit-known", format!("{UNIT} is failed ({}); a restart may bring it back", s.sub_state))
-            }
-            Ok(s) => Check::pass("unit-known", format!("{UNIT} is {}/{}", s.active_state, s.sub_state)),
+            Ok(s) if s.active_state == "failed" => Check::warn(
+                "unit-known",
+                format!(
+                    "{UNIT} is failed ({}); a restart may bring it back",
+                    s.sub_state
+                ),
+            ),
+            Ok(s) => Check::pass(
+                "unit-known",
+                format!("{UNIT} is {}/{}", s.active_state, s.sub_state),
+            ),
             Err(e) => Check::fail("unit-known", format!("{UNIT}: {e}")),
         });
         Ok(checks)
@@ -100,9 +117,11 @@ impl Plugin for Kubelet {
         match action {
             Action::Status(StatusParams {}) => {
                 let s = service::status(UNIT)?;
-                Ok(Outcome::unchanged(format!("{UNIT} is {}/{}", s.active_state, s.sub_state))
-                    .output("activeState", &s.active_state)
-                    .output("subState", &s.sub_state))
+                Ok(
+                    Outcome::unchanged(format!("{UNIT} is {}/{}", s.active_state, s.sub_state))
+                        .output("activeState", &s.active_state)
+                        .output("subState", &s.sub_state),
+                )
             }
             Action::Restart(p) => restart(&p, ctx),
         }
@@ -121,7 +140,10 @@ fn restart(p: &RestartParams, ctx: &RunContext) -> Result<Outcome, PluginError> 
             before.active_state, before.sub_state, p.timeout_seconds
         )));
     }
-    info!("restarting {UNIT} (was {}/{})", before.active_state, before.sub_state);
+    info!(
+        "restarting {UNIT} (was {}/{})",
+        before.active_state, before.sub_state
+    );
     let after = service::restart(UNIT)?;
     let timeout = Duration::from_secs(p.timeout_seconds);
     let settle = Duration::from_secs(p.settle_seconds);
@@ -136,13 +158,19 @@ fn restart(p: &RestartParams, ctx: &RunContext) -> Result<Outcome, PluginError> 
             }
         } else {
             if running_since.is_some() {
-                warn!("{UNIT} stopped running after the restart ({}/{})", last.active_state, last.sub_state);
+                warn!(
+                    "{UNIT} stopped running after the restart ({}/{})",
+                    last.active_state, last.sub_state
+                );
             }
             running_since = None;
             if last.active_state == "failed" {
                 return Err(PluginError::new(
                     "kubelet-failed",
-                    format!("{UNIT} is failed ({}) after the restart; see `journalctl -u kubelet` on the node", last.sub_state),
+                    format!(
+                        "{UNIT} is failed ({}) after the restart; see `journalctl -u kubelet` on the node",
+                        last.sub_state
+                    ),
                 ));
             }
         }
@@ -151,9 +179,7 @@ fn restart(p: &RestartParams, ctx: &RunContext) -> Result<Outcome, PluginError> 
                 "kubelet-not-running",
                 format!(
                     "{UNIT} is {}/{} {}s after the restart, expected active/running; see `journalctl -u kubelet` on the node",
-                    last.active_state,
-                    last.sub_state,
-                    p.timeout_seconds
+                    last.active_state, last.sub_state, p.timeout_seconds
                 ),
             ));
         }
@@ -184,13 +210,24 @@ mod tests {
         assert_eq!(m.capabilities.services.len(), 1);
         assert_eq!(m.capabilities.services[0].unit, UNIT);
         assert_eq!(m.capabilities.services[0].actions, [ServiceAction::Restart]);
-        assert!(m.capabilities.exec.is_empty() && m.capabilities.filesystem.is_empty() && m.capabilities.http.is_empty());
+        assert!(
+            m.capabilities.exec.is_empty()
+                && m.capabilities.filesystem.is_empty()
+                && m.capabilities.http.is_empty()
+        );
     }
 
     #[test]
     fn planner_params_deserialize() {
         // runtime/planner sends `restart` with `{}`.
-        let a: Action = serde_json::from_value(serde_json::json!({"action": "restart", "params": {}})).unwrap();
-        assert!(matches!(a, Action::Restart(RestartParams { timeout_seconds: 120, settle_seconds: 5 })));
+        let a: Action =
+            serde_json::from_value(serde_json::json!({"action": "restart", "params": {}})).unwrap();
+        assert!(matches!(
+            a,
+            Action::Restart(RestartParams {
+                timeout_seconds: 120,
+                settle_seconds: 5
+            })
+        ));
     }
 }

@@ -27,7 +27,11 @@ pub trait Backend {
     fn available(&self, package: &str) -> Result<Vec<String>, PluginError>;
     /// Install exactly these (name, version) pairs in one transaction; upgrades and
     /// downgrades alike. Held packages have been released before.
-    fn install(&self, packages: &[(String, String)], installed: &[Option<Installed>]) -> Result<(), PluginError>;
+    fn install(
+        &self,
+        packages: &[(String, String)],
+        installed: &[Option<Installed>],
+    ) -> Result<(), PluginError>;
     /// Keep `package` at its installed version.
     fn hold(&self, package: &str, version: &str) -> Result<(), PluginError>;
     /// Let the package manager change `package` again.
@@ -47,11 +51,16 @@ pub fn check_name(package: &str) -> Result<(), PluginError> {
     let ok = !package.is_empty()
         && package.len() <= 128
         && package.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && package.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-._".contains(c));
+        && package
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+-._".contains(c));
     if ok {
         Ok(())
     } else {
-        Err(PluginError::new("bad-params", format!("`{package}` is not a package name (lowercase letters, digits, + - . _)")))
+        Err(PluginError::new(
+            "bad-params",
+            format!("`{package}` is not a package name (lowercase letters, digits, + - . _)"),
+        ))
     }
 }
 
@@ -100,7 +109,9 @@ impl Backend for Apt {
     }
 
     fn installed(&self, package: &str) -> Result<Option<Installed>, PluginError> {
-        let out = Command::new(DPKG_QUERY).args(["-W", DPKG_FORMAT, package]).output()?;
+        let out = Command::new(DPKG_QUERY)
+            .args(["-W", DPKG_FORMAT, package])
+            .output()?;
         if !out.success() {
             // "no packages found matching NAME": dpkg has never heard of it.
             return Ok(None);
@@ -113,7 +124,11 @@ impl Backend for Apt {
         Ok(parse_madison(&out.stdout_text(), package))
     }
 
-    fn install(&self, packages: &[(String, String)], _installed: &[Option<Installed>]) -> Result<(), PluginError> {
+    fn install(
+        &self,
+        packages: &[(String, String)],
+        _installed: &[Option<Installed>],
+    ) -> Result<(), PluginError> {
         let mut cmd = Command::new(APT_GET).args(APT_INSTALL_OPTS).arg("install");
         for (name, version) in packages {
             cmd = cmd.arg(format!("{name}={version}"));
@@ -141,7 +156,10 @@ pub fn parse_dpkg_status(text: &str) -> Option<Installed> {
     if words.get(2) != Some(&"installed") || version.is_empty() {
         return None;
     }
-    Some(Installed { version: version.to_owned(), held: words[0] == "hold" })
+    Some(Installed {
+        version: version.to_owned(),
+        held: words[0] == "hold",
+    })
 }
 
 /// Parses `apt-cache madison NAME`: ` NAME | 1.2-1 | file:/repo ./ Packages`.
@@ -182,7 +200,10 @@ pub struct Dnf {
 
 impl Dnf {
     fn versionlock_available(&self) -> bool {
-        Command::new(self.program).args(["-q", "versionlock", "list"]).output().is_ok_and(|o| o.success())
+        Command::new(self.program)
+            .args(["-q", "versionlock", "list"])
+            .output()
+            .is_ok_and(|o| o.success())
     }
 }
 
@@ -197,13 +218,17 @@ impl Backend for Dnf {
     }
 
     fn installed(&self, package: &str) -> Result<Option<Installed>, PluginError> {
-        let out = Command::new(RPM).args(["-q", "--qf", "%{VERSION}-%{RELEASE}", package]).output()?;
+        let out = Command::new(RPM)
+            .args(["-q", "--qf", "%{VERSION}-%{RELEASE}", package])
+            .output()?;
         if !out.success() {
             return Ok(None);
         }
         let version = out.stdout_text().trim().to_owned();
         let held = self.versionlock_available() && {
-            let list = Command::new(self.program).args(["-q", "versionlock", "list"]).run()?;
+            let list = Command::new(self.program)
+                .args(["-q", "versionlock", "list"])
+                .run()?;
             list.stdout_text().lines().any(|l| locks(l.trim(), package))
         };
         Ok(Some(Installed { version, held }))
@@ -211,16 +236,31 @@ impl Backend for Dnf {
 
     fn available(&self, package: &str) -> Result<Vec<String>, PluginError> {
         let out = Command::new(self.program)
-            .args(["-q", "list", "--showduplicates", "--disableexcludes=all", package])
+            .args([
+                "-q",
+                "list",
+                "--showduplicates",
+                "--disableexcludes=all",
+                package,
+            ])
             .run()?;
         Ok(parse_dnf_list(&out.stdout_text(), package))
     }
 
-    fn install(&self, packages: &[(String, String)], installed: &[Option<Installed>]) -> Result<(), PluginError> {
+    fn install(
+        &self,
+        packages: &[(String, String)],
+        installed: &[Option<Installed>],
+    ) -> Result<(), PluginError> {
         // dnf installs upgrades with `install` and downgrades with `downgrade`.
-        let (down, up): (Vec<_>, Vec<_>) = packages.iter().zip(installed).partition(|((_, want), have)| {
-            have.as_ref().is_some_and(|h| version_cmp(want, &h.version) == std::cmp::Ordering::Less)
-        });
+        let (down, up): (Vec<_>, Vec<_>) =
+            packages
+                .iter()
+                .zip(installed)
+                .partition(|((_, want), have)| {
+                    have.as_ref()
+                        .is_some_and(|h| version_cmp(want, &h.version) == std::cmp::Ordering::Less)
+                });
         for (verb, set) in [("install", up), ("downgrade", down)] {
             if set.is_empty() {
                 continue;
@@ -242,7 +282,10 @@ impl Backend for Dnf {
             );
             return Ok(());
         }
-        Command::new(self.program).args(["-q", "versionlock", "add"]).arg(format!("{package}-{version}")).run()?;
+        Command::new(self.program)
+            .args(["-q", "versionlock", "add"])
+            .arg(format!("{package}-{version}"))
+            .run()?;
         Ok(())
     }
 
@@ -250,7 +293,9 @@ impl Backend for Dnf {
         if !self.versionlock_available() {
             return Ok(());
         }
-        Command::new(self.program).args(["-q", "versionlock", "delete", package]).run()?;
+        Command::new(self.program)
+            .args(["-q", "versionlock", "delete", package])
+            .run()?;
         Ok(())
     }
 }
@@ -271,7 +316,10 @@ pub fn parse_dnf_list(text: &str, package: &str) -> Vec<String> {
     for line in text.lines() {
         let cols: Vec<&str> = line.split_whitespace().collect();
         if cols.len() >= 2 && cols[0].rsplit_once('.').is_some_and(|(n, _)| n == package) {
-            let v = cols[1].split_once(':').map_or(cols[1], |(_, rest)| rest).to_owned();
+            let v = cols[1]
+                .split_once(':')
+                .map_or(cols[1], |(_, rest)| rest)
+                .to_owned();
             if !versions.contains(&v) {
                 versions.push(v);
             }
@@ -345,8 +393,20 @@ mod tests {
 
     #[test]
     fn dpkg_status_lines() {
-        assert_eq!(parse_dpkg_status("hold ok installed|1.2-1"), Some(Installed { version: "1.2-1".into(), held: true }));
-        assert_eq!(parse_dpkg_status("install ok installed|1.2-1"), Some(Installed { version: "1.2-1".into(), held: false }));
+        assert_eq!(
+            parse_dpkg_status("hold ok installed|1.2-1"),
+            Some(Installed {
+                version: "1.2-1".into(),
+                held: true
+            })
+        );
+        assert_eq!(
+            parse_dpkg_status("install ok installed|1.2-1"),
+            Some(Installed {
+                version: "1.2-1".into(),
+                held: false
+            })
+        );
         assert_eq!(parse_dpkg_status("deinstall ok config-files|1.2-1"), None);
         assert_eq!(parse_dpkg_status("unknown ok not-installed|"), None);
     }
@@ -356,7 +416,14 @@ mod tests {
         let m = " kubeadm | 1.34.2-1.1 | https://pkgs.k8s.io/core:/stable:/v1.34/deb  Packages\n kubeadm | 1.34.1-1.1 | https://pkgs.k8s.io/core:/stable:/v1.34/deb  Packages\n";
         assert_eq!(parse_madison(m, "kubeadm"), ["1.34.2-1.1", "1.34.1-1.1"]);
         let d = "Available Packages\nkubeadm.x86_64   1.34.1-150500.1.1   kubernetes\nkubeadm.x86_64   1.34.10-150500.1.1   kubernetes\nkubeadm.x86_64   1.34.2-150500.1.1   kubernetes\n";
-        assert_eq!(parse_dnf_list(d, "kubeadm"), ["1.34.10-150500.1.1", "1.34.2-150500.1.1", "1.34.1-150500.1.1"]);
+        assert_eq!(
+            parse_dnf_list(d, "kubeadm"),
+            [
+                "1.34.10-150500.1.1",
+                "1.34.2-150500.1.1",
+                "1.34.1-150500.1.1"
+            ]
+        );
     }
 
     #[test]

@@ -48,7 +48,9 @@ impl BinarySpec {
     /// The target path.
     #[must_use]
     pub fn target(&self) -> String {
-        self.path.clone().unwrap_or_else(|| format!("{DEFAULT_DIR}/{}", self.name))
+        self.path
+            .clone()
+            .unwrap_or_else(|| format!("{DEFAULT_DIR}/{}", self.name))
     }
 }
 
@@ -71,16 +73,34 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// `bad-params` naming the field.
 pub fn validate(spec: &BinarySpec) -> Result<(), PluginError> {
     let target = spec.target();
-    if !target.starts_with('/') || target.split('/').any(|c| c == ".." || c == ".") || target.ends_with('/') {
-        return Err(PluginError::new("bad-params", format!("binaries[{}].path: `{target}` is not an absolute file path without . or ..", spec.name)));
+    if !target.starts_with('/')
+        || target.split('/').any(|c| c == ".." || c == ".")
+        || target.ends_with('/')
+    {
+        return Err(PluginError::new(
+            "bad-params",
+            format!(
+                "binaries[{}].path: `{target}` is not an absolute file path without . or ..",
+                spec.name
+            ),
+        ));
     }
     if spec.name.is_empty() || spec.name.contains('/') {
-        return Err(PluginError::new("bad-params", format!("binaries: name `{}` is not a file name", spec.name)));
+        return Err(PluginError::new(
+            "bad-params",
+            format!("binaries: name `{}` is not a file name", spec.name),
+        ));
     }
     if let Some(d) = &spec.sha256
         && (d.len() != 64 || !d.chars().all(|c| c.is_ascii_hexdigit()))
     {
-        return Err(PluginError::new("bad-params", format!("binaries[{}].sha256: expected 64 hex digits, found `{d}`", spec.name)));
+        return Err(PluginError::new(
+            "bad-params",
+            format!(
+                "binaries[{}].sha256: expected 64 hex digits, found `{d}`",
+                spec.name
+            ),
+        ));
     }
     Ok(())
 }
@@ -94,7 +114,10 @@ fn download(url: &str, max: u64) -> Result<Vec<u8>, PluginError> {
         pe.context(format!("downloading {url}"))
     })?;
     if r.status != 200 {
-        return Err(PluginError::retryable("download-failed", format!("GET {url}: HTTP {}, expected 200", r.status)));
+        return Err(PluginError::retryable(
+            "download-failed",
+            format!("GET {url}: HTTP {}, expected 200", r.status),
+        ));
     }
     let declared = r
         .headers
@@ -106,7 +129,10 @@ fn download(url: &str, max: u64) -> Result<Vec<u8>, PluginError> {
     {
         return Err(PluginError::retryable(
             "download-incomplete",
-            format!("GET {url}: received {} of the {len} bytes the server announced (connection cut?); nothing was changed, retry", r.body.len()),
+            format!(
+                "GET {url}: received {} of the {len} bytes the server announced (connection cut?); nothing was changed, retry",
+                r.body.len()
+            ),
         ));
     }
     Ok(r.body)
@@ -120,9 +146,16 @@ fn expected_digest(spec: &BinarySpec) -> Result<String, PluginError> {
     let url = format!("{}.sha256", spec.url);
     let body = download(&url, 4096)?;
     let text = String::from_utf8_lossy(&body);
-    let d = text.split_whitespace().next().unwrap_or_default().to_ascii_lowercase();
+    let d = text
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     if d.len() != 64 || !d.chars().all(|c| c.is_ascii_hexdigit()) {
-        return Err(PluginError::new("bad-digest-file", format!("{url} does not start with a SHA-256 hex digest")));
+        return Err(PluginError::new(
+            "bad-digest-file",
+            format!("{url} does not start with a SHA-256 hex digest"),
+        ));
     }
     Ok(d)
 }
@@ -151,7 +184,12 @@ pub fn install(spec: &BinarySpec, dry_run: bool) -> Result<(Change, String), Plu
         Ok(b) => Some(b),
         Err(e) if e.kind() == ErrorKind::NotFound => None,
         Err(e) => {
-            return Err(PluginError::new("file-error", format!("reading {target}: {e}; the plugin needs a ReadWrite grant on its directory")));
+            return Err(PluginError::new(
+                "file-error",
+                format!(
+                    "reading {target}: {e}; the plugin needs a ReadWrite grant on its directory"
+                ),
+            ));
         }
     };
     if current.as_deref().map(sha256_hex).as_deref() == Some(want.as_str()) {
@@ -165,7 +203,10 @@ pub fn install(spec: &BinarySpec, dry_run: bool) -> Result<(Change, String), Plu
     if got != want {
         return Err(PluginError::new(
             "digest-mismatch",
-            format!("{}: SHA-256 is {got}, expected {want}; {target} was not changed. Check the URL and the digest", spec.url),
+            format!(
+                "{}: SHA-256 is {got}, expected {want}; {target} was not changed. Check the URL and the digest",
+                spec.url
+            ),
         ));
     }
     let staged = sibling(&target, "bosun-new");
@@ -198,7 +239,12 @@ pub fn install(spec: &BinarySpec, dry_run: bool) -> Result<(Change, String), Plu
 pub fn rollback(target: &str, dry_run: bool) -> Result<bool, PluginError> {
     let previous = sibling(target, "bosun-prev");
     if std::fs::metadata(&previous).is_err() {
-        return Err(PluginError::new("no-previous", format!("{previous} does not exist: no earlier install of {target} by this plugin to roll back to")));
+        return Err(PluginError::new(
+            "no-previous",
+            format!(
+                "{previous} does not exist: no earlier install of {target} by this plugin to roll back to"
+            ),
+        ));
     }
     if dry_run {
         return Ok(false);
@@ -208,7 +254,12 @@ pub fn rollback(target: &str, dry_run: bool) -> Result<bool, PluginError> {
 }
 
 fn write_error(path: &str, e: &std::io::Error) -> PluginError {
-    PluginError::new("file-error", format!("writing {path}: {e}; the plugin needs a ReadWrite grant on the directory of the binary"))
+    PluginError::new(
+        "file-error",
+        format!(
+            "writing {path}: {e}; the plugin needs a ReadWrite grant on the directory of the binary"
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -217,12 +268,20 @@ mod tests {
 
     #[test]
     fn siblings_are_hidden_in_the_same_directory() {
-        assert_eq!(sibling("/usr/bin/kubeadm", "bosun-new"), "/usr/bin/.kubeadm.bosun-new");
+        assert_eq!(
+            sibling("/usr/bin/kubeadm", "bosun-new"),
+            "/usr/bin/.kubeadm.bosun-new"
+        );
     }
 
     #[test]
     fn specs_are_validated() {
-        let mut s = BinarySpec { name: "kubeadm".into(), url: "http://127.0.0.1:1/k".into(), sha256: None, path: None };
+        let mut s = BinarySpec {
+            name: "kubeadm".into(),
+            url: "http://127.0.0.1:1/k".into(),
+            sha256: None,
+            path: None,
+        };
         assert!(validate(&s).is_ok());
         s.path = Some("/usr/bin/../../etc/passwd".into());
         assert!(validate(&s).is_err());
@@ -233,6 +292,9 @@ mod tests {
 
     #[test]
     fn digest_is_hex_sha256() {
-        assert_eq!(sha256_hex(b""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(
+            sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
     }
 }

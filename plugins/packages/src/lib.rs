@@ -23,7 +23,10 @@ pub mod binary;
 use bosun_plugin_sdk::prelude::*;
 use bosun_plugin_sdk::{facts, log};
 
-use backend::{APT_CACHE, APT_GET, APT_INSTALL_OPTS, APT_MARK, APT_PKG_PATTERN, Apt, Backend, DNF, DPKG_FORMAT, DPKG_QUERY, Dnf, Installed, MAX_PACKAGES, NAME_PATTERN, RPM, RPM_PKG_PATTERN, YUM};
+use backend::{
+    APT_CACHE, APT_GET, APT_INSTALL_OPTS, APT_MARK, APT_PKG_PATTERN, Apt, Backend, DNF,
+    DPKG_FORMAT, DPKG_QUERY, Dnf, Installed, MAX_PACKAGES, NAME_PATTERN, RPM, RPM_PKG_PATTERN, YUM,
+};
 use binary::BinarySpec;
 
 /// Which backend a step uses.
@@ -139,7 +142,16 @@ impl Plugin for Packages {
             m = m
                 .runs(prog, ["-q", "makecache"])
                 .runs(prog, ["-q", "versionlock", "list"])
-                .runs(prog, ["-q", "list", "--showduplicates", "--disableexcludes=all", NAME_PATTERN])
+                .runs(
+                    prog,
+                    [
+                        "-q",
+                        "list",
+                        "--showduplicates",
+                        "--disableexcludes=all",
+                        NAME_PATTERN,
+                    ],
+                )
                 .runs(prog, ["-q", "versionlock", "add", RPM_PKG_PATTERN])
                 .runs(prog, ["-q", "versionlock", "delete", NAME_PATTERN]);
             for verb in ["install", "downgrade"] {
@@ -161,17 +173,29 @@ impl Plugin for Packages {
         let facts = facts::node()?;
         match action {
             Action::Install(p) => install_preflight(p, &facts),
-            Action::Hold(p) | Action::Unhold(p) => Ok(vec![match choose(p.backend, false, &facts.os) {
-                Ok(Chosen::Binary) => Check::fail("backend", "hold/unhold apply to apt and dnf/yum packages; a binary is never changed except by install"),
-                Ok(c) => Check::pass("backend", format!("{} on {}", c.name(), facts.os.pretty_name)),
-                Err(m) => Check::fail("backend", m),
-            }]),
+            Action::Hold(p) | Action::Unhold(p) => {
+                Ok(vec![match choose(p.backend, false, &facts.os) {
+                    Ok(Chosen::Binary) => Check::fail(
+                        "backend",
+                        "hold/unhold apply to apt and dnf/yum packages; a binary is never changed except by install",
+                    ),
+                    Ok(c) => Check::pass(
+                        "backend",
+                        format!("{} on {}", c.name(), facts.os.pretty_name),
+                    ),
+                    Err(m) => Check::fail("backend", m),
+                }])
+            }
             Action::Rollback(p) => Ok(p
                 .paths
                 .iter()
                 .map(|path| {
                     let prev = binary::sibling(path, "bosun-prev");
-                    Check::require("previous-present", std::fs::metadata(&prev).is_ok(), format!("{prev} (kept by the last binary install of {path})"))
+                    Check::require(
+                        "previous-present",
+                        std::fs::metadata(&prev).is_ok(),
+                        format!("{prev} (kept by the last binary install of {path})"),
+                    )
                 })
                 .collect()),
         }
@@ -191,7 +215,10 @@ impl Plugin for Packages {
                     }
                 }
                 Ok(if ctx.dry_run {
-                    Outcome::unchanged(format!("would put back the previous {}", p.paths.join(", ")))
+                    Outcome::unchanged(format!(
+                        "would put back the previous {}",
+                        p.paths.join(", ")
+                    ))
                 } else {
                     Outcome::changed(format!("put back the previous {}", done.join(", ")))
                 })
@@ -233,7 +260,11 @@ impl Chosen {
 ///
 /// # Errors
 /// A message saying the family has no backend here and what to do.
-pub fn choose(forced: Option<BackendName>, has_binaries: bool, os: &facts::OsRelease) -> Result<Chosen, String> {
+pub fn choose(
+    forced: Option<BackendName>,
+    has_binaries: bool,
+    os: &facts::OsRelease,
+) -> Result<Chosen, String> {
     match forced {
         Some(BackendName::Apt) => return Ok(Chosen::Apt),
         Some(BackendName::Dnf) => return Ok(Chosen::Dnf),
@@ -246,13 +277,28 @@ pub fn choose(forced: Option<BackendName>, has_binaries: bool, os: &facts::OsRel
         return Ok(Chosen::Apt);
     }
     if os.is_like("rhel") || os.is_like("fedora") || os.is_like("centos") {
-        let major: u32 = os.version_id.split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
-        return Ok(if os.is_like("fedora") && !os.is_like("rhel") || major >= 8 { Chosen::Dnf } else { Chosen::Yum });
+        let major: u32 = os
+            .version_id
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        return Ok(
+            if os.is_like("fedora") && !os.is_like("rhel") || major >= 8 {
+                Chosen::Dnf
+            } else {
+                Chosen::Yum
+            },
+        );
     }
     Err(format!(
         "no package backend for {} (ID={}, ID_LIKE={}): this plugin handles apt (Debian, Ubuntu) and dnf/yum (RHEL family). \
          Use `backend: binary` with `binaries`, or install a package plugin for this family (docs/plugins-first-party.md, \"Write a package backend\")",
-        if os.pretty_name.is_empty() { "this node" } else { &os.pretty_name },
+        if os.pretty_name.is_empty() {
+            "this node"
+        } else {
+            &os.pretty_name
+        },
         os.id,
         os.id_like.join(" ")
     ))
@@ -267,11 +313,22 @@ fn binaries_for(p: &InstallParams, arch: &str) -> Result<Vec<BinarySpec>, Plugin
     if !p.binaries.is_empty() {
         return Ok(p.binaries.clone());
     }
-    let version = p.kubernetes_version.as_deref().ok_or_else(|| bad("the binary backend needs `binaries`, or `packages` with `kubernetesVersion`"))?;
-    let base = p.base_url.as_deref().unwrap_or(binary::DEFAULT_BASE_URL).trim_end_matches('/');
+    let version = p.kubernetes_version.as_deref().ok_or_else(|| {
+        bad("the binary backend needs `binaries`, or `packages` with `kubernetesVersion`")
+    })?;
+    let base = p
+        .base_url
+        .as_deref()
+        .unwrap_or(binary::DEFAULT_BASE_URL)
+        .trim_end_matches('/');
     Ok(p.packages
         .iter()
-        .map(|name| BinarySpec { name: name.clone(), url: format!("{base}/{version}/bin/linux/{arch}/{name}"), sha256: None, path: None })
+        .map(|name| BinarySpec {
+            name: name.clone(),
+            url: format!("{base}/{version}/bin/linux/{arch}/{name}"),
+            sha256: None,
+            path: None,
+        })
         .collect())
 }
 
@@ -280,13 +337,20 @@ fn validate_names(packages: &[String]) -> Result<(), PluginError> {
         return Err(bad("packages is empty: name at least one package"));
     }
     if packages.len() > MAX_PACKAGES {
-        return Err(bad(format!("packages lists {}, at most {MAX_PACKAGES} are installed in one step", packages.len())));
+        return Err(bad(format!(
+            "packages lists {}, at most {MAX_PACKAGES} are installed in one step",
+            packages.len()
+        )));
     }
     packages.iter().try_for_each(|n| backend::check_name(n))
 }
 
 /// The exact version `package` should be at.
-fn wanted_version(b: &dyn Backend, package: &str, p: &InstallParams) -> Result<String, PluginError> {
+fn wanted_version(
+    b: &dyn Backend,
+    package: &str,
+    p: &InstallParams,
+) -> Result<String, PluginError> {
     let available = b.available(package)?;
     if let Some(v) = &p.version {
         return if available.iter().any(|a| a == v) {
@@ -294,11 +358,18 @@ fn wanted_version(b: &dyn Backend, package: &str, p: &InstallParams) -> Result<S
         } else {
             Err(PluginError::new(
                 "version-unavailable",
-                format!("{package} {v} is not in the repositories {} knows; available: {}", b.name(), list(&available)),
+                format!(
+                    "{package} {v} is not in the repositories {} knows; available: {}",
+                    b.name(),
+                    list(&available)
+                ),
             ))
         };
     }
-    let k = p.kubernetes_version.as_deref().ok_or_else(|| bad("set `version` (exact package version) or `kubernetesVersion`"))?;
+    let k = p
+        .kubernetes_version
+        .as_deref()
+        .ok_or_else(|| bad("set `version` (exact package version) or `kubernetesVersion`"))?;
     let upstream = k.trim_start_matches('v');
     available.iter().find(|a| backend::upstream(a) == upstream).cloned().ok_or_else(|| {
         PluginError::new(
@@ -313,18 +384,33 @@ fn minor(v: &str) -> String {
 }
 
 fn list(v: &[String]) -> String {
-    if v.is_empty() { "none".into() } else { v.join(", ") }
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
 }
 
-fn install_preflight(p: &InstallParams, facts: &facts::NodeFacts) -> Result<Vec<Check>, PluginError> {
+fn install_preflight(
+    p: &InstallParams,
+    facts: &facts::NodeFacts,
+) -> Result<Vec<Check>, PluginError> {
     let chosen = match choose(p.backend, !p.binaries.is_empty(), &facts.os) {
         Ok(c) => c,
         Err(m) => return Ok(vec![Check::fail("backend", m)]),
     };
-    let mut checks = vec![Check::pass("backend", format!("{} on {}", chosen.name(), facts.os.pretty_name))];
+    let mut checks = vec![Check::pass(
+        "backend",
+        format!("{} on {}", chosen.name(), facts.os.pretty_name),
+    )];
     let Some(b) = chosen.backend() else {
-        match binaries_for(p, &facts.arch).and_then(|specs| specs.iter().try_for_each(binary::validate)) {
-            Ok(()) => checks.push(Check::pass("binaries", "every binary has a name, URL and valid target path")),
+        match binaries_for(p, &facts.arch)
+            .and_then(|specs| specs.iter().try_for_each(binary::validate))
+        {
+            Ok(()) => checks.push(Check::pass(
+                "binaries",
+                "every binary has a name, URL and valid target path",
+            )),
             Err(e) => checks.push(Check::fail("binaries", e.message)),
         }
         return Ok(checks);
@@ -334,7 +420,10 @@ fn install_preflight(p: &InstallParams, facts: &facts::NodeFacts) -> Result<Vec<
         return Ok(checks);
     }
     if p.version.is_none() && p.kubernetes_version.is_none() {
-        checks.push(Check::fail("params", "set `version` (exact package version) or `kubernetesVersion`"));
+        checks.push(Check::fail(
+            "params",
+            "set `version` (exact package version) or `kubernetesVersion`",
+        ));
         return Ok(checks);
     }
     // Read-only look at the current index: the run refreshes it first, so a version not
@@ -342,21 +431,33 @@ fn install_preflight(p: &InstallParams, facts: &facts::NodeFacts) -> Result<Vec<
     for name in &p.packages {
         checks.push(match wanted_version(b.as_ref(), name, p) {
             Ok(v) => Check::pass("version-available", format!("{name} {v} is available")),
-            Err(e) if p.update => Check::warn("version-available", format!("{} (the run refreshes the index first)", e.message)),
+            Err(e) if p.update => Check::warn(
+                "version-available",
+                format!("{} (the run refreshes the index first)", e.message),
+            ),
             Err(e) => Check::fail("version-available", e.message),
         });
     }
     Ok(checks)
 }
 
-fn install(p: &InstallParams, facts: &facts::NodeFacts, ctx: &RunContext) -> Result<Outcome, PluginError> {
-    let chosen = choose(p.backend, !p.binaries.is_empty(), &facts.os).map_err(|m| PluginError::new("no-backend", m))?;
+fn install(
+    p: &InstallParams,
+    facts: &facts::NodeFacts,
+    ctx: &RunContext,
+) -> Result<Outcome, PluginError> {
+    let chosen = choose(p.backend, !p.binaries.is_empty(), &facts.os)
+        .map_err(|m| PluginError::new("no-backend", m))?;
     let Some(b) = chosen.backend() else {
         return install_binaries(p, &facts.arch, ctx);
     };
     validate_names(&p.packages)?;
     if p.update && !ctx.dry_run {
-        log::progress(0, 3, &format!("{}: refreshing repository metadata", b.name()));
+        log::progress(
+            0,
+            3,
+            &format!("{}: refreshing repository metadata", b.name()),
+        );
         b.refresh()?;
     }
     let mut plan: Vec<(String, String, Option<Installed>)> = Vec::new();
@@ -365,8 +466,10 @@ fn install(p: &InstallParams, facts: &facts::NodeFacts, ctx: &RunContext) -> Res
         let have = b.installed(name)?;
         plan.push((name.clone(), want, have));
     }
-    let to_install: Vec<&(String, String, Option<Installed>)> =
-        plan.iter().filter(|(_, want, have)| have.as_ref().is_none_or(|h| &h.version != want)).collect();
+    let to_install: Vec<&(String, String, Option<Installed>)> = plan
+        .iter()
+        .filter(|(_, want, have)| have.as_ref().is_none_or(|h| &h.version != want))
+        .collect();
     let to_hold: Vec<&(String, String, Option<Installed>)> = plan
         .iter()
         // Whose hold state must change (a held package being upgraded stays held).
@@ -378,13 +481,21 @@ fn install(p: &InstallParams, facts: &facts::NodeFacts, ctx: &RunContext) -> Res
     };
     let mut outcome = Outcome::unchanged(String::new());
     for (name, want, have) in &plan {
-        outcome = outcome.output(format!("{name}.before"), have.as_ref().map_or("none", |h| h.version.as_str())).output(format!("{name}.wanted"), want);
+        outcome = outcome
+            .output(
+                format!("{name}.before"),
+                have.as_ref().map_or("none", |h| h.version.as_str()),
+            )
+            .output(format!("{name}.wanted"), want);
     }
     if to_install.is_empty() && to_hold.is_empty() {
         outcome.message = format!(
             "{} already at {}{}",
             p.packages.join(", "),
-            plan.iter().map(|(_, w, _)| w.as_str()).collect::<Vec<_>>().join(", "),
+            plan.iter()
+                .map(|(_, w, _)| w.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
             if p.hold { ", held" } else { ", not held" }
         );
         return Ok(outcome);
@@ -392,10 +503,25 @@ fn install(p: &InstallParams, facts: &facts::NodeFacts, ctx: &RunContext) -> Res
     if ctx.dry_run {
         let mut parts = Vec::new();
         if !to_install.is_empty() {
-            parts.push(format!("install {}", to_install.iter().map(|e| describe(e)).collect::<Vec<_>>().join(", ")));
+            parts.push(format!(
+                "install {}",
+                to_install
+                    .iter()
+                    .map(|e| describe(e))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
         if !to_hold.is_empty() {
-            parts.push(format!("{} {}", if p.hold { "hold" } else { "unhold" }, to_hold.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>().join(", ")));
+            parts.push(format!(
+                "{} {}",
+                if p.hold { "hold" } else { "unhold" },
+                to_hold
+                    .iter()
+                    .map(|(n, _, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
         }
         outcome.message = format!("would {} with {}", parts.join(" and "), b.name());
         return Ok(outcome);
@@ -408,9 +534,21 @@ fn install(p: &InstallParams, facts: &facts::NodeFacts, ctx: &RunContext) -> Res
                 b.unhold(name)?;
             }
         }
-        let pairs: Vec<(String, String)> = to_install.iter().map(|(n, w, _)| (n.clone(), w.clone())).collect();
-        let installed: Vec<Option<Installed>> = to_install.iter().map(|(_, _, h)| h.clone()).collect();
-        info!("{}: installing {}", b.name(), to_install.iter().map(|e| describe(e)).collect::<Vec<_>>().join(", "));
+        let pairs: Vec<(String, String)> = to_install
+            .iter()
+            .map(|(n, w, _)| (n.clone(), w.clone()))
+            .collect();
+        let installed: Vec<Option<Installed>> =
+            to_install.iter().map(|(_, _, h)| h.clone()).collect();
+        info!(
+            "{}: installing {}",
+            b.name(),
+            to_install
+                .iter()
+                .map(|e| describe(e))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         b.install(&pairs, &installed)?;
     }
     log::progress(2, 3, "holding");
@@ -429,32 +567,46 @@ fn install(p: &InstallParams, facts: &facts::NodeFacts, ctx: &RunContext) -> Res
             other => {
                 return Err(PluginError::new(
                     "install-not-effective",
-                    format!("{name} is {} after installing {want}; check the package manager's log on the node", other.as_ref().map_or("not installed", |h| h.version.as_str())),
+                    format!(
+                        "{name} is {} after installing {want}; check the package manager's log on the node",
+                        other
+                            .as_ref()
+                            .map_or("not installed", |h| h.version.as_str())
+                    ),
                 ));
             }
         }
         let h = now.unwrap_or_else(|| unreachable!());
-        outcome = outcome.output(format!("{name}.after"), &h.version).output(format!("{name}.held"), h.held);
+        outcome = outcome
+            .output(format!("{name}.after"), &h.version)
+            .output(format!("{name}.held"), h.held);
     }
     log::progress(3, 3, "done");
     outcome.changed = true;
     outcome.message = format!(
         "{}: {}{}",
         b.name(),
-        plan.iter().map(|(n, w, _)| format!("{n} {w}")).collect::<Vec<_>>().join(", "),
+        plan.iter()
+            .map(|(n, w, _)| format!("{n} {w}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         if p.hold { ", held" } else { "" }
     );
     Ok(outcome)
 }
 
-fn install_binaries(p: &InstallParams, arch: &str, ctx: &RunContext) -> Result<Outcome, PluginError> {
+fn install_binaries(
+    p: &InstallParams,
+    arch: &str,
+    ctx: &RunContext,
+) -> Result<Outcome, PluginError> {
     let specs = binaries_for(p, arch)?;
     specs.iter().try_for_each(binary::validate)?;
     let mut outcome = Outcome::unchanged(String::new());
     let mut changed = Vec::new();
     let mut would = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
-        log::progress(i as u64, specs.len() as u64, &format!("{}", spec.name));
+        log::progress(i as u64, specs.len() as u64, &spec.name);
         let (change, digest) = binary::install(spec, ctx.dry_run)?;
         let target = spec.target();
         outcome = outcome.output(format!("{}.sha256", spec.name), &digest);
@@ -462,7 +614,10 @@ fn install_binaries(p: &InstallParams, arch: &str, ctx: &RunContext) -> Result<O
             binary::Change::Unchanged => info!("{target} already has sha256 {digest}"),
             binary::Change::WouldReplace => would.push(target),
             binary::Change::Replaced { previous } => {
-                info!("{target} replaced (sha256 {digest}); previous kept at {}", previous.as_deref().unwrap_or("none (new file)"));
+                info!(
+                    "{target} replaced (sha256 {digest}); previous kept at {}",
+                    previous.as_deref().unwrap_or("none (new file)")
+                );
                 if let Some(prev) = previous {
                     outcome = outcome.output(format!("{}.previous", spec.name), prev);
                 }
@@ -471,7 +626,11 @@ fn install_binaries(p: &InstallParams, arch: &str, ctx: &RunContext) -> Result<O
         }
     }
     outcome.message = if ctx.dry_run {
-        if would.is_empty() { "every binary already has the wanted digest".into() } else { format!("would download and replace {}", would.join(", ")) }
+        if would.is_empty() {
+            "every binary already has the wanted digest".into()
+        } else {
+            format!("would download and replace {}", would.join(", "))
+        }
     } else if changed.is_empty() {
         "every binary already has the wanted digest".into()
     } else {
@@ -481,28 +640,62 @@ fn install_binaries(p: &InstallParams, arch: &str, ctx: &RunContext) -> Result<O
     Ok(outcome)
 }
 
-fn set_hold(p: &NamesParams, facts: &facts::NodeFacts, hold: bool, ctx: &RunContext) -> Result<Outcome, PluginError> {
+fn set_hold(
+    p: &NamesParams,
+    facts: &facts::NodeFacts,
+    hold: bool,
+    ctx: &RunContext,
+) -> Result<Outcome, PluginError> {
     validate_names(&p.packages)?;
-    let chosen = choose(p.backend, false, &facts.os).map_err(|m| PluginError::new("no-backend", m))?;
-    let b = chosen.backend().ok_or_else(|| bad("hold/unhold apply to apt and dnf/yum packages"))?;
+    let chosen =
+        choose(p.backend, false, &facts.os).map_err(|m| PluginError::new("no-backend", m))?;
+    let b = chosen
+        .backend()
+        .ok_or_else(|| bad("hold/unhold apply to apt and dnf/yum packages"))?;
     let verb = if hold { "hold" } else { "unhold" };
     let mut todo = Vec::new();
     for name in &p.packages {
-        let h = b.installed(name)?.ok_or_else(|| PluginError::new("not-installed", format!("{name} is not installed: nothing to {verb}")))?;
+        let h = b.installed(name)?.ok_or_else(|| {
+            PluginError::new(
+                "not-installed",
+                format!("{name} is not installed: nothing to {verb}"),
+            )
+        })?;
         if h.held != hold {
             todo.push((name.clone(), h.version));
         }
     }
     if todo.is_empty() {
-        return Ok(Outcome::unchanged(format!("{} already {}", p.packages.join(", "), if hold { "held" } else { "not held" })));
+        return Ok(Outcome::unchanged(format!(
+            "{} already {}",
+            p.packages.join(", "),
+            if hold { "held" } else { "not held" }
+        )));
     }
     if ctx.dry_run {
-        return Ok(Outcome::unchanged(format!("would {verb} {}", todo.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))));
+        return Ok(Outcome::unchanged(format!(
+            "would {verb} {}",
+            todo.iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
     }
     for (name, version) in &todo {
-        if hold { b.hold(name, version)? } else { b.unhold(name)? }
+        if hold {
+            b.hold(name, version)?
+        } else {
+            b.unhold(name)?
+        }
     }
-    Ok(Outcome::changed(format!("{}: {verb} {}", b.name(), todo.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))))
+    Ok(Outcome::changed(format!(
+        "{}: {verb} {}",
+        b.name(),
+        todo.iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
 }
 
 bosun_plugin_sdk::export_plugin!(Packages);
@@ -512,18 +705,45 @@ mod tests {
     use super::*;
 
     fn os(id: &str, like: &[&str], version: &str) -> facts::OsRelease {
-        facts::OsRelease { id: id.into(), id_like: like.iter().map(|s| (*s).to_owned()).collect(), version_id: version.into(), pretty_name: format!("{id} {version}") }
+        facts::OsRelease {
+            id: id.into(),
+            id_like: like.iter().map(|s| (*s).to_owned()).collect(),
+            version_id: version.into(),
+            pretty_name: format!("{id} {version}"),
+        }
     }
 
     #[test]
     fn family_decides_the_backend() {
-        assert_eq!(choose(None, false, &os("debian", &[], "12")), Ok(Chosen::Apt));
-        assert_eq!(choose(None, false, &os("ubuntu", &["debian"], "24.04")), Ok(Chosen::Apt));
-        assert_eq!(choose(None, false, &os("rocky", &["rhel", "centos", "fedora"], "9.4")), Ok(Chosen::Dnf));
-        assert_eq!(choose(None, false, &os("centos", &["rhel", "fedora"], "7")), Ok(Chosen::Yum));
-        assert_eq!(choose(None, true, &os("flatcar", &[], "4081")), Ok(Chosen::Binary));
+        assert_eq!(
+            choose(None, false, &os("debian", &[], "12")),
+            Ok(Chosen::Apt)
+        );
+        assert_eq!(
+            choose(None, false, &os("ubuntu", &["debian"], "24.04")),
+            Ok(Chosen::Apt)
+        );
+        assert_eq!(
+            choose(
+                None,
+                false,
+                &os("rocky", &["rhel", "centos", "fedora"], "9.4")
+            ),
+            Ok(Chosen::Dnf)
+        );
+        assert_eq!(
+            choose(None, false, &os("centos", &["rhel", "fedora"], "7")),
+            Ok(Chosen::Yum)
+        );
+        assert_eq!(
+            choose(None, true, &os("flatcar", &[], "4081")),
+            Ok(Chosen::Binary)
+        );
         let e = choose(None, false, &os("flatcar", &[], "4081")).unwrap_err();
-        assert!(e.contains("no package backend for flatcar 4081 (ID=flatcar"), "{e}");
+        assert!(
+            e.contains("no package backend for flatcar 4081 (ID=flatcar"),
+            "{e}"
+        );
         assert!(e.contains("Write a package backend"), "{e}");
     }
 
@@ -540,9 +760,16 @@ mod tests {
 
     #[test]
     fn derived_binaries_follow_the_release_layout() {
-        let p = InstallParams { packages: vec!["kubeadm".into()], kubernetes_version: Some("v1.34.2".into()), ..InstallParams::default() };
+        let p = InstallParams {
+            packages: vec!["kubeadm".into()],
+            kubernetes_version: Some("v1.34.2".into()),
+            ..InstallParams::default()
+        };
         let b = binaries_for(&p, "amd64").unwrap();
-        assert_eq!(b[0].url, "https://dl.k8s.io/release/v1.34.2/bin/linux/amd64/kubeadm");
+        assert_eq!(
+            b[0].url,
+            "https://dl.k8s.io/release/v1.34.2/bin/linux/amd64/kubeadm"
+        );
         assert_eq!(b[0].target(), "/usr/bin/kubeadm");
     }
 }

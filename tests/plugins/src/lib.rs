@@ -29,7 +29,10 @@ pub struct Plugins {
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// Runs `cargo build --release --target wasm32-wasip2` for the four plugins once per test
@@ -88,7 +91,9 @@ pub struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("root", &self.root).finish_non_exhaustive()
+        f.debug_struct("Node")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
     }
 }
 
@@ -106,7 +111,10 @@ impl Ran {
         match &self.run {
             Some(r) => match &r.result {
                 Ok(o) => o,
-                Err(e) => panic!("plugin error {}: {} (logs: {:?})", e.code, e.message, r.captured.lines),
+                Err(e) => panic!(
+                    "plugin error {}: {} (logs: {:?})",
+                    e.code, e.message, r.captured.lines
+                ),
             },
             None => panic!("preflight failed: {:?}", self.failed_checks()),
         }
@@ -117,7 +125,10 @@ impl Ran {
         match self.run.as_ref().map(|r| &r.result) {
             Some(Err(e)) => e,
             Some(Ok(o)) => panic!("expected an error, the run succeeded: {}", o.message),
-            None => panic!("preflight failed before the run: {:?}", self.failed_checks()),
+            None => panic!(
+                "preflight failed before the run: {:?}",
+                self.failed_checks()
+            ),
         }
     }
 
@@ -132,25 +143,39 @@ impl Ran {
 
     /// The value of output `key`.
     pub fn output(&self, key: &str) -> Option<String> {
-        self.outcome().outputs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+        self.outcome()
+            .outputs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
     }
 }
 
 impl Node {
     /// A host over `root`. Panics unless running as root (chroot needs it).
     pub fn new(root: &Path, roles: &[&str]) -> Node {
-        Node::with_services(root, roles, std::sync::Arc::new(RecordingBackend::logging_to_host_root()))
+        Node::with_services(
+            root,
+            roles,
+            std::sync::Arc::new(RecordingBackend::logging_to_host_root()),
+        )
     }
 
     /// As [`Node::new`], with `services` answering service calls.
-    pub fn with_services(root: &Path, roles: &[&str], services: std::sync::Arc<dyn bosun_host::ServiceBackend>) -> Node {
+    pub fn with_services(
+        root: &Path,
+        roles: &[&str],
+        services: std::sync::Arc<dyn bosun_host::ServiceBackend>,
+    ) -> Node {
         assert!(
             is_root(),
             "the first-party plugin tests run commands chrooted into node roots, as the agent does: run them as root"
         );
         let key = SigningKey::generate_ed25519();
         let mut roots = TrustRoots::new();
-        roots.add_pem(&key.public_key().to_pem(), "test.pub").unwrap();
+        roots
+            .add_pem(&key.public_key().to_pem(), "test.pub")
+            .unwrap();
         let mut config = HostConfig::new(root, roots);
         config.exec_isolation = ExecIsolation::Chroot;
         config.service_backend = services;
@@ -176,27 +201,44 @@ impl Node {
             sha256: digest,
             signatures: vec![self.key.sign_statement(&statement)],
         };
-        self.host.load(bytes, &pin).unwrap_or_else(|e| panic!("loading {name}: {e}"))
+        self.host
+            .load(bytes, &pin)
+            .unwrap_or_else(|e| panic!("loading {name}: {e}"))
     }
 
     /// Preflight, then (if no check failed) run, as the agent does.
-    pub fn run(&self, plugin: &LoadedPlugin, grants: &Grants, action: &str, params: &serde_json::Value, dry_run: bool) -> Ran {
+    pub fn run(
+        &self,
+        plugin: &LoadedPlugin,
+        grants: &Grants,
+        action: &str,
+        params: &serde_json::Value,
+        dry_run: bool,
+    ) -> Ran {
         let params = params.to_string();
         let checks = self
             .host
             .preflight(plugin, grants, &self.ctx, action, &params)
             .unwrap_or_else(|f| panic!("preflight {action}: host failure {f} ({:?})", f.captured))
             .result
-            .unwrap_or_else(|e| panic!("preflight {action}: plugin error {}: {}", e.code, e.message));
+            .unwrap_or_else(|e| {
+                panic!("preflight {action}: plugin error {}: {}", e.code, e.message)
+            });
         if checks.iter().any(|c| c.status == CheckStatus::Fail) {
             return Ran { checks, run: None };
         }
-        let options = RunOptions { dry_run, deadline: Some(Duration::from_secs(600)) };
+        let options = RunOptions {
+            dry_run,
+            deadline: Some(Duration::from_secs(600)),
+        };
         let run = self
             .host
             .run(plugin, grants, &self.ctx, action, &params, options)
             .unwrap_or_else(|f| panic!("run {action}: host failure {f} ({:?})", f.captured));
-        Ran { checks, run: Some(run) }
+        Ran {
+            checks,
+            run: Some(run),
+        }
     }
 }
 
@@ -206,12 +248,17 @@ pub fn example_grants(file: &str) -> Grants {
     let path = workspace_root().join("deploy/examples/plugins").join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let doc: serde_json::Value = serde_yaml_ng(&text, &path);
-    let grants = doc.pointer("/spec/grants").cloned().unwrap_or_else(|| panic!("{}: no spec.grants", path.display()));
-    serde_json::from_value(grants).unwrap_or_else(|e| panic!("{}: spec.grants: {e}", path.display()))
+    let grants = doc
+        .pointer("/spec/grants")
+        .cloned()
+        .unwrap_or_else(|| panic!("{}: no spec.grants", path.display()));
+    serde_json::from_value(grants)
+        .unwrap_or_else(|e| panic!("{}: spec.grants: {e}", path.display()))
 }
 
 fn serde_yaml_ng(text: &str, path: &Path) -> serde_json::Value {
-    let v: serde_yaml::Value = serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: serde_yaml::Value =
+        serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::to_value(v).unwrap()
 }
 
@@ -222,7 +269,13 @@ pub fn install_programs(root: &Path, programs: &[&str]) {
         let mut files = vec![PathBuf::from(program)];
         let ldd = Command::new("ldd").arg(program).output().expect("ldd");
         for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            let path = line.split("=>").last().unwrap_or(line).split_whitespace().next().unwrap_or("");
+            let path = line
+                .split("=>")
+                .last()
+                .unwrap_or(line)
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
             if path.starts_with('/') {
                 files.push(PathBuf::from(path));
             }
@@ -241,15 +294,28 @@ pub fn copy_into(root: &Path, path: &Path) {
         return;
     }
     std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
-    let real = path.canonicalize().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    std::fs::copy(&real, &dest).unwrap_or_else(|e| panic!("copying {} to {}: {e}", real.display(), dest.display()));
+    let real = path
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    std::fs::copy(&real, &dest)
+        .unwrap_or_else(|e| panic!("copying {} to {}: {e}", real.display(), dest.display()));
 }
 
 /// Copies a directory tree (`cp -a`).
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-    let status = Command::new("cp").arg("-a").arg(from).arg(to).status().unwrap();
-    assert!(status.success(), "cp -a {} {}", from.display(), to.display());
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "cp -a {} {}",
+        from.display(),
+        to.display()
+    );
 }
 
 /// Programs a Debian node root needs for dpkg and apt to work chrooted: the package tools,
@@ -321,8 +387,16 @@ pub fn debian_root(root: &Path) {
     // apt drops privileges to `_apt` for fetching: the accounts must exist in the root.
     copy_into(root, Path::new("/etc/passwd"));
     copy_into(root, Path::new("/etc/group"));
-    write(root, "etc/os-release", "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nID=debian\n");
-    write(root, "etc/apt/sources.list", "deb [trusted=yes] file:/srv/repo ./\n");
+    write(
+        root,
+        "etc/os-release",
+        "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nID=debian\n",
+    );
+    write(
+        root,
+        "etc/apt/sources.list",
+        "deb [trusted=yes] file:/srv/repo ./\n",
+    );
 }
 
 /// Builds `package` at `version` with the real `dpkg-deb` into `root/srv/repo`: an
@@ -330,13 +404,33 @@ pub fn debian_root(root: &Path) {
 pub fn build_deb(root: &Path, package: &str, version: &str) {
     let work = tempfile::tempdir().unwrap();
     let tree = work.path().join("tree");
-    write(&tree, "DEBIAN/control", &format!(
-        "Package: {package}\nVersion: {version}\nArchitecture: all\nMaintainer: Bosun tests <tests@bosun.invalid>\nDescription: Bosun test package {version}\n"
-    ));
-    write(&tree, &format!("usr/share/{package}/version"), &format!("{version}\n"));
-    let deb = root.join("srv/repo").join(format!("{package}_{version}_all.deb"));
-    let out = Command::new("dpkg-deb").arg("--root-owner-group").arg("-b").arg(&tree).arg(&deb).output().unwrap();
-    assert!(out.status.success(), "dpkg-deb -b: {}", String::from_utf8_lossy(&out.stderr));
+    write(
+        &tree,
+        "DEBIAN/control",
+        &format!(
+            "Package: {package}\nVersion: {version}\nArchitecture: all\nMaintainer: Bosun tests <tests@bosun.invalid>\nDescription: Bosun test package {version}\n"
+        ),
+    );
+    write(
+        &tree,
+        &format!("usr/share/{package}/version"),
+        &format!("{version}\n"),
+    );
+    let deb = root
+        .join("srv/repo")
+        .join(format!("{package}_{version}_all.deb"));
+    let out = Command::new("dpkg-deb")
+        .arg("--root-owner-group")
+        .arg("-b")
+        .arg(&tree)
+        .arg(&deb)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "dpkg-deb -b: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Writes `root/srv/repo/Packages` for every .deb there (what dpkg-scanpackages would, from
@@ -352,7 +446,11 @@ pub fn index_repo(root: &Path) {
     debs.sort();
     let mut index = String::new();
     for deb in debs {
-        let control = Command::new("dpkg-deb").arg("-f").arg(&deb).output().unwrap();
+        let control = Command::new("dpkg-deb")
+            .arg("-f")
+            .arg(&deb)
+            .output()
+            .unwrap();
         assert!(control.status.success());
         let bytes = std::fs::read(&deb).unwrap();
         index.push_str(String::from_utf8(control.stdout).unwrap().trim_end());
@@ -370,7 +468,10 @@ pub fn index_repo(root: &Path) {
 /// machine's own dpkg-query (`--admindir`): `(status, version)`, e.g. `("hold ok installed", "1.0-1")`.
 pub fn dpkg_state(root: &Path, package: &str) -> Option<(String, String)> {
     let out = Command::new("dpkg-query")
-        .arg(format!("--admindir={}", root.join("var/lib/dpkg").display()))
+        .arg(format!(
+            "--admindir={}",
+            root.join("var/lib/dpkg").display()
+        ))
         .args(["-W", "-f=${Status}|${Version}", package])
         .output()
         .unwrap();
@@ -385,9 +486,16 @@ pub fn dpkg_state(root: &Path, package: &str) -> Option<(String, String)> {
 /// Whether the RPM tool chain the dnf test needs is on this machine (Debian packages
 /// `dnf`, `dnf-plugins-core`, `rpm`, `createrepo-c`).
 pub fn have_rpm_tools() -> bool {
-    ["/usr/bin/dnf", "/usr/bin/rpm", "/usr/bin/rpmdb", "/usr/bin/rpmbuild", "/usr/bin/createrepo_c", "/usr/lib/python3/dist-packages/dnf-plugins/versionlock.py"]
-        .iter()
-        .all(|p| Path::new(p).exists())
+    [
+        "/usr/bin/dnf",
+        "/usr/bin/rpm",
+        "/usr/bin/rpmdb",
+        "/usr/bin/rpmbuild",
+        "/usr/bin/createrepo_c",
+        "/usr/lib/python3/dist-packages/dnf-plugins/versionlock.py",
+    ]
+    .iter()
+    .all(|p| Path::new(p).exists())
 }
 
 /// A Rocky Linux 9 node root in `root` with this machine's real dnf (Python, libdnf, the
@@ -395,15 +503,39 @@ pub fn have_rpm_tools() -> bool {
 /// dnf pointed at `file:///srv/repo` (no signature check: a test repository).
 pub fn rhel_root(root: &Path) {
     let py = "/usr/bin/python3.11";
-    install_programs(root, &["/bin/sh", py, "/usr/bin/rpm", "/usr/bin/rpmdb", "/usr/bin/rpmkeys", "/usr/bin/chmod"]);
+    install_programs(
+        root,
+        &[
+            "/bin/sh",
+            py,
+            "/usr/bin/rpm",
+            "/usr/bin/rpmdb",
+            "/usr/bin/rpmkeys",
+            "/usr/bin/chmod",
+        ],
+    );
     copy_into(root, Path::new("/usr/bin/dnf"));
     std::os::unix::fs::symlink("python3.11", root.join("usr/bin/python3")).unwrap();
-    copy_tree(Path::new("/usr/lib/python3.11"), &root.join("usr/lib/python3.11"));
+    copy_tree(
+        Path::new("/usr/lib/python3.11"),
+        &root.join("usr/lib/python3.11"),
+    );
     copy_tree(Path::new("/usr/lib/rpm"), &root.join("usr/lib/rpm"));
     copy_tree(Path::new("/etc/dnf"), &root.join("etc/dnf"));
     let site = Path::new("/usr/lib/python3/dist-packages");
-    for module in ["dnf", "hawkey", "libdnf", "rpm", "gpg", "libcomps", "dnfpluginscore"] {
-        copy_tree(&site.join(module), &root.join("usr/lib/python3/dist-packages").join(module));
+    for module in [
+        "dnf",
+        "hawkey",
+        "libdnf",
+        "rpm",
+        "gpg",
+        "libcomps",
+        "dnfpluginscore",
+    ] {
+        copy_tree(
+            &site.join(module),
+            &root.join("usr/lib/python3/dist-packages").join(module),
+        );
     }
     // Only the plugin the backend uses (the others need modules not copied here).
     copy_into(root, &site.join("dnf-plugins/versionlock.py"));
@@ -417,20 +549,47 @@ pub fn rhel_root(root: &Path) {
     for so in String::from_utf8(out.stdout).unwrap().lines() {
         let ldd = Command::new("ldd").arg(so).output().unwrap();
         for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            let path = line.split("=>").last().unwrap_or(line).split_whitespace().next().unwrap_or("");
+            let path = line
+                .split("=>")
+                .last()
+                .unwrap_or(line)
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
             if path.starts_with('/') {
                 copy_into(root, Path::new(path));
             }
         }
     }
-    for dir in ["etc/yum.repos.d", "var/lib/rpm", "var/cache/dnf", "var/log", "tmp", "srv/repo"] {
+    for dir in [
+        "etc/yum.repos.d",
+        "var/lib/rpm",
+        "var/cache/dnf",
+        "var/log",
+        "tmp",
+        "srv/repo",
+    ] {
         std::fs::create_dir_all(root.join(dir)).unwrap();
     }
     // Debian's rpm keeps its database in ~/.rpmdb; a RHEL node keeps it in /var/lib/rpm.
     write(root, "etc/rpm/macros", "%_dbpath /var/lib/rpm\n");
-    write(root, "etc/os-release", "NAME=\"Rocky Linux\"\nID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.4\"\nPRETTY_NAME=\"Rocky Linux 9.4 (Blue Onyx)\"\n");
-    write(root, "etc/yum.repos.d/test.repo", "[bosun-test]\nname=Bosun test repository\nbaseurl=file:///srv/repo\nenabled=1\ngpgcheck=0\n");
-    let status = Command::new("/usr/sbin/chroot").arg(root).args(["/usr/bin/rpm", "--initdb"]).env_clear().env("PATH", "/usr/bin:/bin").status().unwrap();
+    write(
+        root,
+        "etc/os-release",
+        "NAME=\"Rocky Linux\"\nID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.4\"\nPRETTY_NAME=\"Rocky Linux 9.4 (Blue Onyx)\"\n",
+    );
+    write(
+        root,
+        "etc/yum.repos.d/test.repo",
+        "[bosun-test]\nname=Bosun test repository\nbaseurl=file:///srv/repo\nenabled=1\ngpgcheck=0\n",
+    );
+    let status = Command::new("/usr/sbin/chroot")
+        .arg(root)
+        .args(["/usr/bin/rpm", "--initdb"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .status()
+        .unwrap();
     assert!(status.success(), "rpm --initdb in the node root");
 }
 
@@ -456,23 +615,43 @@ pub fn build_rpm(root: &Path, package: &str, version: &str, release: &str) {
         .arg(&spec)
         .output()
         .unwrap();
-    assert!(out.status.success(), "rpmbuild: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "rpmbuild: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Runs the real createrepo_c over `root/srv/repo`.
 pub fn index_rpm_repo(root: &Path) {
-    let out = Command::new("createrepo_c").arg("-q").arg(root.join("srv/repo")).output().unwrap();
-    assert!(out.status.success(), "createrepo_c: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("createrepo_c")
+        .arg("-q")
+        .arg(root.join("srv/repo"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "createrepo_c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// What rpm says about `package` in the node root (chrooted, as the node would answer).
 pub fn rpm_version(root: &Path, package: &str) -> Option<String> {
     let out = Command::new("/usr/sbin/chroot")
         .arg(root)
-        .args(["/usr/bin/rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", package])
+        .args([
+            "/usr/bin/rpm",
+            "-q",
+            "--qf",
+            "%{VERSION}-%{RELEASE}",
+            package,
+        ])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .output()
         .unwrap();
-    out.status.success().then(|| String::from_utf8(out.stdout).unwrap())
+    out.status
+        .success()
+        .then(|| String::from_utf8(out.stdout).unwrap())
 }

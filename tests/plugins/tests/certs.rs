@@ -24,13 +24,24 @@ fn read_pem_cert(pem: &[u8]) -> OnDisk {
     let mut sans: Vec<String> = cert
         .subject_alternative_name()
         .unwrap()
-        .map(|e| e.value.general_names.iter().map(|n| format!("{n}")).collect())
+        .map(|e| {
+            e.value
+                .general_names
+                .iter()
+                .map(|n| format!("{n}"))
+                .collect()
+        })
         .unwrap_or_default();
     sans.sort();
-    let authority_key_id = cert.extensions().iter().find_map(|e| match e.parsed_extension() {
-        ParsedExtension::AuthorityKeyIdentifier(a) => a.key_identifier.as_ref().map(|k| k.0.to_vec()),
-        _ => None,
-    });
+    let authority_key_id = cert
+        .extensions()
+        .iter()
+        .find_map(|e| match e.parsed_extension() {
+            ParsedExtension::AuthorityKeyIdentifier(a) => {
+                a.key_identifier.as_ref().map(|k| k.0.to_vec())
+            }
+            _ => None,
+        });
     OnDisk {
         not_after: cert.validity().not_after.timestamp(),
         issuer: cert.issuer().to_string(),
@@ -56,15 +67,30 @@ fn subject_key_id(pem: &[u8]) -> Vec<u8> {
 fn leaf_files() -> Vec<(&'static str, &'static str)> {
     vec![
         ("apiserver", "etc/kubernetes/pki/apiserver.crt"),
-        ("apiserver-kubelet-client", "etc/kubernetes/pki/apiserver-kubelet-client.crt"),
-        ("apiserver-etcd-client", "etc/kubernetes/pki/apiserver-etcd-client.crt"),
-        ("front-proxy-client", "etc/kubernetes/pki/front-proxy-client.crt"),
+        (
+            "apiserver-kubelet-client",
+            "etc/kubernetes/pki/apiserver-kubelet-client.crt",
+        ),
+        (
+            "apiserver-etcd-client",
+            "etc/kubernetes/pki/apiserver-etcd-client.crt",
+        ),
+        (
+            "front-proxy-client",
+            "etc/kubernetes/pki/front-proxy-client.crt",
+        ),
         ("etcd-server", "etc/kubernetes/pki/etcd/server.crt"),
         ("etcd-peer", "etc/kubernetes/pki/etcd/peer.crt"),
-        ("etcd-healthcheck-client", "etc/kubernetes/pki/etcd/healthcheck-client.crt"),
+        (
+            "etcd-healthcheck-client",
+            "etc/kubernetes/pki/etcd/healthcheck-client.crt",
+        ),
         ("admin.conf", "etc/kubernetes/admin.conf"),
         ("super-admin.conf", "etc/kubernetes/super-admin.conf"),
-        ("controller-manager.conf", "etc/kubernetes/controller-manager.conf"),
+        (
+            "controller-manager.conf",
+            "etc/kubernetes/controller-manager.conf",
+        ),
         ("scheduler.conf", "etc/kubernetes/scheduler.conf"),
     ]
 }
@@ -74,7 +100,10 @@ fn on_disk(root: &Path, file: &str) -> OnDisk {
     let bytes = std::fs::read(root.join(file)).unwrap();
     if file.ends_with(".conf") {
         let text = String::from_utf8(bytes).unwrap();
-        let line = text.lines().find(|l| l.trim_start().starts_with("client-certificate-data:")).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("client-certificate-data:"))
+            .unwrap();
         let b64 = line.split_once(':').unwrap().1.trim();
         let out = std::process::Command::new("base64")
             .arg("-d")
@@ -94,7 +123,10 @@ fn on_disk(root: &Path, file: &str) -> OnDisk {
 }
 
 fn snapshot(root: &Path) -> BTreeMap<&'static str, OnDisk> {
-    leaf_files().into_iter().map(|(name, file)| (name, on_disk(root, file))).collect()
+    leaf_files()
+        .into_iter()
+        .map(|(name, file)| (name, on_disk(root, file)))
+        .collect()
 }
 
 /// `kubeadm certs check-expiration` chrooted into `root`: certificate name → EXPIRES column.
@@ -105,7 +137,11 @@ fn kubeadm_expiry(kubeadm: &Path, root: &Path) -> BTreeMap<String, String> {
         .args(["certs", "check-expiration"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "kubeadm certs check-expiration: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubeadm certs check-expiration: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut map = BTreeMap::new();
     for line in text.lines() {
@@ -120,7 +156,9 @@ fn kubeadm_expiry(kubeadm: &Path, root: &Path) -> BTreeMap<String, String> {
 
 /// RFC 3339 (`2027-11-30T02:35:12Z`) in kubeadm's table format (`Nov 30, 2027 02:35 UTC`).
 fn kubeadm_format(rfc3339: &str) -> String {
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let (date, time) = rfc3339.trim_end_matches('Z').split_once('T').unwrap();
     let parts: Vec<&str> = date.split('-').collect();
     let month = MONTHS[parts[1].parse::<usize>().unwrap() - 1];
@@ -133,7 +171,11 @@ fn ts(rfc3339: &str) -> i64 {
     let d: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
     let t: Vec<i64> = time.split(':').map(|p| p.parse().unwrap()).collect();
     // Days from civil (proleptic Gregorian), Howard Hinnant's algorithm.
-    let (y, m) = if d[1] <= 2 { (d[0] - 1, d[1] + 9) } else { (d[0], d[1] - 3) };
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
     let doy = (153 * m + 2) / 5 + d[2] - 1;
@@ -145,8 +187,14 @@ fn ts(rfc3339: &str) -> i64 {
 #[test]
 fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let lab = rt.block_on(bosun_lab::ensure_lab()).expect("the lab starts");
-    let cp = lab.nodes.iter().find(|n| n.role == bosun_lab::Role::ControlPlane).expect("a control-plane node");
+    let lab = rt
+        .block_on(bosun_lab::ensure_lab())
+        .expect("the lab starts");
+    let cp = lab
+        .nodes
+        .iter()
+        .find(|n| n.role == bosun_lab::Role::ControlPlane)
+        .expect("a control-plane node");
     let kubeadm = lab.bin_dir.join("kubeadm");
 
     // A copy: the lab's own node root stays as kubeadm made it.
@@ -168,9 +216,15 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
     let outcome = check.outcome();
     assert!(!outcome.changed);
     let kubeadm_before = kubeadm_expiry(&kubeadm, &root);
-    assert_eq!(kubeadm_before.len(), 14, "kubeadm lists 11 certificates and 3 CAs: {kubeadm_before:?}");
+    assert_eq!(
+        kubeadm_before.len(),
+        14,
+        "kubeadm lists 11 certificates and 3 CAs: {kubeadm_before:?}"
+    );
     for (name, expires) in &kubeadm_before {
-        let ours = check.output(name).unwrap_or_else(|| panic!("check reports no {name}: {:?}", outcome.outputs));
+        let ours = check
+            .output(name)
+            .unwrap_or_else(|| panic!("check reports no {name}: {:?}", outcome.outputs));
         assert_eq!(&kubeadm_format(&ours), expires, "{name}");
     }
     for (name, disk) in &before {
@@ -180,45 +234,95 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
     assert!(check.output("kubelet.conf").is_some());
 
     // Dry run: says what it would renew, changes no byte.
-    let dry = node.run(&certs, &grants, "renew", &serde_json::json!({"certificates": ["all"]}), true);
+    let dry = node.run(
+        &certs,
+        &grants,
+        "renew",
+        &serde_json::json!({"certificates": ["all"]}),
+        true,
+    );
     let o = dry.outcome();
     assert!(!o.changed);
-    assert!(o.message.starts_with("would renew 11 certificate(s)"), "{}", o.message);
+    assert!(
+        o.message.starts_with("would renew 11 certificate(s)"),
+        "{}",
+        o.message
+    );
     assert_eq!(snapshot(&root), before);
 
     // A named list renews exactly those.
-    let named = node.run(&certs, &grants, "renew", &serde_json::json!({"certificates": ["apiserver", "admin.conf"]}), false);
+    let named = node.run(
+        &certs,
+        &grants,
+        "renew",
+        &serde_json::json!({"certificates": ["apiserver", "admin.conf"]}),
+        false,
+    );
     assert!(named.outcome().changed, "{}", named.outcome().message);
     let mid = snapshot(&root);
     for (name, disk) in &mid {
         if *name == "apiserver" || *name == "admin.conf" {
             assert!(disk.not_after > before[name].not_after, "{name} renewed");
-            assert_ne!(disk.serial, before[name].serial, "{name} is a new certificate");
+            assert_ne!(
+                disk.serial, before[name].serial,
+                "{name} is a new certificate"
+            );
         } else {
             assert_eq!(disk, &before[name], "{name} untouched");
         }
     }
 
     // renewBefore: nothing expires within 30 days of a fresh lab, so nothing changes.
-    let not_due = node.run(&certs, &grants, "renew", &serde_json::json!({"certificates": ["all"], "renewBefore": "720h"}), false);
+    let not_due = node.run(
+        &certs,
+        &grants,
+        "renew",
+        &serde_json::json!({"certificates": ["all"], "renewBefore": "720h"}),
+        false,
+    );
     assert!(!not_due.outcome().changed);
-    assert!(not_due.outcome().message.contains("no selected certificate expires within 720h"), "{}", not_due.outcome().message);
+    assert!(
+        not_due
+            .outcome()
+            .message
+            .contains("no selected certificate expires within 720h"),
+        "{}",
+        not_due.outcome().message
+    );
     assert_eq!(snapshot(&root), mid);
 
     // All, as the planner asks: later NotAfter, same CA, SANs kept, CAs untouched.
-    let all = node.run(&certs, &grants, "renew", &serde_json::json!({"certificates": ["all"]}), false);
+    let all = node.run(
+        &certs,
+        &grants,
+        "renew",
+        &serde_json::json!({"certificates": ["all"]}),
+        false,
+    );
     let o = all.outcome();
     assert!(o.changed);
-    assert!(o.message.starts_with("renewed 11 certificate(s)"), "{}", o.message);
+    assert!(
+        o.message.starts_with("renewed 11 certificate(s)"),
+        "{}",
+        o.message
+    );
     let after = snapshot(&root);
     let ca_key_id = subject_key_id(&ca_before);
     let etcd_key_id = subject_key_id(&etcd_ca_before);
     let front_proxy_key_id = subject_key_id(&front_proxy_ca);
     for (name, disk) in &after {
         let old = &mid[name];
-        assert!(disk.not_after > old.not_after, "{name}: NotAfter {} not later than {}", disk.not_after, old.not_after);
+        assert!(
+            disk.not_after > old.not_after,
+            "{name}: NotAfter {} not later than {}",
+            disk.not_after,
+            old.not_after
+        );
         assert_eq!(disk.issuer, old.issuer, "{name}: same issuer");
-        assert_eq!(disk.authority_key_id, old.authority_key_id, "{name}: signed by the same CA key");
+        assert_eq!(
+            disk.authority_key_id, old.authority_key_id,
+            "{name}: signed by the same CA key"
+        );
         let expected_ca = if name.contains("etcd") {
             &etcd_key_id
         } else if name.contains("front-proxy") {
@@ -226,17 +330,37 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
         } else {
             &ca_key_id
         };
-        assert_eq!(disk.authority_key_id.as_ref(), Some(expected_ca), "{name}: authority key id");
+        assert_eq!(
+            disk.authority_key_id.as_ref(),
+            Some(expected_ca),
+            "{name}: authority key id"
+        );
         assert_eq!(disk.sans, old.sans, "{name}: SANs kept");
         // The plugin's report matches the files.
-        assert_eq!(ts(&all.output(&format!("{name}.before")).unwrap()), old.not_after, "{name}.before");
-        assert_eq!(ts(&all.output(&format!("{name}.after")).unwrap()), disk.not_after, "{name}.after");
+        assert_eq!(
+            ts(&all.output(&format!("{name}.before")).unwrap()),
+            old.not_after,
+            "{name}.before"
+        );
+        assert_eq!(
+            ts(&all.output(&format!("{name}.after")).unwrap()),
+            disk.not_after,
+            "{name}.after"
+        );
     }
     assert!(!after["apiserver"].sans.is_empty());
-    assert_eq!(std::fs::read(root.join("etc/kubernetes/pki/ca.crt")).unwrap(), ca_before, "the CA is not reissued");
+    assert_eq!(
+        std::fs::read(root.join("etc/kubernetes/pki/ca.crt")).unwrap(),
+        ca_before,
+        "the CA is not reissued"
+    );
     let kubeadm_after = kubeadm_expiry(&kubeadm, &root);
     for name in after.keys() {
-        assert_eq!(kubeadm_format(&all.output(&format!("{name}.after")).unwrap()), kubeadm_after[*name], "{name}: kubeadm agrees");
+        assert_eq!(
+            kubeadm_format(&all.output(&format!("{name}.after")).unwrap()),
+            kubeadm_after[*name],
+            "{name}: kubeadm agrees"
+        );
     }
     for ca in ["ca", "etcd-ca", "front-proxy-ca"] {
         assert_eq!(kubeadm_after[ca], kubeadm_before[ca], "{ca} unchanged");
@@ -246,8 +370,14 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
 #[test]
 fn restart_moves_each_manifest_out_and_back_and_recovers_an_interrupted_run() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let lab = rt.block_on(bosun_lab::ensure_lab()).expect("the lab starts");
-    let cp = lab.nodes.iter().find(|n| n.role == bosun_lab::Role::ControlPlane).unwrap();
+    let lab = rt
+        .block_on(bosun_lab::ensure_lab())
+        .expect("the lab starts");
+    let cp = lab
+        .nodes
+        .iter()
+        .find(|n| n.role == bosun_lab::Role::ControlPlane)
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     copy_tree(&cp.host_root, &root);
@@ -256,7 +386,12 @@ fn restart_moves_each_manifest_out_and_back_and_recovers_an_interrupted_run() {
         std::fs::read_dir(&manifests)
             .unwrap()
             .map(|e| e.unwrap())
-            .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
             .collect()
     };
     let before = read_all();
@@ -266,28 +401,80 @@ fn restart_moves_each_manifest_out_and_back_and_recovers_an_interrupted_run() {
     let certs = node.load(&plugins().certs, "certs");
     let grants = example_grants("certs.yaml");
 
-    let dry = node.run(&certs, &grants, "restart-control-plane", &serde_json::json!({"waitSeconds": 1}), true);
-    assert!(dry.outcome().message.starts_with("would restart etcd, kube-apiserver, kube-controller-manager, kube-scheduler"), "{}", dry.outcome().message);
+    let dry = node.run(
+        &certs,
+        &grants,
+        "restart-control-plane",
+        &serde_json::json!({"waitSeconds": 1}),
+        true,
+    );
+    assert!(
+        dry.outcome().message.starts_with(
+            "would restart etcd, kube-apiserver, kube-controller-manager, kube-scheduler"
+        ),
+        "{}",
+        dry.outcome().message
+    );
     assert_eq!(read_all(), before);
 
     // An interrupted earlier run left kube-apiserver aside (hidden name the kubelet ignores).
-    std::fs::rename(manifests.join("kube-apiserver.yaml"), manifests.join(".kube-apiserver.yaml.bosun-restart")).unwrap();
-    let ran = node.run(&certs, &grants, "restart-control-plane", &serde_json::json!({"waitSeconds": 1}), false);
+    std::fs::rename(
+        manifests.join("kube-apiserver.yaml"),
+        manifests.join(".kube-apiserver.yaml.bosun-restart"),
+    )
+    .unwrap();
+    let ran = node.run(
+        &certs,
+        &grants,
+        "restart-control-plane",
+        &serde_json::json!({"waitSeconds": 1}),
+        false,
+    );
     let o = ran.outcome();
     assert!(o.changed);
-    assert_eq!(ran.output("restarted").unwrap(), "etcd,kube-apiserver,kube-controller-manager,kube-scheduler");
-    let log = ran.run.as_ref().unwrap().captured.lines.iter().map(|l| l.message.clone()).collect::<Vec<_>>();
-    assert!(log.iter().any(|l| l.contains("left aside by an interrupted restart")), "{log:?}");
+    assert_eq!(
+        ran.output("restarted").unwrap(),
+        "etcd,kube-apiserver,kube-controller-manager,kube-scheduler"
+    );
+    let log = ran
+        .run
+        .as_ref()
+        .unwrap()
+        .captured
+        .lines
+        .iter()
+        .map(|l| l.message.clone())
+        .collect::<Vec<_>>();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("left aside by an interrupted restart")),
+        "{log:?}"
+    );
     // Every manifest went out and came back, in order etcd first.
-    let moved_out: Vec<&String> = log.iter().filter(|l| l.starts_with("moved") && l.contains(" out;")).collect();
+    let moved_out: Vec<&String> = log
+        .iter()
+        .filter(|l| l.starts_with("moved") && l.contains(" out;"))
+        .collect();
     assert_eq!(moved_out.len(), 4);
     assert!(moved_out[0].contains("etcd.yaml"));
-    assert_eq!(read_all(), before, "every manifest is back, byte for byte, and nothing is left aside");
+    assert_eq!(
+        read_all(),
+        before,
+        "every manifest is back, byte for byte, and nothing is left aside"
+    );
 
     // Without the write grant on the manifest directory the move is refused by the sandbox.
     let mut read_only = grants.clone();
-    read_only.filesystem.retain(|g| g.path != "/etc/kubernetes/manifests");
-    let refused = node.run(&certs, &read_only, "restart-control-plane", &serde_json::json!({"waitSeconds": 1}), false);
+    read_only
+        .filesystem
+        .retain(|g| g.path != "/etc/kubernetes/manifests");
+    let refused = node.run(
+        &certs,
+        &read_only,
+        "restart-control-plane",
+        &serde_json::json!({"waitSeconds": 1}),
+        false,
+    );
     assert_eq!(refused.error().code, "manifest-move-failed");
     assert_eq!(read_all(), before);
 }

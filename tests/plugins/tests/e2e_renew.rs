@@ -28,8 +28,14 @@ fn not_after(root: &Path, file: &str) -> i64 {
 const LEAVES: [(&str, &str); 4] = [
     ("apiserver", "etc/kubernetes/pki/apiserver.crt"),
     ("etcd-server", "etc/kubernetes/pki/etcd/server.crt"),
-    ("front-proxy-client", "etc/kubernetes/pki/front-proxy-client.crt"),
-    ("apiserver-kubelet-client", "etc/kubernetes/pki/apiserver-kubelet-client.crt"),
+    (
+        "front-proxy-client",
+        "etc/kubernetes/pki/front-proxy-client.crt",
+    ),
+    (
+        "apiserver-kubelet-client",
+        "etc/kubernetes/pki/apiserver-kubelet-client.crt",
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,20 +43,41 @@ async fn renew_certificates_operation_renews_every_control_plane_node() -> Resul
     let lab = bosun_lab::ensure_lab().await?;
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     bosun_e2e::apply_crds(&lab.client).await?;
-    let cps: Vec<_> = lab.nodes.iter().filter(|n| n.role == bosun_lab::Role::ControlPlane).cloned().collect();
+    let cps: Vec<_> = lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == bosun_lab::Role::ControlPlane)
+        .cloned()
+        .collect();
     ensure!(!cps.is_empty(), "the lab has no control-plane node");
     let mut before: BTreeMap<String, BTreeMap<&str, i64>> = BTreeMap::new();
     for cp in &cps {
         // The free-space preflight runs df chrooted into the node root.
         install_programs(&cp.host_root, &["/usr/bin/df"]);
-        before.insert(cp.name.clone(), LEAVES.iter().map(|(n, f)| (*n, not_after(&cp.host_root, f))).collect());
+        before.insert(
+            cp.name.clone(),
+            LEAVES
+                .iter()
+                .map(|(n, f)| (*n, not_after(&cp.host_root, f)))
+                .collect(),
+        );
     }
     let grants = serde_json::to_value(example_grants("certs.yaml"))?;
-    bosun_e2e::publish_plugin(&lab.client, "certs", env!("CARGO_PKG_VERSION"), plugins().certs.clone(), grants).await?;
+    bosun_e2e::publish_plugin(
+        &lab.client,
+        "certs",
+        env!("CARGO_PKG_VERSION"),
+        plugins().certs.clone(),
+        grants,
+    )
+    .await?;
 
     let mut operator = Operator::start(&lab, "renew-certs")?;
     let name = operator
-        .create_operation("renew", json!({ "renewCertificates": { "certificates": ["all"] } }))
+        .create_operation(
+            "renew",
+            json!({ "renewCertificates": { "certificates": ["all"] } }),
+        )
         .await?;
     let op = operator.wait_settled(&name).await?;
     let status = op.status.clone().unwrap_or_default();
@@ -64,27 +91,76 @@ async fn renew_certificates_operation_renews_every_control_plane_node() -> Resul
     );
 
     let tasks = operator.tasks(&name).await?;
-    assert_eq!(tasks.len(), cps.len(), "one NodeTask per control-plane node: {:?}", tasks.keys());
+    assert_eq!(
+        tasks.len(),
+        cps.len(),
+        "one NodeTask per control-plane node: {:?}",
+        tasks.keys()
+    );
     for cp in &cps {
         let ts = tasks[&cp.name].status.clone().unwrap_or_default();
-        assert_eq!(ts.phase, NodeTaskPhase::Succeeded, "{}: {:?}", cp.name, ts.message);
+        assert_eq!(
+            ts.phase,
+            NodeTaskPhase::Succeeded,
+            "{}: {:?}",
+            cp.name,
+            ts.message
+        );
         let steps: Vec<&str> = ts.steps.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(steps, ["renew-certificates", "restart-control-plane", "wait-api-server"], "{}", cp.name);
-        assert!(ts.steps.iter().all(|s| s.phase == StepPhase::Succeeded), "{}: {:?}", cp.name, ts.steps);
+        assert_eq!(
+            steps,
+            [
+                "renew-certificates",
+                "restart-control-plane",
+                "wait-api-server"
+            ],
+            "{}",
+            cp.name
+        );
+        assert!(
+            ts.steps.iter().all(|s| s.phase == StepPhase::Succeeded),
+            "{}: {:?}",
+            cp.name,
+            ts.steps
+        );
         let renew = &ts.steps[0];
         for (cert, file) in LEAVES {
             let old = before[&cp.name][cert];
             let new = not_after(&cp.host_root, file);
-            assert!(new > old, "{} {cert}: NotAfter {new} not later than {old}", cp.name);
-            let reported = renew.outputs.get(&format!("{cert}.after")).with_context(|| format!("{}: no {cert}.after in {:?}", cp.name, renew.outputs))?;
-            let reported_before = renew.outputs.get(&format!("{cert}.before")).context("no .before output")?;
+            assert!(
+                new > old,
+                "{} {cert}: NotAfter {new} not later than {old}",
+                cp.name
+            );
+            let reported = renew
+                .outputs
+                .get(&format!("{cert}.after"))
+                .with_context(|| format!("{}: no {cert}.after in {:?}", cp.name, renew.outputs))?;
+            let reported_before = renew
+                .outputs
+                .get(&format!("{cert}.before"))
+                .context("no .before output")?;
             println!("{} {cert}: {reported_before} -> {reported}", cp.name);
             assert_ne!(reported, reported_before);
         }
-        assert_eq!(ts.steps[1].outputs.get("restarted").map(String::as_str), Some("etcd,kube-apiserver,kube-controller-manager,kube-scheduler"));
+        assert_eq!(
+            ts.steps[1].outputs.get("restarted").map(String::as_str),
+            Some("etcd,kube-apiserver,kube-controller-manager,kube-scheduler")
+        );
         // Every manifest is back in place.
-        for m in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
-            assert!(cp.host_root.join(format!("etc/kubernetes/manifests/{m}.yaml")).exists(), "{}: {m}.yaml", cp.name);
+        for m in [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
+            assert!(
+                cp.host_root
+                    .join(format!("etc/kubernetes/manifests/{m}.yaml"))
+                    .exists(),
+                "{}: {m}.yaml",
+                cp.name
+            );
         }
     }
     Ok(())

@@ -6,14 +6,37 @@
 use bosun_api::grants::{Access, Grants};
 use bosun_host::Metadata;
 use bosun_plugins_tests::{Node, example_grants, plugins};
-use bosun_policy::capabilities::{CommandRequest, PathRequest, RequestedCapabilities, UnitRequest, uncovered};
+use bosun_policy::capabilities::{
+    CommandRequest, PathRequest, RequestedCapabilities, UnitRequest, uncovered,
+};
 
 fn requested(m: &Metadata) -> RequestedCapabilities {
     let c = &m.capabilities;
     RequestedCapabilities {
-        filesystem: c.filesystem.iter().map(|(path, writable)| PathRequest { path: path.clone(), writable: *writable }).collect(),
-        exec: c.exec.iter().map(|(command, args)| CommandRequest { command: command.clone(), args: args.clone() }).collect(),
-        services: c.services.iter().map(|(unit, actions)| UnitRequest { unit: unit.clone(), actions: actions.clone() }).collect(),
+        filesystem: c
+            .filesystem
+            .iter()
+            .map(|(path, writable)| PathRequest {
+                path: path.clone(),
+                writable: *writable,
+            })
+            .collect(),
+        exec: c
+            .exec
+            .iter()
+            .map(|(command, args)| CommandRequest {
+                command: command.clone(),
+                args: args.clone(),
+            })
+            .collect(),
+        services: c
+            .services
+            .iter()
+            .map(|(unit, actions)| UnitRequest {
+                unit: unit.clone(),
+                actions: actions.clone(),
+            })
+            .collect(),
         http: c.http.clone(),
     }
 }
@@ -26,28 +49,51 @@ fn assert_exact(name: &str, bytes: &[u8], grants: &Grants) {
     assert_eq!(m.name, name);
     let req = requested(m);
     let missing = uncovered(&req, grants);
-    assert!(missing.is_empty(), "{name}: the example does not grant: {missing:#?}");
+    assert!(
+        missing.is_empty(),
+        "{name}: the example does not grant: {missing:#?}"
+    );
     for g in &grants.filesystem {
         assert!(
-            m.capabilities.filesystem.iter().any(|(p, w)| p == &g.path && *w == (g.access == Access::ReadWrite)),
+            m.capabilities
+                .filesystem
+                .iter()
+                .any(|(p, w)| p == &g.path && *w == (g.access == Access::ReadWrite)),
             "{name}: filesystem grant {g:?} answers no request"
         );
     }
     for g in &grants.exec {
         for args in &g.args {
             assert!(
-                m.capabilities.exec.iter().any(|(c, a)| c == &g.command && a == args),
+                m.capabilities
+                    .exec
+                    .iter()
+                    .any(|(c, a)| c == &g.command && a == args),
                 "{name}: exec grant {} {args:?} answers no request",
                 g.command
             );
         }
     }
     for g in &grants.services {
-        let (_, actions) = m.capabilities.services.iter().find(|(u, _)| u == &g.unit).unwrap_or_else(|| panic!("{name}: unit {} not requested", g.unit));
-        assert!(g.actions.iter().all(|a| actions.iter().any(|r| r == a.as_str())), "{name}: {g:?}");
+        let (_, actions) = m
+            .capabilities
+            .services
+            .iter()
+            .find(|(u, _)| u == &g.unit)
+            .unwrap_or_else(|| panic!("{name}: unit {} not requested", g.unit));
+        assert!(
+            g.actions
+                .iter()
+                .all(|a| actions.iter().any(|r| r == a.as_str())),
+            "{name}: {g:?}"
+        );
     }
     for g in &grants.http {
-        assert!(m.capabilities.http.contains(&g.host), "{name}: http grant {} not requested", g.host);
+        assert!(
+            m.capabilities.http.contains(&g.host),
+            "{name}: http grant {} not requested",
+            g.host
+        );
     }
 }
 
@@ -55,7 +101,11 @@ fn assert_exact(name: &str, bytes: &[u8], grants: &Grants) {
 fn examples_grant_exactly_what_each_plugin_requests() {
     let p = plugins();
     assert_exact("certs", &p.certs, &example_grants("certs.yaml"));
-    assert_exact("kubeadm-upgrade", &p.kubeadm_upgrade, &example_grants("kubeadm-upgrade.yaml"));
+    assert_exact(
+        "kubeadm-upgrade",
+        &p.kubeadm_upgrade,
+        &example_grants("kubeadm-upgrade.yaml"),
+    );
     assert_exact("packages", &p.packages, &example_grants("packages.yaml"));
     assert_exact("kubelet", &p.kubelet, &example_grants("kubelet.yaml"));
 }

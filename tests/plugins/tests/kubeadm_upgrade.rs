@@ -8,15 +8,29 @@ use bosun_plugins_tests::{Node, Ran, copy_tree, example_grants, plugins};
 use serde_json::json;
 
 fn failed(ran: &Ran, check: &str) -> String {
-    assert!(ran.run.is_none(), "preflight should have failed: {:?}", ran.checks);
-    ran.failed_checks().into_iter().find(|(n, _)| n == check).unwrap_or_else(|| panic!("no failed {check}: {:?}", ran.checks)).1
+    assert!(
+        ran.run.is_none(),
+        "preflight should have failed: {:?}",
+        ran.checks
+    );
+    ran.failed_checks()
+        .into_iter()
+        .find(|(n, _)| n == check)
+        .unwrap_or_else(|| panic!("no failed {check}: {:?}", ran.checks))
+        .1
 }
 
 #[test]
 fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let lab = rt.block_on(bosun_lab::ensure_lab()).expect("the lab starts");
-    let cp = lab.nodes.iter().find(|n| n.role == bosun_lab::Role::ControlPlane).unwrap();
+    let lab = rt
+        .block_on(bosun_lab::ensure_lab())
+        .expect("the lab starts");
+    let cp = lab
+        .nodes
+        .iter()
+        .find(|n| n.role == bosun_lab::Role::ControlPlane)
+        .unwrap();
     let version = lab.kubernetes_version.clone();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
@@ -25,32 +39,83 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
     let node = Node::new(&root, &["control-plane"]);
     let plugin = node.load(&plugins().kubeadm_upgrade, "kubeadm-upgrade");
     let grants = example_grants("kubeadm-upgrade.yaml");
-    let run = |action: &str, v: &str, dry: bool| node.run(&plugin, &grants, action, &json!({"kubernetesVersion": v}), dry);
+    let run = |action: &str, v: &str, dry: bool| {
+        node.run(
+            &plugin,
+            &grants,
+            action,
+            &json!({"kubernetesVersion": v}),
+            dry,
+        )
+    };
 
     // Already there: preflight passes (kubeadm at the target), apply changes nothing.
     let same = run("apply", &version, false);
     assert!(same.failed_checks().is_empty(), "{:?}", same.checks);
-    assert_eq!(same.outcome().message, format!("the control plane already runs {version}; nothing to apply"));
+    assert_eq!(
+        same.outcome().message,
+        format!("the control plane already runs {version}; nothing to apply")
+    );
     assert!(!same.outcome().changed);
 
-    assert!(failed(&run("apply", "v1.36.0", false), "version-step").contains("skips a minor version"));
+    assert!(
+        failed(&run("apply", "v1.36.0", false), "version-step").contains("skips a minor version")
+    );
     assert!(failed(&run("apply", "v1.33.9", false), "version-step").contains("does not downgrade"));
     let k = failed(&run("apply", "v1.35.0", false), "kubeadm-version");
-    assert!(k.contains(&format!("/usr/bin/kubeadm is {version}, expected v1.35.0")), "{k}");
+    assert!(
+        k.contains(&format!("/usr/bin/kubeadm is {version}, expected v1.35.0")),
+        "{k}"
+    );
+
+    // `plan` runs the real `kubeadm upgrade plan` through the exec grant, against the lab's
+    // API server (the copy's admin.conf points there). The lab has no CoreDNS, which
+    // kubeadm's own preflight refuses; the plugin reports kubeadm's words.
+    let plan = run("plan", &version, false);
+    let e = plan.error();
+    assert_eq!(e.code, "command-failed", "{}", e.message);
+    assert!(
+        e.message
+            .contains(&format!("/usr/bin/kubeadm upgrade plan {version}")),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("preflight checks failed"),
+        "{}",
+        e.message
+    );
 
     // One minor behind: the step to the lab's version is allowed and a dry run says what
     // it would run.
     let manifest = root.join("etc/kubernetes/manifests/kube-apiserver.yaml");
-    let text = std::fs::read_to_string(&manifest).unwrap().replace(&format!("kube-apiserver:{version}"), "kube-apiserver:v1.33.7");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        &format!("kube-apiserver:{version}"),
+        "kube-apiserver:v1.33.7",
+    );
     std::fs::write(&manifest, text).unwrap();
     let dry = run("apply", &version, true);
-    assert!(dry.checks.iter().any(|c| c.name == "version-step" && c.message == format!("v1.33.7 (control plane) → {version}")), "{:?}", dry.checks);
-    assert_eq!(dry.outcome().message, format!("would run `kubeadm upgrade apply --yes {version}`"));
+    assert!(
+        dry.checks.iter().any(|c| c.name == "version-step"
+            && c.message == format!("v1.33.7 (control plane) → {version}")),
+        "{:?}",
+        dry.checks
+    );
+    assert_eq!(
+        dry.outcome().message,
+        format!("would run `kubeadm upgrade apply --yes {version}`")
+    );
     assert!(!dry.outcome().changed);
 
     // `apply` belongs on a control-plane node.
     let worker = Node::new(&root, &["worker"]);
     let wp = worker.load(&plugins().kubeadm_upgrade, "kubeadm-upgrade");
-    let on_worker = worker.run(&wp, &grants, "apply", &json!({"kubernetesVersion": version}), false);
+    let on_worker = worker.run(
+        &wp,
+        &grants,
+        "apply",
+        &json!({"kubernetesVersion": version}),
+        false,
+    );
     assert!(failed(&on_worker, "control-plane").contains("is not a control-plane node"));
 }

@@ -14,7 +14,11 @@ use serde_json::json;
 fn root() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    write(&root, "etc/os-release", "ID=debian\nVERSION_ID=12\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n");
+    write(
+        &root,
+        "etc/os-release",
+        "ID=debian\nVERSION_ID=12\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n",
+    );
     (dir, root)
 }
 
@@ -25,23 +29,62 @@ fn restart_goes_through_the_service_grant_and_waits_for_running() {
     let kubelet = node.load(&plugins().kubelet, "kubelet");
     let grants = example_grants("kubelet.yaml");
 
-    let dry = node.run(&kubelet, &grants, "restart", &json!({"settleSeconds": 1}), true);
-    assert_eq!(dry.outcome().message, "would restart kubelet.service (now inactive/dead) and wait up to 120s for it to run");
+    let dry = node.run(
+        &kubelet,
+        &grants,
+        "restart",
+        &json!({"settleSeconds": 1}),
+        true,
+    );
+    assert_eq!(
+        dry.outcome().message,
+        "would restart kubelet.service (now inactive/dead) and wait up to 120s for it to run"
+    );
     let log = std::fs::read_to_string(RecordingBackend::log_path(&root)).unwrap();
-    assert!(!log.contains("restart"), "a dry run restarts nothing: {log}");
+    assert!(
+        !log.contains("restart"),
+        "a dry run restarts nothing: {log}"
+    );
 
-    let ran = node.run(&kubelet, &grants, "restart", &json!({"settleSeconds": 1}), false);
+    let ran = node.run(
+        &kubelet,
+        &grants,
+        "restart",
+        &json!({"settleSeconds": 1}),
+        false,
+    );
     let o = ran.outcome();
     assert!(o.changed);
-    assert!(o.message.starts_with("restarted kubelet.service; running after"), "{}", o.message);
+    assert!(
+        o.message
+            .starts_with("restarted kubelet.service; running after"),
+        "{}",
+        o.message
+    );
     assert_eq!(ran.output("subState").unwrap(), "running");
     let log = std::fs::read_to_string(RecordingBackend::log_path(&root)).unwrap();
-    assert_eq!(log.lines().filter(|l| *l == "restart kubelet.service").count(), 1, "{log}");
+    assert_eq!(
+        log.lines()
+            .filter(|l| *l == "restart kubelet.service")
+            .count(),
+        1,
+        "{log}"
+    );
 
     // Without the grant the host refuses the restart and names the unit.
-    let refused = node.run(&kubelet, &bosun_api::grants::Grants::default(), "restart", &json!({}), false);
+    let refused = node.run(
+        &kubelet,
+        &bosun_api::grants::Grants::default(),
+        "restart",
+        &json!({}),
+        false,
+    );
     assert!(refused.run.is_none());
-    assert!(refused.failed_checks()[0].1.contains("kubelet.service"), "{:?}", refused.checks);
+    assert!(
+        refused.failed_checks()[0].1.contains("kubelet.service"),
+        "{:?}",
+        refused.checks
+    );
 }
 
 /// A kubelet that starts and then fails: `activating` after the restart, `failed` after.
@@ -50,8 +93,16 @@ struct FailingKubelet {
 }
 
 impl ServiceBackend for FailingKubelet {
-    fn control(&self, _root: &Path, _unit: &str, _action: ServiceAction) -> Result<UnitStatus, ServiceError> {
-        Ok(UnitStatus { active_state: "activating".into(), sub_state: "start".into() })
+    fn control(
+        &self,
+        _root: &Path,
+        _unit: &str,
+        _action: ServiceAction,
+    ) -> Result<UnitStatus, ServiceError> {
+        Ok(UnitStatus {
+            active_state: "activating".into(),
+            sub_state: "start".into(),
+        })
     }
 
     fn status(&self, _root: &Path, _unit: &str) -> Result<UnitStatus, ServiceError> {
@@ -59,8 +110,14 @@ impl ServiceBackend for FailingKubelet {
         *polls += 1;
         Ok(match *polls {
             // preflight and the run's first look: running before the restart
-            1 | 2 => UnitStatus { active_state: "active".into(), sub_state: "running".into() },
-            _ => UnitStatus { active_state: "failed".into(), sub_state: "failed".into() },
+            1 | 2 => UnitStatus {
+                active_state: "active".into(),
+                sub_state: "running".into(),
+            },
+            _ => UnitStatus {
+                active_state: "failed".into(),
+                sub_state: "failed".into(),
+            },
         })
     }
 }
@@ -68,9 +125,21 @@ impl ServiceBackend for FailingKubelet {
 #[test]
 fn a_kubelet_that_fails_after_the_restart_fails_the_step() {
     let (_dir, root) = root();
-    let node = Node::with_services(&root, &["worker"], Arc::new(FailingKubelet { polls: Mutex::new(0) }));
+    let node = Node::with_services(
+        &root,
+        &["worker"],
+        Arc::new(FailingKubelet {
+            polls: Mutex::new(0),
+        }),
+    );
     let kubelet = node.load(&plugins().kubelet, "kubelet");
-    let ran = node.run(&kubelet, &example_grants("kubelet.yaml"), "restart", &json!({"settleSeconds": 1}), false);
+    let ran = node.run(
+        &kubelet,
+        &example_grants("kubelet.yaml"),
+        "restart",
+        &json!({"settleSeconds": 1}),
+        false,
+    );
     let e = ran.error();
     assert_eq!(e.code, "kubelet-failed");
     assert!(e.message.contains("journalctl -u kubelet"), "{}", e.message);

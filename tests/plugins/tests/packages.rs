@@ -13,13 +13,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bosun_api::grants::{Grants, HttpGrant};
-use bosun_plugins_tests::{Node, build_deb, debian_root, dpkg_state, example_grants, index_repo, install_programs, plugins, write};
+use bosun_plugins_tests::{
+    Node, build_deb, debian_root, dpkg_state, example_grants, index_repo, install_programs,
+    plugins, write,
+};
 use serde_json::json;
 
 const PKG: &str = "bosun-test-kubeadm";
 
 fn installed_file(root: &Path) -> String {
-    std::fs::read_to_string(root.join(format!("usr/share/{PKG}/version"))).unwrap().trim().to_owned()
+    std::fs::read_to_string(root.join(format!("usr/share/{PKG}/version")))
+        .unwrap()
+        .trim()
+        .to_owned()
 }
 
 /// A plain `apt-get upgrade` run by the test itself (not the plugin) in the node root.
@@ -31,7 +37,11 @@ fn apt_upgrade(root: &Path) {
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .output()
         .unwrap();
-    assert!(out.status.success(), "apt-get upgrade: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "apt-get upgrade: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -50,20 +60,45 @@ fn apt_installs_an_exact_version_holds_upgrades_and_unholds() {
 
     // Exact version, held. The index is empty before the first `apt-get update`, so the
     // preflight only warns that the version is not known yet.
-    let first = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "version": "1.34.1-1.1"}), false);
-    assert!(first.checks.iter().any(|c| c.name == "backend" && c.message.starts_with("apt on Debian")), "{:?}", first.checks);
+    let first = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"packages": [PKG], "version": "1.34.1-1.1"}),
+        false,
+    );
+    assert!(
+        first
+            .checks
+            .iter()
+            .any(|c| c.name == "backend" && c.message.starts_with("apt on Debian")),
+        "{:?}",
+        first.checks
+    );
     let o = first.outcome();
     assert!(o.changed, "{}", o.message);
     assert_eq!(first.output(&format!("{PKG}.before")).unwrap(), "none");
     assert_eq!(first.output(&format!("{PKG}.after")).unwrap(), "1.34.1-1.1");
     assert_eq!(first.output(&format!("{PKG}.held")).unwrap(), "true");
-    assert_eq!(dpkg_state(&root, PKG), Some(("hold ok installed".into(), "1.34.1-1.1".into())));
+    assert_eq!(
+        dpkg_state(&root, PKG),
+        Some(("hold ok installed".into(), "1.34.1-1.1".into()))
+    );
     assert_eq!(installed_file(&root), "1.34.1-1.1");
 
     // Idempotent: the same step again changes nothing.
-    let again = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "version": "1.34.1-1.1"}), false);
+    let again = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"packages": [PKG], "version": "1.34.1-1.1"}),
+        false,
+    );
     assert!(!again.outcome().changed, "{}", again.outcome().message);
-    assert_eq!(again.outcome().message, format!("{PKG} already at 1.34.1-1.1, held"));
+    assert_eq!(
+        again.outcome().message,
+        format!("{PKG} already at 1.34.1-1.1, held")
+    );
 
     // The hold is real: apt's own upgrade leaves the package alone although 1.34.2 is there.
     apt_upgrade(&root);
@@ -73,56 +108,120 @@ fn apt_installs_an_exact_version_holds_upgrades_and_unholds() {
     let planner_params = json!({"packages": [PKG], "kubernetesVersion": "v1.34.2"});
     let dry = node.run(&packages, &grants, "install", &planner_params, true);
     assert!(!dry.outcome().changed);
-    assert_eq!(dry.outcome().message, format!("would install {PKG} 1.34.1-1.1 → 1.34.2-1.1 with apt"));
-    assert_eq!(dpkg_state(&root, PKG).unwrap(), ("hold ok installed".into(), "1.34.1-1.1".into()));
+    assert_eq!(
+        dry.outcome().message,
+        format!("would install {PKG} 1.34.1-1.1 → 1.34.2-1.1 with apt")
+    );
+    assert_eq!(
+        dpkg_state(&root, PKG).unwrap(),
+        ("hold ok installed".into(), "1.34.1-1.1".into())
+    );
 
     // Upgrade by Kubernetes version, through the hold, held again afterwards.
     let up = node.run(&packages, &grants, "install", &planner_params, false);
     assert!(up.outcome().changed);
     assert_eq!(up.output(&format!("{PKG}.before")).unwrap(), "1.34.1-1.1");
     assert_eq!(up.output(&format!("{PKG}.after")).unwrap(), "1.34.2-1.1");
-    assert_eq!(dpkg_state(&root, PKG), Some(("hold ok installed".into(), "1.34.2-1.1".into())));
+    assert_eq!(
+        dpkg_state(&root, PKG),
+        Some(("hold ok installed".into(), "1.34.2-1.1".into()))
+    );
     assert_eq!(installed_file(&root), "1.34.2-1.1");
 
     // Back down to an exact older version (a rollback done the package way).
-    let down = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "version": "1.34.1-1.1"}), false);
+    let down = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"packages": [PKG], "version": "1.34.1-1.1"}),
+        false,
+    );
     assert!(down.outcome().changed);
     assert_eq!(dpkg_state(&root, PKG).unwrap().1, "1.34.1-1.1");
 
     // Unhold: apt may change it again, and then its own upgrade does.
-    let unhold = node.run(&packages, &grants, "unhold", &json!({"packages": [PKG]}), false);
+    let unhold = node.run(
+        &packages,
+        &grants,
+        "unhold",
+        &json!({"packages": [PKG]}),
+        false,
+    );
     assert!(unhold.outcome().changed, "{}", unhold.outcome().message);
     assert_eq!(dpkg_state(&root, PKG).unwrap().0, "install ok installed");
-    let unhold_again = node.run(&packages, &grants, "unhold", &json!({"packages": [PKG]}), false);
+    let unhold_again = node.run(
+        &packages,
+        &grants,
+        "unhold",
+        &json!({"packages": [PKG]}),
+        false,
+    );
     assert!(!unhold_again.outcome().changed);
     apt_upgrade(&root);
     assert_eq!(dpkg_state(&root, PKG).unwrap().1, "1.34.2-1.1");
 
     // A version the repository does not have: the plugin says which ones it has.
-    let missing = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "kubernetesVersion": "v1.35.0", "update": false}), false);
+    let missing = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"packages": [PKG], "kubernetesVersion": "v1.35.0", "update": false}),
+        false,
+    );
     assert!(missing.run.is_none(), "preflight must fail without update");
     let (name, msg) = &missing.failed_checks()[0];
     assert_eq!(name, "version-available");
-    assert!(msg.contains("no bosun-test-kubeadm package for Kubernetes v1.35.0") && msg.contains("1.34.2-1.1, 1.34.1-1.1"), "{msg}");
+    assert!(
+        msg.contains("no bosun-test-kubeadm package for Kubernetes v1.35.0")
+            && msg.contains("1.34.2-1.1, 1.34.1-1.1"),
+        "{msg}"
+    );
 
     // Package arguments that are not names are refused before anything runs.
-    let sneaky = node.run(&packages, &grants, "install", &json!({"packages": ["-o=APT::Foo"], "version": "1"}), false);
-    assert!(sneaky.failed_checks()[0].1.contains("is not a package name"), "{:?}", sneaky.checks);
+    let sneaky = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"packages": ["-o=APT::Foo"], "version": "1"}),
+        false,
+    );
+    assert!(
+        sneaky.failed_checks()[0]
+            .1
+            .contains("is not a package name"),
+        "{:?}",
+        sneaky.checks
+    );
 }
 
 #[test]
 fn a_family_without_backend_fails_preflight_saying_so() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    write(&root, "etc/os-release", "NAME=\"Flatcar Container Linux by Kinvolk\"\nID=flatcar\nVERSION_ID=4081.2.0\nPRETTY_NAME=\"Flatcar Container Linux by Kinvolk 4081.2.0\"\n");
+    write(
+        &root,
+        "etc/os-release",
+        "NAME=\"Flatcar Container Linux by Kinvolk\"\nID=flatcar\nVERSION_ID=4081.2.0\nPRETTY_NAME=\"Flatcar Container Linux by Kinvolk 4081.2.0\"\n",
+    );
     std::fs::create_dir_all(root.join("usr/bin")).unwrap();
     let node = Node::new(&root, &["worker"]);
     let packages = node.load(&plugins().packages, "packages");
-    let ran = node.run(&packages, &example_grants("packages.yaml"), "install", &json!({"packages": ["kubeadm"], "kubernetesVersion": "v1.34.2"}), false);
+    let ran = node.run(
+        &packages,
+        &example_grants("packages.yaml"),
+        "install",
+        &json!({"packages": ["kubeadm"], "kubernetesVersion": "v1.34.2"}),
+        false,
+    );
     assert!(ran.run.is_none());
     let (name, msg) = &ran.failed_checks()[0];
     assert_eq!(name, "backend");
-    assert!(msg.contains("no package backend for Flatcar Container Linux by Kinvolk 4081.2.0 (ID=flatcar"), "{msg}");
+    assert!(
+        msg.contains(
+            "no package backend for Flatcar Container Linux by Kinvolk 4081.2.0 (ID=flatcar"
+        ),
+        "{msg}"
+    );
     assert!(msg.contains("Write a package backend"), "{msg}");
 }
 
@@ -157,17 +256,32 @@ fn serve(routes: Vec<(&'static str, Reply)>) -> (String, Arc<AtomicUsize>) {
             }
             let text = String::from_utf8_lossy(&head);
             let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
-            match routes.iter().find(|(p, _)| *p == path).map(|(_, r)| r.clone()) {
+            match routes
+                .iter()
+                .find(|(p, _)| *p == path)
+                .map(|(_, r)| r.clone())
+            {
                 Some(Reply::Full(body)) => {
-                    let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
                     let _ = conn.write_all(&body);
                 }
                 Some(Reply::Cut(body, cut)) => {
-                    let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
                     let _ = conn.write_all(&body[..cut]);
                 }
                 None => {
-                    let _ = write!(conn, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
                 }
             }
         }
@@ -184,75 +298,162 @@ fn sha256(bytes: &[u8]) -> String {
 fn binary_download_checks_the_digest_replaces_atomically_and_rolls_back() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    write(&root, "etc/os-release", "ID=flatcar\nVERSION_ID=4081.2.0\nPRETTY_NAME=\"Flatcar 4081.2.0\"\n");
+    write(
+        &root,
+        "etc/os-release",
+        "ID=flatcar\nVERSION_ID=4081.2.0\nPRETTY_NAME=\"Flatcar 4081.2.0\"\n",
+    );
     install_programs(&root, &["/usr/bin/chmod"]);
     let old = b"#!/bin/sh\necho old\n".to_vec();
     write(&root, "usr/bin/kubeadm", std::str::from_utf8(&old).unwrap());
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(root.join("usr/bin/kubeadm"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        root.join("usr/bin/kubeadm"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
 
     let new: Vec<u8> = (0..200_000u32).flat_map(|i| i.to_le_bytes()).collect();
     let wrong = b"not what the digest says".to_vec();
     let (addr, hits) = serve(vec![
         ("/v1.34.2/kubeadm", Reply::Full(new.clone())),
-        ("/v1.34.2/kubeadm.sha256", Reply::Full(format!("{}  kubeadm\n", sha256(&new)).into_bytes())),
+        (
+            "/v1.34.2/kubeadm.sha256",
+            Reply::Full(format!("{}  kubeadm\n", sha256(&new)).into_bytes()),
+        ),
         ("/tampered/kubeadm", Reply::Full(wrong)),
         ("/cut/kubeadm", Reply::Cut(new.clone(), 300_000)),
     ]);
     let mut grants: Grants = example_grants("packages.yaml");
-    grants.http.push(HttpGrant { host: addr.clone(), max_bytes: Some(16 << 20) });
+    grants.http.push(HttpGrant {
+        host: addr.clone(),
+        max_bytes: Some(16 << 20),
+    });
 
     let node = Node::new(&root, &["worker"]);
     let packages = node.load(&plugins().packages, "packages");
     let kubeadm = root.join("usr/bin/kubeadm");
-    let spec = |path: &str, digest: Option<String>| {
-        json!({"backend": "binary", "binaries": [{"name": "kubeadm", "url": format!("http://{addr}{path}"), "sha256": digest}]})
-    };
+    let spec = |path: &str, digest: Option<String>| json!({"backend": "binary", "binaries": [{"name": "kubeadm", "url": format!("http://{addr}{path}"), "sha256": digest}]});
 
     // Wrong digest: refused, old binary untouched, nothing staged left behind.
-    let bad = node.run(&packages, &grants, "install", &spec("/tampered/kubeadm", Some(sha256(&new))), false);
-    assert_eq!(bad.error().code, "digest-mismatch", "{}", bad.error().message);
+    let bad = node.run(
+        &packages,
+        &grants,
+        "install",
+        &spec("/tampered/kubeadm", Some(sha256(&new))),
+        false,
+    );
+    assert_eq!(
+        bad.error().code,
+        "digest-mismatch",
+        "{}",
+        bad.error().message
+    );
     assert_eq!(std::fs::read(&kubeadm).unwrap(), old);
     assert!(!root.join("usr/bin/.kubeadm.bosun-new").exists());
 
     // A download cut short: refused as incomplete (retryable), old binary untouched.
-    let cut = node.run(&packages, &grants, "install", &spec("/cut/kubeadm", Some(sha256(&new))), false);
+    let cut = node.run(
+        &packages,
+        &grants,
+        "install",
+        &spec("/cut/kubeadm", Some(sha256(&new))),
+        false,
+    );
     let e = cut.error();
     assert_eq!(e.code, "download-incomplete", "{}", e.message);
     assert!(e.retryable);
-    assert!(e.message.contains("received 300000 of the 800000 bytes"), "{}", e.message);
+    assert!(
+        e.message.contains("received 300000 of the 800000 bytes"),
+        "{}",
+        e.message
+    );
     assert_eq!(std::fs::read(&kubeadm).unwrap(), old);
 
     // Dry run: no download of the binary, no change.
     let before_hits = hits.load(Ordering::SeqCst);
-    let dry = node.run(&packages, &grants, "install", &spec("/v1.34.2/kubeadm", None), true);
-    assert_eq!(dry.outcome().message, "would download and replace /usr/bin/kubeadm");
-    assert_eq!(hits.load(Ordering::SeqCst) - before_hits, 1, "only the digest file was fetched");
+    let dry = node.run(
+        &packages,
+        &grants,
+        "install",
+        &spec("/v1.34.2/kubeadm", None),
+        true,
+    );
+    assert_eq!(
+        dry.outcome().message,
+        "would download and replace /usr/bin/kubeadm"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst) - before_hits,
+        1,
+        "only the digest file was fetched"
+    );
     assert_eq!(std::fs::read(&kubeadm).unwrap(), old);
 
     // Right digest (from the .sha256 file next to it, as dl.k8s.io publishes): replaced,
     // executable, the previous binary kept.
-    let ok = node.run(&packages, &grants, "install", &spec("/v1.34.2/kubeadm", None), false);
+    let ok = node.run(
+        &packages,
+        &grants,
+        "install",
+        &spec("/v1.34.2/kubeadm", None),
+        false,
+    );
     assert!(ok.outcome().changed, "{}", ok.outcome().message);
     assert_eq!(ok.output("kubeadm.sha256").unwrap(), sha256(&new));
     assert_eq!(std::fs::read(&kubeadm).unwrap(), new);
-    assert_eq!(std::fs::metadata(&kubeadm).unwrap().permissions().mode() & 0o777, 0o755);
-    assert_eq!(std::fs::read(root.join("usr/bin/.kubeadm.bosun-prev")).unwrap(), old);
+    assert_eq!(
+        std::fs::metadata(&kubeadm).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    assert_eq!(
+        std::fs::read(root.join("usr/bin/.kubeadm.bosun-prev")).unwrap(),
+        old
+    );
 
     // Idempotent: same digest, nothing downloaded but the digest file, nothing changed.
-    let again = node.run(&packages, &grants, "install", &spec("/v1.34.2/kubeadm", None), false);
+    let again = node.run(
+        &packages,
+        &grants,
+        "install",
+        &spec("/v1.34.2/kubeadm", None),
+        false,
+    );
     assert!(!again.outcome().changed);
 
     // Rollback puts the previous binary back.
-    let rb = node.run(&packages, &grants, "rollback", &json!({"paths": ["/usr/bin/kubeadm"]}), false);
+    let rb = node.run(
+        &packages,
+        &grants,
+        "rollback",
+        &json!({"paths": ["/usr/bin/kubeadm"]}),
+        false,
+    );
     assert!(rb.outcome().changed);
     assert_eq!(std::fs::read(&kubeadm).unwrap(), old);
-    let none_left = node.run(&packages, &grants, "rollback", &json!({"paths": ["/usr/bin/kubeadm"]}), false);
+    let none_left = node.run(
+        &packages,
+        &grants,
+        "rollback",
+        &json!({"paths": ["/usr/bin/kubeadm"]}),
+        false,
+    );
     assert_eq!(none_left.failed_checks()[0].0, "previous-present");
 
     // Without the http grant for the server, the host refuses the download.
-    let ungranted = node.run(&packages, &example_grants("packages.yaml"), "install", &spec("/v1.34.2/kubeadm", Some(sha256(&new))), false);
-    assert_eq!(ungranted.error().code, "not-granted", "{}", ungranted.error().message);
+    let ungranted = node.run(
+        &packages,
+        &example_grants("packages.yaml"),
+        "install",
+        &spec("/v1.34.2/kubeadm", Some(sha256(&new))),
+        false,
+    );
+    assert_eq!(
+        ungranted.error().code,
+        "not-granted",
+        "{}",
+        ungranted.error().message
+    );
     assert_eq!(std::fs::read(&kubeadm).unwrap(), old);
 }
 
@@ -286,37 +487,96 @@ fn dnf_installs_an_exact_version_versionlocks_upgrades_and_unlocks() {
             .env("PATH", "/usr/bin:/bin")
             .output()
             .unwrap();
-        assert!(out.status.success(), "dnf upgrade: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "dnf upgrade: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
 
-    let first = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "version": "1.34.1-150500.1.1"}), false);
-    assert!(first.checks.iter().any(|c| c.name == "backend" && c.message.starts_with("dnf on Rocky Linux 9.4")), "{:?}", first.checks);
+    let first = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"packages": [PKG], "version": "1.34.1-150500.1.1"}),
+        false,
+    );
+    assert!(
+        first
+            .checks
+            .iter()
+            .any(|c| c.name == "backend" && c.message.starts_with("dnf on Rocky Linux 9.4")),
+        "{:?}",
+        first.checks
+    );
     assert!(first.outcome().changed, "{}", first.outcome().message);
-    assert_eq!(first.output(&format!("{PKG}.after")).unwrap(), "1.34.1-150500.1.1");
+    assert_eq!(
+        first.output(&format!("{PKG}.after")).unwrap(),
+        "1.34.1-150500.1.1"
+    );
     assert_eq!(first.output(&format!("{PKG}.held")).unwrap(), "true");
-    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.1-150500.1.1"));
+    assert_eq!(
+        rpm_version(&root, PKG).as_deref(),
+        Some("1.34.1-150500.1.1")
+    );
 
-    let again = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "version": "1.34.1-150500.1.1"}), false);
+    let again = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"packages": [PKG], "version": "1.34.1-150500.1.1"}),
+        false,
+    );
     assert!(!again.outcome().changed, "{}", again.outcome().message);
 
     // The versionlock is real: dnf's own upgrade leaves the package alone.
     dnf_upgrade();
-    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.1-150500.1.1"));
+    assert_eq!(
+        rpm_version(&root, PKG).as_deref(),
+        Some("1.34.1-150500.1.1")
+    );
 
     // Upgrade by Kubernetes version through the lock, locked again at the new version.
-    let up = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "kubernetesVersion": "v1.34.2"}), false);
+    let up = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"packages": [PKG], "kubernetesVersion": "v1.34.2"}),
+        false,
+    );
     assert!(up.outcome().changed, "{}", up.outcome().message);
-    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.2-150500.1.1"));
+    assert_eq!(
+        rpm_version(&root, PKG).as_deref(),
+        Some("1.34.2-150500.1.1")
+    );
     assert_eq!(up.output(&format!("{PKG}.held")).unwrap(), "true");
 
     // Downgrade to an exact older version (dnf's `downgrade`).
-    let down = node.run(&packages, &grants, "install", &json!({"packages": [PKG], "version": "1.34.1-150500.1.1"}), false);
+    let down = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"packages": [PKG], "version": "1.34.1-150500.1.1"}),
+        false,
+    );
     assert!(down.outcome().changed, "{}", down.outcome().message);
-    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.1-150500.1.1"));
+    assert_eq!(
+        rpm_version(&root, PKG).as_deref(),
+        Some("1.34.1-150500.1.1")
+    );
 
     // Unlock, and dnf's upgrade moves it again.
-    let unhold = node.run(&packages, &grants, "unhold", &json!({"packages": [PKG]}), false);
+    let unhold = node.run(
+        &packages,
+        &grants,
+        "unhold",
+        &json!({"packages": [PKG]}),
+        false,
+    );
     assert!(unhold.outcome().changed, "{}", unhold.outcome().message);
     dnf_upgrade();
-    assert_eq!(rpm_version(&root, PKG).as_deref(), Some("1.34.2-150500.1.1"));
+    assert_eq!(
+        rpm_version(&root, PKG).as_deref(),
+        Some("1.34.2-150500.1.1")
+    );
 }
