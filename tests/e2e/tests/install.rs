@@ -7,8 +7,9 @@
 //!   bound to a Pod on node A may write node A's NodeTask status and is refused node B's
 //!   with the policy's message; a token bound to no Pod is refused; RBAC refuses deleting
 //!   NodeTasks, changing their spec, and writing Operations.
-//! - A running controller's and agent's `/metrics` show every metric family, and the
-//!   counts move when an Operation runs.
+//! - A controller and an agent running as deploy/'s ServiceAccounts (RBAC and admission
+//!   policy in force) carry out a real Operation without a refused call, and their
+//!   `/metrics` show every metric family with exact counts for that Operation.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -102,9 +103,26 @@ async fn client_with_token(lab: &LabHandle, token: &str) -> Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
-/// A token of the agent's ServiceAccount, bound to `pod` when given (as the kubelet's
-/// projected token of a DaemonSet Pod is), else bound to nothing.
-async fn agent_token(client: &Client, pod: Option<&Pod>) -> Result<String> {
+/// Writes a kubeconfig for the lab's API server that authenticates with `token` only, for
+/// a process (the lab's CA; no client certificate).
+fn token_kubeconfig(lab: &LabHandle, token: &str, path: &Path) -> Result<()> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&lab.kubeconfig)?;
+    let cluster = kubeconfig.clusters.first().and_then(|c| c.cluster.clone()).context("the lab's kubeconfig has no cluster")?;
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{ "name": "lab", "cluster": {
+            "server": cluster.server, "certificate-authority-data": cluster.certificate_authority_data } }],
+        "users": [{ "name": "token", "user": { "token": token } }],
+        "contexts": [{ "name": "token", "context": { "cluster": "lab", "user": "token" } }],
+        "current-context": "token",
+    });
+    std::fs::write(path, serde_yaml::to_string(&config)?).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// A token of `service_account` in bosun-system, bound to `pod` when given (as the kubelet's
+/// projected token of a Pod is), else bound to nothing.
+async fn token_of(client: &Client, service_account: &str, pod: Option<&Pod>) -> Result<String> {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
     let bound = pod.map(|p| BoundObjectReference {
         api_version: Some("v1".into()),
@@ -113,11 +131,33 @@ async fn agent_token(client: &Client, pod: Option<&Pod>) -> Result<String> {
         uid: p.uid(),
     });
     let request = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], bound_object_ref: bound, expiration_seconds: Some(600) },
+        spec: TokenRequestSpec { audiences: vec![], bound_object_ref: bound, expiration_seconds: Some(3600) },
         ..Default::default()
     };
-    let answer = sas.create_token_request(AGENT_SA, &PostParams::default(), &request).await.context("requesting a bosun-agent token")?;
+    let answer = sas
+        .create_token_request(service_account, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("requesting a {service_account} token"))?;
     Ok(answer.status.context("a TokenRequest without status")?.token)
+}
+
+/// A stand-in for the agent DaemonSet's Pod on `node` (spec.nodeName set, as the scheduler
+/// would): the lab runs no kubelet, so it never starts; only the identity its tokens carry
+/// matters.
+async fn agent_pod(client: &Client, name: &str, node: &str) -> Result<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name },
+        "spec": { "serviceAccountName": AGENT_SA, "nodeName": node, "automountServiceAccountToken": false,
+                  "containers": [{ "name": "agent", "image": "bosun-agent:never-pulled" }] },
+    }))?;
+    pods.create(&PostParams::default(), &pod).await.with_context(|| format!("creating the agent Pod on {node}"))
+}
+
+/// A token of the agent's ServiceAccount (see [`token_of`]).
+async fn agent_token(client: &Client, pod: Option<&Pod>) -> Result<String> {
+    token_of(client, AGENT_SA, pod).await
 }
 
 /// Applies one of `deploy/`'s files for real (kubectl, as an administrator would).
@@ -157,13 +197,7 @@ async fn an_agent_may_write_only_its_own_nodes_node_tasks() -> Result<()> {
     // kubelet runs in the lab, so it never starts: only its identity matters here).
     let run = unique("install-rbac");
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": { "name": format!("agent-{run}") },
-        "spec": { "serviceAccountName": AGENT_SA, "nodeName": node_a, "automountServiceAccountToken": false,
-                  "containers": [{ "name": "agent", "image": "bosun-agent:never-pulled" }] },
-    }))?;
-    let pod = pods.create(&PostParams::default(), &pod).await.context("creating the agent Pod on node A")?;
+    let pod = agent_pod(&client, &format!("agent-{run}"), node_a).await?;
 
     // One NodeTask per node, labelled with this run's instance so no agent of another test
     // acts on them.
@@ -284,6 +318,30 @@ async fn wait_ready(procs: &mut Processes, port: u16, who: &str) -> Result<()> {
     }
 }
 
+/// Waits until Operation `name` is in `phase`; fails when a process exits, when it finishes
+/// in another phase, or at [`DEADLINE`]. (Blocked is not final: right after a retry the
+/// Operation still shows the Blocked it had.)
+async fn wait_phase(procs: &mut Processes, ops: &Api<Operation>, name: &str, phase: OperationPhase, dir: &Path) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        procs.check_alive()?;
+        let op = ops.get(name).await?;
+        let now = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        if now == phase {
+            return Ok(());
+        }
+        let settled = matches!(now, OperationPhase::Succeeded | OperationPhase::Failed);
+        if settled || started.elapsed() >= DEADLINE {
+            bail!(
+                "Operation {name} is {now:?}, waiting for {phase:?}: {}; logs in {}",
+                op.status.and_then(|s| s.message).unwrap_or_default(),
+                dir.display()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// The value of the sample line starting with `series ` in an exposition.
 fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
@@ -298,7 +356,7 @@ const FAMILIES: [(&str, &str); 5] = [
 ];
 
 #[tokio::test]
-async fn admin_servers_expose_every_metric_family_and_count_a_real_operation() -> Result<()> {
+async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Result<()> {
     let lab = bosun_lab::ensure_lab().await?;
     // The Operation below cordons and uncordons a lab node.
     let _nodes = bosun_e2e::lock_lab_nodes().await;
@@ -306,15 +364,26 @@ async fn admin_servers_expose_every_metric_family_and_count_a_real_operation() -
     publish_hello(&lab).await?;
     let node = lab.nodes.last().context("the lab has nodes")?.clone();
 
+    // The controller and the agent run as deploy/'s ServiceAccounts, with deploy/'s RBAC
+    // and admission policy in force: the Operation below succeeding is also the proof that
+    // those grants are enough for a real run (cordon, plugin step, uncordon).
+    ensure_namespace(&lab.client).await?;
+    for file in ["deploy/controller/rbac.yaml", "deploy/agent/rbac.yaml", "deploy/admission/agent-own-node.yaml"] {
+        apply_file(&lab, file)?;
+    }
     let instance = unique("install-metrics");
     let dir = target_dir().join("e2e-install").join(&instance);
     let mut procs = Processes::new(&dir)?;
     let (controller_port, agent_port) = (free_port()?, free_port()?);
     let (_, trust_root) = bosun_e2e::cluster::signing_key()?;
+    let (controller_kubeconfig, agent_kubeconfig) = (dir.join("controller.kubeconfig"), dir.join("agent.kubeconfig"));
+    token_kubeconfig(&lab, &token_of(&lab.client, "bosun-controller", None).await?, &controller_kubeconfig)?;
+    let pod = agent_pod(&lab.client, &format!("agent-{instance}"), &node.name).await?;
+    token_kubeconfig(&lab, &agent_token(&lab.client, Some(&pod)).await?, &agent_kubeconfig)?;
     procs.spawn(
         "controller",
         Command::new(binary("bosun-controller")?)
-            .env("KUBECONFIG", &lab.kubeconfig)
+            .env("KUBECONFIG", &controller_kubeconfig)
             .env("BOSUN_LOG", "info,kube=warn")
             .args(["--instance", &instance, "--resync-seconds", "2"])
             .args(["--admin-addr", &format!("127.0.0.1:{controller_port}")]),
@@ -322,7 +391,7 @@ async fn admin_servers_expose_every_metric_family_and_count_a_real_operation() -
     procs.spawn(
         "agent",
         Command::new(binary("bosun-agent")?)
-            .env("KUBECONFIG", &lab.kubeconfig)
+            .env("KUBECONFIG", &agent_kubeconfig)
             .env("BOSUN_LOG", "info,kube=warn")
             .args(["--instance", &instance, "--node-name", &node.name])
             .arg("--host-root")
@@ -344,8 +413,12 @@ async fn admin_servers_expose_every_metric_family_and_count_a_real_operation() -
         }
     }
 
-    // One node: cordon (controller), greet (agent, the signed hello plugin), uncordon.
+    // One node: cordon (controller), greet (agent, the signed hello plugin) from a file that
+    // is not there yet, uncordon. The greet's preflight fails and the Operation blocks; the
+    // file is written, a person sets `recovery: Retry`, and the Operation finishes. (The
+    // retry path needs the controller's `patch` on NodeTasks: it clears the field.)
     let name = unique("install-metrics");
+    let file = format!("/etc/{name}-release");
     let ops: Api<Operation> = Api::all(lab.client.clone());
     ops.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(json!({
         "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
@@ -354,50 +427,49 @@ async fn admin_servers_expose_every_metric_family_and_count_a_real_operation() -
             "nodeSelector": { "matchLabels": { "kubernetes.io/hostname": node.name } },
             "steps": [
                 { "name": "cordon", "runsOn": "controller", "action": "cordon" },
-                { "name": "greet", "plugin": "hello", "action": "greet", "params": { "name": "metrics" } },
+                { "name": "greet", "plugin": "hello", "action": "greet", "params": { "file": file } },
                 { "name": "uncordon", "runsOn": "controller", "action": "uncordon" } ] }] } },
     })))
     .await
     .with_context(|| format!("creating Operation {name}"))?;
-    let started = Instant::now();
-    loop {
-        procs.check_alive()?;
-        let op = ops.get(&name).await?;
-        let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
-        if phase == OperationPhase::Succeeded {
-            break;
-        }
-        ensure!(
-            !matches!(phase, OperationPhase::Failed | OperationPhase::Blocked),
-            "Operation {name} is {phase:?}: {}; logs in {}",
-            op.status.and_then(|s| s.message).unwrap_or_default(),
-            dir.display()
-        );
-        if started.elapsed() >= DEADLINE {
-            bail!("Operation {name} is {phase:?} after {DEADLINE:?}; logs in {}", dir.display());
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    wait_phase(&mut procs, &ops, &name, OperationPhase::Blocked, &dir).await?;
+    std::fs::write(node.host_root.join(file.trim_start_matches('/')), "PRETTY_NAME=\"install test\"\n")?;
+    let tasks: Api<NodeTask> = Api::all(lab.client.clone());
+    tasks
+        .patch(&format!("{name}-{}", node.name), &PatchParams::default(), &Patch::Merge(json!({ "spec": { "recovery": "Retry" } })))
+        .await
+        .context("setting recovery: Retry")?;
+    wait_phase(&mut procs, &ops, &name, OperationPhase::Succeeded, &dir).await?;
 
     // These processes saw this one Operation only, so the counts are exact.
     let (_, controller) = get(controller_port, "/metrics")?;
     let (_, agent) = get(agent_port, "/metrics")?;
     for (text, series, want) in [
         (&controller, "bosun_operations{phase=\"Succeeded\"}", 1.0),
-        (&controller, "bosun_operations{phase=\"Running\"}", 0.0),
+        (&controller, "bosun_operations{phase=\"Blocked\"}", 0.0),
         (&controller, "bosun_steps_total{side=\"controller\",outcome=\"succeeded\"}", 2.0),
         (&controller, "bosun_step_duration_seconds_count{side=\"controller\",outcome=\"succeeded\"}", 2.0),
+        // The greet ran twice: refused by its preflight, then (after the retry) succeeded.
+        (&agent, "bosun_steps_total{side=\"agent\",outcome=\"preflight_failed\"}", 1.0),
         (&agent, "bosun_steps_total{side=\"agent\",outcome=\"succeeded\"}", 1.0),
         (&agent, "bosun_step_duration_seconds_count{side=\"agent\",outcome=\"succeeded\"}", 1.0),
-        (&agent, "bosun_gate_duration_seconds_count{gate=\"preflight\"}", 1.0),
-        // A fresh plugin store: the bytes came from the ConfigMap.
+        (&agent, "bosun_gate_duration_seconds_count{gate=\"preflight\"}", 2.0),
+        // A fresh plugin store: fetched from the ConfigMap once, then found in the store.
         (&agent, "bosun_plugin_cache_total{result=\"miss\"}", 1.0),
-        (&agent, "bosun_plugin_cache_total{result=\"hit\"}", 0.0),
+        (&agent, "bosun_plugin_cache_total{result=\"hit\"}", 1.0),
     ] {
         let got = sample(text, series);
         ensure!(got == Some(want), "{series} is {got:?}, expected {want}:\n{text}");
     }
     save_sample(&dir, &controller, &agent)?;
+    // Nothing the run needed was refused: no 403 in either process's log.
+    for who in ["controller", "agent"] {
+        let log = std::fs::read_to_string(procs.log_of(who))?;
+        ensure!(!log.contains("forbidden") && !log.contains("Forbidden"), "the {who} was refused an API call with deploy/'s RBAC:\n{log}");
+    }
+    drop(procs);
+    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), NAMESPACE);
+    pods.delete(&pod.name_any(), &DeleteParams::default().grace_period(0)).await.context("deleting the agent Pod")?;
     Ok(())
 }
 
