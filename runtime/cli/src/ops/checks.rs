@@ -26,7 +26,9 @@ pub enum Refusal {
         node: String,
         known: String,
     },
-    #[error("NodeTask {task} ({node}) is {phase:?}, not Blocked: {verb} only acts on a task that a failed step blocked. {hint}")]
+    #[error(
+        "NodeTask {task} ({node}) is {phase:?}, not Blocked: {verb} only acts on a task that a failed step blocked. {hint}"
+    )]
     NotBlocked {
         task: String,
         node: String,
@@ -53,11 +55,15 @@ pub enum Refusal {
     },
     #[error("NodeTask {task} ({node}) is already approved")]
     AlreadyApproved { task: String, node: String },
-    #[error("Operation {op}: no NodeTask is left to approve (every unfinished task is approved or past approval)")]
+    #[error(
+        "Operation {op}: no NodeTask is left to approve (every unfinished task is approved or past approval)"
+    )]
     NothingToApprove { op: String },
     #[error("Operation {op} is already paused; resume it with `kubectl bosun resume {op}`")]
     AlreadyPaused { op: String },
-    #[error("Operation {op} is not paused; nothing to resume (pause it with `kubectl bosun pause {op}`)")]
+    #[error(
+        "Operation {op} is not paused; nothing to resume (pause it with `kubectl bosun pause {op}`)"
+    )]
     NotPaused { op: String },
 }
 
@@ -86,20 +92,27 @@ fn refuse_finished(op: &Operation, verb: &'static str) -> Result<(), Refusal> {
 }
 
 /// The task of `node` among the Operation's tasks.
-pub fn task_of<'a>(op: &Operation, tasks: &'a [NodeTask], node: &str) -> Result<&'a NodeTask, Refusal> {
-    tasks.iter().find(|t| t.spec.node_name == node).ok_or_else(|| {
-        let mut known: Vec<&str> = tasks.iter().map(|t| t.spec.node_name.as_str()).collect();
-        known.sort_unstable();
-        Refusal::NoSuchNode {
-            op: op_name(op),
-            node: node.to_owned(),
-            known: if known.is_empty() {
-                "none yet (not planned, or the controller has not created its NodeTasks)".into()
-            } else {
-                known.join(", ")
-            },
-        }
-    })
+pub fn task_of<'a>(
+    op: &Operation,
+    tasks: &'a [NodeTask],
+    node: &str,
+) -> Result<&'a NodeTask, Refusal> {
+    tasks
+        .iter()
+        .find(|t| t.spec.node_name == node)
+        .ok_or_else(|| {
+            let mut known: Vec<&str> = tasks.iter().map(|t| t.spec.node_name.as_str()).collect();
+            known.sort_unstable();
+            Refusal::NoSuchNode {
+                op: op_name(op),
+                node: node.to_owned(),
+                known: if known.is_empty() {
+                    "none yet (not planned, or the controller has not created its NodeTasks)".into()
+                } else {
+                    known.join(", ")
+                },
+            }
+        })
 }
 
 /// `retry` and `skip`: the task must be Blocked and have no recovery pending.
@@ -180,7 +193,10 @@ pub fn approve(op: &Operation, task: &NodeTask) -> Result<(), Refusal> {
 
 /// `approve OP --all`: every task that [`approve`] accepts, in the order given. Refuses
 /// when the Operation is not Controlled or no task is left to approve.
-pub fn approve_all<'a>(op: &Operation, tasks: &'a [NodeTask]) -> Result<Vec<&'a NodeTask>, Refusal> {
+pub fn approve_all<'a>(
+    op: &Operation,
+    tasks: &'a [NodeTask],
+) -> Result<Vec<&'a NodeTask>, Refusal> {
     refuse_finished(op, "approve")?;
     if op.spec.execution_mode != ExecutionMode::Controlled {
         return Err(Refusal::NotControlled {
@@ -216,9 +232,9 @@ pub fn resume(op: &Operation) -> Result<(), Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bosun_api::Recovery;
     use bosun_api::node_task::{NodeTaskSpec, NodeTaskStatus};
     use bosun_api::operation::{OperationSpec, OperationStatus};
-    use bosun_api::Recovery;
 
     fn op(mode: ExecutionMode, phase: OperationPhase) -> Operation {
         let spec: OperationSpec = serde_json::from_value(serde_json::json!({
@@ -258,15 +274,34 @@ mod tests {
     #[test]
     fn retry_and_skip_need_a_blocked_task() {
         let o = op(ExecutionMode::Auto, OperationPhase::Blocked);
-        assert_eq!(recovery(&o, &task("n1", NodeTaskPhase::Blocked), "retry"), Ok(()));
+        assert_eq!(
+            recovery(&o, &task("n1", NodeTaskPhase::Blocked), "retry"),
+            Ok(())
+        );
         let e = recovery(&o, &task("n1", NodeTaskPhase::Running), "retry").unwrap_err();
-        assert!(matches!(e, Refusal::NotBlocked { phase: NodeTaskPhase::Running, .. }));
+        assert!(matches!(
+            e,
+            Refusal::NotBlocked {
+                phase: NodeTaskPhase::Running,
+                ..
+            }
+        ));
         let text = e.to_string();
-        assert!(text.contains("op1-n1 (n1) is Running, not Blocked"), "{text}");
+        assert!(
+            text.contains("op1-n1 (n1) is Running, not Blocked"),
+            "{text}"
+        );
         assert!(text.contains("kubectl bosun status op1 --watch"), "{text}");
-        let text = recovery(&o, &task("n1", NodeTaskPhase::Succeeded), "skip").unwrap_err().to_string();
-        assert!(text.contains("is Succeeded, not Blocked: skip only acts") && text.contains("finished"), "{text}");
-        let text = recovery(&o, &task("n1", NodeTaskPhase::AwaitingApproval), "retry").unwrap_err().to_string();
+        let text = recovery(&o, &task("n1", NodeTaskPhase::Succeeded), "skip")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("is Succeeded, not Blocked: skip only acts") && text.contains("finished"),
+            "{text}"
+        );
+        let text = recovery(&o, &task("n1", NodeTaskPhase::AwaitingApproval), "retry")
+            .unwrap_err()
+            .to_string();
         assert!(text.contains("kubectl bosun approve op1 n1"), "{text}");
     }
 
@@ -278,7 +313,11 @@ mod tests {
         let e = recovery(&o, &t, "retry").unwrap_err();
         assert_eq!(
             e,
-            Refusal::RecoveryPending { task: "op1-n1".into(), node: "n1".into(), requested: Recovery::Skip }
+            Refusal::RecoveryPending {
+                task: "op1-n1".into(),
+                node: "n1".into(),
+                requested: Recovery::Skip
+            }
         );
     }
 
@@ -286,8 +325,22 @@ mod tests {
     fn finished_operations_refuse_everything() {
         let o = op(ExecutionMode::Controlled, OperationPhase::Succeeded);
         let t = task("n1", NodeTaskPhase::Blocked);
-        for e in [recovery(&o, &t, "retry"), approve(&o, &t), pause(&o), resume(&o)] {
-            assert!(matches!(e, Err(Refusal::OperationFinished { phase: OperationPhase::Succeeded, .. })), "{e:?}");
+        for e in [
+            recovery(&o, &t, "retry"),
+            approve(&o, &t),
+            pause(&o),
+            resume(&o),
+        ] {
+            assert!(
+                matches!(
+                    e,
+                    Err(Refusal::OperationFinished {
+                        phase: OperationPhase::Succeeded,
+                        ..
+                    })
+                ),
+                "{e:?}"
+            );
         }
     }
 
@@ -297,13 +350,24 @@ mod tests {
         let e = approve(&auto, &task("n1", NodeTaskPhase::Pending)).unwrap_err();
         assert!(e.to_string().contains("runs in Auto mode"), "{e}");
         let c = op(ExecutionMode::Controlled, OperationPhase::AwaitingApproval);
-        assert_eq!(approve(&c, &task("n1", NodeTaskPhase::AwaitingApproval)), Ok(()));
+        assert_eq!(
+            approve(&c, &task("n1", NodeTaskPhase::AwaitingApproval)),
+            Ok(())
+        );
         assert_eq!(approve(&c, &task("n1", NodeTaskPhase::Pending)), Ok(()));
         let e = approve(&c, &task("n1", NodeTaskPhase::Running)).unwrap_err();
-        assert!(e.to_string().contains("is Running: approval lets a task start, and this one has already started"), "{e}");
+        assert!(
+            e.to_string().contains(
+                "is Running: approval lets a task start, and this one has already started"
+            ),
+            "{e}"
+        );
         let mut t = task("n1", NodeTaskPhase::AwaitingApproval);
         t.spec.approve = true;
-        assert!(matches!(approve(&c, &t), Err(Refusal::AlreadyApproved { .. })));
+        assert!(matches!(
+            approve(&c, &t),
+            Err(Refusal::AlreadyApproved { .. })
+        ));
     }
 
     #[test]
@@ -317,9 +381,16 @@ mod tests {
             task("n3", NodeTaskPhase::Pending),
             approved,
         ];
-        let chosen: Vec<&str> = approve_all(&c, &tasks).unwrap().iter().map(|t| t.spec.node_name.as_str()).collect();
+        let chosen: Vec<&str> = approve_all(&c, &tasks)
+            .unwrap()
+            .iter()
+            .map(|t| t.spec.node_name.as_str())
+            .collect();
         assert_eq!(chosen, ["n2", "n3"]);
-        assert_eq!(approve_all(&c, &tasks[..1]), Err(Refusal::NothingToApprove { op: "op1".into() }));
+        assert_eq!(
+            approve_all(&c, &tasks[..1]),
+            Err(Refusal::NothingToApprove { op: "op1".into() })
+        );
     }
 
     #[test]
@@ -330,14 +401,24 @@ mod tests {
         o.spec.paused = true;
         assert_eq!(resume(&o), Ok(()));
         let e = pause(&o).unwrap_err();
-        assert!(e.to_string().contains("already paused; resume it with `kubectl bosun resume op1`"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("already paused; resume it with `kubectl bosun resume op1`"),
+            "{e}"
+        );
     }
 
     #[test]
     fn unknown_node_lists_the_known_ones() {
         let o = op(ExecutionMode::Auto, OperationPhase::Running);
-        let tasks = vec![task("w2", NodeTaskPhase::Pending), task("w1", NodeTaskPhase::Pending)];
+        let tasks = vec![
+            task("w2", NodeTaskPhase::Pending),
+            task("w1", NodeTaskPhase::Pending),
+        ];
         let e = task_of(&o, &tasks, "w9").unwrap_err();
-        assert_eq!(e.to_string(), "Operation op1 has no NodeTask for node w9; its nodes are: w1, w2");
+        assert_eq!(
+            e.to_string(),
+            "Operation op1 has no NodeTask for node w9; its nodes are: w1, w2"
+        );
     }
 }

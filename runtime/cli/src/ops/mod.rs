@@ -308,7 +308,10 @@ fn style_hint(style: render::Style) -> String {
 }
 
 /// A merge patch of `spec` that only applies to the `resourceVersion` the checks saw.
-fn guarded_patch(resource_version: Option<&String>, spec: serde_json::Value) -> Patch<serde_json::Value> {
+fn guarded_patch(
+    resource_version: Option<&String>,
+    spec: serde_json::Value,
+) -> Patch<serde_json::Value> {
     Patch::Merge(json!({ "metadata": { "resourceVersion": resource_version }, "spec": spec }))
 }
 
@@ -350,7 +353,10 @@ async fn approve(args: ApproveArgs) -> Result<Status> {
         api.patch(
             &name,
             &patch_params(),
-            &guarded_patch(task.metadata.resource_version.as_ref(), json!({ "approve": true })),
+            &guarded_patch(
+                task.metadata.resource_version.as_ref(),
+                json!({ "approve": true }),
+            ),
         )
         .await
         .map_err(|e| conflict_advice(e, &format!("NodeTask {name}"), &args.operation))?;
@@ -373,7 +379,10 @@ async fn recover(args: NodeArgs, recovery: bosun_api::Recovery) -> Result<Status
     api.patch(
         &name,
         &patch_params(),
-        &guarded_patch(task.metadata.resource_version.as_ref(), json!({ "recovery": recovery })),
+        &guarded_patch(
+            task.metadata.resource_version.as_ref(),
+            json!({ "recovery": recovery }),
+        ),
     )
     .await
     .map_err(|e| conflict_advice(e, &format!("NodeTask {name}"), &args.operation))?;
@@ -392,7 +401,10 @@ async fn recover(args: NodeArgs, recovery: bosun_api::Recovery) -> Result<Status
             args.node
         ),
     }
-    println!("follow it with: kubectl bosun status {} --watch", args.operation);
+    println!(
+        "follow it with: kubectl bosun status {} --watch",
+        args.operation
+    );
     Ok(Status::Success)
 }
 
@@ -408,7 +420,10 @@ async fn set_paused(args: OperationArgs, paused: bool) -> Result<Status> {
     api.patch(
         &args.operation,
         &patch_params(),
-        &guarded_patch(op.metadata.resource_version.as_ref(), json!({ "paused": paused })),
+        &guarded_patch(
+            op.metadata.resource_version.as_ref(),
+            json!({ "paused": paused }),
+        ),
     )
     .await
     .map_err(|e| conflict_advice(e, &format!("Operation {}", args.operation), &args.operation))?;
@@ -437,6 +452,9 @@ async fn logs(args: LogsArgs) -> Result<Status> {
             names.join(", ")
         );
     }
-    print!("{}", render::logs(task, args.step.as_deref(), Timestamp::now()));
+    print!(
+        "{}",
+        render::logs(task, args.step.as_deref(), Timestamp::now())
+    );
     Ok(Status::Success)
 }

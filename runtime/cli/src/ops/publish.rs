@@ -210,7 +210,9 @@ async fn publish(args: PublishArgs) -> Result<Status> {
     })?;
     let grants = read_grants(args.grants.as_ref())?;
     if args.grants.is_none() {
-        eprintln!("note: no --grants: the plugin is granted nothing (every host capability is denied)");
+        eprintln!(
+            "note: no --grants: the plugin is granted nothing (every host capability is denied)"
+        );
     }
     let p = prepare(
         bytes,
@@ -247,7 +249,10 @@ async fn publish(args: PublishArgs) -> Result<Status> {
             name: Some(p.configmap.clone()),
             ..Default::default()
         },
-        binary_data: Some(BTreeMap::from([(p.key.clone(), ByteString(p.bytes.clone()))])),
+        binary_data: Some(BTreeMap::from([(
+            p.key.clone(),
+            ByteString(p.bytes.clone()),
+        )])),
         ..Default::default()
     };
     maps.patch(
@@ -271,17 +276,32 @@ async fn publish(args: PublishArgs) -> Result<Status> {
                 .insert(VERSION_ANNOTATION.into(), p.version.clone());
             existing.status = None;
             plugins
-                .replace(&p.name, &PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &existing)
+                .replace(
+                    &p.name,
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &existing,
+                )
                 .await
                 .with_context(|| format!("updating Plugin {}", p.name))?;
             "updated"
         }
         None => {
             let mut plugin = Plugin::new(&p.name, p.spec.clone());
-            plugin.metadata.annotations =
-                Some(BTreeMap::from([(VERSION_ANNOTATION.into(), p.version.clone())]));
+            plugin.metadata.annotations = Some(BTreeMap::from([(
+                VERSION_ANNOTATION.into(),
+                p.version.clone(),
+            )]));
             plugins
-                .create(&PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }, &plugin)
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &plugin,
+                )
                 .await
                 .with_context(|| format!("creating Plugin {}", p.name))?;
             "created"
@@ -300,7 +320,11 @@ async fn publish(args: PublishArgs) -> Result<Status> {
         "  Plugin {} {action}: {} signature{}; grants: {} filesystem, {} exec, {} services, {} http",
         p.name,
         p.spec.signatures.len(),
-        if p.spec.signatures.len() == 1 { "" } else { "s" },
+        if p.spec.signatures.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
         g.filesystem.len(),
         g.exec.len(),
         g.services.len(),
@@ -325,16 +349,32 @@ mod tests {
     fn spec_carries_digest_signatures_grants_and_source() {
         let bytes = b"\0asm not really".to_vec();
         let bundle = signed(&bytes, "hello", "0.1.0");
-        let grants: Grants = serde_yaml::from_str("filesystem: [{path: /etc, access: ReadOnly}]").unwrap();
-        let p = prepare(bytes.clone(), &bundle, Some("hello"), Some("0.1.0"), "bosun-system", None, grants.clone()).unwrap();
+        let grants: Grants =
+            serde_yaml::from_str("filesystem: [{path: /etc, access: ReadOnly}]").unwrap();
+        let p = prepare(
+            bytes.clone(),
+            &bundle,
+            Some("hello"),
+            Some("0.1.0"),
+            "bosun-system",
+            None,
+            grants.clone(),
+        )
+        .unwrap();
         assert_eq!(p.spec.sha256, Digest::of(&bytes).to_string());
         assert_eq!(p.spec.signatures.len(), 1);
         assert_eq!(p.spec.signatures[0].algorithm, SignatureAlgorithm::Ed25519);
-        assert_eq!(p.spec.signatures[0].signature, bundle.signatures[0].signature);
+        assert_eq!(
+            p.spec.signatures[0].signature,
+            bundle.signatures[0].signature
+        );
         assert_eq!(p.spec.signatures[0].key_id, bundle.signatures[0].key_id);
         assert_eq!(p.spec.grants, grants);
         let cm = p.spec.source.config_map.as_ref().unwrap();
-        assert_eq!((cm.namespace.as_str(), cm.name.as_str(), cm.key.as_str()), ("bosun-system", "plugin-hello", "hello.wasm"));
+        assert_eq!(
+            (cm.namespace.as_str(), cm.name.as_str(), cm.key.as_str()),
+            ("bosun-system", "plugin-hello", "hello.wasm")
+        );
         assert_eq!((p.name.as_str(), p.version.as_str()), ("hello", "0.1.0"));
         // The spec passes the API types' own serde (what the API server will get).
         let json = serde_json::to_value(&p.spec).unwrap();
@@ -345,23 +385,79 @@ mod tests {
     fn name_and_version_default_to_the_signed_ones_and_must_match_them() {
         let bytes = b"x".to_vec();
         let bundle = signed(&bytes, "hello", "0.1.0");
-        let p = prepare(bytes.clone(), &bundle, None, None, "ns", Some("cm"), Grants::default()).unwrap();
-        assert_eq!((p.name.as_str(), p.version.as_str(), p.configmap.as_str()), ("hello", "0.1.0", "cm"));
-        let e = prepare(bytes.clone(), &bundle, Some("other"), None, "ns", None, Grants::default()).unwrap_err();
-        assert!(e.to_string().contains("--name other differs from the signed name hello"), "{e}");
-        let e = prepare(bytes, &bundle, None, Some("0.2.0"), "ns", None, Grants::default()).unwrap_err();
-        assert!(e.to_string().contains("--version 0.2.0 differs from the signed version 0.1.0"), "{e}");
+        let p = prepare(
+            bytes.clone(),
+            &bundle,
+            None,
+            None,
+            "ns",
+            Some("cm"),
+            Grants::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (p.name.as_str(), p.version.as_str(), p.configmap.as_str()),
+            ("hello", "0.1.0", "cm")
+        );
+        let e = prepare(
+            bytes.clone(),
+            &bundle,
+            Some("other"),
+            None,
+            "ns",
+            None,
+            Grants::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--name other differs from the signed name hello"),
+            "{e}"
+        );
+        let e = prepare(
+            bytes,
+            &bundle,
+            None,
+            Some("0.2.0"),
+            "ns",
+            None,
+            Grants::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("--version 0.2.0 differs from the signed version 0.1.0"),
+            "{e}"
+        );
     }
 
     #[test]
     fn rebuilt_unsigned_or_oversized_plugins_are_refused() {
         let bundle = signed(b"old", "hello", "0.1.0");
-        let e = prepare(b"new".to_vec(), &bundle, None, None, "ns", None, Grants::default()).unwrap_err();
+        let e = prepare(
+            b"new".to_vec(),
+            &bundle,
+            None,
+            None,
+            "ns",
+            None,
+            Grants::default(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("rebuilt after signing"), "{e}");
 
         let mut unsigned = signed(b"x", "hello", "0.1.0");
         unsigned.signatures.clear();
-        let e = prepare(b"x".to_vec(), &unsigned, None, None, "ns", None, Grants::default()).unwrap_err();
+        let e = prepare(
+            b"x".to_vec(),
+            &unsigned,
+            None,
+            None,
+            "ns",
+            None,
+            Grants::default(),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("no signatures"), "{e}");
 
         let big = vec![0u8; CONFIGMAP_LIMIT];
@@ -378,7 +474,12 @@ mod tests {
         let e = read_grants(Some(&path)).unwrap_err();
         assert!(format!("{e:#}").contains("filesytem"), "{e:#}");
         std::fs::write(&path, "  \n").unwrap();
-        assert!(read_grants(Some(&path)).unwrap_err().to_string().contains("is empty"));
+        assert!(
+            read_grants(Some(&path))
+                .unwrap_err()
+                .to_string()
+                .contains("is empty")
+        );
         assert_eq!(read_grants(None).unwrap(), Grants::default());
     }
 }

@@ -266,7 +266,9 @@ pub fn status(op: &Operation, tasks: &[NodeTask], now: Timestamp, s: Style) -> S
             for t in tasks {
                 match groups.iter_mut().find(|g| g.0 == t.spec.group) {
                     Some(g) => g.1.push(t.spec.node_name.clone()),
-                    None => groups.push((t.spec.group.clone(), vec![t.spec.node_name.clone()], None)),
+                    None => {
+                        groups.push((t.spec.group.clone(), vec![t.spec.node_name.clone()], None))
+                    }
                 }
             }
             groups
@@ -297,7 +299,11 @@ pub fn status(op: &Operation, tasks: &[NodeTask], now: Timestamp, s: Style) -> S
         }
         for (i, node) in nodes.iter().enumerate() {
             let last = i + 1 == nodes.len();
-            let (branch, cont) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
+            let (branch, cont) = if last {
+                ("└─ ", "   ")
+            } else {
+                ("├─ ", "│  ")
+            };
             match task_for(tasks, node) {
                 None => {
                     let _ = writeln!(
@@ -374,10 +380,9 @@ fn render_task(
             let phase = st.map(|x| x.phase).unwrap_or_default();
             let _ = write!(
                 out,
-                "{cont}{sb}{} {:<width$}  {}",
+                "{cont}{sb}{} {:<width$}  {phase:?}",
                 step_mark(phase, s),
-                step.name,
-                format!("{phase:?}")
+                step.name
             );
             if let Some(st) = st {
                 if let Some(d) = step_duration(st, now) {
@@ -484,7 +489,10 @@ fn render_task(
             if task.spec.approve
                 && op.spec.execution_mode == bosun_api::ExecutionMode::Controlled =>
         {
-            hint(out, &s.dim("approved in advance; starts when its turn comes"));
+            hint(
+                out,
+                &s.dim("approved in advance; starts when its turn comes"),
+            );
         }
         NodeTaskPhase::Invalid | NodeTaskPhase::Skipped => {
             if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
@@ -559,8 +567,7 @@ pub fn logs(task: &NodeTask, only: Option<&str>, now: Timestamp) -> String {
 mod tests {
     use super::*;
     use bosun_api::node_task::{
-        BlockReason, CheckStatus, NodeTaskSpec, NodeTaskStatus, PreflightCheck, Recovery,
-        StepError,
+        BlockReason, CheckStatus, NodeTaskSpec, NodeTaskStatus, PreflightCheck, Recovery, StepError,
     };
     use bosun_api::operation::{OperationSpec, OperationStatus, Plan, PlannedGroup, Step};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -578,7 +585,11 @@ mod tests {
                 RunsOn::Agent
             },
             plugin: (!controller).then(|| "hello".into()),
-            action: if controller { name.into() } else { "greet".into() },
+            action: if controller {
+                name.into()
+            } else {
+                "greet".into()
+            },
             params: None,
         }
     }
@@ -655,7 +666,11 @@ mod tests {
     }
 
     fn worker_steps() -> Vec<Step> {
-        vec![step("cordon", true), step("greet", false), step("uncordon", true)]
+        vec![
+            step("cordon", true),
+            step("greet", false),
+            step("uncordon", true),
+        ]
     }
 
     fn tasks() -> Vec<NodeTask> {
@@ -667,7 +682,11 @@ mod tests {
                 NodeTaskStatus {
                     phase: NodeTaskPhase::Succeeded,
                     attempts: 1,
-                    steps: vec![done("greet", "2026-11-30T03:00:01Z", "2026-11-30T03:00:01.35Z")],
+                    steps: vec![done(
+                        "greet",
+                        "2026-11-30T03:00:01Z",
+                        "2026-11-30T03:00:01.35Z",
+                    )],
                     ..Default::default()
                 },
             ),
@@ -684,7 +703,11 @@ mod tests {
                             changed: Some(true),
                             ..done("greet", "2026-11-30T03:00:02.1Z", "2026-11-30T03:00:04.5Z")
                         },
-                        done("uncordon", "2026-11-30T03:00:04.6Z", "2026-11-30T03:00:04.609Z"),
+                        done(
+                            "uncordon",
+                            "2026-11-30T03:00:04.6Z",
+                            "2026-11-30T03:00:04.609Z",
+                        ),
                     ],
                     ..Default::default()
                 },
@@ -724,7 +747,12 @@ mod tests {
                     ..Default::default()
                 },
             ),
-            task("lab-worker-3", "workers", worker_steps(), NodeTaskStatus::default()),
+            task(
+                "lab-worker-3",
+                "workers",
+                worker_steps(),
+                NodeTaskStatus::default(),
+            ),
         ]
     }
 
@@ -782,10 +810,19 @@ workers  1/3 finished  (up to 2 at a time)
         let got = status(&op, &ts_, NOW.parse().unwrap(), Style::PLAIN);
         assert!(got.starts_with("Operation hello-everyone  Paused  2/4 nodes finished  mode Auto  age 1m12s  PAUSED\n"), "{got}");
         assert!(got.contains("  paused: running steps finish, nothing new starts. Resume: kubectl bosun resume hello-everyone\n"), "{got}");
-        assert!(got.contains("├─ ▶ lab-worker-1  Running  1m10s so far\n"), "{got}");
-        assert!(got.contains("│  ├─ ▶ greet     Running  12s so far\n"), "{got}");
+        assert!(
+            got.contains("├─ ▶ lab-worker-1  Running  1m10s so far\n"),
+            "{got}"
+        );
+        assert!(
+            got.contains("│  ├─ ▶ greet     Running  12s so far\n"),
+            "{got}"
+        );
         // A planned node whose task does not exist yet is shown, not dropped.
-        assert!(got.contains("└─ · lab-worker-3  no NodeTask yet\n"), "{got}");
+        assert!(
+            got.contains("└─ · lab-worker-3  no NodeTask yet\n"),
+            "{got}"
+        );
     }
 
     #[test]
@@ -796,14 +833,28 @@ workers  1/3 finished  (up to 2 at a time)
         ts_[2].spec.recovery = Some(Recovery::Retry);
         ts_[3].status.as_mut().unwrap().phase = NodeTaskPhase::AwaitingApproval;
         let got = status(&op, &ts_, NOW.parse().unwrap(), Style::PLAIN);
-        assert!(got.contains("│  recovery Retry requested; waiting for the controller to act on it\n"), "{got}");
+        assert!(
+            got.contains("│  recovery Retry requested; waiting for the controller to act on it\n"),
+            "{got}"
+        );
         assert!(!got.contains("kubectl bosun retry"), "{got}");
-        assert!(got.contains("└─ ? lab-worker-3  AwaitingApproval\n"), "{got}");
-        assert!(got.contains("   waiting for approval: kubectl bosun approve hello-everyone lab-worker-3\n"), "{got}");
+        assert!(
+            got.contains("└─ ? lab-worker-3  AwaitingApproval\n"),
+            "{got}"
+        );
+        assert!(
+            got.contains(
+                "   waiting for approval: kubectl bosun approve hello-everyone lab-worker-3\n"
+            ),
+            "{got}"
+        );
         ts_[3].spec.approve = true;
         ts_[3].status.as_mut().unwrap().phase = NodeTaskPhase::Pending;
         let got = status(&op, &ts_, NOW.parse().unwrap(), Style::PLAIN);
-        assert!(got.contains("   approved in advance; starts when its turn comes\n"), "{got}");
+        assert!(
+            got.contains("   approved in advance; starts when its turn comes\n"),
+            "{got}"
+        );
     }
 
     #[test]
@@ -813,8 +864,16 @@ workers  1/3 finished  (up to 2 at a time)
         w2.reason = Some(BlockReason::Interrupted);
         w2.message = Some("the agent restarted during step greet, which is not idempotent".into());
         let got = status(&operation(), &ts_, NOW.parse().unwrap(), Style::PLAIN);
-        assert!(got.contains("├─ ✗ lab-worker-2  Blocked (Interrupted)  attempt 2  300ms\n"), "{got}");
-        assert!(got.contains("│  blocked: the agent restarted during step greet, which is not idempotent\n"), "{got}");
+        assert!(
+            got.contains("├─ ✗ lab-worker-2  Blocked (Interrupted)  attempt 2  300ms\n"),
+            "{got}"
+        );
+        assert!(
+            got.contains(
+                "│  blocked: the agent restarted during step greet, which is not idempotent\n"
+            ),
+            "{got}"
+        );
     }
 
     #[test]
@@ -822,16 +881,27 @@ workers  1/3 finished  (up to 2 at a time)
         let mut op = operation();
         op.status = None;
         let got = status(&op, &tasks()[..1], NOW.parse().unwrap(), Style::PLAIN);
-        assert!(got.starts_with("Operation hello-everyone  Pending  1/1 nodes finished"), "{got}");
+        assert!(
+            got.starts_with("Operation hello-everyone  Pending  1/1 nodes finished"),
+            "{got}"
+        );
         assert!(got.contains("not planned yet"), "{got}");
-        assert!(got.contains("\ncontrol-plane  1/1 finished\n└─ ✓ lab-cp-1  Succeeded"), "{got}");
+        assert!(
+            got.contains("\ncontrol-plane  1/1 finished\n└─ ✓ lab-cp-1  Succeeded"),
+            "{got}"
+        );
     }
 
     #[test]
     fn colour_only_when_asked() {
         let plain = status(&operation(), &tasks(), NOW.parse().unwrap(), Style::PLAIN);
         assert!(!plain.contains('\x1b'));
-        let colour = status(&operation(), &tasks(), NOW.parse().unwrap(), Style { color: true });
+        let colour = status(
+            &operation(),
+            &tasks(),
+            NOW.parse().unwrap(),
+            Style { color: true },
+        );
         assert!(colour.contains("\x1b[31m✗\x1b[0m"), "{colour}");
         assert!(colour.contains("\x1b[32m✓\x1b[0m"), "{colour}");
     }
@@ -863,16 +933,22 @@ workers  1/3 finished  (up to 2 at a time)
     fn upgrade_and_renewal_kinds_are_described() {
         let mut op = operation();
         op.spec.custom = None;
-        op.spec.upgrade = serde_json::from_value(serde_json::json!({"kubernetesVersion": "v1.34.2"})).unwrap();
-        assert!(status(&op, &[], NOW.parse().unwrap(), Style::PLAIN)
-            .contains("  upgrade to v1.34.2 (packages kubeadm, kubelet, kubectl)\n"));
+        op.spec.upgrade =
+            serde_json::from_value(serde_json::json!({"kubernetesVersion": "v1.34.2"})).unwrap();
+        assert!(
+            status(&op, &[], NOW.parse().unwrap(), Style::PLAIN)
+                .contains("  upgrade to v1.34.2 (packages kubeadm, kubelet, kubectl)\n")
+        );
         op.spec.upgrade = None;
         op.spec.renew_certificates = serde_json::from_value(
             serde_json::json!({"certificates": ["apiserver", "admin.conf"], "renewBefore": "720h"}),
         )
         .unwrap();
-        assert!(status(&op, &[], NOW.parse().unwrap(), Style::PLAIN)
-            .contains("  renew certificates: apiserver, admin.conf (only those expiring within 720h)\n"));
+        assert!(
+            status(&op, &[], NOW.parse().unwrap(), Style::PLAIN).contains(
+                "  renew certificates: apiserver, admin.conf (only those expiring within 720h)\n"
+            )
+        );
     }
 
     #[test]
