@@ -43,7 +43,9 @@ impl Readiness {
 /// Why the admin server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("cannot listen on {addr} for the admin server (expected a free host:port, e.g. 0.0.0.0:9090; pass another --admin-addr): {source}")]
+    #[error(
+        "cannot listen on {addr} for the admin server (expected a free host:port, e.g. 0.0.0.0:9090; pass another --admin-addr): {source}"
+    )]
     Bind {
         addr: SocketAddr,
         #[source]
@@ -63,8 +65,12 @@ impl AdminServer {
     /// Binds `addr` and serves on the current tokio runtime. Returns once listening, so a
     /// probe that arrives after this returns is answered.
     pub async fn start(addr: SocketAddr) -> Result<AdminServer, AdminError> {
-        let listener = TcpListener::bind(addr).await.map_err(|source| AdminError::Bind { addr, source })?;
-        let local_addr = listener.local_addr().map_err(|source| AdminError::Bind { addr, source })?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| AdminError::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| AdminError::Bind { addr, source })?;
         let readiness = Readiness::default();
         let ready = readiness.clone();
         tokio::spawn(async move {
@@ -83,14 +89,20 @@ impl AdminServer {
                         let ready = ready.clone();
                         async move { Ok::<_, std::convert::Infallible>(respond(&req, &ready)) }
                     });
-                    if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+                    if let Err(e) = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                    {
                         tracing::debug!(error = %e, "admin server: connection ended with an error");
                     }
                 });
             }
         });
         tracing::info!(addr = %local_addr, "admin server listening (/live, /ready, /metrics)");
-        Ok(AdminServer { local_addr, readiness })
+        Ok(AdminServer {
+            local_addr,
+            readiness,
+        })
     }
 }
 
@@ -105,17 +117,26 @@ fn respond<B>(req: &Request<B>, ready: &Readiness) -> Response<Full<Bytes>> {
         "/metrics" => {
             let body = crate::metrics().encode();
             let mut resp = Response::new(Full::new(Bytes::from(body)));
-            resp.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(OPENMETRICS));
+            resp.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static(OPENMETRICS),
+            );
             resp
         }
-        _ => text(StatusCode::NOT_FOUND, "not found: the admin server serves /live, /ready and /metrics\n"),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: the admin server serves /live, /ready and /metrics\n",
+        ),
     }
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *resp.status_mut() = status;
-    resp.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"));
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     resp
 }
 
@@ -127,7 +148,11 @@ mod tests {
     /// One raw HTTP/1.1 request over TCP; the status line and body of the answer.
     async fn get(addr: SocketAddr, method: &str, path: &str) -> (String, String) {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        s.write_all(
+            format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
         let mut buf = String::new();
         s.read_to_string(&mut buf).await.unwrap();
         let (head, body) = buf.split_once("\r\n\r\n").unwrap();
@@ -136,25 +161,41 @@ mod tests {
 
     #[tokio::test]
     async fn serves_live_ready_and_metrics_and_nothing_else() {
-        let server = AdminServer::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let server = AdminServer::start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
         let a = server.local_addr;
         assert_eq!(get(a, "GET", "/live").await.0, "HTTP/1.1 200 OK");
-        assert_eq!(get(a, "GET", "/ready").await.0, "HTTP/1.1 503 Service Unavailable");
+        assert_eq!(
+            get(a, "GET", "/ready").await.0,
+            "HTTP/1.1 503 Service Unavailable"
+        );
         server.readiness.set(true);
         assert_eq!(get(a, "GET", "/ready").await.0, "HTTP/1.1 200 OK");
         server.readiness.set(false);
-        assert_eq!(get(a, "GET", "/ready").await.0, "HTTP/1.1 503 Service Unavailable");
+        assert_eq!(
+            get(a, "GET", "/ready").await.0,
+            "HTTP/1.1 503 Service Unavailable"
+        );
         let (status, body) = get(a, "GET", "/metrics").await;
         assert_eq!(status, "HTTP/1.1 200 OK");
         assert!(body.contains("# TYPE bosun_operations gauge"), "{body}");
-        assert!(body.contains("# TYPE bosun_step_duration_seconds histogram"), "{body}");
+        assert!(
+            body.contains("# TYPE bosun_step_duration_seconds histogram"),
+            "{body}"
+        );
         assert_eq!(get(a, "GET", "/secrets").await.0, "HTTP/1.1 404 Not Found");
-        assert_eq!(get(a, "POST", "/metrics").await.0, "HTTP/1.1 405 Method Not Allowed");
+        assert_eq!(
+            get(a, "POST", "/metrics").await.0,
+            "HTTP/1.1 405 Method Not Allowed"
+        );
     }
 
     #[tokio::test]
     async fn a_busy_address_is_refused_with_the_flag_to_change() {
-        let first = AdminServer::start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let first = AdminServer::start("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
         let err = AdminServer::start(first.local_addr).await.unwrap_err();
         assert!(err.to_string().contains("--admin-addr"), "{err}");
     }

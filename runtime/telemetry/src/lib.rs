@@ -42,7 +42,9 @@ pub enum LogFormat {
 /// Why logging could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    #[error("log filter {filter:?} is not a valid tracing filter (expected e.g. `info` or `bosun_agent=debug,info`): {source}")]
+    #[error(
+        "log filter {filter:?} is not a valid tracing filter (expected e.g. `info` or `bosun_agent=debug,info`): {source}"
+    )]
     Filter {
         filter: String,
         #[source]
@@ -57,14 +59,24 @@ pub enum LogError {
 /// its parents (`span`, `spans`), so a step's lines carry its operation, node, step and
 /// plugin; text prints the same span fields before the message.
 pub fn init_logging(filter: &str, format: LogFormat) -> Result<(), LogError> {
-    let env_filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .map_err(|source| LogError::Filter { filter: filter.to_string(), source })?;
+    let env_filter =
+        tracing_subscriber::EnvFilter::try_new(filter).map_err(|source| LogError::Filter {
+            filter: filter.to_string(),
+            source,
+        })?;
     // Colours only for a person at a terminal; a log file or collector gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(env_filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let result = match format {
         LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().with_current_span(true).with_span_list(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
     };
     result.map_err(|e| LogError::AlreadySet(e.to_string()))
 }
@@ -88,8 +100,17 @@ mod tests {
     #[test]
     fn flattens_into_a_binarys_args() {
         Args::command().debug_assert();
-        let a = Args::parse_from(["bin", "--admin-addr", "127.0.0.1:9090", "--log-format", "json"]);
-        assert_eq!(a.telemetry.admin_addr, Some("127.0.0.1:9090".parse().unwrap()));
+        let a = Args::parse_from([
+            "bin",
+            "--admin-addr",
+            "127.0.0.1:9090",
+            "--log-format",
+            "json",
+        ]);
+        assert_eq!(
+            a.telemetry.admin_addr,
+            Some("127.0.0.1:9090".parse().unwrap())
+        );
         assert_eq!(a.telemetry.log_format, LogFormat::Json);
         assert_eq!(a.log, "info");
         let err = Args::try_parse_from(["bin", "--admin-addr", "nine-thousand"]).unwrap_err();

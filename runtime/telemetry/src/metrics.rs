@@ -39,10 +39,14 @@ const PHASES: [OperationPhase; 7] = [
 ];
 
 /// Step durations: a cordon takes milliseconds, a kubeadm upgrade minutes.
-const STEP_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 1800.0];
+const STEP_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 1800.0,
+];
 /// Gate durations: a preflight or a policy decision is expected in milliseconds; health
 /// gates (settle time, readiness) in seconds to minutes.
-const GATE_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5, 30.0, 300.0];
+const GATE_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5, 30.0, 300.0,
+];
 
 /// Which process ran a step.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -193,52 +197,98 @@ impl Metrics {
         let operations = Family::<PhaseLabels, Gauge>::default();
         registry.register("bosun_operations", "Operations this controller has seen since it started, by the phase it last decided for each", operations.clone());
         let steps = Family::<StepLabels, Counter>::default();
-        registry.register("bosun_steps", "Steps finished, by the side that ran them and how they ended", steps.clone());
-        let step_duration: HistogramFamily<StepLabels> = Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS));
-        registry.register("bosun_step_duration_seconds", "Wall time of a step from start to its recorded outcome", step_duration.clone());
-        let gate_duration: HistogramFamily<GateLabels> = Family::new_with_constructor(|| Histogram::new(GATE_BUCKETS));
-        registry.register("bosun_gate_duration_seconds", "Time spent in a gate before a step or node may proceed", gate_duration.clone());
+        registry.register(
+            "bosun_steps",
+            "Steps finished, by the side that ran them and how they ended",
+            steps.clone(),
+        );
+        let step_duration: HistogramFamily<StepLabels> =
+            Family::new_with_constructor(|| Histogram::new(STEP_BUCKETS));
+        registry.register(
+            "bosun_step_duration_seconds",
+            "Wall time of a step from start to its recorded outcome",
+            step_duration.clone(),
+        );
+        let gate_duration: HistogramFamily<GateLabels> =
+            Family::new_with_constructor(|| Histogram::new(GATE_BUCKETS));
+        registry.register(
+            "bosun_gate_duration_seconds",
+            "Time spent in a gate before a step or node may proceed",
+            gate_duration.clone(),
+        );
         let plugin_cache = Family::<CacheLabels, Counter>::default();
         registry.register("bosun_plugin_cache", "Plugin byte lookups in the agent's local store: hit (verified bytes on disk) or miss (fetched from the source)", plugin_cache.clone());
 
         for p in PHASES {
-            operations.get_or_create(&PhaseLabels { phase: Fixed(phase_str(p)) }).set(0);
+            operations
+                .get_or_create(&PhaseLabels {
+                    phase: Fixed(phase_str(p)),
+                })
+                .set(0);
         }
         for side in [Side::Agent, Side::Controller] {
-            let labels = StepLabels { side: Fixed(side_str(side)), outcome: Fixed(outcome_str(StepOutcome::Succeeded)) };
+            let labels = StepLabels {
+                side: Fixed(side_str(side)),
+                outcome: Fixed(outcome_str(StepOutcome::Succeeded)),
+            };
             drop(steps.get_or_create(&labels));
             drop(step_duration.get_or_create(&labels));
         }
         for g in [Gate::Preflight, Gate::Policy, Gate::Health] {
-            drop(gate_duration.get_or_create(&GateLabels { gate: Fixed(gate_str(g)) }));
+            drop(gate_duration.get_or_create(&GateLabels {
+                gate: Fixed(gate_str(g)),
+            }));
         }
         for r in ["hit", "miss"] {
             drop(plugin_cache.get_or_create(&CacheLabels { result: Fixed(r) }));
         }
-        Metrics { registry, operations, steps, step_duration, gate_duration, plugin_cache, phases: Mutex::new(HashMap::new()) }
+        Metrics {
+            registry,
+            operations,
+            steps,
+            step_duration,
+            gate_duration,
+            plugin_cache,
+            phases: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Records the phase the controller wrote (or found) for Operation `name`. The gauge for
     /// each phase is the number of Operations whose last recorded phase it is.
     pub fn operation_phase(&self, name: &str, phase: OperationPhase) {
-        let Ok(mut phases) = self.phases.lock() else { return };
+        let Ok(mut phases) = self.phases.lock() else {
+            return;
+        };
         phases.insert(name.to_string(), phase);
         for p in PHASES {
             let n = phases.values().filter(|&&q| q == p).count();
-            self.operations.get_or_create(&PhaseLabels { phase: Fixed(phase_str(p)) }).set(i64::try_from(n).unwrap_or(i64::MAX));
+            self.operations
+                .get_or_create(&PhaseLabels {
+                    phase: Fixed(phase_str(p)),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 
     /// Records a finished step: one count and its duration.
     pub fn step_finished(&self, side: Side, outcome: StepOutcome, duration: Duration) {
-        let labels = StepLabels { side: Fixed(side_str(side)), outcome: Fixed(outcome_str(outcome)) };
+        let labels = StepLabels {
+            side: Fixed(side_str(side)),
+            outcome: Fixed(outcome_str(outcome)),
+        };
         self.steps.get_or_create(&labels).inc();
-        self.step_duration.get_or_create(&labels).observe(duration.as_secs_f64());
+        self.step_duration
+            .get_or_create(&labels)
+            .observe(duration.as_secs_f64());
     }
 
     /// Records the time one gate took.
     pub fn gate_finished(&self, gate: Gate, duration: Duration) {
-        self.gate_duration.get_or_create(&GateLabels { gate: Fixed(gate_str(gate)) }).observe(duration.as_secs_f64());
+        self.gate_duration
+            .get_or_create(&GateLabels {
+                gate: Fixed(gate_str(gate)),
+            })
+            .observe(duration.as_secs_f64());
     }
 
     /// Records a plugin store lookup.
@@ -247,7 +297,9 @@ impl Metrics {
             CacheResult::Hit => "hit",
             CacheResult::Miss => "miss",
         };
-        self.plugin_cache.get_or_create(&CacheLabels { result: Fixed(r) }).inc();
+        self.plugin_cache
+            .get_or_create(&CacheLabels { result: Fixed(r) })
+            .inc();
     }
 
     /// The OpenMetrics text exposition of every family (what `/metrics` serves).
@@ -273,19 +325,41 @@ mod tests {
     use super::*;
 
     fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
-        text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{text}"))
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting with {prefix:?} in:\n{text}"))
     }
 
     #[test]
     fn a_fresh_registry_shows_every_fixed_series_at_zero() {
         let text = Metrics::new().encode();
         for p in PHASES {
-            assert_eq!(line(&text, &format!("bosun_operations{{phase=\"{}\"}}", phase_str(p))).rsplit(' ').next(), Some("0"));
+            assert_eq!(
+                line(
+                    &text,
+                    &format!("bosun_operations{{phase=\"{}\"}}", phase_str(p))
+                )
+                .rsplit(' ')
+                .next(),
+                Some("0")
+            );
         }
-        assert!(text.contains("bosun_steps_total{side=\"agent\",outcome=\"succeeded\"} 0"), "{text}");
-        assert!(text.contains("bosun_plugin_cache_total{result=\"hit\"} 0"), "{text}");
-        assert!(text.contains("bosun_gate_duration_seconds_count{gate=\"preflight\"} 0"), "{text}");
-        assert!(text.ends_with("# EOF\n"), "OpenMetrics text ends with # EOF: {text}");
+        assert!(
+            text.contains("bosun_steps_total{side=\"agent\",outcome=\"succeeded\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_plugin_cache_total{result=\"hit\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_gate_duration_seconds_count{gate=\"preflight\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("# EOF\n"),
+            "OpenMetrics text ends with # EOF: {text}"
+        );
     }
 
     #[test]
@@ -295,21 +369,51 @@ mod tests {
         m.operation_phase("b", OperationPhase::Running);
         m.operation_phase("a", OperationPhase::Blocked);
         let text = m.encode();
-        assert!(text.contains("bosun_operations{phase=\"Running\"} 1"), "{text}");
-        assert!(text.contains("bosun_operations{phase=\"Blocked\"} 1"), "{text}");
-        assert!(text.contains("bosun_operations{phase=\"Pending\"} 0"), "{text}");
+        assert!(
+            text.contains("bosun_operations{phase=\"Running\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_operations{phase=\"Blocked\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_operations{phase=\"Pending\"} 0"),
+            "{text}"
+        );
     }
 
     #[test]
     fn steps_are_counted_and_timed_by_side_and_outcome() {
         let m = Metrics::new();
-        m.step_finished(Side::Agent, StepOutcome::from_block(None), Duration::from_millis(30));
-        m.step_finished(Side::Agent, StepOutcome::from_block(Some(BlockReason::PreflightFailed)), Duration::from_millis(7));
-        m.step_finished(Side::Controller, StepOutcome::Succeeded, Duration::from_millis(3));
+        m.step_finished(
+            Side::Agent,
+            StepOutcome::from_block(None),
+            Duration::from_millis(30),
+        );
+        m.step_finished(
+            Side::Agent,
+            StepOutcome::from_block(Some(BlockReason::PreflightFailed)),
+            Duration::from_millis(7),
+        );
+        m.step_finished(
+            Side::Controller,
+            StepOutcome::Succeeded,
+            Duration::from_millis(3),
+        );
         let text = m.encode();
-        assert!(text.contains("bosun_steps_total{side=\"agent\",outcome=\"succeeded\"} 1"), "{text}");
-        assert!(text.contains("bosun_steps_total{side=\"agent\",outcome=\"preflight_failed\"} 1"), "{text}");
-        assert!(text.contains("bosun_steps_total{side=\"controller\",outcome=\"succeeded\"} 1"), "{text}");
+        assert!(
+            text.contains("bosun_steps_total{side=\"agent\",outcome=\"succeeded\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_steps_total{side=\"agent\",outcome=\"preflight_failed\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_steps_total{side=\"controller\",outcome=\"succeeded\"} 1"),
+            "{text}"
+        );
         // 30 ms falls in the 0.05 bucket, not the 0.025 one.
         assert!(text.contains("bosun_step_duration_seconds_bucket{le=\"0.025\",side=\"agent\",outcome=\"succeeded\"} 0"), "{text}");
         assert!(text.contains("bosun_step_duration_seconds_bucket{le=\"0.05\",side=\"agent\",outcome=\"succeeded\"} 1"), "{text}");
@@ -323,9 +427,21 @@ mod tests {
         m.plugin_cache(CacheResult::Hit);
         m.plugin_cache(CacheResult::Hit);
         let text = m.encode();
-        assert!(text.contains("bosun_gate_duration_seconds_count{gate=\"preflight\"} 1"), "{text}");
-        assert!(text.contains("bosun_gate_duration_seconds_bucket{le=\"0.001\",gate=\"preflight\"} 1"), "{text}");
-        assert!(text.contains("bosun_plugin_cache_total{result=\"hit\"} 2"), "{text}");
-        assert!(text.contains("bosun_plugin_cache_total{result=\"miss\"} 1"), "{text}");
+        assert!(
+            text.contains("bosun_gate_duration_seconds_count{gate=\"preflight\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_gate_duration_seconds_bucket{le=\"0.001\",gate=\"preflight\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_plugin_cache_total{result=\"hit\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_plugin_cache_total{result=\"miss\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -21,7 +21,9 @@ use anyhow::{Context, Result, bail, ensure};
 use bosun_api::node_task::NodeTask;
 use bosun_api::operation::{Operation, OperationPhase};
 use bosun_e2e::cluster::publish_hello;
-use bosun_e2e::{DEADLINE, MANAGER, Processes, apply_crds, binary, target_dir, unique, workspace_root};
+use bosun_e2e::{
+    DEADLINE, MANAGER, Processes, apply_crds, binary, target_dir, unique, workspace_root,
+};
 use bosun_lab::LabHandle;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
@@ -63,7 +65,11 @@ async fn deploy_kustomization_passes_a_server_side_dry_run() -> Result<()> {
     let out = kubectl(&lab, &["apply", "--dry-run=server", "-k", "deploy/"])?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    ensure!(out.status.success(), "kubectl apply --dry-run=server -k deploy/ failed ({}):\n{stdout}\n{stderr}", out.status);
+    ensure!(
+        out.status.success(),
+        "kubectl apply --dry-run=server -k deploy/ failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
     // Every object the kustomization renders was accepted (created, configured or
     // unchanged, depending on what earlier runs left in the lab).
     for object in [
@@ -90,7 +96,10 @@ async fn deploy_kustomization_passes_a_server_side_dry_run() -> Result<()> {
         let accepted = stdout
             .lines()
             .any(|l| l.starts_with(&format!("{object} ")) && l.ends_with("(server dry run)"));
-        ensure!(accepted, "{object} missing from the dry run's output:\n{stdout}\n{stderr}");
+        ensure!(
+            accepted,
+            "{object} missing from the dry run's output:\n{stdout}\n{stderr}"
+        );
     }
     Ok(())
 }
@@ -98,8 +107,15 @@ async fn deploy_kustomization_passes_a_server_side_dry_run() -> Result<()> {
 /// A client that authenticates with `token` only (the lab's CA, no client certificate).
 async fn client_with_token(lab: &LabHandle, token: &str) -> Result<Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(&lab.kubeconfig)?;
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
-    config.auth_info = kube::config::AuthInfo { token: Some(token.to_string().into()), ..Default::default() };
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_string().into()),
+        ..Default::default()
+    };
     Ok(Client::try_from(config)?)
 }
 
@@ -107,7 +123,11 @@ async fn client_with_token(lab: &LabHandle, token: &str) -> Result<Client> {
 /// a process (the lab's CA; no client certificate).
 fn token_kubeconfig(lab: &LabHandle, token: &str, path: &Path) -> Result<()> {
     let kubeconfig = kube::config::Kubeconfig::read_from(&lab.kubeconfig)?;
-    let cluster = kubeconfig.clusters.first().and_then(|c| c.cluster.clone()).context("the lab's kubeconfig has no cluster")?;
+    let cluster = kubeconfig
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.clone())
+        .context("the lab's kubeconfig has no cluster")?;
     let config = json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{ "name": "lab", "cluster": {
@@ -116,7 +136,8 @@ fn token_kubeconfig(lab: &LabHandle, token: &str, path: &Path) -> Result<()> {
         "contexts": [{ "name": "token", "context": { "cluster": "lab", "user": "token" } }],
         "current-context": "token",
     });
-    std::fs::write(path, serde_yaml::to_string(&config)?).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(path, serde_yaml::to_string(&config)?)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -131,14 +152,21 @@ async fn token_of(client: &Client, service_account: &str, pod: Option<&Pod>) -> 
         uid: p.uid(),
     });
     let request = TokenRequest {
-        spec: TokenRequestSpec { audiences: vec![], bound_object_ref: bound, expiration_seconds: Some(3600) },
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            bound_object_ref: bound,
+            expiration_seconds: Some(3600),
+        },
         ..Default::default()
     };
     let answer = sas
         .create_token_request(service_account, &PostParams::default(), &request)
         .await
         .with_context(|| format!("requesting a {service_account} token"))?;
-    Ok(answer.status.context("a TokenRequest without status")?.token)
+    Ok(answer
+        .status
+        .context("a TokenRequest without status")?
+        .token)
 }
 
 /// A stand-in for the agent DaemonSet's Pod on `node` (spec.nodeName set, as the scheduler
@@ -152,7 +180,9 @@ async fn agent_pod(client: &Client, name: &str, node: &str) -> Result<Pod> {
         "spec": { "serviceAccountName": AGENT_SA, "nodeName": node, "automountServiceAccountToken": false,
                   "containers": [{ "name": "agent", "image": "bosun-agent:never-pulled" }] },
     }))?;
-    pods.create(&PostParams::default(), &pod).await.with_context(|| format!("creating the agent Pod on {node}"))
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("creating the agent Pod on {node}"))
 }
 
 /// A token of the agent's ServiceAccount (see [`token_of`]).
@@ -162,18 +192,41 @@ async fn agent_token(client: &Client, pod: Option<&Pod>) -> Result<String> {
 
 /// Applies one of `deploy/`'s files for real (kubectl, as an administrator would).
 fn apply_file(lab: &LabHandle, file: &str) -> Result<()> {
-    let out = kubectl(lab, &["apply", "--server-side", "--force-conflicts", "--field-manager", MANAGER, "-f", file])?;
-    ensure!(out.status.success(), "kubectl apply -f {file} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = kubectl(
+        lab,
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager",
+            MANAGER,
+            "-f",
+            file,
+        ],
+    )?;
+    ensure!(
+        out.status.success(),
+        "kubectl apply -f {file} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(())
 }
 
 /// The agent writing step status the way it does (server-side apply on the status
 /// subresource, forced, its own field manager).
-async fn write_status_as_agent(agent: &Client, task: &str) -> std::result::Result<NodeTask, kube::Error> {
+async fn write_status_as_agent(
+    agent: &Client,
+    task: &str,
+) -> std::result::Result<NodeTask, kube::Error> {
     let api: Api<NodeTask> = Api::all(agent.clone());
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": task },
         "status": { "message": "written by the agent's token" } });
-    api.patch_status(task, &PatchParams::apply("bosun-agent-install-test").force(), &Patch::Apply(&patch)).await
+    api.patch_status(
+        task,
+        &PatchParams::apply("bosun-agent-install-test").force(),
+        &Patch::Apply(&patch),
+    )
+    .await
 }
 
 fn forbidden(result: &std::result::Result<impl std::fmt::Debug, kube::Error>) -> Option<String> {
@@ -191,7 +244,10 @@ async fn an_agent_may_write_only_its_own_nodes_node_tasks() -> Result<()> {
     ensure_namespace(&client).await?;
     apply_file(&lab, "deploy/agent/rbac.yaml")?;
     apply_file(&lab, "deploy/admission/agent-own-node.yaml")?;
-    let [node_a, node_b] = [&lab.nodes[lab.nodes.len() - 2].name, &lab.nodes[lab.nodes.len() - 1].name];
+    let [node_a, node_b] = [
+        &lab.nodes[lab.nodes.len() - 2].name,
+        &lab.nodes[lab.nodes.len() - 1].name,
+    ];
 
     // The agent Pod on node A, as the DaemonSet would make it (spec.nodeName set; no
     // kubelet runs in the lab, so it never starts: only its identity matters here).
@@ -211,7 +267,10 @@ async fn an_agent_may_write_only_its_own_nodes_node_tasks() -> Result<()> {
             "spec": { "operation": run, "nodeName": node, "group": "workers",
                       "steps": [{ "name": "greet", "plugin": "hello", "action": "greet" }] },
         }))?;
-        tasks.create(&PostParams::default(), &task).await.with_context(|| format!("creating NodeTask {name}"))?;
+        tasks
+            .create(&PostParams::default(), &task)
+            .await
+            .with_context(|| format!("creating NodeTask {name}"))?;
         names.insert(node.clone(), name);
     }
 
@@ -227,23 +286,35 @@ async fn an_agent_may_write_only_its_own_nodes_node_tasks() -> Result<()> {
         if let Some(message) = forbidden(&result) {
             break message;
         }
-        ensure!(result.is_ok(), "writing node B's task status failed otherwise than refused: {result:?}");
+        ensure!(
+            result.is_ok(),
+            "writing node B's task status failed otherwise than refused: {result:?}"
+        );
         if started.elapsed() >= DEADLINE {
-            bail!("within {DEADLINE:?} the API server never refused the agent of {node_a} writing {node_b}'s NodeTask; is the ValidatingAdmissionPolicy {POLICY} bound?");
+            bail!(
+                "within {DEADLINE:?} the API server never refused the agent of {node_a} writing {node_b}'s NodeTask; is the ValidatingAdmissionPolicy {POLICY} bound?"
+            );
         }
         tokio::time::sleep(POLL).await;
     };
-    ensure!(refusal.contains(&format!("ValidatingAdmissionPolicy '{POLICY}'")), "refused, but not by {POLICY}: {refusal}");
     ensure!(
-        refusal.contains(&format!("bosun-agent on node {node_a} may change only NodeTasks of its own node"))
-            && refusal.contains(&format!("belongs to node {node_b}")),
+        refusal.contains(&format!("ValidatingAdmissionPolicy '{POLICY}'")),
+        "refused, but not by {POLICY}: {refusal}"
+    );
+    ensure!(
+        refusal.contains(&format!(
+            "bosun-agent on node {node_a} may change only NodeTasks of its own node"
+        )) && refusal.contains(&format!("belongs to node {node_b}")),
         "the refusal does not say whose node it is: {refusal}"
     );
 
     // Node A's task: allowed, and the write landed.
-    let written = write_status_as_agent(&agent, &names[node_a]).await.context("the agent of node A writing its own NodeTask's status")?;
+    let written = write_status_as_agent(&agent, &names[node_a])
+        .await
+        .context("the agent of node A writing its own NodeTask's status")?;
     ensure!(
-        written.status.as_ref().and_then(|s| s.message.as_deref()) == Some("written by the agent's token"),
+        written.status.as_ref().and_then(|s| s.message.as_deref())
+            == Some("written by the agent's token"),
         "node A's status write did not land: {:?}",
         written.status
     );
@@ -251,55 +322,111 @@ async fn an_agent_may_write_only_its_own_nodes_node_tasks() -> Result<()> {
     // A token of the same ServiceAccount bound to no Pod carries no node: refused.
     let unbound = client_with_token(&lab, &agent_token(&client, None).await?).await?;
     let result = write_status_as_agent(&unbound, &names[node_a]).await;
-    let message = forbidden(&result).with_context(|| format!("an unbound agent token wrote a NodeTask: {result:?}"))?;
-    ensure!(message.contains("this token is not bound to a Pod on a node"), "unexpected refusal: {message}");
+    let message = forbidden(&result)
+        .with_context(|| format!("an unbound agent token wrote a NodeTask: {result:?}"))?;
+    ensure!(
+        message.contains("this token is not bound to a Pod on a node"),
+        "unexpected refusal: {message}"
+    );
 
     // RBAC: no deleting NodeTasks, no spec changes, no writes to Operations.
     let agent_tasks: Api<NodeTask> = Api::all(agent.clone());
-    let result = agent_tasks.delete(&names[node_a], &DeleteParams::default()).await;
-    let message = forbidden(&result).with_context(|| format!("the agent deleted a NodeTask: {result:?}"))?;
-    ensure!(message.contains("cannot delete resource \"nodetasks\""), "unexpected refusal: {message}");
-    let result = agent_tasks.patch(&names[node_a], &PatchParams::default(), &Patch::Merge(json!({ "spec": { "approve": true } }))).await;
-    let message = forbidden(&result).with_context(|| format!("the agent changed a NodeTask's spec: {result:?}"))?;
-    ensure!(message.contains("cannot patch resource \"nodetasks\""), "unexpected refusal: {message}");
+    let result = agent_tasks
+        .delete(&names[node_a], &DeleteParams::default())
+        .await;
+    let message =
+        forbidden(&result).with_context(|| format!("the agent deleted a NodeTask: {result:?}"))?;
+    ensure!(
+        message.contains("cannot delete resource \"nodetasks\""),
+        "unexpected refusal: {message}"
+    );
+    let result = agent_tasks
+        .patch(
+            &names[node_a],
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "approve": true } })),
+        )
+        .await;
+    let message = forbidden(&result)
+        .with_context(|| format!("the agent changed a NodeTask's spec: {result:?}"))?;
+    ensure!(
+        message.contains("cannot patch resource \"nodetasks\""),
+        "unexpected refusal: {message}"
+    );
     let operations: Api<Operation> = Api::all(agent.clone());
     let op: Operation = serde_json::from_value(json!({
         "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation", "metadata": { "name": run },
         "spec": { "custom": { "groups": [{ "name": "g", "steps": [{ "name": "s", "plugin": "hello", "action": "greet" }] }] } },
     }))?;
     let result = operations.create(&PostParams::default(), &op).await;
-    let message = forbidden(&result).with_context(|| format!("the agent created an Operation: {result:?}"))?;
-    ensure!(message.contains("cannot create resource \"operations\""), "unexpected refusal: {message}");
+    let message = forbidden(&result)
+        .with_context(|| format!("the agent created an Operation: {result:?}"))?;
+    ensure!(
+        message.contains("cannot create resource \"operations\""),
+        "unexpected refusal: {message}"
+    );
     let result = operations.delete(&run, &DeleteParams::default()).await;
-    let message = forbidden(&result).with_context(|| format!("the agent deleted an Operation: {result:?}"))?;
-    ensure!(message.contains("cannot delete resource \"operations\""), "unexpected refusal: {message}");
-    let result = operations.patch_status(&run, &PatchParams::apply("x").force(), &Patch::Apply(json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation", "status": {} }))).await;
-    let message = forbidden(&result).with_context(|| format!("the agent wrote an Operation's status: {result:?}"))?;
-    ensure!(message.contains("cannot patch resource \"operations/status\""), "unexpected refusal: {message}");
+    let message = forbidden(&result)
+        .with_context(|| format!("the agent deleted an Operation: {result:?}"))?;
+    ensure!(
+        message.contains("cannot delete resource \"operations\""),
+        "unexpected refusal: {message}"
+    );
+    let result = operations
+        .patch_status(
+            &run,
+            &PatchParams::apply("x").force(),
+            &Patch::Apply(
+                json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation", "status": {} }),
+            ),
+        )
+        .await;
+    let message = forbidden(&result)
+        .with_context(|| format!("the agent wrote an Operation's status: {result:?}"))?;
+    ensure!(
+        message.contains("cannot patch resource \"operations/status\""),
+        "unexpected refusal: {message}"
+    );
 
     // Clean up what this test made (the NodeTasks are an audit trail only for real runs).
     for name in names.values() {
-        tasks.delete(name, &DeleteParams::default()).await.with_context(|| format!("deleting NodeTask {name}"))?;
+        tasks
+            .delete(name, &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting NodeTask {name}"))?;
     }
-    pods.delete(&pod.name_any(), &DeleteParams::default().grace_period(0)).await.context("deleting the agent Pod")?;
+    pods.delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+        .await
+        .context("deleting the agent Pod")?;
     Ok(())
 }
 
 /// A free loopback port for an admin server (bound and released; the process binds it
 /// right after).
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 /// `GET path` on the admin server at `port`: status code and body.
 fn get(port: u16, path: &str) -> Result<(u16, String)> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;
-    let (head, body) = answer.split_once("\r\n\r\n").with_context(|| format!("not an HTTP answer: {answer}"))?;
-    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).with_context(|| format!("no status in {head}"))?;
+    let (head, body) = answer
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("not an HTTP answer: {answer}"))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("no status in {head}"))?;
     Ok((code, body.to_string()))
 }
 
@@ -312,7 +439,10 @@ async fn wait_ready(procs: &mut Processes, port: u16, who: &str) -> Result<()> {
             return Ok(());
         }
         if started.elapsed() >= DEADLINE {
-            bail!("{who}'s /ready on port {port} did not answer 200 within {DEADLINE:?}; logs in {}", procs.logs().display());
+            bail!(
+                "{who}'s /ready on port {port} did not answer 200 within {DEADLINE:?}; logs in {}",
+                procs.logs().display()
+            );
         }
         tokio::time::sleep(POLL).await;
     }
@@ -321,7 +451,13 @@ async fn wait_ready(procs: &mut Processes, port: u16, who: &str) -> Result<()> {
 /// Waits until Operation `name` is in `phase`; fails when a process exits, when it finishes
 /// in another phase, or at [`DEADLINE`]. (Blocked is not final: right after a retry the
 /// Operation still shows the Blocked it had.)
-async fn wait_phase(procs: &mut Processes, ops: &Api<Operation>, name: &str, phase: OperationPhase, dir: &Path) -> Result<()> {
+async fn wait_phase(
+    procs: &mut Processes,
+    ops: &Api<Operation>,
+    name: &str,
+    phase: OperationPhase,
+    dir: &Path,
+) -> Result<()> {
     let started = Instant::now();
     loop {
         procs.check_alive()?;
@@ -344,7 +480,8 @@ async fn wait_phase(procs: &mut Processes, ops: &Api<Operation>, name: &str, pha
 
 /// The value of the sample line starting with `series ` in an exposition.
 fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 const FAMILIES: [(&str, &str); 5] = [
@@ -368,7 +505,11 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
     // and admission policy in force: the Operation below succeeding is also the proof that
     // those grants are enough for a real run (cordon, plugin step, uncordon).
     ensure_namespace(&lab.client).await?;
-    for file in ["deploy/controller/rbac.yaml", "deploy/agent/rbac.yaml", "deploy/admission/agent-own-node.yaml"] {
+    for file in [
+        "deploy/controller/rbac.yaml",
+        "deploy/agent/rbac.yaml",
+        "deploy/admission/agent-own-node.yaml",
+    ] {
         apply_file(&lab, file)?;
     }
     let instance = unique("install-metrics");
@@ -376,10 +517,21 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
     let mut procs = Processes::new(&dir)?;
     let (controller_port, agent_port) = (free_port()?, free_port()?);
     let (_, trust_root) = bosun_e2e::cluster::signing_key()?;
-    let (controller_kubeconfig, agent_kubeconfig) = (dir.join("controller.kubeconfig"), dir.join("agent.kubeconfig"));
-    token_kubeconfig(&lab, &token_of(&lab.client, "bosun-controller", None).await?, &controller_kubeconfig)?;
+    let (controller_kubeconfig, agent_kubeconfig) = (
+        dir.join("controller.kubeconfig"),
+        dir.join("agent.kubeconfig"),
+    );
+    token_kubeconfig(
+        &lab,
+        &token_of(&lab.client, "bosun-controller", None).await?,
+        &controller_kubeconfig,
+    )?;
     let pod = agent_pod(&lab.client, &format!("agent-{instance}"), &node.name).await?;
-    token_kubeconfig(&lab, &agent_token(&lab.client, Some(&pod)).await?, &agent_kubeconfig)?;
+    token_kubeconfig(
+        &lab,
+        &agent_token(&lab.client, Some(&pod)).await?,
+        &agent_kubeconfig,
+    )?;
     procs.spawn(
         "controller",
         Command::new(binary("bosun-controller")?)
@@ -409,7 +561,10 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
         let (code, text) = get(port, "/metrics")?;
         ensure!(code == 200, "the {who}'s /metrics answered {code}");
         for (family, kind) in FAMILIES {
-            ensure!(text.contains(&format!("# TYPE {family} {kind}\n")), "the {who}'s /metrics lacks {family} ({kind}):\n{text}");
+            ensure!(
+                text.contains(&format!("# TYPE {family} {kind}\n")),
+                "the {who}'s /metrics lacks {family} ({kind}):\n{text}"
+            );
         }
     }
 
@@ -433,10 +588,17 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
     .await
     .with_context(|| format!("creating Operation {name}"))?;
     wait_phase(&mut procs, &ops, &name, OperationPhase::Blocked, &dir).await?;
-    std::fs::write(node.host_root.join(file.trim_start_matches('/')), "PRETTY_NAME=\"install test\"\n")?;
+    std::fs::write(
+        node.host_root.join(file.trim_start_matches('/')),
+        "PRETTY_NAME=\"install test\"\n",
+    )?;
     let tasks: Api<NodeTask> = Api::all(lab.client.clone());
     tasks
-        .patch(&format!("{name}-{}", node.name), &PatchParams::default(), &Patch::Merge(json!({ "spec": { "recovery": "Retry" } })))
+        .patch(
+            &format!("{name}-{}", node.name),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "recovery": "Retry" } })),
+        )
         .await
         .context("setting recovery: Retry")?;
     wait_phase(&mut procs, &ops, &name, OperationPhase::Succeeded, &dir).await?;
@@ -447,29 +609,61 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
     for (text, series, want) in [
         (&controller, "bosun_operations{phase=\"Succeeded\"}", 1.0),
         (&controller, "bosun_operations{phase=\"Blocked\"}", 0.0),
-        (&controller, "bosun_steps_total{side=\"controller\",outcome=\"succeeded\"}", 2.0),
-        (&controller, "bosun_step_duration_seconds_count{side=\"controller\",outcome=\"succeeded\"}", 2.0),
+        (
+            &controller,
+            "bosun_steps_total{side=\"controller\",outcome=\"succeeded\"}",
+            2.0,
+        ),
+        (
+            &controller,
+            "bosun_step_duration_seconds_count{side=\"controller\",outcome=\"succeeded\"}",
+            2.0,
+        ),
         // The greet ran twice: refused by its preflight, then (after the retry) succeeded.
-        (&agent, "bosun_steps_total{side=\"agent\",outcome=\"preflight_failed\"}", 1.0),
-        (&agent, "bosun_steps_total{side=\"agent\",outcome=\"succeeded\"}", 1.0),
-        (&agent, "bosun_step_duration_seconds_count{side=\"agent\",outcome=\"succeeded\"}", 1.0),
-        (&agent, "bosun_gate_duration_seconds_count{gate=\"preflight\"}", 2.0),
+        (
+            &agent,
+            "bosun_steps_total{side=\"agent\",outcome=\"preflight_failed\"}",
+            1.0,
+        ),
+        (
+            &agent,
+            "bosun_steps_total{side=\"agent\",outcome=\"succeeded\"}",
+            1.0,
+        ),
+        (
+            &agent,
+            "bosun_step_duration_seconds_count{side=\"agent\",outcome=\"succeeded\"}",
+            1.0,
+        ),
+        (
+            &agent,
+            "bosun_gate_duration_seconds_count{gate=\"preflight\"}",
+            2.0,
+        ),
         // A fresh plugin store: fetched from the ConfigMap once, then found in the store.
         (&agent, "bosun_plugin_cache_total{result=\"miss\"}", 1.0),
         (&agent, "bosun_plugin_cache_total{result=\"hit\"}", 1.0),
     ] {
         let got = sample(text, series);
-        ensure!(got == Some(want), "{series} is {got:?}, expected {want}:\n{text}");
+        ensure!(
+            got == Some(want),
+            "{series} is {got:?}, expected {want}:\n{text}"
+        );
     }
     save_sample(&dir, &controller, &agent)?;
     // Nothing the run needed was refused: no 403 in either process's log.
     for who in ["controller", "agent"] {
         let log = std::fs::read_to_string(procs.log_of(who))?;
-        ensure!(!log.contains("forbidden") && !log.contains("Forbidden"), "the {who} was refused an API call with deploy/'s RBAC:\n{log}");
+        ensure!(
+            !log.contains("forbidden") && !log.contains("Forbidden"),
+            "the {who} was refused an API call with deploy/'s RBAC:\n{log}"
+        );
     }
     drop(procs);
     let pods: Api<Pod> = Api::namespaced(lab.client.clone(), NAMESPACE);
-    pods.delete(&pod.name_any(), &DeleteParams::default().grace_period(0)).await.context("deleting the agent Pod")?;
+    pods.delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+        .await
+        .context("deleting the agent Pod")?;
     Ok(())
 }
 
