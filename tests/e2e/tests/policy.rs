@@ -264,3 +264,64 @@ async fn a_broken_policy_blocks_instead_of_allowing() -> Result<()> {
     operator.procs.check_alive()?;
     Ok(())
 }
+
+/// An operation policy that holds back one group: the Operation runs its first group,
+/// then stops Blocked (PolicyDenied) before the held group's first task starts; deleting
+/// the policy lets the rest run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_policy_holds_a_group_before_it_starts() -> Result<()> {
+    let lab = bosun_lab::ensure_lab().await?;
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    let cp = control_plane(&lab)?;
+    let mut operator = setup(&lab, "policy-group").await?;
+    let policy = format!("{}-no-workers", operator.instance);
+    let rego = r#"package bosun.operation.e2e_no_workers
+
+deny contains msg if {
+	input.nextGroup == "workers"
+	msg := sprintf("workers of %s wait for the change board (e2e)", [input.operation.name])
+}
+"#;
+    apply_policy(&operator, &policy, "Deny", rego, json!({})).await?;
+    wait_policy(&operator.client, &policy, |p| p.status.as_ref().is_some_and(|s| s.compiled)).await?;
+
+    let name = operator
+        .create_operation("policy-group", json!({
+            "custom": { "groups": [
+                { "name": "control-plane",
+                  "nodeSelector": { "matchExpressions": [{ "key": "node-role.kubernetes.io/control-plane", "operator": "Exists" }] },
+                  "steps": [{ "name": "greet", "plugin": "hello", "action": "greet", "params": { "name": "e2e" } }] },
+                { "name": "workers",
+                  "steps": [{ "name": "greet", "plugin": "hello", "action": "greet", "params": { "name": "e2e" } }] } ] },
+            "rollout": { "maxUnavailable": 3 },
+        }))
+        .await?;
+    let expected = format!("workers of {name} wait for the change board (e2e)");
+    let op = operator
+        .wait_operation(&name, "Blocked by the operation policy before the workers group", |o| {
+            o.status.as_ref().is_some_and(|s| s.phase == OperationPhase::Blocked && s.message.as_deref().unwrap_or("").contains("before group workers"))
+        })
+        .await?;
+    let status = op.status.clone().unwrap_or_default();
+    assert!(status.message.as_deref().unwrap_or("").contains(&expected), "{:?}", status.message);
+    let blocked = status.conditions.iter().find(|c| c.type_ == "Blocked").context("no Blocked condition")?;
+    assert_eq!((blocked.status.as_str(), blocked.reason.as_str()), ("True", "PolicyDenied"));
+    let tasks = operator.tasks(&name).await?;
+    let phase = |t: &NodeTask| t.status.as_ref().map(|s| s.phase).unwrap_or_default();
+    assert_eq!(phase(&tasks[&cp]), NodeTaskPhase::Succeeded, "the first group ran");
+    for (node, t) in tasks.iter().filter(|(n, _)| **n != cp) {
+        assert_eq!(phase(t), NodeTaskPhase::Pending, "{node} must not start while its group is held");
+    }
+    let events = events_about(&operator.client, &name, "PolicyDenied").await?;
+    ensure!(events.iter().any(|e| e.note.as_deref().unwrap_or("").contains(&expected)), "no PolicyDenied Event: {events:?}");
+
+    delete_policy(&operator.client, &policy).await?;
+    let op = operator
+        .wait_operation(&name, "phase Succeeded once the policy is gone", |o| {
+            o.status.as_ref().is_some_and(|s| s.phase == OperationPhase::Succeeded)
+        })
+        .await?;
+    assert_eq!(op.status.unwrap_or_default().phase, OperationPhase::Succeeded);
+    operator.procs.check_alive()?;
+    Ok(())
+}
