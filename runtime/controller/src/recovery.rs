@@ -73,32 +73,34 @@ pub async fn handle(ctx: &Context, op: &Operation, task: &mut NodeTask, now: Tim
             Ok(None)
         }
         AutoRetry::Later { at, retry, limit } => {
-            let message = format!("{}; failurePolicy Retry: automatic retry {retry} of {limit} at {at}", failure(task));
-            note(ctx, task, message).await?;
+            if let Some(failed) = failure(task) {
+                note(ctx, task, format!("{failed}; failurePolicy Retry: automatic retry {retry} of {limit} at {at}")).await?;
+            }
             let wait = at.duration_since(now).unsigned_abs();
             Ok(Some(wait.max(Duration::from_millis(100))))
         }
         AutoRetry::No { why } if !why.is_empty() => {
-            let message = format!("{}; no automatic retry: {why}; set spec.recovery (Retry or Skip)", failure(task));
-            note(ctx, task, message).await?;
+            // Only about a failed step: a task blocked otherwise (a health gate) keeps the
+            // message that says why.
+            if let Some(failed) = failure(task) {
+                note(ctx, task, format!("{failed}; no automatic retry: {why}; set spec.recovery (Retry or Skip)")).await?;
+            }
             Ok(None)
         }
         AutoRetry::No { .. } => Ok(None),
     }
 }
 
-/// The failed step and its message, the part of a task's message a retry note keeps.
-fn failure(task: &NodeTask) -> String {
+/// The failed step and its message: the part of a task's message a retry note keeps. Built
+/// from the step's entry, never from the task's message, so notes do not pile up.
+fn failure(task: &NodeTask) -> Option<String> {
     let status = task.status.clone().unwrap_or_default();
     let failed = status
         .steps
         .iter()
         .filter(|s| task.spec.steps.iter().any(|spec| spec.name == s.name))
         .find(|s| s.phase == bosun_api::node_task::StepPhase::Failed);
-    match failed {
-        Some(s) => format!("step {} failed: {}", s.name, s.message.clone().unwrap_or_default()),
-        None => status.message.unwrap_or_default(),
-    }
+    failed.map(|s| format!("step {} failed: {}", s.name, s.message.clone().unwrap_or_default()))
 }
 
 /// Sets the task's message (same phase and attempts), unless it already says that.
