@@ -278,7 +278,9 @@ impl Gate for StepGate {
         let requested = requested_of(&plugin.metadata().capabilities);
         let info = Self::plugin_info(plugin);
         let node = self.prepared.node.name.clone();
+        let clock = std::time::Instant::now();
         let decision = self.prepared.generation.with_evaluator(|e| e.capabilities(&info, &requested, &self.grants, Some(&node)));
+        bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Policy, clock.elapsed());
         let allowed = decision.allowed;
         let result = (!allowed).then(|| self.denied("capabilities-denied", "the plugin's capabilities were", &decision));
         if let Ok(mut d) = self.prepared.decisions.lock() {
@@ -312,7 +314,9 @@ impl Gate for StepGate {
             cluster: p.cluster.clone(),
             now: Timestamp::now().to_string(),
         };
+        let clock = std::time::Instant::now();
         let decision = p.generation.with_evaluator(|e| e.step(&input));
+        bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Policy, clock.elapsed());
         for f in &decision.warnings {
             tracing::warn!(policy = %f.policy, message = %f.message, "policy warning");
         }

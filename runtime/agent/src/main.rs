@@ -40,6 +40,10 @@ struct Args {
     /// installs side by side, and tests.
     #[arg(long, env = "BOSUN_INSTANCE")]
     instance: Option<String>,
+    /// Least free space (MiB) on the host root's file system for a step to start (the
+    /// built-in `agent/disk-space` preflight check).
+    #[arg(long, default_value_t = 1024)]
+    min_free_disk_mib: u64,
     /// Log filter (tracing-subscriber EnvFilter syntax).
     #[arg(long, env = "BOSUN_LOG", default_value = "info")]
     log: String,
@@ -70,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(node = %args.node_name, host_root = %args.host_root.display(), "bosun-agent starting");
     let mut agent = Agent::new(client, args.node_name, Arc::new(host), store, manager);
     agent.instance = args.instance;
+    agent.preflight.min_free_bytes = args.min_free_disk_mib.saturating_mul(1024 * 1024);
     let agent = Arc::new(agent);
     bosun_agent::run(agent).await;
     tracing::info!("bosun-agent stopped");

@@ -399,7 +399,9 @@ pub async fn decide(
         },
         now: Timestamp::now().to_string(),
     };
+    let clock = std::time::Instant::now();
     let decision = generation.with_evaluator(|e| e.operation(&input));
+    bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Policy, clock.elapsed());
     for w in &decision.warnings {
         tracing::warn!(operation = %op.name_any(), policy = %w.policy, message = %w.message, "policy warning");
     }
