@@ -369,8 +369,14 @@ async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask
             Progress::Done => {
                 let (event, reason) = match crate::gates::evaluate(&ctx.client, &ctx.manager, &op.spec.health_gates, task).await? {
                     crate::gates::Verdict::Wait(d) => return Ok(Some(d)),
-                    crate::gates::Verdict::Fail(message) => (TaskEvent::StepFailed, Some((BlockReason::HealthGateFailed, message))),
-                    crate::gates::Verdict::Pass => (TaskEvent::StepsDone, None),
+                    crate::gates::Verdict::Fail(message) => {
+                        record_health_gate(&status);
+                        (TaskEvent::StepFailed, Some((BlockReason::HealthGateFailed, message)))
+                    }
+                    crate::gates::Verdict::Pass => {
+                        record_health_gate(&status);
+                        (TaskEvent::StepsDone, None)
+                    }
                 };
                 let next = move_task(ctx, task, event, reason.clone()).await?;
                 if let Some(s) = task.status.as_mut() {
@@ -464,6 +470,14 @@ async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask
             // The agent's turn, an agent step in flight, or a failure waiting for a person.
             Progress::Next { runs_on: RunsOn::Agent, .. } | Progress::Running { runs_on: RunsOn::Agent, .. } | Progress::Failed { .. } => return Ok(None),
         }
+    }
+}
+
+/// Records how long the health gates held a task: from its last step's finish to the gates'
+/// verdict (pass or fail), for `bosun_gate_duration_seconds{gate="health"}`.
+fn record_health_gate(status: &bosun_api::node_task::NodeTaskStatus) {
+    if let Some(last) = status.steps.iter().filter_map(|s| s.finished_at.as_ref()).map(|t| t.0).max() {
+        bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Health, Timestamp::now().duration_since(last).unsigned_abs());
     }
 }
 

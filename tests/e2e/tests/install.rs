@@ -619,6 +619,8 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
             "bosun_step_duration_seconds_count{side=\"controller\",outcome=\"succeeded\"}",
             2.0,
         ),
+        // The node's health gates were judged once, after its last step.
+        (&controller, "bosun_gate_duration_seconds_count{gate=\"health\"}", 1.0),
         // The greet ran twice: refused by its preflight, then (after the retry) succeeded.
         (
             &agent,
