@@ -57,6 +57,19 @@ impl Notice {
     }
 }
 
+/// The Events a NodeTask deserves when its phase moved from `from` to `to`, in order. A task
+/// this controller saw waiting and next sees finished or blocked (its steps all ran between
+/// two looks) also gets its `Started`.
+pub fn task_events(from: Option<NodeTaskPhase>, to: NodeTaskPhase, reason: Option<&str>, message: &str, node: &str) -> Vec<Notice> {
+    use NodeTaskPhase as P;
+    let mut out = Vec::new();
+    if matches!(from, Some(P::Pending | P::AwaitingApproval)) && matches!(to, P::Blocked | P::Succeeded) {
+        out.extend(task_event(from, P::Running, None, "", node));
+    }
+    out.extend(task_event(from, to, reason, message, node));
+    out
+}
+
 /// The Event a NodeTask deserves when its phase moved from `from` to `to` (`from` is `None`
 /// when this controller has not seen the task before: nothing is reported then, so a
 /// restart does not repeat old news). `message` and `reason` are the task's status fields.
@@ -150,7 +163,7 @@ impl Events {
                 let before = seen.insert(uid, status.phase);
                 let reason = status.reason.map(|r| format!("{r:?}"));
                 let message = status.message.clone().unwrap_or_default();
-                if let Some(n) = task_event(before, status.phase, reason.as_deref(), &message, &task.spec.node_name) {
+                for n in task_events(before, status.phase, reason.as_deref(), &message, &task.spec.node_name) {
                     notices.push((task.clone(), n));
                 }
             }
@@ -212,6 +225,16 @@ mod tests {
         assert_eq!(task_event(Some(P::Blocked), P::Skipped, None, "", "n1").unwrap().reason, reasons::SKIPPED);
         assert_eq!(task_event(Some(P::Pending), P::AwaitingApproval, None, "", "n1").unwrap().reason, reasons::AWAITING_APPROVAL);
         assert!(task_event(Some(P::Pending), P::Invalid, None, "node gone", "n1").unwrap().warning);
+    }
+
+    #[test]
+    fn a_task_seen_waiting_then_finished_also_reports_that_it_started() {
+        let r = |v: Vec<Notice>| v.into_iter().map(|n| n.reason).collect::<Vec<_>>();
+        assert_eq!(r(task_events(Some(P::Pending), P::Succeeded, None, "", "n1")), [reasons::STARTED, reasons::SUCCEEDED]);
+        assert_eq!(r(task_events(Some(P::AwaitingApproval), P::Blocked, Some("StepFailed"), "x", "n1")), [reasons::STARTED, reasons::BLOCKED]);
+        assert_eq!(r(task_events(Some(P::Running), P::Succeeded, None, "", "n1")), [reasons::SUCCEEDED]);
+        assert_eq!(r(task_events(Some(P::Blocked), P::Skipped, None, "", "n1")), [reasons::SKIPPED]);
+        assert!(task_events(None, P::Succeeded, None, "", "n1").is_empty());
     }
 
     #[test]

@@ -64,9 +64,15 @@ async fn main() -> anyhow::Result<()> {
         Some(addr) => Some(bosun_telemetry::AdminServer::start(addr).await?),
         None => None,
     };
-    let client = kube::Client::try_default()
+    let mut config = kube::Config::infer()
         .await
-        .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
+        .context("finding the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
+    // No client-side retries: kube's default retries a 429 for minutes inside one call, and
+    // an eviction refused by a PodDisruptionBudget is a 429 the drain must see at once (it
+    // tries again on its own schedule). Every other failed call is retried by the
+    // reconcile's requeue.
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).context("connecting to the API server")?;
     // Ready (admin server's /ready) once the API server has answered with these credentials.
     client.apiserver_version().await.context("asking the API server for its version (are the credentials valid?)")?;
     admin.iter().for_each(|a| a.readiness.set(true));
