@@ -23,14 +23,20 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use bosun_api::grants::Grants;
-use bosun_api::node_task::{BlockReason, CheckStatus as ApiCheck, NodeTask, PolicyDecision, PolicyMessage, PreflightCheck};
+use bosun_api::node_task::{
+    BlockReason, CheckStatus as ApiCheck, NodeTask, PolicyDecision, PolicyMessage, PreflightCheck,
+};
 use bosun_api::operation::Operation;
 use bosun_api::policy::Enforcement as ApiEnforcement;
-use bosun_controller::gate::{Generation, SYNC_WAIT, cluster_annotations, cluster_version, control_plane, is_ready, operation_ref, roles_of};
+use bosun_controller::gate::{
+    Generation, SYNC_WAIT, cluster_annotations, cluster_version, control_plane, is_ready,
+    operation_ref, roles_of,
+};
 use bosun_host::{LoadedPlugin, NodeContext};
 use bosun_policy::capabilities::{CommandRequest, PathRequest, RequestedCapabilities, UnitRequest};
 use bosun_policy::input::{
-    CheckStatus, ClusterState, NodeFacts, OperationKind, OperationRef, OsRelease, PluginInfo, PreflightResult, StepInput, StepRef, TaskRef,
+    CheckStatus, ClusterState, NodeFacts, OperationKind, OperationRef, OsRelease, PluginInfo,
+    PreflightResult, StepInput, StepRef, TaskRef,
 };
 use bosun_policy::{Decision, Finding};
 use k8s_openapi::api::core::v1::Node;
@@ -47,9 +53,13 @@ use crate::{Agent, Error};
 pub trait Gate: Send + Sync {
     /// After the plugin was verified, compiled and described; before any call into it.
     /// `Err` is the failed step to report instead of running anything.
-    fn loaded(&self, plugin: &LoadedPlugin) -> Result<(), StepResult>;
+    fn loaded(&self, plugin: &LoadedPlugin) -> Result<(), Box<StepResult>>;
     /// After the plugin's preflight passed, right before `run`.
-    fn before_run(&self, plugin: &LoadedPlugin, preflight: &[PreflightCheck]) -> Result<(), StepResult>;
+    fn before_run(
+        &self,
+        plugin: &LoadedPlugin,
+        preflight: &[PreflightCheck],
+    ) -> Result<(), Box<StepResult>>;
 }
 
 /// Everything gathered for one step before it starts.
@@ -72,16 +82,28 @@ struct Decisions {
 /// Reads what the gates need. Errors (API unreachable, policies not listed yet) leave the
 /// step untouched; the reconcile is retried.
 pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> {
-    let generation = agent.policies.generation(SYNC_WAIT).await.map_err(|e| Error::Gate(e.to_string()))?;
+    let generation = agent
+        .policies
+        .generation(SYNC_WAIT)
+        .await
+        .map_err(|e| Error::Gate(e.to_string()))?;
     let kube_err = |what: &str| {
         let what = what.to_owned();
         move |source| Error::Kube { what, source }
     };
     let nodes: Api<Node> = Api::all(agent.client.clone());
-    let all = nodes.list(&ListParams::default()).await.map_err(kube_err("listing Nodes"))?.items;
+    let all = nodes
+        .list(&ListParams::default())
+        .await
+        .map_err(kube_err("listing Nodes"))?
+        .items;
     let node = all.iter().find(|n| n.name_any() == agent.node_name);
     let operations: Api<Operation> = Api::all(agent.client.clone());
-    let operation = match operations.get_opt(&task.spec.operation).await.map_err(kube_err("reading the task's Operation"))? {
+    let operation = match operations
+        .get_opt(&task.spec.operation)
+        .await
+        .map_err(kube_err("reading the task's Operation"))?
+    {
         Some(op) => operation_ref(&op),
         None => OperationRef {
             name: task.spec.operation.clone(),
@@ -94,7 +116,9 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
     let cluster = ClusterState {
         version: cluster_version(&agent.client).await,
         annotations: cluster_annotations(&agent.client).await,
-        control_plane: control_plane(&agent.client, &all).await.map_err(|e| Error::Gate(e.to_string()))?,
+        control_plane: control_plane(&agent.client, &all)
+            .await
+            .map_err(|e| Error::Gate(e.to_string()))?,
     };
     let host_root = agent.host.config().host_root.clone();
     let facts = NodeFacts {
@@ -103,9 +127,17 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         ready: node.is_some_and(is_ready),
         os: os_release(&host_root),
         arch: Some(go_arch().into()),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_owned()),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .map(|s| s.trim().to_owned()),
         kubelet_version: node
-            .and_then(|n| n.status.as_ref()?.node_info.as_ref().map(|i| i.kubelet_version.clone()))
+            .and_then(|n| {
+                n.status
+                    .as_ref()?
+                    .node_info
+                    .as_ref()
+                    .map(|i| i.kubelet_version.clone())
+            })
             .filter(|v| !v.is_empty()),
         kubeadm_version: None,
         annotations: node.map(|n| n.annotations().clone()).unwrap_or_default(),
@@ -116,7 +148,10 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         node_ready: node.map(is_ready),
         node: facts,
         operation,
-        task: TaskRef { node: agent.node_name.clone(), group: task.spec.group.clone() },
+        task: TaskRef {
+            node: agent.node_name.clone(),
+            group: task.spec.group.clone(),
+        },
         cluster,
         decisions: Mutex::new(Decisions::default()),
     })
@@ -125,12 +160,22 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
 impl Prepared {
     /// The context the host gives the plugin.
     pub fn node_context(&self) -> NodeContext {
-        NodeContext { node_name: self.node.name.clone(), roles: self.node.roles.clone(), kubelet_version: self.node.kubelet_version.clone() }
+        NodeContext {
+            node_name: self.node.name.clone(),
+            roles: self.node.roles.clone(),
+            kubelet_version: self.node.kubelet_version.clone(),
+        }
     }
 
     /// Runs step `index` of `task` with `resolved`: built-in checks, then the host with the
     /// capabilities and step gates. Blocking work runs on a blocking thread.
-    pub async fn run(self: Arc<Self>, agent: &Agent, task: &NodeTask, index: usize, resolved: Resolved) -> Result<StepResult, Error> {
+    pub async fn run(
+        self: Arc<Self>,
+        agent: &Agent,
+        task: &NodeTask,
+        index: usize,
+        resolved: Resolved,
+    ) -> Result<StepResult, Error> {
         let step = &task.spec.steps[index];
         let grants = resolved.plugin.spec.grants.clone();
         let host_root = agent.host.config().host_root.clone();
@@ -145,12 +190,19 @@ impl Prepared {
             },
         );
         let builtin_status: Vec<PreflightCheck> = builtin.iter().map(api_check).collect();
-        let failed: Vec<String> = builtin.iter().filter(|c| c.status == CheckStatus::Fail).map(|c| format!("{}: {}", c.name, c.message)).collect();
+        let failed: Vec<String> = builtin
+            .iter()
+            .filter(|c| c.status == CheckStatus::Fail)
+            .map(|c| format!("{}: {}", c.name, c.message))
+            .collect();
         if !failed.is_empty() {
             let mut r = StepResult::failed(
                 BlockReason::PreflightFailed,
                 "preflight-failed",
-                format!("preflight failed ({}); fix the cause on the node, then retry", failed.join("; ")),
+                format!(
+                    "preflight failed ({}); fix the cause on the node, then retry",
+                    failed.join("; ")
+                ),
                 true,
             );
             r.preflight = builtin_status;
@@ -170,11 +222,24 @@ impl Prepared {
         let host = agent.host.clone();
         let node = self.node_context();
         let action = step.action.clone();
-        let params_json = step.params.clone().unwrap_or_else(|| serde_json::json!({})).to_string();
+        let params_json = step
+            .params
+            .clone()
+            .unwrap_or_else(|| serde_json::json!({}))
+            .to_string();
         let dry_run = task.spec.dry_run;
-        let timeout = task.spec.step_timeout_seconds.map(|s| std::time::Duration::from_secs(u64::from(s)));
+        let timeout = task
+            .spec
+            .step_timeout_seconds
+            .map(|s| std::time::Duration::from_secs(u64::from(s)));
         let mut result = tokio::task::spawn_blocking(move || {
-            let call = StepCall { action: &action, params_json, grants: &grants, dry_run, timeout };
+            let call = StepCall {
+                action: &action,
+                params_json,
+                grants: &grants,
+                dry_run,
+                timeout,
+            };
             execute(&host, &resolved, &node, &call, &gate)
         })
         .await?;
@@ -192,7 +257,13 @@ impl Prepared {
         let mut messages = Vec::new();
         for decision in &decisions {
             let tagged = |list: &[Finding], e: ApiEnforcement| {
-                list.iter().map(move |f| PolicyMessage { policy: f.policy.clone(), enforcement: e, message: f.message.clone() }).collect::<Vec<_>>()
+                list.iter()
+                    .map(move |f| PolicyMessage {
+                        policy: f.policy.clone(),
+                        enforcement: e,
+                        message: f.message.clone(),
+                    })
+                    .collect::<Vec<_>>()
             };
             messages.extend(tagged(&decision.denies, ApiEnforcement::Deny));
             messages.extend(tagged(&decision.warnings, ApiEnforcement::Warn));
@@ -208,20 +279,50 @@ impl Prepared {
     /// Publishes a Warning Event on the task for a deny (reason PolicyDenied) or for Warn
     /// findings (reason PolicyWarning). Best effort: a refused Event is logged.
     pub async fn publish_events(&self, agent: &Agent, task: &NodeTask, step: &str) {
-        let Some(decision) = self.decision() else { return };
-        let pick = |e: ApiEnforcement| decision.messages.iter().filter(|m| m.enforcement == e).map(|m| format!("{}: {}", m.policy, m.message)).collect::<Vec<_>>();
+        let Some(decision) = self.decision() else {
+            return;
+        };
+        let pick = |e: ApiEnforcement| {
+            decision
+                .messages
+                .iter()
+                .filter(|m| m.enforcement == e)
+                .map(|m| format!("{}: {}", m.policy, m.message))
+                .collect::<Vec<_>>()
+        };
         let digest = decision.policy_set_digest.clone().unwrap_or_default();
         let mut events = Vec::new();
         if !decision.allowed {
-            events.push(("PolicyDenied", format!("step {step} denied by policy: {} (policy set {digest})", pick(ApiEnforcement::Deny).join("; "))));
+            events.push((
+                "PolicyDenied",
+                format!(
+                    "step {step} denied by policy: {} (policy set {digest})",
+                    pick(ApiEnforcement::Deny).join("; ")
+                ),
+            ));
         }
         let warnings = pick(ApiEnforcement::Warn);
         if !warnings.is_empty() {
-            events.push(("PolicyWarning", format!("step {step}: {} (policy set {digest})", warnings.join("; "))));
+            events.push((
+                "PolicyWarning",
+                format!("step {step}: {} (policy set {digest})", warnings.join("; ")),
+            ));
         }
-        let recorder = Recorder::new(agent.client.clone(), Reporter { controller: "bosun.dev/agent".into(), instance: Some(agent.node_name.clone()) });
+        let recorder = Recorder::new(
+            agent.client.clone(),
+            Reporter {
+                controller: "bosun.dev/agent".into(),
+                instance: Some(agent.node_name.clone()),
+            },
+        );
         for (reason, note) in events {
-            let event = Event { type_: EventType::Warning, reason: reason.into(), note: Some(truncate(note, 1000)), action: "PolicyGate".into(), secondary: None };
+            let event = Event {
+                type_: EventType::Warning,
+                reason: reason.into(),
+                note: Some(truncate(note, 1000)),
+                action: "PolicyGate".into(),
+                secondary: None,
+            };
             if let Err(e) = recorder.publish(&event, &task.object_ref(&())).await {
                 tracing::warn!(error = %e, "publishing a policy Event failed");
             }
@@ -274,22 +375,35 @@ impl StepGate {
 }
 
 impl Gate for StepGate {
-    fn loaded(&self, plugin: &LoadedPlugin) -> Result<(), StepResult> {
+    fn loaded(&self, plugin: &LoadedPlugin) -> Result<(), Box<StepResult>> {
         let requested = requested_of(&plugin.metadata().capabilities);
         let info = Self::plugin_info(plugin);
         let node = self.prepared.node.name.clone();
         let clock = std::time::Instant::now();
-        let decision = self.prepared.generation.with_evaluator(|e| e.capabilities(&info, &requested, &self.grants, Some(&node)));
+        let decision = self
+            .prepared
+            .generation
+            .with_evaluator(|e| e.capabilities(&info, &requested, &self.grants, Some(&node)));
         bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Policy, clock.elapsed());
         let allowed = decision.allowed;
-        let result = (!allowed).then(|| self.denied("capabilities-denied", "the plugin's capabilities were", &decision));
+        let result = (!allowed).then(|| {
+            self.denied(
+                "capabilities-denied",
+                "the plugin's capabilities were",
+                &decision,
+            )
+        });
         if let Ok(mut d) = self.prepared.decisions.lock() {
             d.capabilities = Some(decision);
         }
-        result.map_or(Ok(()), Err)
+        result.map_or(Ok(()), |r| Err(Box::new(r)))
     }
 
-    fn before_run(&self, plugin: &LoadedPlugin, preflight: &[PreflightCheck]) -> Result<(), StepResult> {
+    fn before_run(
+        &self,
+        plugin: &LoadedPlugin,
+        preflight: &[PreflightCheck],
+    ) -> Result<(), Box<StepResult>> {
         let p = &self.prepared;
         let source = plugin.metadata().name.clone();
         let mut results = self.builtin.clone();
@@ -320,11 +434,17 @@ impl Gate for StepGate {
         for f in &decision.warnings {
             tracing::warn!(policy = %f.policy, message = %f.message, "policy warning");
         }
-        let result = (!decision.allowed).then(|| self.denied("policy-denied", &format!("step {}", self.step.name), &decision));
+        let result = (!decision.allowed).then(|| {
+            self.denied(
+                "policy-denied",
+                &format!("step {}", self.step.name),
+                &decision,
+            )
+        });
         if let Ok(mut d) = p.decisions.lock() {
             d.step = Some(decision);
         }
-        result.map_or(Ok(()), Err)
+        result.map_or(Ok(()), |r| Err(Box::new(r)))
     }
 }
 
@@ -343,19 +463,49 @@ fn api_check(r: &PreflightResult) -> PreflightCheck {
 /// The host's view of what a plugin asked for, as the capabilities input names it.
 pub fn requested_of(c: &bosun_host::Capabilities) -> RequestedCapabilities {
     RequestedCapabilities {
-        filesystem: c.filesystem.iter().map(|(path, writable)| PathRequest { path: path.clone(), writable: *writable }).collect(),
-        exec: c.exec.iter().map(|(command, args)| CommandRequest { command: command.clone(), args: args.clone() }).collect(),
-        services: c.services.iter().map(|(unit, actions)| UnitRequest { unit: unit.clone(), actions: actions.clone() }).collect(),
+        filesystem: c
+            .filesystem
+            .iter()
+            .map(|(path, writable)| PathRequest {
+                path: path.clone(),
+                writable: *writable,
+            })
+            .collect(),
+        exec: c
+            .exec
+            .iter()
+            .map(|(command, args)| CommandRequest {
+                command: command.clone(),
+                args: args.clone(),
+            })
+            .collect(),
+        services: c
+            .services
+            .iter()
+            .map(|(unit, actions)| UnitRequest {
+                unit: unit.clone(),
+                actions: actions.clone(),
+            })
+            .collect(),
         http: c.http.clone(),
     }
 }
 
 /// os-release of the host root (`etc/os-release`, else `usr/lib/os-release`).
 pub fn os_release(root: &Path) -> OsRelease {
-    let text = std::fs::read_to_string(root.join("etc/os-release")).or_else(|_| std::fs::read_to_string(root.join("usr/lib/os-release"))).unwrap_or_default();
-    let mut os = OsRelease { id: String::new(), id_like: vec![], version_id: String::new(), pretty_name: String::new() };
+    let text = std::fs::read_to_string(root.join("etc/os-release"))
+        .or_else(|_| std::fs::read_to_string(root.join("usr/lib/os-release")))
+        .unwrap_or_default();
+    let mut os = OsRelease {
+        id: String::new(),
+        id_like: vec![],
+        version_id: String::new(),
+        pretty_name: String::new(),
+    };
     for line in text.lines() {
-        let Some((k, v)) = line.trim().split_once('=') else { continue };
+        let Some((k, v)) = line.trim().split_once('=') else {
+            continue;
+        };
         let v = v.trim().trim_matches(|c| c == '"' || c == '\'').to_owned();
         match k {
             "ID" => os.id = v,
@@ -384,7 +534,11 @@ mod tests {
     fn os_release_is_read_from_the_host_root() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("etc")).unwrap();
-        std::fs::write(dir.path().join("etc/os-release"), "ID=debian\nID_LIKE=\"rhel fedora\"\nVERSION_ID=\"12\"\nPRETTY_NAME='Debian 12'\n").unwrap();
+        std::fs::write(
+            dir.path().join("etc/os-release"),
+            "ID=debian\nID_LIKE=\"rhel fedora\"\nVERSION_ID=\"12\"\nPRETTY_NAME='Debian 12'\n",
+        )
+        .unwrap();
         let os = os_release(dir.path());
         assert_eq!(os.id, "debian");
         assert_eq!(os.id_like, vec!["rhel", "fedora"]);
@@ -402,7 +556,13 @@ mod tests {
             http: vec!["dl.k8s.io".into()],
         };
         let r = requested_of(&c);
-        assert_eq!(r.filesystem, vec![PathRequest { path: "/etc".into(), writable: false }]);
+        assert_eq!(
+            r.filesystem,
+            vec![PathRequest {
+                path: "/etc".into(),
+                writable: false
+            }]
+        );
         assert_eq!(r.exec[0].args, vec!["-r"]);
         assert_eq!(r.services[0].unit, "kubelet.service");
         assert_eq!(r.http, vec!["dl.k8s.io"]);

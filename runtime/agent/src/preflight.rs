@@ -36,7 +36,9 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { min_free_bytes: 1024 * 1024 * 1024 }
+        Settings {
+            min_free_bytes: 1024 * 1024 * 1024,
+        }
     }
 }
 
@@ -62,7 +64,12 @@ pub fn run_all(settings: Settings, facts: &Facts<'_>) -> Vec<PreflightResult> {
 }
 
 fn result(name: &str, status: CheckStatus, message: String) -> PreflightResult {
-    PreflightResult { name: format!("{SOURCE}/{name}"), status, message, source: SOURCE.into() }
+    PreflightResult {
+        name: format!("{SOURCE}/{name}"),
+        status,
+        message,
+        source: SOURCE.into(),
+    }
 }
 
 /// Free space on the file system of `root`.
@@ -75,7 +82,10 @@ pub fn disk_space(root: &Path, min_free_bytes: u64) -> PreflightResult {
         Err(e) => result(
             "disk-space",
             CheckStatus::Fail,
-            format!("cannot read the free space of {}: {e}; check that the host root is mounted", root.display()),
+            format!(
+                "cannot read the free space of {}: {e}; check that the host root is mounted",
+                root.display()
+            ),
         ),
     }
 }
@@ -83,12 +93,26 @@ pub fn disk_space(root: &Path, min_free_bytes: u64) -> PreflightResult {
 fn disk_verdict(root: &Path, free: u64, min: u64) -> PreflightResult {
     let gib = |b: u64| b as f64 / (1024.0 * 1024.0 * 1024.0);
     if free >= min {
-        result("disk-space", CheckStatus::Pass, format!("{} has {:.1} GiB free (at least {:.1} GiB needed)", root.display(), gib(free), gib(min)))
+        result(
+            "disk-space",
+            CheckStatus::Pass,
+            format!(
+                "{} has {:.1} GiB free (at least {:.1} GiB needed)",
+                root.display(),
+                gib(free),
+                gib(min)
+            ),
+        )
     } else {
         result(
             "disk-space",
             CheckStatus::Fail,
-            format!("{} has {:.2} GiB free, below the {:.1} GiB a step needs: free space on the node, then retry", root.display(), gib(free), gib(min)),
+            format!(
+                "{} has {:.2} GiB free, below the {:.1} GiB a step needs: free space on the node, then retry",
+                root.display(),
+                gib(free),
+                gib(min)
+            ),
         )
     }
 }
@@ -96,7 +120,11 @@ fn disk_verdict(root: &Path, free: u64, min: u64) -> PreflightResult {
 /// Every exec-granted command exists under `root` as an executable file.
 pub fn host_binaries(root: &Path, grants: &Grants) -> PreflightResult {
     if grants.exec.is_empty() {
-        return result("host-binaries", CheckStatus::Pass, "the plugin is granted no host commands".into());
+        return result(
+            "host-binaries",
+            CheckStatus::Pass,
+            "the plugin is granted no host commands".into(),
+        );
     }
     let mut missing = Vec::new();
     for g in &grants.exec {
@@ -112,12 +140,19 @@ pub fn host_binaries(root: &Path, grants: &Grants) -> PreflightResult {
     }
     if missing.is_empty() {
         let names: Vec<&str> = grants.exec.iter().map(|g| g.command.as_str()).collect();
-        result("host-binaries", CheckStatus::Pass, format!("present: {}", names.join(", ")))
+        result(
+            "host-binaries",
+            CheckStatus::Pass,
+            format!("present: {}", names.join(", ")),
+        )
     } else {
         result(
             "host-binaries",
             CheckStatus::Fail,
-            format!("granted commands missing on the node: {}; install them (or remove the grant), then retry", missing.join(", ")),
+            format!(
+                "granted commands missing on the node: {}; install them (or remove the grant), then retry",
+                missing.join(", ")
+            ),
         )
     }
 }
@@ -125,7 +160,10 @@ pub fn host_binaries(root: &Path, grants: &Grants) -> PreflightResult {
 fn under_root(command: &str) -> Option<&Path> {
     let path = Path::new(command);
     let relative = path.strip_prefix("/").ok()?;
-    relative.components().all(|c| matches!(c, Component::Normal(_))).then_some(relative)
+    relative
+        .components()
+        .all(|c| matches!(c, Component::Normal(_)))
+        .then_some(relative)
 }
 
 fn is_executable(m: &std::fs::Metadata) -> bool {
@@ -149,13 +187,21 @@ pub fn node_ready(ready: Option<bool>) -> PreflightResult {
 fn minor_of(version: &str) -> Option<(u64, u64)> {
     let mut parts = version.trim().trim_start_matches('v').split('.');
     let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+    let minor = parts
+        .next()?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
     Some((major, minor))
 }
 
 /// The kubelet's version is within the supported skew of the API server's.
 pub fn kubelet_skew(kubelet: Option<&str>, api_server: Option<&str>) -> PreflightResult {
-    let (Some(k), Some(a)) = (kubelet.filter(|s| !s.is_empty()), api_server.filter(|s| !s.is_empty())) else {
+    let (Some(k), Some(a)) = (
+        kubelet.filter(|s| !s.is_empty()),
+        api_server.filter(|s| !s.is_empty()),
+    ) else {
         return result(
             "kubelet-skew",
             CheckStatus::Warn,
@@ -167,25 +213,42 @@ pub fn kubelet_skew(kubelet: Option<&str>, api_server: Option<&str>) -> Prefligh
         );
     };
     let (Some((km, kn)), Some((am, an))) = (minor_of(k), minor_of(a)) else {
-        return result("kubelet-skew", CheckStatus::Warn, format!("skew not checked: cannot read versions {k} and {a}"));
+        return result(
+            "kubelet-skew",
+            CheckStatus::Warn,
+            format!("skew not checked: cannot read versions {k} and {a}"),
+        );
     };
     if km != am {
-        return result("kubelet-skew", CheckStatus::Fail, format!("kubelet {k} and API server {a} differ in major version"));
+        return result(
+            "kubelet-skew",
+            CheckStatus::Fail,
+            format!("kubelet {k} and API server {a} differ in major version"),
+        );
     }
     if kn > an {
         result(
             "kubelet-skew",
             CheckStatus::Fail,
-            format!("kubelet {k} is newer than the API server {a}, which Kubernetes does not support: upgrade the control plane first"),
+            format!(
+                "kubelet {k} is newer than the API server {a}, which Kubernetes does not support: upgrade the control plane first"
+            ),
         )
     } else if an - kn > MAX_KUBELET_MINOR_SKEW {
         result(
             "kubelet-skew",
             CheckStatus::Fail,
-            format!("kubelet {k} is {} minor versions behind the API server {a} (at most {MAX_KUBELET_MINOR_SKEW} are supported): upgrade this node's kubelet step by step", an - kn),
+            format!(
+                "kubelet {k} is {} minor versions behind the API server {a} (at most {MAX_KUBELET_MINOR_SKEW} are supported): upgrade this node's kubelet step by step",
+                an - kn
+            ),
         )
     } else {
-        result("kubelet-skew", CheckStatus::Pass, format!("kubelet {k} is within the supported skew of the API server {a}"))
+        result(
+            "kubelet-skew",
+            CheckStatus::Pass,
+            format!("kubelet {k} is within the supported skew of the API server {a}"),
+        )
     }
 }
 
@@ -195,13 +258,21 @@ mod tests {
     use bosun_api::grants::ExecGrant;
 
     fn exec(command: &str) -> ExecGrant {
-        ExecGrant { command: command.into(), args: vec![], timeout_seconds: None, max_output_bytes: None }
+        ExecGrant {
+            command: command.into(),
+            args: vec![],
+            timeout_seconds: None,
+            max_output_bytes: None,
+        }
     }
 
     #[test]
     fn disk_space_passes_above_and_fails_below_the_threshold() {
         let root = Path::new("/host");
-        assert_eq!(disk_verdict(root, 2 << 30, 1 << 30).status, CheckStatus::Pass);
+        assert_eq!(
+            disk_verdict(root, 2 << 30, 1 << 30).status,
+            CheckStatus::Pass
+        );
         let low = disk_verdict(root, 100 << 20, 1 << 30);
         assert_eq!(low.status, CheckStatus::Fail);
         assert!(low.message.contains("0.10 GiB free"), "{}", low.message);
@@ -211,7 +282,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(disk_space(dir.path(), 1).status, CheckStatus::Pass);
         assert_eq!(disk_space(dir.path(), u64::MAX).status, CheckStatus::Fail);
-        assert_eq!(disk_space(&dir.path().join("missing"), 1).status, CheckStatus::Fail);
+        assert_eq!(
+            disk_space(&dir.path().join("missing"), 1).status,
+            CheckStatus::Fail
+        );
     }
 
     #[test]
@@ -223,14 +297,41 @@ mod tests {
         std::fs::write(&kubeadm, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&kubeadm, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::write(dir.path().join("usr/bin/notes"), "x").unwrap();
-        let grants = |cmds: &[&str]| Grants { exec: cmds.iter().map(|c| exec(c)).collect(), ..Grants::default() };
-        assert_eq!(host_binaries(dir.path(), &Grants::default()).status, CheckStatus::Pass);
-        assert_eq!(host_binaries(dir.path(), &grants(&["/usr/bin/kubeadm"])).status, CheckStatus::Pass);
-        let r = host_binaries(dir.path(), &grants(&["/usr/bin/kubeadm", "/usr/bin/kubectl", "/usr/bin/notes", "/usr/../etc/passwd"]));
+        let grants = |cmds: &[&str]| Grants {
+            exec: cmds.iter().map(|c| exec(c)).collect(),
+            ..Grants::default()
+        };
+        assert_eq!(
+            host_binaries(dir.path(), &Grants::default()).status,
+            CheckStatus::Pass
+        );
+        assert_eq!(
+            host_binaries(dir.path(), &grants(&["/usr/bin/kubeadm"])).status,
+            CheckStatus::Pass
+        );
+        let r = host_binaries(
+            dir.path(),
+            &grants(&[
+                "/usr/bin/kubeadm",
+                "/usr/bin/kubectl",
+                "/usr/bin/notes",
+                "/usr/../etc/passwd",
+            ]),
+        );
         assert_eq!(r.status, CheckStatus::Fail);
         assert!(r.message.contains("/usr/bin/kubectl"), "{}", r.message);
-        assert!(r.message.contains("/usr/bin/notes (not an executable file)"), "{}", r.message);
-        assert!(r.message.contains("/usr/../etc/passwd (not an absolute path"), "{}", r.message);
+        assert!(
+            r.message
+                .contains("/usr/bin/notes (not an executable file)"),
+            "{}",
+            r.message
+        );
+        assert!(
+            r.message
+                .contains("/usr/../etc/passwd (not an absolute path"),
+            "{}",
+            r.message
+        );
         assert!(!r.message.contains("/usr/bin/kubeadm,"), "{}", r.message);
     }
 
@@ -249,8 +350,14 @@ mod tests {
         assert_eq!(s("v1.30.9", "v1.34.4"), CheckStatus::Fail);
         assert_eq!(s("v1.35.0", "v1.34.4"), CheckStatus::Fail);
         assert_eq!(s("v1.34.0-rc.1", "v1.34.4+k3s1"), CheckStatus::Pass);
-        assert_eq!(kubelet_skew(None, Some("v1.34.4")).status, CheckStatus::Warn);
-        assert_eq!(kubelet_skew(Some(""), Some("v1.34.4")).status, CheckStatus::Warn);
+        assert_eq!(
+            kubelet_skew(None, Some("v1.34.4")).status,
+            CheckStatus::Warn
+        );
+        assert_eq!(
+            kubelet_skew(Some(""), Some("v1.34.4")).status,
+            CheckStatus::Warn
+        );
         assert_eq!(s("banana", "v1.34.4"), CheckStatus::Warn);
     }
 }

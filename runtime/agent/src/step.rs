@@ -67,7 +67,7 @@ pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCa
         Err(e) => return StepResult::failed(BlockReason::PluginUnavailable, "plugin-refused", e.to_string(), false),
     };
     if let Err(refused) = gate.loaded(&loaded) {
-        return refused;
+        return *refused;
     }
     let mut lines = Vec::new();
     let preflight_clock = std::time::Instant::now();
@@ -101,7 +101,8 @@ pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCa
         r.log_tail = keep_tail(lines);
         return r;
     }
-    if let Err(mut refused) = gate.before_run(&loaded, &preflight) {
+    if let Err(refused) = gate.before_run(&loaded, &preflight) {
+        let mut refused = *refused;
         refused.preflight = preflight;
         refused.log_tail = keep_tail(lines);
         return refused;

@@ -13,8 +13,20 @@ fn root() -> PathBuf {
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let Output { status, stdout, stderr } = bin().args(args).current_dir(root()).output().expect("kubectl-bosun runs");
-    (status.code().unwrap_or(-1), String::from_utf8_lossy(&stdout).into_owned(), String::from_utf8_lossy(&stderr).into_owned())
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = bin()
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("kubectl-bosun runs");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -22,16 +34,26 @@ fn policy_test_passes_on_the_shipped_library_and_fails_on_a_broken_test() {
     let (code, out, err) = run(&["policy", "test", "policies"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains(", 0 failed"), "{out}");
-    assert!(out.contains("PASS rego") && out.contains("PASS case"), "both kinds ran: {out}");
+    assert!(
+        out.contains("PASS rego") && out.contains("PASS case"),
+        "both kinds ran: {out}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("p");
     std::fs::create_dir_all(&p).unwrap();
-    std::fs::write(p.join("policy.rego"), "package bosun.step.p\n\ndeny contains \"always\" if true\n").unwrap();
+    std::fs::write(
+        p.join("policy.rego"),
+        "package bosun.step.p\n\ndeny contains \"always\" if true\n",
+    )
+    .unwrap();
     std::fs::write(p.join("policy_test.rego"), "package bosun.step.p_test\n\nimport data.bosun.step.p\n\ntest_never_denies if count(p.deny) == 0\n").unwrap();
     let (code, out, err) = run(&["policy", "test", p.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}\n{err}");
-    assert!(out.contains("FAIL rego") && out.contains("test_never_denies"), "{out}");
+    assert!(
+        out.contains("FAIL rego") && out.contains("test_never_denies"),
+        "{out}"
+    );
     assert!(err.contains("1 of 1 policy tests failed"), "{err}");
 
     let empty = dir.path().join("empty");
@@ -42,26 +64,69 @@ fn policy_test_passes_on_the_shipped_library_and_fails_on_a_broken_test() {
 
 #[test]
 fn policy_eval_explains_and_exits_2_on_deny() {
-    let (code, out, err) = run(&["policy", "eval", "--input", "policies/schema/examples/step.json"]);
+    let (code, out, err) = run(&[
+        "policy",
+        "eval",
+        "--input",
+        "policies/schema/examples/step.json",
+    ]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.starts_with("decision at step: ALLOWED"), "{out}");
-    assert!(out.contains("not evaluated at this point"), "capabilities policies are listed but not asked: {out}");
+    assert!(
+        out.contains("not evaluated at this point"),
+        "capabilities policies are listed but not asked: {out}"
+    );
 
     // The same input with the cluster frozen: change-freeze denies and says why.
-    let mut input: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root().join("policies/schema/examples/step.json")).unwrap()).unwrap();
+    let mut input: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("policies/schema/examples/step.json")).unwrap(),
+    )
+    .unwrap();
     input["cluster"]["annotations"]["bosun.dev/change-freeze"] = "true".into();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("frozen.json");
     std::fs::write(&file, input.to_string()).unwrap();
-    let (code, out, err) = run(&["policy", "eval", "--input", file.to_str().unwrap(), "--policy", "policies/change-freeze", "-o", "json"]);
+    let (code, out, err) = run(&[
+        "policy",
+        "eval",
+        "--input",
+        file.to_str().unwrap(),
+        "--policy",
+        "policies/change-freeze",
+        "-o",
+        "json",
+    ]);
     assert_eq!(code, 2, "{out}\n{err}");
     let explained: serde_json::Value = serde_json::from_str(&out).expect("JSON output");
     assert_eq!(explained["decision"]["allowed"], false);
-    assert_eq!(explained["decision"]["denies"][0]["policy"], "change-freeze");
+    assert_eq!(
+        explained["decision"]["denies"][0]["policy"],
+        "change-freeze"
+    );
     let rules = explained["policies"][0]["rules"].as_array().unwrap();
-    assert!(rules.iter().any(|r| r["name"] == "deny" && r["fired"] == true), "{rules:?}");
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["name"] == "deny" && r["fired"] == true),
+        "{rules:?}"
+    );
 
-    let (code, _, err) = run(&["policy", "eval", "--input", file.to_str().unwrap(), "--point", "operation", "--policy", "policies/change-freeze"]);
-    assert_eq!(code, 0, "no operation policy in that directory: allowed ({err})");
-    assert!(err.contains("does not match the operation input schema"), "{err}");
+    let (code, _, err) = run(&[
+        "policy",
+        "eval",
+        "--input",
+        file.to_str().unwrap(),
+        "--point",
+        "operation",
+        "--policy",
+        "policies/change-freeze",
+    ]);
+    assert_eq!(
+        code, 0,
+        "no operation policy in that directory: allowed ({err})"
+    );
+    assert!(
+        err.contains("does not match the operation input schema"),
+        "{err}"
+    );
 }

@@ -24,7 +24,10 @@ use std::time::Duration;
 use bosun_api::node_task::{NodeTask, NodeTaskPhase};
 use bosun_api::operation::{ExecutionMode, Operation, OperationStatus, Plan};
 use bosun_api::policy::{Enforcement as ApiEnforcement, Policy};
-use bosun_policy::input::{ClusterState, ControlPlaneNode, NodeSummary, OperationKind, OperationInput, OperationRef, PlanGroup};
+use bosun_policy::input::{
+    ClusterState, ControlPlaneNode, NodeSummary, OperationInput, OperationKind, OperationRef,
+    PlanGroup,
+};
 use bosun_policy::{Decision, Enforcement, Evaluator, Limits, PolicySet, PolicySource};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -79,14 +82,19 @@ pub struct Generation {
 
 impl std::fmt::Debug for Generation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Generation").field("digest", &self.set.digest()).finish_non_exhaustive()
+        f.debug_struct("Generation")
+            .field("digest", &self.set.digest())
+            .finish_non_exhaustive()
     }
 }
 
 impl Generation {
     /// Compiles `sources` (never fails: broken policies are kept and deny).
     pub fn compile(sources: &[PolicySource], limits: Limits) -> Generation {
-        Generation { set: PolicySet::compile(sources, limits), idle: Mutex::new(Vec::new()) }
+        Generation {
+            set: PolicySet::compile(sources, limits),
+            idle: Mutex::new(Vec::new()),
+        }
     }
 
     /// The compiled set.
@@ -136,12 +144,21 @@ impl PolicyWatch {
     /// [`PolicyWatch::changes`]' stream) runs; until then every gate waits.
     pub fn new() -> PolicyWatch {
         let (store, writer) = reflector::store();
-        PolicyWatch { store, writer: Mutex::new(Some(writer)), limits: Limits::default(), current: Mutex::new(None) }
+        PolicyWatch {
+            store,
+            writer: Mutex::new(Some(writer)),
+            limits: Limits::default(),
+            current: Mutex::new(None),
+        }
     }
 
     /// The future that keeps the watch current (run it on the runtime). The first call of
     /// this or [`PolicyWatch::changes`] gets it; later calls get `None`.
-    pub fn drive(&self, client: Client, selector: Option<String>) -> Option<impl Future<Output = ()> + Send + 'static> {
+    pub fn drive(
+        &self,
+        client: Client,
+        selector: Option<String>,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
         Some(self.changes(client, selector)?.for_each(|()| async {}))
     }
 
@@ -149,23 +166,35 @@ impl PolicyWatch {
     /// policies (for triggering reconciles). The first call of this or
     /// [`PolicyWatch::drive`] gets it; later calls get `None`.
     /// Watches every Policy, or those matching `selector` (a label selector).
-    pub fn changes(&self, client: Client, selector: Option<String>) -> Option<impl futures::Stream<Item = ()> + Send + 'static> {
+    pub fn changes(
+        &self,
+        client: Client,
+        selector: Option<String>,
+    ) -> Option<impl futures::Stream<Item = ()> + Send + 'static> {
         let writer = self.writer.lock().ok()?.take()?;
         let mut config = watcher::Config::default();
         if let Some(s) = &selector {
             config = config.labels(s);
         }
         let api: Api<Policy> = Api::all(client);
-        Some(reflector::reflector(writer, watcher(api, config)).default_backoff().filter_map(|event| async move {
-            match event {
-                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => Some(()),
-                Ok(_) => None,
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching Policy objects failed; retrying");
-                    None
-                }
-            }
-        }))
+        Some(
+            reflector::reflector(writer, watcher(api, config))
+                .default_backoff()
+                .filter_map(|event| async move {
+                    match event {
+                        Ok(
+                            watcher::Event::Apply(_)
+                            | watcher::Event::Delete(_)
+                            | watcher::Event::InitDone,
+                        ) => Some(()),
+                        Ok(_) => None,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "watching Policy objects failed; retrying");
+                            None
+                        }
+                    }
+                }),
+        )
     }
 
     /// The reflector's store of Policy objects.
@@ -176,14 +205,21 @@ impl PolicyWatch {
     /// The compiled set for the policies held now, compiling only when they changed since
     /// the last call. Waits up to `wait` for the first list.
     pub async fn generation(&self, wait: Duration) -> Result<Arc<Generation>, GateError> {
-        if tokio::time::timeout(wait, self.store.wait_until_ready()).await.map(|r| r.is_ok()) != Ok(true) {
+        if tokio::time::timeout(wait, self.store.wait_until_ready())
+            .await
+            .map(|r| r.is_ok())
+            != Ok(true)
+        {
             return Err(GateError::NotSynced { waited: wait });
         }
         let mut policies = self.store.state();
         policies.sort_by_key(|p| p.name_any());
         let sources: Vec<PolicySource> = policies.iter().map(|p| source_of(p)).collect();
         let digest = bosun_policy::set_digest(&sources);
-        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(g) = current.as_ref()
             && g.digest() == digest
         {
@@ -212,7 +248,9 @@ pub async fn run_status(client: Client, manager: String, selector: Option<String
     Controller::new(api, config)
         .shutdown_on_signal()
         .run(
-            |policy: Arc<Policy>, ctx: Arc<(Client, String)>| async move { write_policy_status(&policy, &ctx.0, &ctx.1).await },
+            |policy: Arc<Policy>, ctx: Arc<(Client, String)>| async move {
+                write_policy_status(&policy, &ctx.0, &ctx.1).await
+            },
             |_policy, _error: &GateError, _ctx| Action::requeue(Duration::from_secs(5)),
             ctx,
         )
@@ -230,7 +268,10 @@ pub fn policy_status(policy: &Policy, now: Timestamp) -> bosun_api::policy::Poli
     let source = source_of(policy);
     let set = PolicySet::compile(std::slice::from_ref(&source), Limits::default());
     let status = set.statuses().into_iter().next();
-    let errors: Vec<String> = status.as_ref().map(|s| s.errors.iter().map(ToString::to_string).collect()).unwrap_or_default();
+    let errors: Vec<String> = status
+        .as_ref()
+        .map(|s| s.errors.iter().map(ToString::to_string).collect())
+        .unwrap_or_default();
     let compiled = status.as_ref().is_some_and(|s| s.compiled);
     let mut out = policy.status.clone().unwrap_or_default();
     out.compiled = compiled;
@@ -238,16 +279,36 @@ pub fn policy_status(policy: &Policy, now: Timestamp) -> bosun_api::policy::Poli
     out.digest = Some(bosun_policy::source_digest(&source));
     out.observed_generation = policy.metadata.generation;
     let (reason, message) = if compiled {
-        let at = status.and_then(|s| s.point).map_or_else(String::new, |p| format!("evaluated at the {p} decision point"));
+        let at = status.and_then(|s| s.point).map_or_else(String::new, |p| {
+            format!("evaluated at the {p} decision point")
+        });
         ("Compiled", at)
     } else {
-        ("CompileFailed", format!("{}; a policy that does not compile blocks every decision until it is fixed or deleted", errors.join("; ")))
+        (
+            "CompileFailed",
+            format!(
+                "{}; a policy that does not compile blocks every decision until it is fixed or deleted",
+                errors.join("; ")
+            ),
+        )
     };
-    set_condition(&mut out.conditions, "Compiled", compiled, reason, &message, policy.metadata.generation, now);
+    set_condition(
+        &mut out.conditions,
+        "Compiled",
+        compiled,
+        reason,
+        &message,
+        policy.metadata.generation,
+        now,
+    );
     out
 }
 
-async fn write_policy_status(policy: &Policy, client: &Client, manager: &str) -> Result<Action, GateError> {
+async fn write_policy_status(
+    policy: &Policy,
+    client: &Client,
+    manager: &str,
+) -> Result<Action, GateError> {
     let name = policy.name_any();
     let status = policy_status(policy, Timestamp::now());
     if policy.status.as_ref() == Some(&status) {
@@ -258,9 +319,16 @@ async fn write_policy_status(policy: &Policy, client: &Client, manager: &str) ->
     }
     let api: Api<Policy> = Api::all(client.clone());
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Policy", "metadata": { "name": name }, "status": status });
-    api.patch_status(&name, &PatchParams::apply(manager).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(|source| GateError::Kube { what: format!("writing the status of Policy {name}"), source })?;
+    api.patch_status(
+        &name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|source| GateError::Kube {
+        what: format!("writing the status of Policy {name}"),
+        source,
+    })?;
     Ok(Action::await_change())
 }
 
@@ -273,12 +341,23 @@ pub async fn cluster_version(client: &Client) -> Option<String> {
 /// `bosun.dev/change-freeze` is set).
 pub async fn cluster_annotations(client: &Client) -> std::collections::BTreeMap<String, String> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces.get_opt("kube-system").await.ok().flatten().map(|n| n.annotations().clone()).unwrap_or_default()
+    namespaces
+        .get_opt("kube-system")
+        .await
+        .ok()
+        .flatten()
+        .map(|n| n.annotations().clone())
+        .unwrap_or_default()
 }
 
 /// The node's roles from its `node-role.kubernetes.io/<role>` labels (`worker` when none).
 pub fn roles_of(node: &Node) -> Vec<String> {
-    let mut roles: Vec<String> = node.labels().keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).map(str::to_owned).collect();
+    let mut roles: Vec<String> = node
+        .labels()
+        .keys()
+        .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+        .map(str::to_owned)
+        .collect();
     if roles.is_empty() {
         roles.push("worker".into());
     }
@@ -287,26 +366,43 @@ pub fn roles_of(node: &Node) -> Vec<String> {
 
 /// True when the Node's Ready condition is True.
 pub fn is_ready(node: &Node) -> bool {
-    node.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Every control-plane node: Ready, and whether a NodeTask of any Operation is Running on
 /// it now.
-pub async fn control_plane(client: &Client, nodes: &[Node]) -> Result<Vec<ControlPlaneNode>, GateError> {
+pub async fn control_plane(
+    client: &Client,
+    nodes: &[Node],
+) -> Result<Vec<ControlPlaneNode>, GateError> {
     let tasks: Api<NodeTask> = Api::all(client.clone());
     let running: BTreeSet<String> = tasks
         .list(&ListParams::default())
         .await
-        .map_err(|source| GateError::Kube { what: "listing NodeTasks".into(), source })?
+        .map_err(|source| GateError::Kube {
+            what: "listing NodeTasks".into(),
+            source,
+        })?
         .items
         .into_iter()
-        .filter(|t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Running))
+        .filter(|t| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.phase == NodeTaskPhase::Running)
+        })
         .map(|t| t.spec.node_name)
         .collect();
     Ok(nodes
         .iter()
         .filter(|n| roles_of(n).iter().any(|r| r == "control-plane"))
-        .map(|n| ControlPlaneNode { name: n.name_any(), ready: is_ready(n), in_progress: running.contains(&n.name_any()) })
+        .map(|n| ControlPlaneNode {
+            name: n.name_any(),
+            ready: is_ready(n),
+            in_progress: running.contains(&n.name_any()),
+        })
         .collect())
 }
 
@@ -324,7 +420,11 @@ pub fn operation_ref(op: &Operation) -> OperationRef {
     OperationRef {
         name: op.name_any(),
         kind,
-        target_version: op.spec.upgrade.as_ref().map(|u| u.kubernetes_version.clone()),
+        target_version: op
+            .spec
+            .upgrade
+            .as_ref()
+            .map(|u| u.kubernetes_version.clone()),
         execution_mode: Some(
             match op.spec.execution_mode {
                 ExecutionMode::Auto => "Auto",
@@ -356,11 +456,33 @@ impl Verdict {
     }
 
     /// Marks `status` Blocked with reason PolicyDenied and `message`.
-    pub fn record(&self, status: &mut OperationStatus, message: &str, generation: Option<i64>, now: Timestamp) {
+    pub fn record(
+        &self,
+        status: &mut OperationStatus,
+        message: &str,
+        generation: Option<i64>,
+        now: Timestamp,
+    ) {
         status.phase = bosun_api::operation::OperationPhase::Blocked;
         status.message = Some(message.to_owned());
-        set_condition(&mut status.conditions, "Blocked", true, "PolicyDenied", message, generation, now);
-        set_condition(&mut status.conditions, "Progressing", false, "PolicyDenied", message, generation, now);
+        set_condition(
+            &mut status.conditions,
+            "Blocked",
+            true,
+            "PolicyDenied",
+            message,
+            generation,
+            now,
+        );
+        set_condition(
+            &mut status.conditions,
+            "Progressing",
+            false,
+            "PolicyDenied",
+            message,
+            generation,
+            now,
+        );
     }
 }
 
@@ -376,11 +498,25 @@ pub async fn decide(
 ) -> Result<Decision, GateError> {
     let generation = watch.generation(SYNC_WAIT).await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let all = nodes.list(&ListParams::default()).await.map_err(|source| GateError::Kube { what: "listing Nodes".into(), source })?.items;
+    let all = nodes
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| GateError::Kube {
+            what: "listing Nodes".into(),
+            source,
+        })?
+        .items;
     let planned: BTreeSet<&str> = plan.node_names().collect();
     let input = OperationInput {
         operation: operation_ref(op),
-        plan: plan.groups.iter().map(|g| PlanGroup { name: g.name.clone(), nodes: g.nodes.clone() }).collect(),
+        plan: plan
+            .groups
+            .iter()
+            .map(|g| PlanGroup {
+                name: g.name.clone(),
+                nodes: g.nodes.clone(),
+            })
+            .collect(),
         next_group: next_group.map(str::to_owned),
         nodes: all
             .iter()
@@ -389,7 +525,11 @@ pub async fn decide(
                 name: n.name_any(),
                 roles: roles_of(n),
                 ready: is_ready(n),
-                kubelet_version: n.status.as_ref().and_then(|s| s.node_info.as_ref()).map(|i| i.kubelet_version.clone()),
+                kubelet_version: n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.node_info.as_ref())
+                    .map(|i| i.kubelet_version.clone()),
             })
             .collect(),
         cluster: ClusterState {
@@ -412,9 +552,27 @@ pub async fn decide(
 }
 
 /// Publishes an Event about `op` (best effort: a failed Event is logged, never fatal).
-pub async fn publish(client: &Client, op: &Operation, type_: EventType, reason: &str, note: String) {
-    let recorder = Recorder::new(client.clone(), Reporter { controller: crate::FIELD_MANAGER.into(), instance: None });
-    let event = Event { type_, reason: reason.into(), note: Some(truncate(note, 1000)), action: "PolicyGate".into(), secondary: None };
+pub async fn publish(
+    client: &Client,
+    op: &Operation,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: crate::FIELD_MANAGER.into(),
+            instance: None,
+        },
+    );
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(truncate(note, 1000)),
+        action: "PolicyGate".into(),
+        secondary: None,
+    };
     if let Err(e) = recorder.publish(&event, &op.object_ref(&())).await {
         tracing::warn!(error = %e, "publishing an Event failed");
     }
@@ -433,10 +591,18 @@ fn truncate(mut s: String, max: usize) -> String {
 
 /// The operation gate before planning: `Some(verdict)` when the policies deny the
 /// Operation with the plan it would get.
-pub async fn before_planning(client: &Client, watch: &PolicyWatch, op: &Operation, plan: &Plan) -> Result<Option<Verdict>, GateError> {
+pub async fn before_planning(
+    client: &Client,
+    watch: &PolicyWatch,
+    op: &Operation,
+    plan: &Plan,
+) -> Result<Option<Verdict>, GateError> {
     let decision = decide(client, watch, op, plan, None).await?;
     warn_events(client, op, &decision).await;
-    Ok((!decision.allowed).then(|| Verdict { decision, held_groups: BTreeSet::new() }))
+    Ok((!decision.allowed).then(|| Verdict {
+        decision,
+        held_groups: BTreeSet::new(),
+    }))
 }
 
 /// The operation gate before each group: for every group whose first task is about to
@@ -456,10 +622,9 @@ pub async fn before_groups(
     let mut held = BTreeSet::new();
     let mut first: Option<Decision> = None;
     for group in groups {
-        let fresh = tasks
-            .values()
-            .filter(|t| t.spec.group == group)
-            .all(|t| t.status.as_ref().map(|s| s.phase).unwrap_or_default() == NodeTaskPhase::Pending);
+        let fresh = tasks.values().filter(|t| t.spec.group == group).all(|t| {
+            t.status.as_ref().map(|s| s.phase).unwrap_or_default() == NodeTaskPhase::Pending
+        });
         if !fresh || held.contains(&group) {
             continue;
         }
@@ -470,13 +635,27 @@ pub async fn before_groups(
             first.get_or_insert(decision);
         }
     }
-    Ok(first.map(|decision| Verdict { decision, held_groups: held }))
+    Ok(first.map(|decision| Verdict {
+        decision,
+        held_groups: held,
+    }))
 }
 
 async fn warn_events(client: &Client, op: &Operation, decision: &Decision) {
     if !decision.warnings.is_empty() {
-        let note: Vec<String> = decision.warnings.iter().map(|w| format!("{}: {}", w.policy, w.message)).collect();
-        publish(client, op, EventType::Warning, "PolicyWarning", note.join("; ")).await;
+        let note: Vec<String> = decision
+            .warnings
+            .iter()
+            .map(|w| format!("{}: {}", w.policy, w.message))
+            .collect();
+        publish(
+            client,
+            op,
+            EventType::Warning,
+            "PolicyWarning",
+            note.join("; "),
+        )
+        .await;
     }
 }
 
@@ -486,52 +665,91 @@ mod tests {
     use bosun_api::policy::PolicySpec;
 
     fn policy(name: &str, rego: &str) -> Policy {
-        let mut p = Policy::new(name, PolicySpec { rego: rego.into(), data: None, enforcement: ApiEnforcement::Deny });
+        let mut p = Policy::new(
+            name,
+            PolicySpec {
+                rego: rego.into(),
+                data: None,
+                enforcement: ApiEnforcement::Deny,
+            },
+        );
         p.metadata.generation = Some(3);
         p
     }
 
     #[test]
     fn a_policy_that_compiles_has_a_compiled_status_with_its_digest() {
-        let p = policy("ok", "package bosun.step\n\ndeny contains \"no\" if input.x\n");
+        let p = policy(
+            "ok",
+            "package bosun.step\n\ndeny contains \"no\" if input.x\n",
+        );
         let s = policy_status(&p, Timestamp::UNIX_EPOCH);
         assert!(s.compiled, "{s:?}");
         assert!(s.errors.is_empty());
         assert_eq!(s.observed_generation, Some(3));
-        assert_eq!(s.digest.as_deref(), Some(bosun_policy::source_digest(&source_of(&p)).as_str()));
-        let c = s.conditions.iter().find(|c| c.type_ == "Compiled").expect("a Compiled condition");
+        assert_eq!(
+            s.digest.as_deref(),
+            Some(bosun_policy::source_digest(&source_of(&p)).as_str())
+        );
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Compiled")
+            .expect("a Compiled condition");
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Compiled"));
         assert!(c.message.contains("step"), "{}", c.message);
     }
 
     #[test]
     fn a_broken_policy_reports_line_and_column() {
-        let p = policy("broken", "package bosun.step\n\ndeny contains msg if {\n  msg := \n}\n");
+        let p = policy(
+            "broken",
+            "package bosun.step\n\ndeny contains msg if {\n  msg := \n}\n",
+        );
         let s = policy_status(&p, Timestamp::UNIX_EPOCH);
         assert!(!s.compiled);
         assert_eq!(s.errors.len(), 1, "{:?}", s.errors);
-        assert!(s.errors[0].starts_with("broken:5:") || s.errors[0].starts_with("broken:4:"), "{}", s.errors[0]);
-        let c = s.conditions.iter().find(|c| c.type_ == "Compiled").expect("a Compiled condition");
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "CompileFailed"));
+        assert!(
+            s.errors[0].starts_with("broken:5:") || s.errors[0].starts_with("broken:4:"),
+            "{}",
+            s.errors[0]
+        );
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Compiled")
+            .expect("a Compiled condition");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "CompileFailed")
+        );
         assert!(c.message.contains("blocks every decision"), "{}", c.message);
     }
 
     #[test]
     fn evaluators_are_reused_and_decisions_carry_the_set_digest() {
         let g = Generation::compile(
-            &[source_of(&policy("freeze", "package bosun.operation\n\ndeny contains \"frozen\" if input.cluster.annotations[\"bosun.dev/change-freeze\"] == \"true\"\n"))],
+            &[source_of(&policy(
+                "freeze",
+                "package bosun.operation\n\ndeny contains \"frozen\" if input.cluster.annotations[\"bosun.dev/change-freeze\"] == \"true\"\n",
+            ))],
             Limits::default(),
         );
-        let input = |freeze: &str| {
-            json!({"operation": {"name": "o", "kind": "Custom"}, "cluster": {"annotations": {"bosun.dev/change-freeze": freeze}}, "now": "2026-11-30T00:00:00Z"})
-        };
-        let d = g.with_evaluator(|e| e.evaluate(bosun_policy::DecisionPoint::Operation, &input("true")));
+        let input = |freeze: &str| json!({"operation": {"name": "o", "kind": "Custom"}, "cluster": {"annotations": {"bosun.dev/change-freeze": freeze}}, "now": "2026-11-30T00:00:00Z"});
+        let d = g
+            .with_evaluator(|e| e.evaluate(bosun_policy::DecisionPoint::Operation, &input("true")));
         assert!(!d.allowed);
         assert_eq!(d.deny_messages(), vec!["freeze: frozen".to_string()]);
         assert_eq!(d.policy_set_digest, g.digest());
-        let d = g.with_evaluator(|e| e.evaluate(bosun_policy::DecisionPoint::Operation, &input("false")));
+        let d = g.with_evaluator(|e| {
+            e.evaluate(bosun_policy::DecisionPoint::Operation, &input("false"))
+        });
         assert!(d.allowed);
-        assert_eq!(g.idle.lock().unwrap().len(), 1, "the evaluator went back to the pool and was reused");
+        assert_eq!(
+            g.idle.lock().unwrap().len(),
+            1,
+            "the evaluator went back to the pool and was reused"
+        );
     }
 }
 
@@ -579,12 +797,21 @@ pub struct Hold(Option<Verdict>);
 impl Hold {
     /// True when `task`'s group is held back: do not start it.
     pub fn holds(&self, task: &NodeTask) -> bool {
-        self.0.as_ref().is_some_and(|v| v.held_groups.contains(&task.spec.group))
+        self.0
+            .as_ref()
+            .is_some_and(|v| v.held_groups.contains(&task.spec.group))
     }
 
     /// Marks `status` Blocked (reason PolicyDenied) when a group is held, publishing a
     /// Warning Event when the block is new or its message changed.
-    pub async fn record(&self, client: &Client, op: &Operation, stored: &OperationStatus, status: &mut OperationStatus, now: Timestamp) {
+    pub async fn record(
+        &self,
+        client: &Client,
+        op: &Operation,
+        stored: &OperationStatus,
+        status: &mut OperationStatus,
+        now: Timestamp,
+    ) {
         let Some(verdict) = &self.0 else { return };
         let groups: Vec<&str> = verdict.held_groups.iter().map(String::as_str).collect();
         let message = verdict.message(&format!("before group {}", groups.join(", ")));
@@ -611,5 +838,7 @@ pub async fn hold_groups(
     if nodes.is_empty() {
         return Ok(Hold(None));
     }
-    Ok(Hold(before_groups(client, watch, op, plan, tasks, &nodes).await?))
+    Ok(Hold(
+        before_groups(client, watch, op, plan, tasks, &nodes).await?,
+    ))
 }

@@ -25,57 +25,100 @@ pub fn load_policies(path: &Path) -> Result<Vec<PolicySource>, PolicyError> {
     if path.is_dir() {
         load_dir(path, &mut out)?;
     } else {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
         if name.ends_with(".rego") {
             let data = read_data(&path.with_file_name("data.json"))?;
-            out.push(PolicySource { name: stem(path), rego: read(path)?, data, enforcement: Enforcement::Deny });
+            out.push(PolicySource {
+                name: stem(path),
+                rego: read(path)?,
+                data,
+                enforcement: Enforcement::Deny,
+            });
         } else if [".yaml", ".yml", ".json"].iter().any(|s| name.ends_with(s)) {
             load_manifests(path, &mut out)?;
         } else {
-            return Err(invalid(path, "expected a .rego file, a YAML/JSON file of Policy manifests, or a directory of policies"));
+            return Err(invalid(
+                path,
+                "expected a .rego file, a YAML/JSON file of Policy manifests, or a directory of policies",
+            ));
         }
     }
     if out.is_empty() {
-        return Err(invalid(path, "no policy found here (no .rego module other than *_test.rego, and no Policy manifest)"));
+        return Err(invalid(
+            path,
+            "no policy found here (no .rego module other than *_test.rego, and no Policy manifest)",
+        ));
     }
     Ok(out)
 }
 
 fn invalid(path: &Path, message: impl Into<String>) -> PolicyError {
-    PolicyError::Invalid { path: path.display().to_string(), message: message.into() }
+    PolicyError::Invalid {
+        path: path.display().to_string(),
+        message: message.into(),
+    }
 }
 
 fn read(path: &Path) -> Result<String, PolicyError> {
-    std::fs::read_to_string(path).map_err(|source| PolicyError::Io { path: path.display().to_string(), source })
+    std::fs::read_to_string(path).map_err(|source| PolicyError::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 fn stem(path: &Path) -> String {
-    path.file_stem().and_then(|s| s.to_str()).unwrap_or("policy").to_owned()
+    path.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("policy")
+        .to_owned()
 }
 
 fn read_data(path: &Path) -> Result<Option<serde_json::Value>, PolicyError> {
     if !path.is_file() {
         return Ok(None);
     }
-    serde_json::from_str(&read(path)?).map(Some).map_err(|e| invalid(path, format!("not JSON: {e}")))
+    serde_json::from_str(&read(path)?)
+        .map(Some)
+        .map_err(|e| invalid(path, format!("not JSON: {e}")))
 }
 
 fn load_dir(dir: &Path, out: &mut Vec<PolicySource>) -> Result<(), PolicyError> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|source| PolicyError::Io { path: dir.display().to_string(), source })?
+        .map_err(|source| PolicyError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     entries.sort();
     let modules: Vec<&PathBuf> = entries
         .iter()
         .filter(|p| p.is_file())
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".rego") && !n.ends_with("_test.rego")))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".rego") && !n.ends_with("_test.rego"))
+        })
         .collect();
     if !modules.is_empty() {
         let data = read_data(&dir.join("data.json"))?;
         for m in &modules {
-            let name = if modules.len() == 1 { dir.file_name().and_then(|n| n.to_str()).map_or_else(|| stem(m), str::to_owned) } else { stem(m) };
-            out.push(PolicySource { name, rego: read(m)?, data: data.clone(), enforcement: Enforcement::Deny });
+            let name = if modules.len() == 1 {
+                dir.file_name()
+                    .and_then(|n| n.to_str())
+                    .map_or_else(|| stem(m), str::to_owned)
+            } else {
+                stem(m)
+            };
+            out.push(PolicySource {
+                name,
+                rego: read(m)?,
+                data: data.clone(),
+                enforcement: Enforcement::Deny,
+            });
         }
     }
     for e in entries.iter().filter(|p| p.is_dir()) {
@@ -108,16 +151,32 @@ struct Spec {
 fn load_manifests(path: &Path, out: &mut Vec<PolicySource>) -> Result<(), PolicyError> {
     let text = read(path)?;
     for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = serde_yaml::Value::deserialize(doc).map_err(|e| invalid(path, format!("document {}: not YAML: {e}", i + 1)))?;
+        let value = serde_yaml::Value::deserialize(doc)
+            .map_err(|e| invalid(path, format!("document {}: not YAML: {e}", i + 1)))?;
         if value.is_null() {
             continue;
         }
-        let m: Manifest = serde_yaml::from_value(value)
-            .map_err(|e| invalid(path, format!("document {}: not a Policy manifest (kind, metadata.name, spec.rego): {e}", i + 1)))?;
+        let m: Manifest = serde_yaml::from_value(value).map_err(|e| {
+            invalid(
+                path,
+                format!(
+                    "document {}: not a Policy manifest (kind, metadata.name, spec.rego): {e}",
+                    i + 1
+                ),
+            )
+        })?;
         if m.kind != "Policy" {
-            return Err(invalid(path, format!("document {} is a {}, not a Policy", i + 1, m.kind)));
+            return Err(invalid(
+                path,
+                format!("document {} is a {}, not a Policy", i + 1, m.kind),
+            ));
         }
-        out.push(PolicySource { name: m.metadata.name, rego: m.spec.rego, data: m.spec.data, enforcement: m.spec.enforcement });
+        out.push(PolicySource {
+            name: m.metadata.name,
+            rego: m.spec.rego,
+            data: m.spec.data,
+            enforcement: m.spec.enforcement,
+        });
     }
     Ok(())
 }
@@ -131,13 +190,28 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::create_dir_all(d.join("lib/freeze")).unwrap();
-        std::fs::write(d.join("lib/freeze/policy.rego"), "package bosun.step.freeze\n\ndeny contains \"x\" if false\n").unwrap();
-        std::fs::write(d.join("lib/freeze/policy_test.rego"), "package bosun.step.freeze_test\n\ntest_x if true\n").unwrap();
-        std::fs::write(d.join("lib/freeze/data.json"), "{\"freeze\": {\"on\": true}}").unwrap();
+        std::fs::write(
+            d.join("lib/freeze/policy.rego"),
+            "package bosun.step.freeze\n\ndeny contains \"x\" if false\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("lib/freeze/policy_test.rego"),
+            "package bosun.step.freeze_test\n\ntest_x if true\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("lib/freeze/data.json"),
+            "{\"freeze\": {\"on\": true}}",
+        )
+        .unwrap();
         let loaded = load_policies(&d.join("lib")).unwrap();
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].name, "freeze");
-        assert_eq!(loaded[0].data, Some(serde_json::json!({"freeze": {"on": true}})));
+        assert_eq!(
+            loaded[0].data,
+            Some(serde_json::json!({"freeze": {"on": true}}))
+        );
 
         let single = load_policies(&d.join("lib/freeze/policy.rego")).unwrap();
         assert_eq!(single[0].name, "policy");
@@ -149,11 +223,30 @@ mod tests {
         )
         .unwrap();
         let m = load_policies(&d.join("p.yaml")).unwrap();
-        assert_eq!(m.iter().map(|p| (p.name.as_str(), p.enforcement)).collect::<Vec<_>>(), vec![("a", Enforcement::Warn), ("b", Enforcement::Deny)]);
+        assert_eq!(
+            m.iter()
+                .map(|p| (p.name.as_str(), p.enforcement))
+                .collect::<Vec<_>>(),
+            vec![("a", Enforcement::Warn), ("b", Enforcement::Deny)]
+        );
 
-        std::fs::write(d.join("cm.yaml"), "kind: ConfigMap\nmetadata: {name: x}\nspec: {rego: y}\n").unwrap();
-        assert!(load_policies(&d.join("cm.yaml")).unwrap_err().to_string().contains("not a Policy"));
+        std::fs::write(
+            d.join("cm.yaml"),
+            "kind: ConfigMap\nmetadata: {name: x}\nspec: {rego: y}\n",
+        )
+        .unwrap();
+        assert!(
+            load_policies(&d.join("cm.yaml"))
+                .unwrap_err()
+                .to_string()
+                .contains("not a Policy")
+        );
         std::fs::create_dir_all(d.join("empty")).unwrap();
-        assert!(load_policies(&d.join("empty")).unwrap_err().to_string().contains("no policy found"));
+        assert!(
+            load_policies(&d.join("empty"))
+                .unwrap_err()
+                .to_string()
+                .contains("no policy found")
+        );
     }
 }

@@ -86,26 +86,39 @@ pub fn execute(cmd: Command) -> Result<Status> {
 }
 
 fn test(args: &TestArgs) -> Result<Status> {
-    let report = test_dir(&args.dir).with_context(|| format!("testing the policies under {}", args.dir.display()))?;
+    let report = test_dir(&args.dir)
+        .with_context(|| format!("testing the policies under {}", args.dir.display()))?;
     match args.output {
         Format::Text => print!("{report}"),
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }
     if report.results.is_empty() {
-        bail!("no test found under {}: add *_test.rego files or a cases.yaml beside the policy", args.dir.display());
+        bail!(
+            "no test found under {}: add *_test.rego files or a cases.yaml beside the policy",
+            args.dir.display()
+        );
     }
     if report.failed() > 0 {
-        bail!("{} of {} policy tests failed", report.failed(), report.results.len());
+        bail!(
+            "{} of {} policy tests failed",
+            report.failed(),
+            report.results.len()
+        );
     }
     Ok(Status::Success)
 }
 
 fn read_document(path: &PathBuf, what: &str) -> Result<serde_json::Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading the {what} {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the {what} {}", path.display()))?;
     match serde_json::from_str(&text) {
         Ok(v) => Ok(v),
-        Err(json_err) => serde_yaml::from_str(&text)
-            .with_context(|| format!("the {what} {} is neither JSON ({json_err}) nor YAML", path.display())),
+        Err(json_err) => serde_yaml::from_str(&text).with_context(|| {
+            format!(
+                "the {what} {} is neither JSON ({json_err}) nor YAML",
+                path.display()
+            )
+        }),
     }
 }
 
@@ -136,23 +149,35 @@ fn eval(args: &EvalArgs) -> Result<Status> {
         Some(p) => {
             let p = DecisionPoint::from(p);
             if let Err(e) = bosun_policy::input::validate(p, &input) {
-                eprintln!("warning: the input does not match the {p} input schema ({e}); Bosun never sends such a document");
+                eprintln!(
+                    "warning: the input does not match the {p} input schema ({e}); Bosun never sends such a document"
+                );
             }
             p
         }
         None => infer_point(&input)?,
     };
-    let data = args.data.as_ref().map(|d| read_document(d, "data")).transpose()?;
+    let data = args
+        .data
+        .as_ref()
+        .map(|d| read_document(d, "data"))
+        .transpose()?;
     let mut policies = Vec::new();
     for p in &args.policies {
-        policies.extend(load_policies(p).with_context(|| format!("loading policies from {}", p.display()))?);
+        policies.extend(
+            load_policies(p).with_context(|| format!("loading policies from {}", p.display()))?,
+        );
     }
     let explanation: Explanation = explain(&policies, data.as_ref(), &input, point);
     match args.output {
         Format::Text => print!("{explanation}"),
         Format::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
     }
-    Ok(if explanation.decision.allowed { Status::Success } else { Status::Denied })
+    Ok(if explanation.decision.allowed {
+        Status::Success
+    } else {
+        Status::Denied
+    })
 }
 
 #[cfg(test)]
@@ -162,11 +187,21 @@ mod tests {
     #[test]
     fn the_point_is_inferred_from_the_input_shape() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        for (file, point) in [("step", DecisionPoint::Step), ("operation", DecisionPoint::Operation), ("capabilities", DecisionPoint::Capabilities)] {
-            let input = read_document(&root.join(format!("policies/schema/examples/{file}.json")), "input").unwrap();
+        for (file, point) in [
+            ("step", DecisionPoint::Step),
+            ("operation", DecisionPoint::Operation),
+            ("capabilities", DecisionPoint::Capabilities),
+        ] {
+            let input = read_document(
+                &root.join(format!("policies/schema/examples/{file}.json")),
+                "input",
+            )
+            .unwrap();
             assert_eq!(infer_point(&input).unwrap(), point);
         }
-        let err = infer_point(&serde_json::json!({"hello": 1})).unwrap_err().to_string();
+        let err = infer_point(&serde_json::json!({"hello": 1}))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("matches no decision point"), "{err}");
     }
 }
