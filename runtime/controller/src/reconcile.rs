@@ -411,7 +411,8 @@ async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask
                 let prior = crate::progress::step_status(&status.steps, &step.name).filter(|s| s.phase == StepPhase::Running).cloned();
                 let started = prior.as_ref().and_then(|s| s.started_at.as_ref()).map_or_else(Timestamp::now, |t| t.0);
                 let attempts = prior.as_ref().map_or_else(|| step_attempts(&status, &step.name) + 1, |p| p.attempts);
-                let outcome = crate::actions::run_step(&ctx.client, &ctx.events, &op.spec, task, &step, started).await;
+                let span = tracing::info_span!("step", node = %task.spec.node_name, step = %step.name, plugin = "");
+                let outcome = crate::actions::run_step(&ctx.client, &ctx.events, &op.spec, task, &step, started).instrument(span).await;
                 let finished = precise(Timestamp::now());
                 let ended = match &outcome { StepOutcome::Succeeded { .. } => Some(None), StepOutcome::Failed { reason, .. } => Some(Some(*reason)), StepOutcome::InProgress { .. } => None };
                 ended.into_iter().for_each(|b| bosun_telemetry::metrics().step_finished(bosun_telemetry::Side::Controller, bosun_telemetry::StepOutcome::from_block(b), Timestamp::now().duration_since(started).unsigned_abs()));
