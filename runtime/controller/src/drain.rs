@@ -69,14 +69,22 @@ pub fn classify(pods: &[Pod], spec: &DrainSpec) -> Classified {
     let mut out = Classified::default();
     for pod in pods {
         let k = key(pod);
-        let controller = pod.owner_references().iter().find(|o| o.controller == Some(true));
+        let controller = pod
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true));
         if pod.annotations().contains_key(MIRROR_ANNOTATION) {
             out.left.push((k, Left::Mirror));
         } else if controller.is_some_and(|o| o.kind == "DaemonSet") {
             out.left.push((k, Left::DaemonSet));
         } else if pod.metadata.deletion_timestamp.is_some() {
             out.terminating.push(k);
-        } else if pod.status.as_ref().and_then(|s| s.phase.as_deref()).is_some_and(|p| p == "Succeeded" || p == "Failed") {
+        } else if pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+        {
             // A finished pod holds nothing: evicting it just removes it.
             out.evict.push(k);
         } else if controller.is_none() && !spec.evict_unmanaged_pods {
@@ -91,13 +99,22 @@ pub fn classify(pods: &[Pod], spec: &DrainSpec) -> Classified {
 }
 
 fn uses_empty_dir(pod: &Pod) -> bool {
-    pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|vs| vs.iter().any(|v| v.empty_dir.is_some()))
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|vs| vs.iter().any(|v| v.empty_dir.is_some()))
 }
 
 /// The message for pods that stop a drain before it starts: which pods, why, and the
 /// setting that would allow them.
 pub fn refusal_message(node: &str, refused: &[(PodKey, Refusal)]) -> String {
-    let list = |r: Refusal| refused.iter().filter(|(_, x)| *x == r).map(|(k, _)| k.as_str()).collect::<Vec<_>>();
+    let list = |r: Refusal| {
+        refused
+            .iter()
+            .filter(|(_, x)| *x == r)
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+    };
     let mut parts = Vec::new();
     let empty = list(Refusal::EmptyDir);
     if !empty.is_empty() {
@@ -113,7 +130,10 @@ pub fn refusal_message(node: &str, refused: &[(PodKey, Refusal)]) -> String {
             bare.join(", ")
         ));
     }
-    format!("cannot drain node {node}: {}; then use recovery: Retry", parts.join("; "))
+    format!(
+        "cannot drain node {node}: {}; then use recovery: Retry",
+        parts.join("; ")
+    )
 }
 
 /// A PodDisruptionBudget as a drain message needs it.
@@ -142,14 +162,24 @@ impl Budget {
     /// True when the budget covers a pod with `labels` in the budget's namespace. As the
     /// API server reads it: an empty selector covers every pod, an absent one none.
     pub fn covers(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
-        self.name.split_once('/').is_some_and(|(ns, _)| ns == namespace) && self.selector.as_ref().is_some_and(|s| selector_matches(s, labels))
+        self.name
+            .split_once('/')
+            .is_some_and(|(ns, _)| ns == namespace)
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| selector_matches(s, labels))
     }
 }
 
 /// Label selector semantics (matchLabels and matchExpressions In, NotIn, Exists,
 /// DoesNotExist). An unknown operator matches nothing.
 pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let by_labels = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
     let by_expr = selector.match_expressions.iter().flatten().all(|e| {
         let values = e.values.clone().unwrap_or_default();
         match e.operator.as_str() {
@@ -175,7 +205,10 @@ pub struct Leftover {
 pub enum Held {
     /// The API server refused the eviction (429) citing a disruption budget; `budgets` are
     /// the PodDisruptionBudgets covering the pod, `detail` the API server's words.
-    Budget { budgets: Vec<Budget>, detail: String },
+    Budget {
+        budgets: Vec<Budget>,
+        detail: String,
+    },
     /// Evicted or deleted, still terminating (its grace period, or no kubelet confirming).
     Terminating,
     /// The eviction call failed otherwise (tried again on the next pass).
@@ -207,11 +240,17 @@ pub fn explain_leftovers(leftovers: &[Leftover]) -> String {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Pass {
     /// No pod that must go is left on the node.
-    Drained { evicted: Vec<PodKey>, left: Vec<(PodKey, Left)> },
+    Drained {
+        evicted: Vec<PodKey>,
+        left: Vec<(PodKey, Left)>,
+    },
     /// Pods stop the drain before it starts (see [`refusal_message`]).
     Refused(String),
     /// Pods are still there; the next pass tries again.
-    Waiting { evicted: Vec<PodKey>, leftovers: Vec<Leftover> },
+    Waiting {
+        evicted: Vec<PodKey>,
+        leftovers: Vec<Leftover>,
+    },
 }
 
 /// One drain pass over `node`: cordon, list, evict, list again. Errors are the API calls
@@ -220,7 +259,11 @@ pub async fn pass(client: &Client, node: &str, spec: &DrainSpec) -> Result<Pass,
     crate::actions::set_unschedulable(client, node, true).await?;
     let pods_api: Api<Pod> = Api::all(client.clone());
     let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
-    let pods = pods_api.list(&on_node).await.map_err(|e| format!("listing the pods on node {node}: {e}"))?.items;
+    let pods = pods_api
+        .list(&on_node)
+        .await
+        .map_err(|e| format!("listing the pods on node {node}: {e}"))?
+        .items;
     let sorted = classify(&pods, spec);
     if !sorted.refused.is_empty() {
         return Ok(Pass::Refused(refusal_message(node, &sorted.refused)));
@@ -237,8 +280,18 @@ pub async fn pass(client: &Client, node: &str, spec: &DrainSpec) -> Result<Pass,
                 let pod = pods.iter().find(|p| key(p) == *pod_key);
                 let labels = pod.map(|p| p.labels().clone()).unwrap_or_default();
                 let budgets = budgets_covering(client, ns, &labels).await;
-                let causes: Vec<String> = s.details.iter().flat_map(|d| d.causes.iter()).map(|c| c.message.clone()).filter(|m| !m.is_empty()).collect();
-                let detail = if causes.is_empty() { s.message.clone() } else { causes.join("; ") };
+                let causes: Vec<String> = s
+                    .details
+                    .iter()
+                    .flat_map(|d| d.causes.iter())
+                    .map(|c| c.message.clone())
+                    .filter(|m| !m.is_empty())
+                    .collect();
+                let detail = if causes.is_empty() {
+                    s.message.clone()
+                } else {
+                    causes.join("; ")
+                };
                 held.insert(pod_key.clone(), Held::Budget { budgets, detail });
             }
             Err(e) => {
@@ -250,7 +303,11 @@ pub async fn pass(client: &Client, node: &str, spec: &DrainSpec) -> Result<Pass,
         tracing::info!(%node, pods = ?evicted, "evicted");
     }
     // Look again: pods with no grace period are gone already, the rest are terminating.
-    let pods = pods_api.list(&on_node).await.map_err(|e| format!("listing the pods on node {node}: {e}"))?.items;
+    let pods = pods_api
+        .list(&on_node)
+        .await
+        .map_err(|e| format!("listing the pods on node {node}: {e}"))?
+        .items;
     let after = classify(&pods, spec);
     if !after.refused.is_empty() {
         // A pod that appeared after the first look (the node is cordoned, but a pod can
@@ -260,13 +317,22 @@ pub async fn pass(client: &Client, node: &str, spec: &DrainSpec) -> Result<Pass,
     let mut leftovers: Vec<Leftover> = Vec::new();
     for pod_key in after.evict {
         let h = held.remove(&pod_key).unwrap_or(Held::Terminating);
-        leftovers.push(Leftover { pod: pod_key, held: h });
+        leftovers.push(Leftover {
+            pod: pod_key,
+            held: h,
+        });
     }
     for pod_key in after.terminating {
-        leftovers.push(Leftover { pod: pod_key, held: Held::Terminating });
+        leftovers.push(Leftover {
+            pod: pod_key,
+            held: Held::Terminating,
+        });
     }
     if leftovers.is_empty() {
-        Ok(Pass::Drained { evicted, left: after.left })
+        Ok(Pass::Drained {
+            evicted,
+            left: after.left,
+        })
     } else {
         Ok(Pass::Waiting { evicted, leftovers })
     }
@@ -274,10 +340,19 @@ pub async fn pass(client: &Client, node: &str, spec: &DrainSpec) -> Result<Pass,
 
 /// The PodDisruptionBudgets in `namespace` covering a pod with `labels`, for the message.
 /// A failure to list them only makes the message poorer.
-async fn budgets_covering(client: &Client, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Budget> {
+async fn budgets_covering(
+    client: &Client,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> Vec<Budget> {
     let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
     match api.list(&ListParams::default()).await {
-        Ok(list) => list.items.iter().map(Budget::from_pdb).filter(|b| b.covers(namespace, labels)).collect(),
+        Ok(list) => list
+            .items
+            .iter()
+            .map(Budget::from_pdb)
+            .filter(|b| b.covers(namespace, labels))
+            .collect(),
         Err(error) => {
             tracing::warn!(%error, namespace, "could not list PodDisruptionBudgets to explain a refused eviction");
             Vec::new()
@@ -289,7 +364,9 @@ async fn budgets_covering(client: &Client, namespace: &str, labels: &BTreeMap<St
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, PodStatus, Volume};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta, OwnerReference, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        LabelSelectorRequirement, ObjectMeta, OwnerReference, Time,
+    };
 
     fn pod(name: &str, owner_kind: Option<&str>) -> Pod {
         Pod {
@@ -297,27 +374,53 @@ mod tests {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
                 owner_references: owner_kind.map(|k| {
-                    vec![OwnerReference { api_version: "apps/v1".into(), kind: k.into(), name: "o".into(), uid: "u".into(), controller: Some(true), block_owner_deletion: None }]
+                    vec![OwnerReference {
+                        api_version: "apps/v1".into(),
+                        kind: k.into(),
+                        name: "o".into(),
+                        uid: "u".into(),
+                        controller: Some(true),
+                        block_owner_deletion: None,
+                    }]
                 }),
                 ..Default::default()
             },
             spec: Some(PodSpec::default()),
-            status: Some(PodStatus { phase: Some("Running".into()), ..Default::default() }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                ..Default::default()
+            }),
         }
     }
 
     fn spec(empty_dir: bool, unmanaged: bool) -> DrainSpec {
-        DrainSpec { delete_empty_dir_data: empty_dir, evict_unmanaged_pods: unmanaged, ..DrainSpec::default() }
+        DrainSpec {
+            delete_empty_dir_data: empty_dir,
+            evict_unmanaged_pods: unmanaged,
+            ..DrainSpec::default()
+        }
     }
 
     #[test]
     fn daemonset_and_mirror_pods_stay_and_managed_pods_go() {
         let mut mirror = pod("kube-apiserver-n1", None);
-        mirror.metadata.annotations = Some([(MIRROR_ANNOTATION.to_string(), "abc".to_string())].into());
-        let pods = [pod("web-1", Some("ReplicaSet")), pod("agent-x", Some("DaemonSet")), mirror, pod("db-0", Some("StatefulSet"))];
+        mirror.metadata.annotations =
+            Some([(MIRROR_ANNOTATION.to_string(), "abc".to_string())].into());
+        let pods = [
+            pod("web-1", Some("ReplicaSet")),
+            pod("agent-x", Some("DaemonSet")),
+            mirror,
+            pod("db-0", Some("StatefulSet")),
+        ];
         let c = classify(&pods, &spec(false, false));
         assert_eq!(c.evict, ["ns/web-1", "ns/db-0"]);
-        assert_eq!(c.left, [("ns/agent-x".to_string(), Left::DaemonSet), ("ns/kube-apiserver-n1".to_string(), Left::Mirror)]);
+        assert_eq!(
+            c.left,
+            [
+                ("ns/agent-x".to_string(), Left::DaemonSet),
+                ("ns/kube-apiserver-n1".to_string(), Left::Mirror)
+            ]
+        );
         assert!(c.refused.is_empty() && c.terminating.is_empty());
     }
 
@@ -325,22 +428,44 @@ mod tests {
     fn a_non_controller_owner_does_not_make_a_pod_managed() {
         let mut p = pod("loose", Some("ReplicaSet"));
         p.metadata.owner_references.as_mut().unwrap()[0].controller = Some(false);
-        assert_eq!(classify(&[p.clone()], &spec(false, false)).refused, [("ns/loose".to_string(), Refusal::Unmanaged)]);
+        assert_eq!(
+            classify(&[p.clone()], &spec(false, false)).refused,
+            [("ns/loose".to_string(), Refusal::Unmanaged)]
+        );
         assert_eq!(classify(&[p], &spec(false, true)).evict, ["ns/loose"]);
     }
 
     #[test]
     fn emptydir_and_bare_pods_stop_the_drain_unless_allowed() {
         let mut scratch = pod("scratch", Some("ReplicaSet"));
-        scratch.spec.as_mut().unwrap().volumes = Some(vec![Volume { name: "tmp".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() }]);
+        scratch.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+            name: "tmp".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }]);
         let bare = pod("bare", None);
         let pods = [scratch, bare];
         let c = classify(&pods, &spec(false, false));
-        assert_eq!(c.refused, [("ns/scratch".to_string(), Refusal::EmptyDir), ("ns/bare".to_string(), Refusal::Unmanaged)]);
+        assert_eq!(
+            c.refused,
+            [
+                ("ns/scratch".to_string(), Refusal::EmptyDir),
+                ("ns/bare".to_string(), Refusal::Unmanaged)
+            ]
+        );
         assert!(c.evict.is_empty());
         let m = refusal_message("n1", &c.refused);
-        assert!(m.contains("ns/scratch") && m.contains("deleteEmptyDirData") && m.contains("ns/bare") && m.contains("evictUnmanagedPods"), "{m}");
-        assert_eq!(classify(&pods, &spec(true, true)).evict, ["ns/scratch", "ns/bare"]);
+        assert!(
+            m.contains("ns/scratch")
+                && m.contains("deleteEmptyDirData")
+                && m.contains("ns/bare")
+                && m.contains("evictUnmanagedPods"),
+            "{m}"
+        );
+        assert_eq!(
+            classify(&pods, &spec(true, true)).evict,
+            ["ns/scratch", "ns/bare"]
+        );
     }
 
     #[test]
@@ -356,7 +481,10 @@ mod tests {
     }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -366,36 +494,95 @@ mod tests {
             match_labels: Some(labels(ml)),
             match_expressions: Some(
                 ex.into_iter()
-                    .map(|(k, op, vs)| LabelSelectorRequirement { key: k.into(), operator: op.into(), values: Some(vs.into_iter().map(String::from).collect()) })
+                    .map(|(k, op, vs)| LabelSelectorRequirement {
+                        key: k.into(),
+                        operator: op.into(),
+                        values: Some(vs.into_iter().map(String::from).collect()),
+                    })
                     .collect(),
             ),
         };
         assert!(selector_matches(&sel(&[("app", "web")], vec![]), &l));
         assert!(!selector_matches(&sel(&[("app", "db")], vec![]), &l));
-        assert!(selector_matches(&sel(&[], vec![("tier", "In", vec!["front", "back"])]), &l));
-        assert!(!selector_matches(&sel(&[], vec![("tier", "NotIn", vec!["front"])]), &l));
-        assert!(selector_matches(&sel(&[], vec![("zone", "DoesNotExist", vec![])]), &l));
-        assert!(!selector_matches(&sel(&[], vec![("zone", "Exists", vec![])]), &l));
-        assert!(!selector_matches(&sel(&[], vec![("tier", "Bogus", vec![])]), &l));
-        assert!(selector_matches(&LabelSelector::default(), &l), "an empty selector covers every pod");
+        assert!(selector_matches(
+            &sel(&[], vec![("tier", "In", vec!["front", "back"])]),
+            &l
+        ));
+        assert!(!selector_matches(
+            &sel(&[], vec![("tier", "NotIn", vec!["front"])]),
+            &l
+        ));
+        assert!(selector_matches(
+            &sel(&[], vec![("zone", "DoesNotExist", vec![])]),
+            &l
+        ));
+        assert!(!selector_matches(
+            &sel(&[], vec![("zone", "Exists", vec![])]),
+            &l
+        ));
+        assert!(!selector_matches(
+            &sel(&[], vec![("tier", "Bogus", vec![])]),
+            &l
+        ));
+        assert!(
+            selector_matches(&LabelSelector::default(), &l),
+            "an empty selector covers every pod"
+        );
     }
 
     #[test]
     fn a_budget_covers_pods_of_its_own_namespace_only() {
-        let b = Budget { name: "ns/web-pdb".into(), selector: Some(LabelSelector { match_labels: Some(labels(&[("app", "web")])), match_expressions: None }), current_healthy: 1, desired_healthy: 1, disruptions_allowed: 0 };
+        let b = Budget {
+            name: "ns/web-pdb".into(),
+            selector: Some(LabelSelector {
+                match_labels: Some(labels(&[("app", "web")])),
+                match_expressions: None,
+            }),
+            current_healthy: 1,
+            desired_healthy: 1,
+            disruptions_allowed: 0,
+        };
         assert!(b.covers("ns", &labels(&[("app", "web")])));
         assert!(!b.covers("other", &labels(&[("app", "web")])));
-        let none = Budget { selector: None, ..b };
-        assert!(!none.covers("ns", &labels(&[("app", "web")])), "an absent selector covers nothing");
+        let none = Budget {
+            selector: None,
+            ..b
+        };
+        assert!(
+            !none.covers("ns", &labels(&[("app", "web")])),
+            "an absent selector covers nothing"
+        );
     }
 
     #[test]
     fn leftovers_name_each_pod_and_the_budgets_holding_it() {
-        let b = Budget { name: "ns/web-pdb".into(), selector: None, current_healthy: 1, desired_healthy: 1, disruptions_allowed: 0 };
+        let b = Budget {
+            name: "ns/web-pdb".into(),
+            selector: None,
+            current_healthy: 1,
+            desired_healthy: 1,
+            disruptions_allowed: 0,
+        };
         let text = explain_leftovers(&[
-            Leftover { pod: "ns/web-1".into(), held: Held::Budget { budgets: vec![b], detail: "x".into() } },
-            Leftover { pod: "ns/web-2".into(), held: Held::Terminating },
-            Leftover { pod: "ns/odd".into(), held: Held::Budget { budgets: vec![], detail: "Cannot evict pod as it would violate the pod's disruption budget.".into() } },
+            Leftover {
+                pod: "ns/web-1".into(),
+                held: Held::Budget {
+                    budgets: vec![b],
+                    detail: "x".into(),
+                },
+            },
+            Leftover {
+                pod: "ns/web-2".into(),
+                held: Held::Terminating,
+            },
+            Leftover {
+                pod: "ns/odd".into(),
+                held: Held::Budget {
+                    budgets: vec![],
+                    detail: "Cannot evict pod as it would violate the pod's disruption budget."
+                        .into(),
+                },
+            },
         ]);
         assert_eq!(
             text,

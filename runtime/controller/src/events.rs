@@ -50,20 +50,38 @@ pub struct Notice {
 
 impl Notice {
     fn normal(reason: &'static str, action: &'static str, note: String) -> Self {
-        Notice { warning: false, reason, action, note }
+        Notice {
+            warning: false,
+            reason,
+            action,
+            note,
+        }
     }
     fn warning(reason: &'static str, action: &'static str, note: String) -> Self {
-        Notice { warning: true, reason, action, note }
+        Notice {
+            warning: true,
+            reason,
+            action,
+            note,
+        }
     }
 }
 
 /// The Events a NodeTask deserves when its phase moved from `from` to `to`, in order. A task
 /// this controller saw waiting and next sees finished or blocked (its steps all ran between
 /// two looks) also gets its `Started`.
-pub fn task_events(from: Option<NodeTaskPhase>, to: NodeTaskPhase, reason: Option<&str>, message: &str, node: &str) -> Vec<Notice> {
+pub fn task_events(
+    from: Option<NodeTaskPhase>,
+    to: NodeTaskPhase,
+    reason: Option<&str>,
+    message: &str,
+    node: &str,
+) -> Vec<Notice> {
     use NodeTaskPhase as P;
     let mut out = Vec::new();
-    if matches!(from, Some(P::Pending | P::AwaitingApproval)) && matches!(to, P::Blocked | P::Succeeded) {
+    if matches!(from, Some(P::Pending | P::AwaitingApproval))
+        && matches!(to, P::Blocked | P::Succeeded)
+    {
         out.extend(task_event(from, P::Running, None, "", node));
     }
     out.extend(task_event(from, to, reason, message, node));
@@ -73,7 +91,13 @@ pub fn task_events(from: Option<NodeTaskPhase>, to: NodeTaskPhase, reason: Optio
 /// The Event a NodeTask deserves when its phase moved from `from` to `to` (`from` is `None`
 /// when this controller has not seen the task before: nothing is reported then, so a
 /// restart does not repeat old news). `message` and `reason` are the task's status fields.
-pub fn task_event(from: Option<NodeTaskPhase>, to: NodeTaskPhase, reason: Option<&str>, message: &str, node: &str) -> Option<Notice> {
+pub fn task_event(
+    from: Option<NodeTaskPhase>,
+    to: NodeTaskPhase,
+    reason: Option<&str>,
+    message: &str,
+    node: &str,
+) -> Option<Notice> {
     use NodeTaskPhase as P;
     let from = from?;
     if from == to {
@@ -81,16 +105,44 @@ pub fn task_event(from: Option<NodeTaskPhase>, to: NodeTaskPhase, reason: Option
     }
     Some(match to {
         P::Pending => return None,
-        P::AwaitingApproval => Notice::normal(reasons::AWAITING_APPROVAL, "Schedule", format!("node {node}: its turn came; waiting for approval (spec.approve: true)")),
-        P::Running if from == P::Blocked => Notice::normal(reasons::RETRIED, "Recover", format!("node {node}: running again after recovery: Retry")),
-        P::Running => Notice::normal(reasons::STARTED, "Schedule", format!("node {node}: started")),
+        P::AwaitingApproval => Notice::normal(
+            reasons::AWAITING_APPROVAL,
+            "Schedule",
+            format!("node {node}: its turn came; waiting for approval (spec.approve: true)"),
+        ),
+        P::Running if from == P::Blocked => Notice::normal(
+            reasons::RETRIED,
+            "Recover",
+            format!("node {node}: running again after recovery: Retry"),
+        ),
+        P::Running => Notice::normal(
+            reasons::STARTED,
+            "Schedule",
+            format!("node {node}: started"),
+        ),
         P::Blocked => {
             let why = reason.unwrap_or("Blocked");
-            Notice::warning(reasons::BLOCKED, "RunStep", format!("node {node} blocked ({why}): {message}"))
+            Notice::warning(
+                reasons::BLOCKED,
+                "RunStep",
+                format!("node {node} blocked ({why}): {message}"),
+            )
         }
-        P::Succeeded => Notice::normal(reasons::SUCCEEDED, "RunStep", format!("node {node}: every step succeeded and the health gates passed")),
-        P::Skipped => Notice::normal(reasons::SKIPPED, "Recover", format!("node {node}: skipped by recovery: Skip; the node was left as it was")),
-        P::Invalid => Notice::warning(reasons::INVALID, "Schedule", format!("node {node}: {message}")),
+        P::Succeeded => Notice::normal(
+            reasons::SUCCEEDED,
+            "RunStep",
+            format!("node {node}: every step succeeded and the health gates passed"),
+        ),
+        P::Skipped => Notice::normal(
+            reasons::SKIPPED,
+            "Recover",
+            format!("node {node}: skipped by recovery: Skip; the node was left as it was"),
+        ),
+        P::Invalid => Notice::warning(
+            reasons::INVALID,
+            "Schedule",
+            format!("node {node}: {message}"),
+        ),
     })
 }
 
@@ -102,12 +154,22 @@ pub fn operation_event(from: OperationPhase, to: OperationPhase, message: &str) 
     }
     Some(match to {
         P::Pending => return None,
-        P::Running if from == P::Paused => Notice::normal(reasons::RESUMED, "Resume", message.to_string()),
-        P::Running if from == P::Pending => Notice::normal(reasons::STARTED, "Plan", format!("plan frozen; {message}")),
+        P::Running if from == P::Paused => {
+            Notice::normal(reasons::RESUMED, "Resume", message.to_string())
+        }
+        P::Running if from == P::Pending => {
+            Notice::normal(reasons::STARTED, "Plan", format!("plan frozen; {message}"))
+        }
         // Back to Running after a block was resolved, or after an approval.
         P::Running => return None,
-        P::Paused => Notice::normal(reasons::PAUSED, "Pause", "spec.paused is true: running steps finish, nothing new starts".to_string()),
-        P::AwaitingApproval => Notice::normal(reasons::AWAITING_APPROVAL, "Schedule", message.to_string()),
+        P::Paused => Notice::normal(
+            reasons::PAUSED,
+            "Pause",
+            "spec.paused is true: running steps finish, nothing new starts".to_string(),
+        ),
+        P::AwaitingApproval => {
+            Notice::normal(reasons::AWAITING_APPROVAL, "Schedule", message.to_string())
+        }
         P::Blocked => Notice::warning(reasons::BLOCKED, "RunStep", message.to_string()),
         P::Succeeded => Notice::normal(reasons::SUCCEEDED, "Finish", message.to_string()),
         P::Failed => Notice::warning(reasons::FAILED, "Finish", message.to_string()),
@@ -131,15 +193,25 @@ impl Events {
     /// `instance` names this controller process (its leader-election identity), so Events
     /// say which replica acted.
     pub fn new(client: Client, instance: String) -> Self {
-        let reporter = Reporter { controller: REPORTING_CONTROLLER.to_string(), instance: Some(instance) };
-        Events { recorder: Recorder::new(client, reporter), seen: Mutex::default() }
+        let reporter = Reporter {
+            controller: REPORTING_CONTROLLER.to_string(),
+            instance: Some(instance),
+        };
+        Events {
+            recorder: Recorder::new(client, reporter),
+            seen: Mutex::default(),
+        }
     }
 
     /// Publishes `notice` about `object`. Never fails: a refused Event is logged.
     pub async fn publish<K: Resource<DynamicType = ()>>(&self, object: &K, notice: Notice) {
         let reference: ObjectReference = object.object_ref(&());
         let event = Event {
-            type_: if notice.warning { EventType::Warning } else { EventType::Normal },
+            type_: if notice.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
             reason: notice.reason.to_string(),
             // The API server refuses notes over 1 kB.
             note: Some(truncate(&notice.note, 1000)),
@@ -153,17 +225,33 @@ impl Events {
 
     /// Reports every task whose phase changed since this controller last saw it, and the
     /// Operation's own phase change from `from` to `to`.
-    pub async fn observe<'a>(&self, op: &Operation, from: OperationPhase, to: OperationPhase, message: &str, tasks: impl IntoIterator<Item = &'a NodeTask>) {
+    pub async fn observe<'a>(
+        &self,
+        op: &Operation,
+        from: OperationPhase,
+        to: OperationPhase,
+        message: &str,
+        tasks: impl IntoIterator<Item = &'a NodeTask>,
+    ) {
         let mut notices = Vec::new();
         {
-            let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut seen = self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             for task in tasks {
                 let Some(uid) = task.uid() else { continue };
                 let status = task.status.clone().unwrap_or_default();
                 let before = seen.insert(uid, status.phase);
                 let reason = status.reason.map(|r| format!("{r:?}"));
                 let message = status.message.clone().unwrap_or_default();
-                for n in task_events(before, status.phase, reason.as_deref(), &message, &task.spec.node_name) {
+                for n in task_events(
+                    before,
+                    status.phase,
+                    reason.as_deref(),
+                    &message,
+                    &task.spec.node_name,
+                ) {
                     notices.push((task.clone(), n));
                 }
             }
@@ -179,7 +267,10 @@ impl Events {
     /// Forgets the tasks of an Operation that is gone or finished, so the memory stays
     /// bounded by the Operations in flight.
     pub fn forget<'a>(&self, tasks: impl IntoIterator<Item = &'a NodeTask>) {
-        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         for task in tasks {
             if let Some(uid) = task.uid() {
                 seen.remove(&uid);
@@ -207,8 +298,14 @@ mod tests {
 
     #[test]
     fn a_task_seen_for_the_first_time_reports_nothing() {
-        assert_eq!(task_event(None, P::Blocked, Some("StepFailed"), "boom", "n1"), None);
-        assert_eq!(task_event(Some(P::Running), P::Running, None, "", "n1"), None);
+        assert_eq!(
+            task_event(None, P::Blocked, Some("StepFailed"), "boom", "n1"),
+            None
+        );
+        assert_eq!(
+            task_event(Some(P::Running), P::Running, None, "", "n1"),
+            None
+        );
     }
 
     #[test]
@@ -217,37 +314,116 @@ mod tests {
         assert_eq!((started.reason, started.warning), (reasons::STARTED, false));
         let retried = task_event(Some(P::Blocked), P::Running, None, "", "n1").unwrap();
         assert_eq!(retried.reason, reasons::RETRIED);
-        let blocked = task_event(Some(P::Running), P::Blocked, Some("DrainTimedOut"), "pods ns/a held by PDB ns/p", "n1").unwrap();
+        let blocked = task_event(
+            Some(P::Running),
+            P::Blocked,
+            Some("DrainTimedOut"),
+            "pods ns/a held by PDB ns/p",
+            "n1",
+        )
+        .unwrap();
         assert!(blocked.warning);
         assert_eq!(blocked.reason, reasons::BLOCKED);
-        assert!(blocked.note.contains("DrainTimedOut") && blocked.note.contains("PDB ns/p") && blocked.note.contains("n1"), "{}", blocked.note);
-        assert_eq!(task_event(Some(P::Running), P::Succeeded, None, "", "n1").unwrap().reason, reasons::SUCCEEDED);
-        assert_eq!(task_event(Some(P::Blocked), P::Skipped, None, "", "n1").unwrap().reason, reasons::SKIPPED);
-        assert_eq!(task_event(Some(P::Pending), P::AwaitingApproval, None, "", "n1").unwrap().reason, reasons::AWAITING_APPROVAL);
-        assert!(task_event(Some(P::Pending), P::Invalid, None, "node gone", "n1").unwrap().warning);
+        assert!(
+            blocked.note.contains("DrainTimedOut")
+                && blocked.note.contains("PDB ns/p")
+                && blocked.note.contains("n1"),
+            "{}",
+            blocked.note
+        );
+        assert_eq!(
+            task_event(Some(P::Running), P::Succeeded, None, "", "n1")
+                .unwrap()
+                .reason,
+            reasons::SUCCEEDED
+        );
+        assert_eq!(
+            task_event(Some(P::Blocked), P::Skipped, None, "", "n1")
+                .unwrap()
+                .reason,
+            reasons::SKIPPED
+        );
+        assert_eq!(
+            task_event(Some(P::Pending), P::AwaitingApproval, None, "", "n1")
+                .unwrap()
+                .reason,
+            reasons::AWAITING_APPROVAL
+        );
+        assert!(
+            task_event(Some(P::Pending), P::Invalid, None, "node gone", "n1")
+                .unwrap()
+                .warning
+        );
     }
 
     #[test]
     fn a_task_seen_waiting_then_finished_also_reports_that_it_started() {
         let r = |v: Vec<Notice>| v.into_iter().map(|n| n.reason).collect::<Vec<_>>();
-        assert_eq!(r(task_events(Some(P::Pending), P::Succeeded, None, "", "n1")), [reasons::STARTED, reasons::SUCCEEDED]);
-        assert_eq!(r(task_events(Some(P::AwaitingApproval), P::Blocked, Some("StepFailed"), "x", "n1")), [reasons::STARTED, reasons::BLOCKED]);
-        assert_eq!(r(task_events(Some(P::Running), P::Succeeded, None, "", "n1")), [reasons::SUCCEEDED]);
-        assert_eq!(r(task_events(Some(P::Blocked), P::Skipped, None, "", "n1")), [reasons::SKIPPED]);
+        assert_eq!(
+            r(task_events(Some(P::Pending), P::Succeeded, None, "", "n1")),
+            [reasons::STARTED, reasons::SUCCEEDED]
+        );
+        assert_eq!(
+            r(task_events(
+                Some(P::AwaitingApproval),
+                P::Blocked,
+                Some("StepFailed"),
+                "x",
+                "n1"
+            )),
+            [reasons::STARTED, reasons::BLOCKED]
+        );
+        assert_eq!(
+            r(task_events(Some(P::Running), P::Succeeded, None, "", "n1")),
+            [reasons::SUCCEEDED]
+        );
+        assert_eq!(
+            r(task_events(Some(P::Blocked), P::Skipped, None, "", "n1")),
+            [reasons::SKIPPED]
+        );
         assert!(task_events(None, P::Succeeded, None, "", "n1").is_empty());
     }
 
     #[test]
     fn operation_changes_report_start_block_pause_and_finish_but_not_every_return_to_running() {
         use OperationPhase as O;
-        assert_eq!(operation_event(O::Pending, O::Running, "planned 3 nodes").unwrap().reason, reasons::STARTED);
-        assert_eq!(operation_event(O::Running, O::Blocked, "n1: boom").unwrap().note, "n1: boom");
-        assert!(operation_event(O::Running, O::Blocked, "x").unwrap().warning);
-        assert_eq!(operation_event(O::Running, O::Paused, "").unwrap().reason, reasons::PAUSED);
-        assert_eq!(operation_event(O::Paused, O::Running, "").unwrap().reason, reasons::RESUMED);
+        assert_eq!(
+            operation_event(O::Pending, O::Running, "planned 3 nodes")
+                .unwrap()
+                .reason,
+            reasons::STARTED
+        );
+        assert_eq!(
+            operation_event(O::Running, O::Blocked, "n1: boom")
+                .unwrap()
+                .note,
+            "n1: boom"
+        );
+        assert!(
+            operation_event(O::Running, O::Blocked, "x")
+                .unwrap()
+                .warning
+        );
+        assert_eq!(
+            operation_event(O::Running, O::Paused, "").unwrap().reason,
+            reasons::PAUSED
+        );
+        assert_eq!(
+            operation_event(O::Paused, O::Running, "").unwrap().reason,
+            reasons::RESUMED
+        );
         assert_eq!(operation_event(O::Blocked, O::Running, ""), None);
-        assert_eq!(operation_event(O::Running, O::Succeeded, "4/4").unwrap().reason, reasons::SUCCEEDED);
-        assert!(operation_event(O::Pending, O::Failed, "cannot plan").unwrap().warning);
+        assert_eq!(
+            operation_event(O::Running, O::Succeeded, "4/4")
+                .unwrap()
+                .reason,
+            reasons::SUCCEEDED
+        );
+        assert!(
+            operation_event(O::Pending, O::Failed, "cannot plan")
+                .unwrap()
+                .warning
+        );
         assert_eq!(operation_event(O::Running, O::Running, ""), None);
     }
 

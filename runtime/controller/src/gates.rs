@@ -15,11 +15,11 @@
 
 use std::time::Duration;
 
+use bosun_api::node_task::NodeTask;
 use bosun_api::operation::HealthGates;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use bosun_api::node_task::NodeTask;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -54,7 +54,13 @@ pub enum Verdict {
 /// Decides from the checks made now (`Err` says which gate failed and why), the condition
 /// written by the last pass, and the time. Returns the condition to record and the verdict.
 /// Pure.
-pub fn judge(gates: &HealthGates, checks: Result<(), String>, prior: Option<&Condition>, generation: Option<i64>, now: Timestamp) -> (Condition, Verdict) {
+pub fn judge(
+    gates: &HealthGates,
+    checks: Result<(), String>,
+    prior: Option<&Condition>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> (Condition, Verdict) {
     let prior_reason = prior.map(|c| c.reason.as_str());
     let condition = |status: bool, reason: &str, since: Timestamp, message: String| Condition {
         type_: CONDITION.to_string(),
@@ -74,18 +80,38 @@ pub fn judge(gates: &HealthGates, checks: Result<(), String>, prior: Option<&Con
             let settle = Duration::from_secs(u64::from(gates.settle_seconds));
             let elapsed = duration_between(passed_at, now);
             if elapsed >= settle {
-                let c = condition(true, reasons::PASSED, passed_at, "every health gate passed".to_string());
+                let c = condition(
+                    true,
+                    reasons::PASSED,
+                    passed_at,
+                    "every health gate passed".to_string(),
+                );
                 (c, Verdict::Pass)
             } else {
                 let until = passed_at + settle;
-                let c = condition(true, reasons::SETTLING, passed_at, format!("health gates passed; settling for {}s, until {until}", gates.settle_seconds));
-                (c, Verdict::Wait((settle - elapsed).max(Duration::from_secs(1))))
+                let c = condition(
+                    true,
+                    reasons::SETTLING,
+                    passed_at,
+                    format!(
+                        "health gates passed; settling for {}s, until {until}",
+                        gates.settle_seconds
+                    ),
+                );
+                (
+                    c,
+                    Verdict::Wait((settle - elapsed).max(Duration::from_secs(1))),
+                )
             }
         }
         Err(why) => {
             // A fresh wait unless the last pass was already waiting (a Failed condition on a
             // running task means a person chose to retry).
-            let started = if prior_reason == Some(reasons::WAITING) { since_prior(&[reasons::WAITING]) } else { now };
+            let started = if prior_reason == Some(reasons::WAITING) {
+                since_prior(&[reasons::WAITING])
+            } else {
+                now
+            };
             let timeout = Duration::from_secs(u64::from(gates.timeout_seconds));
             let elapsed = duration_between(started, now);
             if elapsed >= timeout {
@@ -93,12 +119,20 @@ pub fn judge(gates: &HealthGates, checks: Result<(), String>, prior: Option<&Con
                     "health gates did not pass within {}s: {why}; fix the cause, then recovery: Retry (waits again) or Skip",
                     gates.timeout_seconds
                 );
-                (condition(false, reasons::FAILED, now, message.clone()), Verdict::Fail(message))
+                (
+                    condition(false, reasons::FAILED, now, message.clone()),
+                    Verdict::Fail(message),
+                )
             } else {
                 let until = started + timeout;
                 // No elapsed counter in the message: a write per pass would wake the
                 // controller again at once.
-                let c = condition(false, reasons::WAITING, started, format!("waiting until {until}: {why}"));
+                let c = condition(
+                    false,
+                    reasons::WAITING,
+                    started,
+                    format!("waiting until {until}: {why}"),
+                );
                 (c, Verdict::Wait(RECHECK.min(timeout - elapsed)))
             }
         }
@@ -123,24 +157,48 @@ pub async fn node_ready(client: &Client, node: &str) -> Result<(), String> {
 /// Reads the node's Ready condition. Pure.
 pub fn node_ready_condition(node: &Node) -> Result<(), String> {
     let name = node.metadata.name.clone().unwrap_or_default();
-    let ready = node.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
     match ready {
         Some(c) if c.status == "True" => Ok(()),
         Some(c) => {
             let reason = c.reason.clone().unwrap_or_default();
             let message = c.message.clone().unwrap_or_default();
-            Err(format!("node {name} is not Ready (Ready={}{}{})", c.status, if reason.is_empty() { String::new() } else { format!(", {reason}") }, if message.is_empty() { String::new() } else { format!(": {message}") }))
+            Err(format!(
+                "node {name} is not Ready (Ready={}{}{})",
+                c.status,
+                if reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {reason}")
+                },
+                if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {message}")
+                }
+            ))
         }
-        None => Err(format!("node {name} reports no Ready condition (is its kubelet running?)")),
+        None => Err(format!(
+            "node {name} reports no Ready condition (is its kubelet running?)"
+        )),
     }
 }
 
 /// Whether the API server answers `GET /readyz` with `ok`; `Err` carries what it said.
 pub async fn api_server_ready(client: &Client) -> Result<(), String> {
-    let request = http::Request::get("/readyz").body(Vec::new()).map_err(|e| format!("building the /readyz request: {e}"))?;
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(|e| format!("building the /readyz request: {e}"))?;
     match client.request_text(request).await {
         Ok(text) if text.trim() == "ok" => Ok(()),
-        Ok(text) => Err(format!("the API server's /readyz answered {:?}", text.trim())),
+        Ok(text) => Err(format!(
+            "the API server's /readyz answered {:?}",
+            text.trim()
+        )),
         Err(e) => Err(format!("the API server's /readyz failed: {e}")),
     }
 }
@@ -158,16 +216,34 @@ pub async fn check(client: &Client, gates: &HealthGates, node: &str) -> Result<(
     {
         failing.push(e);
     }
-    if failing.is_empty() { Ok(()) } else { Err(failing.join("; ")) }
+    if failing.is_empty() {
+        Ok(())
+    } else {
+        Err(failing.join("; "))
+    }
 }
 
 /// One pass of the gates for a task whose steps all finished: checks, records the
 /// `HealthGates` condition (only when it changed, so an unchanged wait writes nothing and
 /// does not wake the controller again), and returns the verdict.
-pub async fn evaluate(client: &Client, manager: &str, gates: &HealthGates, task: &NodeTask) -> Result<Verdict> {
+pub async fn evaluate(
+    client: &Client,
+    manager: &str,
+    gates: &HealthGates,
+    task: &NodeTask,
+) -> Result<Verdict> {
     let checks = check(client, gates, &task.spec.node_name).await;
-    let prior = task.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION));
-    let (condition, verdict) = judge(gates, checks, prior, task.metadata.generation, Timestamp::now());
+    let prior = task
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION));
+    let (condition, verdict) = judge(
+        gates,
+        checks,
+        prior,
+        task.metadata.generation,
+        Timestamp::now(),
+    );
     if prior != Some(&condition) {
         let name = task.name_any();
         let api: Api<NodeTask> = Api::all(client.clone());
@@ -175,9 +251,16 @@ pub async fn evaluate(client: &Client, manager: &str, gates: &HealthGates, task:
             "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name },
             "status": { "conditions": [condition] },
         });
-        api.patch_status(&name, &PatchParams::apply(&format!("{manager}.gates")).force(), &Patch::Apply(&patch))
-            .await
-            .map_err(|source| Error::Kube { what: format!("writing the HealthGates condition of NodeTask {name}"), source })?;
+        api.patch_status(
+            &name,
+            &PatchParams::apply(&format!("{manager}.gates")).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("writing the HealthGates condition of NodeTask {name}"),
+            source,
+        })?;
     }
     Ok(verdict)
 }
@@ -192,14 +275,21 @@ mod tests {
     }
 
     fn gates(settle: u32, timeout: u32) -> HealthGates {
-        HealthGates { settle_seconds: settle, timeout_seconds: timeout, ..HealthGates::default() }
+        HealthGates {
+            settle_seconds: settle,
+            timeout_seconds: timeout,
+            ..HealthGates::default()
+        }
     }
 
     #[test]
     fn passing_gates_without_settle_time_pass_at_once() {
         let (c, v) = judge(&gates(0, 600), Ok(()), None, Some(1), t(0));
         assert_eq!(v, Verdict::Pass);
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", reasons::PASSED));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", reasons::PASSED)
+        );
     }
 
     #[test]
@@ -220,40 +310,74 @@ mod tests {
     fn a_gate_failing_while_settling_starts_the_wait_over() {
         let g = gates(30, 600);
         let (settling, _) = judge(&g, Ok(()), None, None, t(100));
-        let (waiting, v) = judge(&g, Err("node n1 is not Ready".into()), Some(&settling), None, t(110));
+        let (waiting, v) = judge(
+            &g,
+            Err("node n1 is not Ready".into()),
+            Some(&settling),
+            None,
+            t(110),
+        );
         assert_eq!(v, Verdict::Wait(RECHECK));
-        assert_eq!((waiting.reason.as_str(), waiting.last_transition_time.0), (reasons::WAITING, t(110)));
+        assert_eq!(
+            (waiting.reason.as_str(), waiting.last_transition_time.0),
+            (reasons::WAITING, t(110))
+        );
         let (again, v) = judge(&g, Ok(()), Some(&waiting), None, t(120));
-        assert_eq!(again.last_transition_time.0, t(120), "settling restarts from the new pass");
+        assert_eq!(
+            again.last_transition_time.0,
+            t(120),
+            "settling restarts from the new pass"
+        );
         assert_eq!(v, Verdict::Wait(Duration::from_secs(30)));
     }
 
     #[test]
     fn a_gate_that_keeps_failing_fails_after_the_timeout_with_its_reason() {
         let g = gates(0, 60);
-        let why = || Err::<(), _>("node n1 is not Ready (Ready=False, KubeletNotReady)".to_string());
+        let why =
+            || Err::<(), _>("node n1 is not Ready (Ready=False, KubeletNotReady)".to_string());
         let (w1, v1) = judge(&g, why(), None, None, t(0));
         assert_eq!(v1, Verdict::Wait(RECHECK));
         let (w2, v2) = judge(&g, why(), Some(&w1), None, t(59));
         assert_eq!(v2, Verdict::Wait(Duration::from_secs(1)));
         assert_eq!(w2, w1, "an unchanged wait writes an identical condition");
         let (f, v3) = judge(&g, why(), Some(&w2), None, t(60));
-        let Verdict::Fail(message) = v3 else { panic!("expected a failure") };
-        assert!(message.contains("within 60s") && message.contains("node n1 is not Ready"), "{message}");
-        assert_eq!((f.status.as_str(), f.reason.as_str()), ("False", reasons::FAILED));
+        let Verdict::Fail(message) = v3 else {
+            panic!("expected a failure")
+        };
+        assert!(
+            message.contains("within 60s") && message.contains("node n1 is not Ready"),
+            "{message}"
+        );
+        assert_eq!(
+            (f.status.as_str(), f.reason.as_str()),
+            ("False", reasons::FAILED)
+        );
         // After recovery: Retry the task runs again and a new wait begins.
         let (w3, v4) = judge(&g, why(), Some(&f), None, t(500));
-        assert_eq!((w3.reason.as_str(), w3.last_transition_time.0), (reasons::WAITING, t(500)));
+        assert_eq!(
+            (w3.reason.as_str(), w3.last_transition_time.0),
+            (reasons::WAITING, t(500))
+        );
         assert_eq!(v4, Verdict::Wait(RECHECK));
     }
 
     fn node(status: Option<&str>) -> Node {
         Node {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta { name: Some("n1".into()), ..Default::default() },
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("n1".into()),
+                ..Default::default()
+            },
             spec: None,
             status: Some(NodeStatus {
                 conditions: status.map(|s| {
-                    vec![NodeCondition { type_: "Ready".into(), status: s.into(), reason: Some("KubeletNotReady".into()), message: Some("PLEG is not healthy".into()), ..Default::default() }]
+                    vec![NodeCondition {
+                        type_: "Ready".into(),
+                        status: s.into(),
+                        reason: Some("KubeletNotReady".into()),
+                        message: Some("PLEG is not healthy".into()),
+                        ..Default::default()
+                    }]
                 }),
                 ..Default::default()
             }),
@@ -263,7 +387,14 @@ mod tests {
     #[test]
     fn node_readiness_comes_from_its_ready_condition() {
         assert_eq!(node_ready_condition(&node(Some("True"))), Ok(()));
-        assert_eq!(node_ready_condition(&node(Some("False"))), Err("node n1 is not Ready (Ready=False, KubeletNotReady: PLEG is not healthy)".into()));
-        assert!(node_ready_condition(&node(None)).unwrap_err().contains("no Ready condition"));
+        assert_eq!(
+            node_ready_condition(&node(Some("False"))),
+            Err("node n1 is not Ready (Ready=False, KubeletNotReady: PLEG is not healthy)".into())
+        );
+        assert!(
+            node_ready_condition(&node(None))
+                .unwrap_err()
+                .contains("no Ready condition")
+        );
     }
 }

@@ -40,7 +40,11 @@ pub enum LeaderError {
     #[error(
         "lost the leader lease {namespace}/{name}: {why}; stopping so that only the new leader acts (restart this process to stand by again)"
     )]
-    Lost { namespace: String, name: String, why: String },
+    Lost {
+        namespace: String,
+        name: String,
+        why: String,
+    },
     #[error(
         "leader election settings are inconsistent: renew every {renew:?} must be shorter than the lease duration {duration:?}; lower --lease-renew-seconds or raise --lease-duration-seconds"
     )]
@@ -60,9 +64,18 @@ pub enum Decision {
 
 /// Decides from the Lease's spec (`None`: no Lease yet), this replica's identity, and how
 /// long this replica has seen the Lease unchanged. Pure.
-pub fn decide(spec: Option<&LeaseSpec>, me: &str, unchanged_for: Duration, default_duration: Duration) -> Decision {
-    let holder = spec.and_then(|s| s.holder_identity.clone()).filter(|h| !h.is_empty());
-    let Some(holder) = holder else { return Decision::Take };
+pub fn decide(
+    spec: Option<&LeaseSpec>,
+    me: &str,
+    unchanged_for: Duration,
+    default_duration: Duration,
+) -> Decision {
+    let holder = spec
+        .and_then(|s| s.holder_identity.clone())
+        .filter(|h| !h.is_empty());
+    let Some(holder) = holder else {
+        return Decision::Take;
+    };
     if holder == me {
         return Decision::Renew;
     }
@@ -70,20 +83,37 @@ pub fn decide(spec: Option<&LeaseSpec>, me: &str, unchanged_for: Duration, defau
         .and_then(|s| s.lease_duration_seconds)
         .and_then(|d| u64::try_from(d).ok())
         .map_or(default_duration, Duration::from_secs);
-    if unchanged_for >= duration { Decision::Take } else { Decision::Wait { holder } }
+    if unchanged_for >= duration {
+        Decision::Take
+    } else {
+        Decision::Wait { holder }
+    }
 }
 
 /// The Lease spec `identity` writes to take or renew a Lease whose spec was `previous`.
 /// Transitions count only changes of holder; a renewal keeps the acquire time. Pure.
-pub fn claim(previous: Option<&LeaseSpec>, identity: &str, duration: Duration, now: Timestamp) -> LeaseSpec {
+pub fn claim(
+    previous: Option<&LeaseSpec>,
+    identity: &str,
+    duration: Duration,
+    now: Timestamp,
+) -> LeaseSpec {
     let transitions = previous.and_then(|s| s.lease_transitions).unwrap_or(0);
     let was_mine = previous.and_then(|s| s.holder_identity.as_deref()) == Some(identity);
     LeaseSpec {
         holder_identity: Some(identity.to_string()),
         lease_duration_seconds: Some(i32::try_from(duration.as_secs()).unwrap_or(i32::MAX)),
-        acquire_time: if was_mine { previous.and_then(|s| s.acquire_time.clone()) } else { Some(MicroTime(now)) },
+        acquire_time: if was_mine {
+            previous.and_then(|s| s.acquire_time.clone())
+        } else {
+            Some(MicroTime(now))
+        },
         renew_time: Some(MicroTime(now)),
-        lease_transitions: Some(if was_mine || previous.is_none() { transitions } else { transitions + 1 }),
+        lease_transitions: Some(if was_mine || previous.is_none() {
+            transitions
+        } else {
+            transitions + 1
+        }),
         ..LeaseSpec::default()
     }
 }
@@ -91,7 +121,12 @@ pub fn claim(previous: Option<&LeaseSpec>, identity: &str, duration: Duration, n
 /// The part of a Lease whose change shows its holder is alive.
 fn fingerprint(spec: Option<&LeaseSpec>) -> String {
     let s = spec.cloned().unwrap_or_default();
-    format!("{:?}|{:?}|{:?}", s.holder_identity, s.renew_time.map(|t| t.0), s.lease_transitions)
+    format!(
+        "{:?}|{:?}|{:?}",
+        s.holder_identity,
+        s.renew_time.map(|t| t.0),
+        s.lease_transitions
+    )
 }
 
 /// One replica's view of the Lease.
@@ -110,7 +145,12 @@ enum Attempt {
 impl Elector {
     fn lease(&self, spec: LeaseSpec, resource_version: Option<String>) -> Lease {
         Lease {
-            metadata: ObjectMeta { name: Some(self.cfg.name.clone()), namespace: Some(self.cfg.namespace.clone()), resource_version, ..Default::default() },
+            metadata: ObjectMeta {
+                name: Some(self.cfg.name.clone()),
+                namespace: Some(self.cfg.namespace.clone()),
+                resource_version,
+                ..Default::default()
+            },
             spec: Some(spec),
         }
     }
@@ -119,15 +159,24 @@ impl Elector {
     async fn attempt(&mut self) -> Result<Attempt, String> {
         let (ns, name) = (&self.cfg.namespace, &self.cfg.name);
         let now = Timestamp::now();
-        let current = self.api.get_opt(name).await.map_err(|e| format!("reading Lease {ns}/{name}: {e}"))?;
+        let current = self
+            .api
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading Lease {ns}/{name}: {e}"))?;
         let Some(current) = current else {
-            let lease = self.lease(claim(None, &self.cfg.identity, self.cfg.duration, now), None);
+            let lease = self.lease(
+                claim(None, &self.cfg.identity, self.cfg.duration, now),
+                None,
+            );
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(Attempt::Leading),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Standby("another replica (it created the Lease first)".into())),
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    Err(format!("cannot create Lease {ns}/{name}: namespace {ns} does not exist; create it or pass --lease-namespace"))
-                }
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Standby(
+                    "another replica (it created the Lease first)".into(),
+                )),
+                Err(kube::Error::Api(s)) if s.code == 404 => Err(format!(
+                    "cannot create Lease {ns}/{name}: namespace {ns} does not exist; create it or pass --lease-namespace"
+                )),
                 Err(e) => Err(format!("creating Lease {ns}/{name}: {e}")),
             };
         };
@@ -140,13 +189,23 @@ impl Elector {
                 Duration::ZERO
             }
         };
-        match decide(spec.as_ref(), &self.cfg.identity, unchanged_for, self.cfg.duration) {
+        match decide(
+            spec.as_ref(),
+            &self.cfg.identity,
+            unchanged_for,
+            self.cfg.duration,
+        ) {
             Decision::Wait { holder } => Ok(Attempt::Standby(holder)),
             Decision::Take | Decision::Renew => {
-                let lease = self.lease(claim(spec.as_ref(), &self.cfg.identity, self.cfg.duration, now), current.metadata.resource_version.clone());
+                let lease = self.lease(
+                    claim(spec.as_ref(), &self.cfg.identity, self.cfg.duration, now),
+                    current.metadata.resource_version.clone(),
+                );
                 match self.api.replace(name, &PostParams::default(), &lease).await {
                     Ok(_) => Ok(Attempt::Leading),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Standby("another replica (it wrote the Lease first)".into())),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(Attempt::Standby(
+                        "another replica (it wrote the Lease first)".into(),
+                    )),
                     Err(e) => Err(format!("writing Lease {ns}/{name}: {e}")),
                 }
             }
@@ -156,8 +215,15 @@ impl Elector {
     /// Gives the Lease up (holder cleared), so a standby need not wait for it to expire.
     async fn release(&mut self) {
         let name = self.cfg.name.clone();
-        let Ok(Some(current)) = self.api.get_opt(&name).await else { return };
-        if current.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) != Some(self.cfg.identity.as_str()) {
+        let Ok(Some(current)) = self.api.get_opt(&name).await else {
+            return;
+        };
+        if current
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            != Some(self.cfg.identity.as_str())
+        {
             return;
         }
         let mut spec = current.spec.clone().unwrap_or_default();
@@ -165,9 +231,15 @@ impl Elector {
         spec.lease_duration_seconds = Some(1);
         spec.renew_time = Some(MicroTime(Timestamp::now()));
         let lease = self.lease(spec, current.metadata.resource_version.clone());
-        match self.api.replace(&name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => tracing::info!(lease = %name, "leader lease released"),
-            Err(error) => tracing::warn!(%error, lease = %name, "could not release the leader lease; a standby takes over when it expires"),
+            Err(error) => {
+                tracing::warn!(%error, lease = %name, "could not release the leader lease; a standby takes over when it expires")
+            }
         }
     }
 }
@@ -176,17 +248,32 @@ impl Elector {
 /// Returns `Ok` when `work` ends (the Lease released) or a shutdown signal arrives while
 /// standing by; [`LeaderError::Lost`] when leadership cannot be kept (then `work` is dropped
 /// at once: nothing more is done as leader).
-pub async fn run_as_leader<F, Fut>(client: Client, cfg: LeaseConfig, work: F) -> Result<(), LeaderError>
+pub async fn run_as_leader<F, Fut>(
+    client: Client,
+    cfg: LeaseConfig,
+    work: F,
+) -> Result<(), LeaderError>
 where
     F: FnOnce() -> Fut,
     Fut: Future<Output = ()>,
 {
     if cfg.renew_every >= cfg.duration {
-        return Err(LeaderError::Settings { renew: cfg.renew_every, duration: cfg.duration });
+        return Err(LeaderError::Settings {
+            renew: cfg.renew_every,
+            duration: cfg.duration,
+        });
     }
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-    let mut elector = Elector { api, cfg: cfg.clone(), seen: None };
-    let lost = |why: String| LeaderError::Lost { namespace: cfg.namespace.clone(), name: cfg.name.clone(), why };
+    let mut elector = Elector {
+        api,
+        cfg: cfg.clone(),
+        seen: None,
+    };
+    let lost = |why: String| LeaderError::Lost {
+        namespace: cfg.namespace.clone(),
+        name: cfg.name.clone(),
+        why,
+    };
 
     // Stand by. Retry at the renew period: a released or expired Lease is noticed quickly.
     let mut last_holder = String::new();
@@ -239,10 +326,11 @@ where
 pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return std::future::pending().await,
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
@@ -261,7 +349,9 @@ pub fn default_identity() -> String {
     {
         return pod;
     }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "bosun-controller".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "bosun-controller".into());
     format!("{host}-{}", std::process::id())
 }
 
@@ -272,28 +362,55 @@ mod tests {
     const D: Duration = Duration::from_secs(15);
 
     fn held_by(holder: &str, duration: Option<i32>) -> LeaseSpec {
-        LeaseSpec { holder_identity: Some(holder.into()), lease_duration_seconds: duration, ..LeaseSpec::default() }
+        LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: duration,
+            ..LeaseSpec::default()
+        }
     }
 
     #[test]
     fn an_absent_or_released_lease_is_taken() {
         assert_eq!(decide(None, "a", Duration::ZERO, D), Decision::Take);
-        assert_eq!(decide(Some(&LeaseSpec::default()), "a", Duration::ZERO, D), Decision::Take);
-        assert_eq!(decide(Some(&held_by("", Some(1))), "a", Duration::ZERO, D), Decision::Take);
+        assert_eq!(
+            decide(Some(&LeaseSpec::default()), "a", Duration::ZERO, D),
+            Decision::Take
+        );
+        assert_eq!(
+            decide(Some(&held_by("", Some(1))), "a", Duration::ZERO, D),
+            Decision::Take
+        );
     }
 
     #[test]
     fn the_holder_renews() {
-        assert_eq!(decide(Some(&held_by("a", Some(15))), "a", Duration::from_secs(100), D), Decision::Renew);
+        assert_eq!(
+            decide(
+                Some(&held_by("a", Some(15))),
+                "a",
+                Duration::from_secs(100),
+                D
+            ),
+            Decision::Renew
+        );
     }
 
     #[test]
     fn another_holder_is_waited_for_until_its_lease_has_not_changed_for_its_duration() {
         let other = held_by("b", Some(10));
-        assert_eq!(decide(Some(&other), "a", Duration::from_secs(9), D), Decision::Wait { holder: "b".into() });
-        assert_eq!(decide(Some(&other), "a", Duration::from_secs(10), D), Decision::Take);
+        assert_eq!(
+            decide(Some(&other), "a", Duration::from_secs(9), D),
+            Decision::Wait { holder: "b".into() }
+        );
+        assert_eq!(
+            decide(Some(&other), "a", Duration::from_secs(10), D),
+            Decision::Take
+        );
         // Without a duration in the Lease, this replica's default applies.
-        assert_eq!(decide(Some(&held_by("b", None)), "a", Duration::from_secs(14), D), Decision::Wait { holder: "b".into() });
+        assert_eq!(
+            decide(Some(&held_by("b", None)), "a", Duration::from_secs(14), D),
+            Decision::Wait { holder: "b".into() }
+        );
         assert_eq!(decide(Some(&held_by("b", None)), "a", D, D), Decision::Take);
     }
 
@@ -309,7 +426,14 @@ mod tests {
     fn claims_count_transitions_only_when_the_holder_changes() {
         let now = Timestamp::from_second(1_800_000_000).unwrap();
         let first = claim(None, "a", D, now);
-        assert_eq!((first.holder_identity.as_deref(), first.lease_transitions, first.lease_duration_seconds), (Some("a"), Some(0), Some(15)));
+        assert_eq!(
+            (
+                first.holder_identity.as_deref(),
+                first.lease_transitions,
+                first.lease_duration_seconds
+            ),
+            (Some("a"), Some(0), Some(15))
+        );
         let mut theirs = held_by("b", Some(15));
         theirs.lease_transitions = Some(3);
         assert_eq!(claim(Some(&theirs), "a", D, now).lease_transitions, Some(4));
@@ -318,6 +442,10 @@ mod tests {
         mine.acquire_time = Some(MicroTime(Timestamp::UNIX_EPOCH));
         let renewed = claim(Some(&mine), "a", D, now);
         assert_eq!(renewed.lease_transitions, Some(4));
-        assert_eq!(renewed.acquire_time, Some(MicroTime(Timestamp::UNIX_EPOCH)), "a renewal keeps the acquire time");
+        assert_eq!(
+            renewed.acquire_time,
+            Some(MicroTime(Timestamp::UNIX_EPOCH)),
+            "a renewal keeps the acquire time"
+        );
     }
 }

@@ -30,7 +30,9 @@ pub enum Ttl {
 
 /// Decides from the completion time, the TTL and the time. Pure.
 pub fn decide(completion: Option<Timestamp>, ttl_seconds: Option<i64>, now: Timestamp) -> Ttl {
-    let (Some(done), Some(ttl)) = (completion, ttl_seconds) else { return Ttl::Keep };
+    let (Some(done), Some(ttl)) = (completion, ttl_seconds) else {
+        return Ttl::Keep;
+    };
     let ttl = Duration::from_secs(u64::try_from(ttl).unwrap_or(0));
     let due = done + ttl;
     if now >= due {
@@ -39,15 +41,25 @@ pub fn decide(completion: Option<Timestamp>, ttl_seconds: Option<i64>, now: Time
         // Rounded up to whole seconds: a wake-up just before the due time would only look
         // again.
         let left = Duration::try_from(now.duration_until(due)).unwrap_or(Duration::ZERO);
-        Ttl::Wait(Duration::from_secs(left.as_secs() + u64::from(left.subsec_nanos() > 0)))
+        Ttl::Wait(Duration::from_secs(
+            left.as_secs() + u64::from(left.subsec_nanos() > 0),
+        ))
     }
 }
 
 /// For a finished Operation: deletes it when its TTL is up, otherwise says when to look
 /// again. Not-found (already deleted) is success.
 pub async fn after_finished(client: &Client, op: &Operation) -> Result<Action> {
-    let completion = op.status.as_ref().and_then(|s| s.completion_time.as_ref()).map(|t| t.0);
-    match decide(completion, op.spec.ttl_seconds_after_finished, Timestamp::now()) {
+    let completion = op
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_ref())
+        .map(|t| t.0);
+    match decide(
+        completion,
+        op.spec.ttl_seconds_after_finished,
+        Timestamp::now(),
+    ) {
         Ttl::Keep => Ok(Action::await_change()),
         Ttl::Wait(d) => Ok(Action::requeue(d)),
         Ttl::DeleteNow => {
@@ -55,14 +67,26 @@ pub async fn after_finished(client: &Client, op: &Operation) -> Result<Action> {
             let api: Api<Operation> = Api::all(client.clone());
             let params = DeleteParams {
                 propagation_policy: Some(PropagationPolicy::Background),
-                preconditions: Some(Preconditions { uid: op.uid(), resource_version: None }),
+                preconditions: Some(Preconditions {
+                    uid: op.uid(),
+                    resource_version: None,
+                }),
                 ..DeleteParams::default()
             };
             match api.delete(&name, &params).await {
-                Ok(_) => tracing::info!(operation = %name, ttl = ?op.spec.ttl_seconds_after_finished, "finished Operation deleted after ttlSecondsAfterFinished"),
+                Ok(_) => {
+                    tracing::info!(operation = %name, ttl = ?op.spec.ttl_seconds_after_finished, "finished Operation deleted after ttlSecondsAfterFinished")
+                }
                 // Gone already, or a different object now has the name (uid precondition).
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                Err(e) => return Err(Error::Kube { what: format!("deleting finished Operation {name} (ttlSecondsAfterFinished)"), source: e }),
+                Err(e) => {
+                    return Err(Error::Kube {
+                        what: format!(
+                            "deleting finished Operation {name} (ttlSecondsAfterFinished)"
+                        ),
+                        source: e,
+                    });
+                }
             }
             Ok(Action::await_change())
         }
@@ -85,8 +109,14 @@ mod tests {
 
     #[test]
     fn the_operation_is_deleted_once_its_ttl_has_passed_and_not_before() {
-        assert_eq!(decide(Some(t(0)), Some(60), t(10)), Ttl::Wait(Duration::from_secs(50)));
-        assert_eq!(decide(Some(t(0)), Some(60), t(59) + Duration::from_millis(500)), Ttl::Wait(Duration::from_secs(1)));
+        assert_eq!(
+            decide(Some(t(0)), Some(60), t(10)),
+            Ttl::Wait(Duration::from_secs(50))
+        );
+        assert_eq!(
+            decide(Some(t(0)), Some(60), t(59) + Duration::from_millis(500)),
+            Ttl::Wait(Duration::from_secs(1))
+        );
         assert_eq!(decide(Some(t(0)), Some(60), t(60)), Ttl::DeleteNow);
         assert_eq!(decide(Some(t(0)), Some(0), t(0)), Ttl::DeleteNow);
     }

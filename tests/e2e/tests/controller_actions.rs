@@ -61,8 +61,22 @@ impl World {
         let procs = Processes::new(&target_dir().join("e2e-controller-actions").join(&instance))?;
         let namespaces: Api<Namespace> = Api::all(lab.client.clone());
         let ns = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": LEASE_NAMESPACE } });
-        namespaces.patch(LEASE_NAMESPACE, &PatchParams::apply(MANAGER), &Patch::Apply(ns)).await.context("creating the bosun-system namespace")?;
-        Ok(World { client: lab.client.clone(), kubeconfig: lab.kubeconfig.clone(), instance, procs, nodes: Vec::new(), namespace: None })
+        namespaces
+            .patch(
+                LEASE_NAMESPACE,
+                &PatchParams::apply(MANAGER),
+                &Patch::Apply(ns),
+            )
+            .await
+            .context("creating the bosun-system namespace")?;
+        Ok(World {
+            client: lab.client.clone(),
+            kubeconfig: lab.kubeconfig.clone(),
+            instance,
+            procs,
+            nodes: Vec::new(),
+            namespace: None,
+        })
     }
 
     /// Starts a controller of this instance named `name` (also its leader identity).
@@ -70,9 +84,21 @@ impl World {
         let mut cmd = Command::new(binary("bosun-controller")?);
         cmd.env("KUBECONFIG", &self.kubeconfig)
             .env("BOSUN_LOG", "info,kube=warn")
-            .args(["--instance", &self.instance, "--identity", name, "--resync-seconds", "2"])
+            .args([
+                "--instance",
+                &self.instance,
+                "--identity",
+                name,
+                "--resync-seconds",
+                "2",
+            ])
             // Short lease so a takeover happens within the test's patience.
-            .args(["--lease-duration-seconds", "4", "--lease-renew-seconds", "1"]);
+            .args([
+                "--lease-duration-seconds",
+                "4",
+                "--lease-renew-seconds",
+                "1",
+            ]);
         self.procs.spawn(name, &mut cmd)
     }
 
@@ -82,11 +108,21 @@ impl World {
         let name = unique(prefix);
         let nodes: Api<Node> = Api::all(self.client.clone());
         let node = json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name, "labels": { INSTANCE_LABEL: self.instance } } });
-        nodes.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(node)).await.with_context(|| format!("creating node {name}"))?;
+        nodes
+            .patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(node))
+            .await
+            .with_context(|| format!("creating node {name}"))?;
         self.nodes.push(name.clone());
         // Admission gives a new Node the not-ready taint; a kubelet's node lifecycle
         // controller would lift it, and the lab runs none (as for the lab's own nodes).
-        nodes.patch(&name, &PatchParams::default(), &Patch::Merge(json!({ "spec": { "taints": [] } }))).await.with_context(|| format!("clearing the taints of node {name}"))?;
+        nodes
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "taints": [] } })),
+            )
+            .await
+            .with_context(|| format!("clearing the taints of node {name}"))?;
         set_node_ready(&self.client, &name, ready).await?;
         Ok(name)
     }
@@ -95,14 +131,21 @@ impl World {
         let name = self.instance.clone();
         let api: Api<Namespace> = Api::all(self.client.clone());
         let ns = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } });
-        api.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(ns)).await.with_context(|| format!("creating namespace {name}"))?;
+        api.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(ns))
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
         self.namespace = Some(name.clone());
         Ok(name)
     }
 
     /// Creates an Operation of this instance over this instance's nodes: one custom group
     /// `nodes` with `steps`, plus `extra` spec fields.
-    async fn operation(&self, prefix: &str, steps: serde_json::Value, extra: serde_json::Value) -> Result<String> {
+    async fn operation(
+        &self,
+        prefix: &str,
+        steps: serde_json::Value,
+        extra: serde_json::Value,
+    ) -> Result<String> {
         let name = unique(prefix);
         let mut spec = json!({
             "nodeSelector": { "matchLabels": { INSTANCE_LABEL: self.instance } },
@@ -117,7 +160,9 @@ impl World {
             "spec": spec,
         });
         let ops: Api<Operation> = Api::all(self.client.clone());
-        ops.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(op)).await.with_context(|| format!("creating Operation {name}"))?;
+        ops.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(op))
+            .await
+            .with_context(|| format!("creating Operation {name}"))?;
         Ok(name)
     }
 
@@ -159,13 +204,24 @@ impl World {
         .await
     }
 
-    async fn wait_task(&mut self, op: &str, node: &str, what: &str, done: impl Fn(&NodeTask) -> bool) -> Result<NodeTask> {
+    async fn wait_task(
+        &mut self,
+        op: &str,
+        node: &str,
+        what: &str,
+        done: impl Fn(&NodeTask) -> bool,
+    ) -> Result<NodeTask> {
         let client = self.client.clone();
         let (opname, node) = (op.to_string(), node.to_string());
         let done = &done;
         self.wait(&format!("NodeTask of {op} on {node}: {what}"), op, || {
             let (client, opname, node) = (client.clone(), opname.clone(), node.clone());
-            async move { Ok(tasks_of(&client, &opname).await?.remove(&node).filter(|t| done(t))) }
+            async move {
+                Ok(tasks_of(&client, &opname)
+                    .await?
+                    .remove(&node)
+                    .filter(|t| done(t)))
+            }
         })
         .await
     }
@@ -173,7 +229,13 @@ impl World {
     /// Deletes the Nodes and the namespace this test made. Operations stay (the audit
     /// trail); no controller of this instance is left to act on them.
     async fn clean_up(self) {
-        let World { client, procs, nodes, namespace, .. } = self;
+        let World {
+            client,
+            procs,
+            nodes,
+            namespace,
+            ..
+        } = self;
         // Controllers first, so none acts on a node while it goes.
         drop(procs);
         let api: Api<Node> = Api::all(client.clone());
@@ -189,10 +251,19 @@ impl World {
 
 async fn set_node_ready(client: &Client, node: &str, ready: bool) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let (status, reason, message) = if ready { ("True", "KubeletReady", "kubelet is posting ready status") } else { ("False", "KubeletNotReady", "container runtime is down") };
-    let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let (status, reason, message) = if ready {
+        ("True", "KubeletReady", "kubelet is posting ready status")
+    } else {
+        ("False", "KubeletNotReady", "container runtime is down")
+    };
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     let body = json!({ "status": { "conditions": [{ "type": "Ready", "status": status, "reason": reason, "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now }] } });
-    nodes.patch_status(node, &PatchParams::default(), &Patch::Strategic(body)).await.with_context(|| format!("setting node {node} Ready={status}"))?;
+    nodes
+        .patch_status(node, &PatchParams::default(), &Patch::Strategic(body))
+        .await
+        .with_context(|| format!("setting node {node} Ready={status}"))?;
     Ok(())
 }
 
@@ -208,7 +279,9 @@ fn pod(name: &str, node: &str, labels: serde_json::Value) -> serde_json::Value {
 async fn create_pod(client: &Client, ns: &str, body: serde_json::Value) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(body)?;
-    pods.create(&PostParams::default(), &pod).await.with_context(|| format!("creating pod {ns}/{}", pod.name_any()))?;
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("creating pod {ns}/{}", pod.name_any()))?;
     Ok(())
 }
 
@@ -217,7 +290,9 @@ async fn create_pod(client: &Client, ns: &str, body: serde_json::Value) -> Resul
 async fn mark_running(client: &Client, ns: &str, name: &str) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let body = json!({ "status": { "phase": "Running", "conditions": [{ "type": "Ready", "status": "True" }] } });
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(body)).await.with_context(|| format!("marking pod {ns}/{name} Running"))?;
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .with_context(|| format!("marking pod {ns}/{name} Running"))?;
     Ok(())
 }
 
@@ -230,8 +305,15 @@ async fn pod_exists(client: &Client, ns: &str, name: &str) -> Result<bool> {
 /// cluster-scoped: their Events are in `default`).
 async fn events_about(client: &Client, name: &str) -> Result<Vec<Event>> {
     let api: Api<Event> = Api::namespaced(client.clone(), "default");
-    let list = api.list(&ListParams::default()).await.context("listing Events")?;
-    Ok(list.items.into_iter().filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)).collect())
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .context("listing Events")?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect())
 }
 
 fn reasons(events: &[Event]) -> BTreeSet<String> {
@@ -239,7 +321,9 @@ fn reasons(events: &[Event]) -> BTreeSet<String> {
 }
 
 fn step<'a>(task: &'a NodeTask, name: &str) -> Option<&'a bosun_api::node_task::StepStatus> {
-    task.status.as_ref().and_then(|s| s.steps.iter().find(|x| x.name == name))
+    task.status
+        .as_ref()
+        .and_then(|s| s.steps.iter().find(|x| x.name == name))
 }
 
 /// Runs `body` and then cleans the world up, whatever `body` returned.
@@ -262,7 +346,8 @@ where
 /// `drain.timeoutSeconds` the task Blocks as DrainTimedOut with a message naming the pod and
 /// the budget with its numbers, and the Operation Blocks with it; a Warning Event says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drain_evicts_pods_respects_a_pdb_then_times_out_with_a_blocked_message_naming_pod_and_budget() -> Result<()> {
+async fn drain_evicts_pods_respects_a_pdb_then_times_out_with_a_blocked_message_naming_pod_and_budget()
+-> Result<()> {
     with_world("drain-pdb", |mut w| async move {
         let r: Result<()> = async {
             let node = w.node("a", true).await?;
@@ -376,15 +461,42 @@ async fn drain_refuses_a_bare_pod_unless_evict_unmanaged_pods_is_set() -> Result
         let r: Result<()> = async {
             let node = w.node("a", true).await?;
             let ns = w.namespace().await?;
-            create_pod(&w.client, &ns, pod("bare-1", &node, json!({ "app": "bare" }))).await?;
+            create_pod(
+                &w.client,
+                &ns,
+                pod("bare-1", &node, json!({ "app": "bare" })),
+            )
+            .await?;
             w.start_controller("controller")?;
-            let op = w.operation("bare", json!([{ "name": "drain", "runsOn": "controller", "action": "drain" }]), json!({})).await?;
-            let blocked = w.wait_task(&op, &node, "Blocked", |t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Blocked)).await?;
+            let op = w
+                .operation(
+                    "bare",
+                    json!([{ "name": "drain", "runsOn": "controller", "action": "drain" }]),
+                    json!({}),
+                )
+                .await?;
+            let blocked = w
+                .wait_task(&op, &node, "Blocked", |t| {
+                    t.status
+                        .as_ref()
+                        .is_some_and(|s| s.phase == NodeTaskPhase::Blocked)
+                })
+                .await?;
             let s = blocked.status.unwrap_or_default();
             let message = s.message.unwrap_or_default();
-            ensure!(s.reason == Some(BlockReason::StepFailed), "reason {:?}: {message}", s.reason);
-            ensure!(message.contains(&format!("{ns}/bare-1")) && message.contains("evictUnmanagedPods"), "{message}");
-            ensure!(pod_exists(&w.client, &ns, "bare-1").await?, "the bare pod was not evicted");
+            ensure!(
+                s.reason == Some(BlockReason::StepFailed),
+                "reason {:?}: {message}",
+                s.reason
+            );
+            ensure!(
+                message.contains(&format!("{ns}/bare-1")) && message.contains("evictUnmanagedPods"),
+                "{message}"
+            );
+            ensure!(
+                pod_exists(&w.client, &ns, "bare-1").await?,
+                "the bare pod was not evicted"
+            );
             Ok(())
         }
         .await;
@@ -523,14 +635,19 @@ async fn lease_holder(client: &Client, name: &str) -> Result<Option<(String, i32
         .get_opt(name)
         .await?
         .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity.filter(|h| !h.is_empty()).map(|h| (h, s.lease_transitions.unwrap_or(0)))))
+        .and_then(|s| {
+            s.holder_identity
+                .filter(|h| !h.is_empty())
+                .map(|h| (h, s.lease_transitions.unwrap_or(0)))
+        }))
 }
 
 /// Two controllers of one instance share a Lease: only the holder acts (every Event of an
 /// Operation comes from it); when the holder is killed (SIGKILL, no release), the standby
 /// takes the Lease once it has expired and carries on with the next Operation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_election_only_the_lease_holder_acts_and_the_standby_takes_over_when_it_dies() -> Result<()> {
+async fn leader_election_only_the_lease_holder_acts_and_the_standby_takes_over_when_it_dies()
+-> Result<()> {
     with_world("leader", |mut w| async move {
         let r: Result<()> = async {
             let node = w.node("a", true).await?;
@@ -605,25 +722,42 @@ async fn ttl_deletes_a_finished_operation_and_its_node_tasks_and_nothing_else() 
         let r: Result<()> = async {
             let node = w.node("a", true).await?;
             w.start_controller("controller")?;
-            let steps = json!([{ "name": "uncordon", "runsOn": "controller", "action": "uncordon" }]);
+            let steps =
+                json!([{ "name": "uncordon", "runsOn": "controller", "action": "uncordon" }]);
             let kept = w.operation("keep", steps.clone(), json!({})).await?;
             w.wait_phase(&kept, OperationPhase::Succeeded).await?;
-            let doomed = w.operation("ttl", steps, json!({ "ttlSecondsAfterFinished": 3 })).await?;
+            let doomed = w
+                .operation("ttl", steps, json!({ "ttlSecondsAfterFinished": 3 }))
+                .await?;
             let finished = w.wait_phase(&doomed, OperationPhase::Succeeded).await?;
-            ensure!(finished.status.and_then(|s| s.completion_time).is_some(), "completionTime set");
+            ensure!(
+                finished.status.and_then(|s| s.completion_time).is_some(),
+                "completionTime set"
+            );
             let (c, d) = (w.client.clone(), doomed.clone());
-            w.wait("the Operation with a TTL and its NodeTasks deleted", &doomed, || {
-                let (c, d) = (c.clone(), d.clone());
-                async move {
-                    let ops: Api<Operation> = Api::all(c.clone());
-                    let gone = ops.get_opt(&d).await?.is_none() && tasks_of(&c, &d).await?.is_empty();
-                    Ok(gone.then_some(()))
-                }
-            })
+            w.wait(
+                "the Operation with a TTL and its NodeTasks deleted",
+                &doomed,
+                || {
+                    let (c, d) = (c.clone(), d.clone());
+                    async move {
+                        let ops: Api<Operation> = Api::all(c.clone());
+                        let gone =
+                            ops.get_opt(&d).await?.is_none() && tasks_of(&c, &d).await?.is_empty();
+                        Ok(gone.then_some(()))
+                    }
+                },
+            )
             .await?;
             let ops: Api<Operation> = Api::all(w.client.clone());
-            ensure!(ops.get_opt(&kept).await?.is_some(), "the Operation without a TTL is kept");
-            ensure!(tasks_of(&w.client, &kept).await?.contains_key(&node), "and so is its NodeTask");
+            ensure!(
+                ops.get_opt(&kept).await?.is_some(),
+                "the Operation without a TTL is kept"
+            );
+            ensure!(
+                tasks_of(&w.client, &kept).await?.contains_key(&node),
+                "and so is its NodeTask"
+            );
             Ok(())
         }
         .await;
