@@ -399,7 +399,7 @@ async fn approve_pause_and_resume_in_controlled_mode() -> Result<()> {
     let status = cli(&lab, &["status", &name]).await?.ok()?;
     ensure!(status.lines().next().unwrap_or("").ends_with("PAUSED"), "{status}");
 
-    // approve w1 (while paused the task is approved but nothing new starts), then resume.
+    // approve w1 (allowed while paused), then resume.
     let out = cli(&lab, &["approve", &name, w1]).await?.ok()?;
     ensure!(out.contains(&format!("approved {w1}")), "{out}");
     assert!(op.task(&name, w1).await?.spec.approve);
