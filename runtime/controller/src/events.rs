@@ -224,7 +224,9 @@ impl Events {
     }
 
     /// Reports every task whose phase changed since this controller last saw it, and the
-    /// Operation's own phase change from `from` to `to`.
+    /// Operation's own phase change from `from` to `to`. Once the Operation is finished its
+    /// tasks are forgotten (a finished Operation is not looked at again), so the memory is
+    /// bounded by the Operations in flight.
     pub async fn observe<'a>(
         &self,
         op: &Operation,
@@ -242,7 +244,11 @@ impl Events {
             for task in tasks {
                 let Some(uid) = task.uid() else { continue };
                 let status = task.status.clone().unwrap_or_default();
-                let before = seen.insert(uid, status.phase);
+                let before = if to.is_finished() {
+                    seen.remove(&uid)
+                } else {
+                    seen.insert(uid, status.phase)
+                };
                 let reason = status.reason.map(|r| format!("{r:?}"));
                 let message = status.message.clone().unwrap_or_default();
                 for n in task_events(
@@ -261,20 +267,6 @@ impl Events {
         }
         if let Some(notice) = operation_event(from, to, message) {
             self.publish(op, notice).await;
-        }
-    }
-
-    /// Forgets the tasks of an Operation that is gone or finished, so the memory stays
-    /// bounded by the Operations in flight.
-    pub fn forget<'a>(&self, tasks: impl IntoIterator<Item = &'a NodeTask>) {
-        let mut seen = self
-            .seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for task in tasks {
-            if let Some(uid) = task.uid() {
-                seen.remove(&uid);
-            }
         }
     }
 }
