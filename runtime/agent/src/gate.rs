@@ -35,7 +35,7 @@ use bosun_controller::gate::{
 use bosun_host::{LoadedPlugin, NodeContext};
 use bosun_policy::capabilities::{CommandRequest, PathRequest, RequestedCapabilities, UnitRequest};
 use bosun_policy::input::{
-    CheckStatus, ClusterState, NodeFacts, OperationKind, OperationRef, OsRelease, PluginInfo,
+    CertificateFact, CheckStatus, ClusterState, NodeFacts, OperationKind, OperationRef, OsRelease, PluginInfo,
     PreflightResult, StepInput, StepRef, TaskRef,
 };
 use bosun_policy::{Decision, Finding};
@@ -141,7 +141,7 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
             .filter(|v| !v.is_empty()),
         kubeadm_version: None,
         annotations: node.map(|n| n.annotations().clone()).unwrap_or_default(),
-        certificates: Vec::new(),
+        certificates: certificates(&host_root),
     };
     Ok(Prepared {
         generation,
@@ -518,6 +518,42 @@ pub fn os_release(root: &Path) -> OsRelease {
     os
 }
 
+/// kubeadm's leaf certificates under the host root (`etc/kubernetes/pki/*.crt` and
+/// `pki/etcd/*.crt`, CAs left out: kubeadm does not renew them) with their expiry, named
+/// as `kubeadm certs check-expiration` names them (`apiserver`, `etcd-server` ...). A file
+/// that does not parse is left out. Empty on a node without kubeadm PKI (workers).
+pub fn certificates(root: &Path) -> Vec<CertificateFact> {
+    let mut out = Vec::new();
+    for (dir, prefix) in [("etc/kubernetes/pki", ""), ("etc/kubernetes/pki/etcd", "etcd-")] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+        let mut files: Vec<std::path::PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "crt"))
+            .collect();
+        files.sort();
+        for file in files {
+            let Some(stem) = file.file_stem().and_then(|s| s.to_str()) else { continue };
+            if stem == "ca" || stem.ends_with("-ca") {
+                continue;
+            }
+            let Some(not_after) = std::fs::read(&file).ok().and_then(|pem| not_after(&pem)) else {
+                tracing::warn!(file = %file.display(), "not a PEM certificate; left out of the policy input");
+                continue;
+            };
+            out.push(CertificateFact { name: format!("{prefix}{stem}"), not_after });
+        }
+    }
+    out
+}
+
+/// The certificate's notAfter as RFC 3339 (UTC).
+fn not_after(pem: &[u8]) -> Option<String> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    let seconds = cert.validity().not_after.timestamp();
+    Timestamp::from_second(seconds).ok().map(|t| t.to_string())
+}
+
 fn go_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
@@ -545,6 +581,40 @@ mod tests {
         assert_eq!(os.version_id, "12");
         assert_eq!(os.pretty_name, "Debian 12");
         assert_eq!(os_release(&dir.path().join("missing")).id, "");
+    }
+
+    #[test]
+    fn kubeadm_leaf_certificates_are_read_with_their_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("etc/kubernetes/pki");
+        std::fs::create_dir_all(pki.join("etcd")).unwrap();
+        let make = |path: &Path, days: &str| {
+            let ok = std::process::Command::new("openssl")
+                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=test", "-days", days])
+                .arg("-keyout")
+                .arg(path.with_extension("key"))
+                .arg("-out")
+                .arg(path)
+                .output()
+                .expect("openssl runs")
+                .status
+                .success();
+            assert!(ok, "openssl made {}", path.display());
+        };
+        make(&pki.join("apiserver.crt"), "30");
+        make(&pki.join("ca.crt"), "3650");
+        make(&pki.join("etcd/server.crt"), "365");
+        std::fs::write(pki.join("broken.crt"), "not a certificate").unwrap();
+        let certs = certificates(dir.path());
+        let names: Vec<&str> = certs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, vec!["apiserver", "etcd-server"]);
+        let in_days = |c: &CertificateFact| {
+            let t: Timestamp = c.not_after.parse().unwrap();
+            (t.as_second() - Timestamp::now().as_second()) / 86_400
+        };
+        assert!((29..=30).contains(&in_days(&certs[0])), "{:?}", certs[0]);
+        assert!((364..=365).contains(&in_days(&certs[1])), "{:?}", certs[1]);
+        assert!(certificates(&dir.path().join("worker")).is_empty());
     }
 
     #[test]
