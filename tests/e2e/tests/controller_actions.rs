@@ -345,6 +345,8 @@ where
 /// pod (bound to the node like the scheduler would) and a mirror pod are left alone. At
 /// `drain.timeoutSeconds` the task Blocks as DrainTimedOut with a message naming the pod and
 /// the budget with its numbers, and the Operation Blocks with it; a Warning Event says so.
+/// The controller is killed mid-drain: its successor continues the same drain (same start,
+/// same deadline, one attempt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_evicts_pods_respects_a_pdb_then_times_out_with_a_blocked_message_naming_pod_and_budget()
 -> Result<()> {
@@ -421,6 +423,12 @@ async fn drain_evicts_pods_respects_a_pdb_then_times_out_with_a_blocked_message_
             ensure!(!waiting.contains("static-web") && !waiting.contains(&ds_pod), "the mirror and DaemonSet pods are not waited for: {waiting}");
             let nodes: Api<Node> = Api::all(c.clone());
             ensure!(nodes.get(&node).await?.spec.and_then(|s| s.unschedulable) == Some(true), "the drain cordoned the node first");
+            // The controller dies mid-drain (SIGKILL: the Lease is not released); the next one
+            // takes over once the Lease expires and carries on with the same drain: same start,
+            // same deadline, same attempt.
+            let started = step(&running, "drain").and_then(|s| s.started_at.clone()).context("the drain's startedAt")?;
+            w.procs.kill("controller")?;
+            w.start_controller("controller-2")?;
 
             let blocked = w.wait_task(&op, &node, "Blocked", |t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Blocked)).await?;
             let s = blocked.status.clone().unwrap_or_default();
@@ -432,6 +440,7 @@ async fn drain_evicts_pods_respects_a_pdb_then_times_out_with_a_blocked_message_
             ensure!(!message.contains("free-1") && !message.contains("static-web") && !message.contains(&ds_pod), "only the pod that held the drain is named: {message}");
             let drain = step(&blocked, "drain").context("drain step status")?;
             ensure!(drain.phase == StepPhase::Failed && drain.error.as_ref().is_some_and(|e| e.code == "drain-timeout"), "the step failed with code drain-timeout: {drain:?}");
+            ensure!(drain.started_at.as_ref() == Some(&started) && drain.attempts == 1, "the new controller continued the same drain: {drain:?}");
             let operation = w.wait_phase(&op, OperationPhase::Blocked).await?;
             let os = operation.status.unwrap_or_default();
             ensure!(os.message.as_deref().is_some_and(|m| m.contains(&guard)), "the Operation's message carries the reason: {:?}", os.message);
