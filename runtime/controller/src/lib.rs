@@ -6,6 +6,11 @@
 //!   tasks when the rollout allows.
 //! - [`recovery`]: a person's `spec.recovery` (Retry, Skip), `failurePolicy: Retry`
 //!   (automatic retries with backoff, by requeue), and `spec.paused` mirrored onto tasks.
+//! - [`actions`]: the controller steps (`cordon`, `drain`, `uncordon`, `waitNodeReady`,
+//!   `waitApiServer`) as non-blocking passes; [`drain`] the eviction pass and its messages;
+//!   [`gates`] the health gates a task passes before it succeeds.
+//! - [`leader`]: leader election through a Lease (only the holder runs [`run`]); [`events`]:
+//!   Events for Operations and NodeTasks; [`ttl`]: `ttlSecondsAfterFinished`.
 //! - [`progress`]: where a NodeTask stands in its step list (re-exported from
 //!   `bosun_planner::state`); shared with the agent so both agree whose turn a step is.
 //! - [`run`]: wires the reconciler into a kube-runtime `Controller` watching the Operations
