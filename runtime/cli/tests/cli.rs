@@ -449,7 +449,7 @@ fn run_refuses_a_plugin_changed_after_signing() {
 }
 
 #[test]
-fn run_reports_bad_params_naming_the_field() {
+fn run_refuses_params_outside_the_declared_schema_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let (plugin, public) = signed_hello(dir.path());
     let root = host_root(dir.path());
@@ -460,10 +460,12 @@ fn run_reports_bad_params_naming_the_field() {
         .arg(&root)
         .arg("--trust-root")
         .arg(&public));
-    assert_eq!(out.status.code(), Some(2));
+    // The host checks params against the schema `greet` declares before the plugin runs:
+    // a host refusal (exit 1), naming the action and the offending field.
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("code bad-params") && err.contains("field `name`"),
+        err.contains("invalid params") && err.contains("`greet`") && err.contains("at `/name`"),
         "{err}"
     );
 }
