@@ -649,8 +649,21 @@ fn policy_needs_rego_source() {
 fn examples_parse_into_the_types_and_pass_the_rules() {
     let dir = repo_root().join("deploy/examples");
     let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
+    // Every YAML file under deploy/examples, subdirectories (plugins/) included.
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.clone()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         let value: Value =
             serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -673,8 +686,8 @@ fn examples_parse_into_the_types_and_pass_the_rules() {
         seen += 1;
     }
     assert!(
-        seen >= 5,
-        "expected the five examples in {}, found {seen}",
+        seen >= 9,
+        "expected the five examples in {} and the four first-party Plugins in its plugins/, found {seen}",
         dir.display()
     );
 }
