@@ -11,6 +11,8 @@
 //!
 //! No assertion is about how long something took: order is proven from the microsecond
 //! step times the controller and agents record, compared with the moment the test acted.
+//! The long steps (5 to 8 s) only have to outlast the test's reaction to seeing them
+//! Running (one poll, one API call) on a loaded machine.
 //!
 //! Build the binaries first: `cargo build -p bosun-controller -p bosun-agent`.
 
@@ -332,7 +334,7 @@ async fn pause_mid_run_lets_the_running_step_finish_and_starts_nothing_until_res
             "pause",
             json!({ "rollout": { "maxUnavailable": 3 }, "custom": { "groups": [
                 { "name": "control-plane", "nodeSelector": control_plane(),
-                  "steps": [ step("long", "sleep", json!({ "millis": 4000 })), step("next", "sleep", json!({ "millis": 1 })) ] },
+                  "steps": [ step("long", "sleep", json!({ "millis": 6000 })), step("next", "sleep", json!({ "millis": 1 })) ] },
                 { "name": "workers", "steps": [ step("nap", "sleep", json!({ "millis": 1 })) ] } ] } }),
         )
         .await?;
@@ -382,7 +384,7 @@ async fn controller_killed_mid_operation_and_restarted_completes_with_no_step_ru
                 { "name": "control-plane", "nodeSelector": control_plane(), "steps": [ step("nap", "sleep", json!({ "millis": 500 })) ] },
                 { "name": "workers", "steps": [
                     { "name": "cordon", "runsOn": "controller", "action": "cordon" },
-                    step("long", "sleep", json!({ "millis": 3000 })),
+                    step("long", "sleep", json!({ "millis": 5000 })),
                     { "name": "uncordon", "runsOn": "controller", "action": "uncordon" } ] } ] } }),
         )
         .await?;
@@ -435,7 +437,7 @@ async fn agent_killed_mid_step_reruns_an_idempotent_step() -> Result<()> {
         .create_operation(
             "agent-idem",
             json!({ "custom": { "groups": [{ "name": "control-plane", "nodeSelector": control_plane(),
-                "steps": [ step("long", "sleep", json!({ "millis": 4000 })) ] }] } }),
+                "steps": [ step("long", "sleep", json!({ "millis": 8000 })) ] }] } }),
         )
         .await?;
     let running = operator.wait_task(&op, &lab.cp, "step long Running", |t| step_phase(t, "long") == StepPhase::Running).await?;
@@ -465,7 +467,7 @@ async fn agent_killed_mid_step_blocks_a_non_idempotent_step_as_interrupted() -> 
         .create_operation(
             "agent-once",
             json!({ "custom": { "groups": [{ "name": "control-plane", "nodeSelector": control_plane(),
-                "steps": [ step("once", "sleep-once", json!({ "millis": 4000, "marker": marker })) ] }] } }),
+                "steps": [ step("once", "sleep-once", json!({ "millis": 8000, "marker": marker })) ] }] } }),
         )
         .await?;
     operator.wait_task(&op, &lab.cp, "step once Running", |t| step_phase(t, "once") == StepPhase::Running).await?;
