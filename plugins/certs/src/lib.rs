@@ -562,13 +562,19 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
                 ),
             )
         })?;
-        if after.not_after <= before.not_after {
+        // A renewed certificate is a new one (kubeadm draws a fresh random serial) whose
+        // NotAfter did not move back. NotAfter alone cannot tell: it has one-second
+        // resolution, so a certificate issued in the same second as the one it replaces
+        // (a freshly made cluster) keeps the same NotAfter.
+        if after.serial == before.serial || after.not_after < before.not_after {
             return Err(PluginError::new(
                 "renew-no-effect",
                 format!(
-                    "{}: NotAfter is {} after `kubeadm certs renew`, expected later than {}; check that kubeadm writes to {PKI_DIR} (certificatesDir) on this node",
+                    "{}: after `kubeadm certs renew` the certificate has serial {} and NotAfter {}, before serial {} and NotAfter {}; expected a new certificate expiring no earlier; check that kubeadm writes to {PKI_DIR} (certificatesDir) on this node",
                     cert.name,
+                    after.serial,
                     x509::rfc3339(after.not_after),
+                    before.serial,
                     x509::rfc3339(before.not_after)
                 ),
             ));

@@ -184,6 +184,15 @@ fn ts(rfc3339: &str) -> i64 {
     days * 86_400 + t[0] * 3600 + t[1] * 60 + t[2]
 }
 
+/// Waits until the wall clock is in a later second than when called. Certificate times have
+/// one-second resolution: without this, a certificate renewed in the same second as it was
+/// issued (a lab made moments ago, or the previous renewal) keeps the same NotAfter, and
+/// "NotAfter is later" could not be asserted. A wait, not a timed assertion.
+fn next_second() {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    std::thread::sleep(std::time::Duration::from_nanos(u64::from(1_000_000_000 - now.subsec_nanos())) + std::time::Duration::from_millis(20));
+}
+
 #[test]
 fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -251,6 +260,7 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
     assert_eq!(snapshot(&root), before);
 
     // A named list renews exactly those.
+    next_second();
     let named = node.run(
         &certs,
         &grants,
@@ -292,6 +302,7 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
     assert_eq!(snapshot(&root), mid);
 
     // All, as the planner asks: later NotAfter, same CA, SANs kept, CAs untouched.
+    next_second();
     let all = node.run(
         &certs,
         &grants,
