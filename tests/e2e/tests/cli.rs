@@ -240,6 +240,8 @@ async fn publish_status_watch_and_logs_of_a_real_operation() -> Result<()> {
     ensure!(status.matches("✓ greet     Succeeded").count() == 3, "{status}");
     ensure!(status.matches("✓ cordon    Succeeded").count() == 3 && status.matches("[controller]").count() == 6, "{status}");
     ensure!(status.contains("└─ ✓ greet  Succeeded"), "{status}");
+    // A succeeded step's outputs show under it: hello reports each node's os-release name.
+    ensure!(status.matches("  os: ").count() == 4 && status.matches("  kernel: ").count() == 4, "{status}");
     ensure!(!status.contains('\x1b'), "colour on a pipe");
 
     // -o json carries the same objects the API server holds.

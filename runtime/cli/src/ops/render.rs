@@ -325,6 +325,34 @@ fn task_for<'a>(tasks: &'a [NodeTask], node: &str) -> Option<&'a NodeTask> {
 }
 
 #[allow(clippy::too_many_arguments)]
+/// Most output lines shown under one step; `kubectl bosun logs` and `-o yaml` show all.
+const MAX_OUTPUT_LINES: usize = 16;
+
+/// A succeeded step's outputs, one per line. A `NAME.before` / `NAME.after` pair (what the
+/// certs plugin reports per certificate, for example) reads as `NAME: before → after`.
+fn output_lines(outputs: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (key, value) in outputs {
+        if let Some(name) = key.strip_suffix(".before")
+            && let Some(after) = outputs.get(&format!("{name}.after"))
+        {
+            lines.push(format!("{name}: {value} → {after}"));
+        } else if let Some(name) = key.strip_suffix(".after")
+            && outputs.contains_key(&format!("{name}.before"))
+        {
+            // Shown with its `.before`.
+        } else {
+            lines.push(format!("{key}: {value}"));
+        }
+    }
+    if lines.len() > MAX_OUTPUT_LINES {
+        let more = lines.len() - (MAX_OUTPUT_LINES - 1);
+        lines.truncate(MAX_OUTPUT_LINES - 1);
+        lines.push(format!("… {more} more outputs (-o yaml shows all)"));
+    }
+    lines
+}
+
 fn render_task(
     out: &mut String,
     op_name: &str,
@@ -399,6 +427,11 @@ fn render_task(
                 let _ = write!(out, "  {}", s.dim("[controller]"));
             }
             out.push('\n');
+            if let Some(st) = st.filter(|x| x.phase == StepPhase::Succeeded) {
+                for line in output_lines(&st.outputs) {
+                    let _ = writeln!(out, "{cont}{sc}  {}", s.dim(&line));
+                }
+            }
             if let Some(err) = st.and_then(|x| x.error.as_ref())
                 && phase == StepPhase::Failed
             {
@@ -914,6 +947,34 @@ workers  1/3 finished  (up to 2 at a time)
         assert!(!Style::detect(true, Some(OsStr::new("1"))).color);
         // An empty NO_COLOR does not count, per the convention.
         assert!(Style::detect(true, Some(OsStr::new(""))).color);
+    }
+
+    #[test]
+    fn step_outputs_show_under_the_step_with_before_after_pairs_joined() {
+        let mut outputs = std::collections::BTreeMap::new();
+        outputs.insert("apiserver.before".to_owned(), "2027-11-30T02:35:55Z".to_owned());
+        outputs.insert("apiserver.after".to_owned(), "2027-11-30T03:23:03Z".to_owned());
+        outputs.insert("kernel".to_owned(), "6.18.44".to_owned());
+        outputs.insert("orphan.after".to_owned(), "x".to_owned());
+        assert_eq!(
+            output_lines(&outputs),
+            vec![
+                "apiserver: 2027-11-30T02:35:55Z → 2027-11-30T03:23:03Z".to_owned(),
+                "kernel: 6.18.44".to_owned(),
+                "orphan.after: x".to_owned(),
+            ]
+        );
+        let many: std::collections::BTreeMap<String, String> =
+            (0..40).map(|i| (format!("k{i:02}"), i.to_string())).collect();
+        let lines = output_lines(&many);
+        assert_eq!(lines.len(), MAX_OUTPUT_LINES);
+        assert_eq!(lines.last().unwrap(), "… 25 more outputs (-o yaml shows all)");
+
+        let mut t = tasks();
+        let step = t[0].status.as_mut().unwrap().steps.iter_mut().find(|x| x.phase == StepPhase::Succeeded).unwrap();
+        step.outputs = outputs;
+        let text = status(&operation(), &t, NOW.parse().unwrap(), Style::PLAIN);
+        assert!(text.contains("apiserver: 2027-11-30T02:35:55Z → 2027-11-30T03:23:03Z"), "{text}");
     }
 
     #[test]
