@@ -90,6 +90,17 @@ async fn renew_certificates_operation_renews_every_control_plane_node() -> Resul
         operator.dir.display()
     );
 
+    // What a user sees: `kubectl-bosun status` shows each certificate's old and new expiry
+    // under the renew step (the real CLI binary, against the lab).
+    let cli = bosun_e2e::binary("kubectl-bosun")?;
+    let out = std::process::Command::new(&cli)
+        .args(["status", &name, "--kubeconfig"])
+        .arg(&lab.kubeconfig)
+        .output()?;
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    ensure!(out.status.success(), "kubectl-bosun status failed: {}", String::from_utf8_lossy(&out.stderr));
+    println!("{shown}");
+
     let tasks = operator.tasks(&name).await?;
     assert_eq!(
         tasks.len(),
@@ -142,6 +153,8 @@ async fn renew_certificates_operation_renews_every_control_plane_node() -> Resul
                 .context("no .before output")?;
             println!("{} {cert}: {reported_before} -> {reported}", cp.name);
             assert_ne!(reported, reported_before);
+            let line = format!("{cert}: {reported_before} → {reported}");
+            ensure!(shown.contains(&line), "status does not show {line:?}:\n{shown}");
         }
         assert_eq!(
             ts.steps[1].outputs.get("restarted").map(String::as_str),
