@@ -241,10 +241,10 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         body["phase"] = json!(next);
         body["reason"] = json!(reason);
         body["message"] = json!(format!("step {} failed: {}", step.name, result.message));
-        tracing::warn!(reason = ?reason, message = %result.message, "step failed; task blocked");
+        tracing::warn!(reason = ?reason, outcome = %result.message, "step failed; task blocked");
     } else {
         body["message"] = json!(format!("step {} succeeded: {}", step.name, result.message));
-        tracing::info!(message = %result.message, "step succeeded");
+        tracing::info!(outcome = %result.message, "step succeeded");
     }
     apply_status(agent, &name, &step.name, body).await?;
     prepared.publish_events(agent, task, &step.name).await;
