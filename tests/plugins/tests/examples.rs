@@ -4,42 +4,8 @@
 //! request (nothing granted beyond it).
 
 use bosun_api::grants::{Access, Grants};
-use bosun_host::Metadata;
 use bosun_plugins_tests::{Node, example_grants, plugins};
-use bosun_policy::capabilities::{
-    CommandRequest, PathRequest, RequestedCapabilities, UnitRequest, uncovered,
-};
-
-fn requested(m: &Metadata) -> RequestedCapabilities {
-    let c = &m.capabilities;
-    RequestedCapabilities {
-        filesystem: c
-            .filesystem
-            .iter()
-            .map(|(path, writable)| PathRequest {
-                path: path.clone(),
-                writable: *writable,
-            })
-            .collect(),
-        exec: c
-            .exec
-            .iter()
-            .map(|(command, args)| CommandRequest {
-                command: command.clone(),
-                args: args.clone(),
-            })
-            .collect(),
-        services: c
-            .services
-            .iter()
-            .map(|(unit, actions)| UnitRequest {
-                unit: unit.clone(),
-                actions: actions.clone(),
-            })
-            .collect(),
-        http: c.http.clone(),
-    }
-}
+use bosun_policy::capabilities::uncovered;
 
 fn assert_exact(name: &str, bytes: &[u8], grants: &Grants) {
     let dir = tempfile::tempdir().unwrap();
@@ -47,7 +13,8 @@ fn assert_exact(name: &str, bytes: &[u8], grants: &Grants) {
     let plugin = node.load(bytes, name);
     let m = plugin.metadata();
     assert_eq!(m.name, name);
-    let req = requested(m);
+    // The agent's own conversion of what the plugin requested.
+    let req = bosun_agent::gate::requested_of(&m.capabilities);
     let missing = uncovered(&req, grants);
     assert!(
         missing.is_empty(),
