@@ -655,3 +655,18 @@ pub fn rpm_version(root: &Path, package: &str) -> Option<String> {
         .success()
         .then(|| String::from_utf8(out.stdout).unwrap())
 }
+
+/// The lab (started, or reused when running) and its first control-plane node, for tests
+/// that work on a copy of that node's real kubeadm-made root. The lab's client is not for
+/// use: the runtime that connected it is gone when this returns.
+pub fn lab_control_plane() -> (bosun_lab::LabHandle, bosun_lab::LabNode) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let lab = rt.block_on(bosun_lab::ensure_lab()).expect("the lab starts");
+    let cp = lab
+        .nodes
+        .iter()
+        .find(|n| n.role == bosun_lab::Role::ControlPlane)
+        .cloned()
+        .expect("a control-plane node");
+    (lab, cp)
+}

@@ -195,15 +195,7 @@ fn next_second() {
 
 #[test]
 fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let lab = rt
-        .block_on(bosun_lab::ensure_lab())
-        .expect("the lab starts");
-    let cp = lab
-        .nodes
-        .iter()
-        .find(|n| n.role == bosun_lab::Role::ControlPlane)
-        .expect("a control-plane node");
+    let (lab, cp) = bosun_plugins_tests::lab_control_plane();
     let kubeadm = lab.bin_dir.join("kubeadm");
 
     // A copy: the lab's own node root stays as kubeadm made it.
@@ -380,15 +372,7 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
 
 #[test]
 fn restart_moves_each_manifest_out_and_back_and_recovers_an_interrupted_run() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let lab = rt
-        .block_on(bosun_lab::ensure_lab())
-        .expect("the lab starts");
-    let cp = lab
-        .nodes
-        .iter()
-        .find(|n| n.role == bosun_lab::Role::ControlPlane)
-        .unwrap();
+    let (_lab, cp) = bosun_plugins_tests::lab_control_plane();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     copy_tree(&cp.host_root, &root);

@@ -22,15 +22,7 @@ fn failed(ran: &Ran, check: &str) -> String {
 
 #[test]
 fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let lab = rt
-        .block_on(bosun_lab::ensure_lab())
-        .expect("the lab starts");
-    let cp = lab
-        .nodes
-        .iter()
-        .find(|n| n.role == bosun_lab::Role::ControlPlane)
-        .unwrap();
+    let (lab, cp) = bosun_plugins_tests::lab_control_plane();
     let version = lab.kubernetes_version.clone();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
