@@ -110,6 +110,16 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, isolation: ExecIsolation, 
     }
 }
 
+impl crate::Host {
+    /// The node's facts exactly as a plugin's `facts.node` call sees them (os-release from
+    /// the host root, architecture, running kernel, and the node's own `/usr/bin/kubeadm
+    /// version -o short` run with this host's exec isolation, for at most `timeout`). For
+    /// the agent's own reports, so plugins, policies and status read a fact the same way.
+    pub fn node_facts(&self, node: &NodeContext, timeout: Duration) -> NodeFacts {
+        gather(&self.config().host_root, node, self.config().exec_isolation, timeout)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
