@@ -160,6 +160,88 @@ pub struct NodeTaskStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// The `metadata.generation` whose `spec.recovery` the controller has acted on. Set in
+    /// the same write that acts; `spec.recovery` is cleared only after that write. A
+    /// recovery still present at this generation (its clear failed) is cleared again, never
+    /// acted on twice; setting `spec.recovery` again bumps the generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_generation: Option<i64>,
+
+    /// What the node's agent found on the node: when it started working on this task
+    /// (`before`) and once the task finished (`after`), so an upgrade shows both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_facts: Option<NodeFactsReport>,
+}
+
+/// Most certificates listed in one [`NodeFacts`]; the rest are counted in
+/// [`NodeFacts::certificates_omitted`].
+pub const MAX_CERTIFICATES: usize = 32;
+
+/// The node's facts at the start and at the end of a task.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFactsReport {
+    /// Read when the agent started working on the task (its first look at it Running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<NodeFacts>,
+    /// Read once the task finished (Succeeded or Skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<NodeFacts>,
+}
+
+/// What an agent read on its node at one moment. Absent values could not be read (the
+/// binary or file is not on the node); they are never guessed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFacts {
+    /// When the agent read these facts (RFC 3339).
+    pub collected_at: Time,
+    /// The kubelet's version as the Node reports it (`status.nodeInfo.kubeletVersion`),
+    /// for example `v1.34.4`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub kubelet_version: Option<String>,
+    /// `kubeadm version -o short` of the node's own `/usr/bin/kubeadm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub kubeadm_version: Option<String>,
+    /// `PRETTY_NAME` from the node's os-release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub os: Option<String>,
+    /// Architecture in Go spelling (`amd64`, `arm64`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub arch: Option<String>,
+    /// The running kernel's release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub kernel: Option<String>,
+    /// Every certificate under `/etc/kubernetes/pki` and `pki/etcd` (CAs included),
+    /// soonest expiry first, at most 32. Empty on nodes without a kubeadm PKI (workers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub certificates: Vec<CertificateExpiry>,
+    /// Certificates found beyond the 32 listed (the latest-expiring are left out).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub certificates_omitted: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One certificate and when it expires.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificateExpiry {
+    /// kubeadm's name: the file name without `.crt`, `etcd-` in front for `pki/etcd`
+    /// (`apiserver`, `etcd-server`, `ca`).
+    #[schemars(length(max = 253))]
+    pub name: String,
+    /// The certificate's notAfter.
+    pub not_after: Time,
 }
 
 /// Where a NodeTask is in its life. Transitions are in `bosun_planner::state`.
