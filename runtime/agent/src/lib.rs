@@ -17,7 +17,9 @@
 //! Pause: no new step of a task marked `bosun.dev/paused` (set by the controller while its
 //! Operation is paused) starts; a running step finishes.
 
+pub mod fetch;
 pub mod gate;
+pub mod oci;
 pub mod plugins;
 pub mod preflight;
 pub mod step;
@@ -72,6 +74,8 @@ pub struct Agent {
     pub node_name: String,
     pub host: Arc<Host>,
     pub store: Store,
+    /// The HTTP client for `url` and `oci` plugin sources (see [`fetch`]).
+    pub fetcher: fetch::Fetcher,
     /// Field manager for server-side apply of step status.
     pub manager: String,
     /// (task uid, step) → the attempt this process last started. The watch cache may lag
@@ -91,8 +95,8 @@ pub struct Agent {
 
 impl Agent {
     /// An agent for `node_name`.
-    pub fn new(client: Client, node_name: String, host: Arc<Host>, store: Store, manager: String) -> Agent {
-        Agent { client, node_name, host, store, manager, started: Default::default(), instance: None, policies: Default::default(), preflight: Default::default() }
+    pub fn new(client: Client, node_name: String, host: Arc<Host>, store: Store, fetcher: fetch::Fetcher, manager: String) -> Agent {
+        Agent { client, node_name, host, store, fetcher, manager, started: Default::default(), instance: None, policies: Default::default(), preflight: Default::default() }
     }
 
     fn started_attempt(&self, task: &NodeTask, step: &str) -> u32 {
@@ -213,7 +217,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
 
     let result = match step.plugin.as_deref() {
         None => StepResult::failed(BlockReason::PluginUnavailable, "no-plugin", format!("agent step {} names no plugin", step.name), false),
-        Some(plugin) => match resolve(&agent.client, &agent.store, plugin).await {
+        Some(plugin) => match resolve(&agent.client, &agent.store, &agent.fetcher, plugin).await {
             Err(e) => StepResult::failed(BlockReason::PluginUnavailable, "plugin-unavailable", e.to_string(), true),
             Ok(resolved) => prepared.clone().run(agent, task, index, resolved).await?,
         },
@@ -256,7 +260,7 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
     let step = &task.spec.steps[index];
     let name = task.name_any();
     let idempotent = match step.plugin.as_deref() {
-        Some(plugin) => match resolve(&agent.client, &agent.store, plugin).await {
+        Some(plugin) => match resolve(&agent.client, &agent.store, &agent.fetcher, plugin).await {
             Ok(r) => {
                 let host = agent.host.clone();
                 let action = step.action.clone();

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use bosun_agent::Agent;
+use bosun_agent::fetch::{FetchConfig, Fetcher};
 use bosun_agent::plugins::Store;
 use bosun_host::{Host, HostConfig};
 use bosun_trust::TrustRoots;
@@ -29,6 +30,20 @@ struct Args {
     /// Local content-addressed store of plugin bytes (`<sha256>.wasm`).
     #[arg(long, default_value = "/var/lib/bosun/plugins")]
     plugin_dir: PathBuf,
+    /// Extra CA certificates (PEM files) trusted for https plugin sources and registries,
+    /// besides the platform's roots. Repeatable.
+    #[arg(long = "plugin-ca-file")]
+    plugin_ca_files: Vec<PathBuf>,
+    /// Largest plugin accepted from a url or oci source, in MiB; larger bodies are refused.
+    #[arg(long, default_value_t = 64)]
+    plugin_max_mib: u64,
+    /// Deadline for fetching one plugin (connect, redirects, body), in seconds.
+    #[arg(long, default_value_t = 120)]
+    plugin_fetch_timeout_seconds: u64,
+    /// An OCI registry (`HOST:PORT`) that may be reached over plain http. Repeatable. None
+    /// by default: every registry is reached over https.
+    #[arg(long = "insecure-registry")]
+    insecure_registries: Vec<String>,
     /// Cache of compiled plugin code (optional).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -64,6 +79,13 @@ async fn main() -> anyhow::Result<()> {
     config.cache_dir = args.cache_dir.clone();
     let host = Host::new(config).context("starting the plugin host")?;
     let store = Store::new(&args.plugin_dir).context("opening the plugin store")?;
+    let fetcher = Fetcher::new(&FetchConfig {
+        ca_files: args.plugin_ca_files.clone(),
+        max_body_bytes: args.plugin_max_mib.saturating_mul(1024 * 1024),
+        timeout: std::time::Duration::from_secs(args.plugin_fetch_timeout_seconds),
+        insecure_registries: args.insecure_registries.clone(),
+    })
+    .context("setting up the plugin fetcher")?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
@@ -72,7 +94,7 @@ async fn main() -> anyhow::Result<()> {
     admin.iter().for_each(|a| a.readiness.set(true));
     let manager = args.field_manager.unwrap_or_else(|| format!("bosun-agent-{}", args.node_name));
     tracing::info!(node = %args.node_name, host_root = %args.host_root.display(), "bosun-agent starting");
-    let mut agent = Agent::new(client, args.node_name, Arc::new(host), store, manager);
+    let mut agent = Agent::new(client, args.node_name, Arc::new(host), store, fetcher, manager);
     agent.instance = args.instance;
     agent.preflight.min_free_bytes = args.min_free_disk_mib.saturating_mul(1024 * 1024);
     let agent = Arc::new(agent);

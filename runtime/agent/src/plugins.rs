@@ -1,13 +1,24 @@
 //! Plugin resolution: from a `Plugin` resource to verified-pinnable bytes in a local
 //! content-addressed store.
 //!
-//! Sources supported in this build: a ConfigMap's `binaryData` key. OCI and https sources
-//! are refused with an error that says so (the task blocks as PluginUnavailable).
+//! Sources (exactly one per Plugin, as the CRD enforces):
+//! - `configMap`: a ConfigMap's `binaryData` key, read through the API server;
+//! - `url`: an `https://` URL, fetched by [`crate::fetch`] (TLS against the platform's roots
+//!   and `--plugin-ca-file`, size-capped, bounded in time, https-only redirects);
+//! - `oci`: an OCI artifact with one `application/vnd.wasm.content.layer.v1+wasm` layer,
+//!   pulled by [`crate::oci`] (anonymous or anonymous-token pulls; plain http only for
+//!   `--insecure-registry` hosts).
+//!
+//! Whatever the source, nothing it says is trusted: the bytes are stored only after they
+//! hashed to the Plugin's pinned `sha256`, and the host verifies a signature over that
+//! digest before compiling them. Any failure is a [`ResolveError`] whose message says what
+//! was expected, what was found and what to do; the agent blocks the task with reason
+//! PluginUnavailable and that message.
 //!
 //! The store is a directory of `<sha256 hex>.wasm` files. Bytes are written there only
 //! after they hashed to the pinned digest, and are re-hashed whenever they are read back
 //! (and again by the host before it compiles them), so a tampered store file is refused,
-//! never run.
+//! never run. A digest found in the store is never fetched again.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +28,9 @@ use bosun_trust::{Algorithm, Digest, PluginSignature};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
+
+use crate::fetch::{FetchError, Fetcher};
+use crate::oci::OciError;
 
 /// The annotation carrying the plugin version that the signatures bind (the signed
 /// statement names the plugin's name, version and digest; the Plugin resource's spec has
@@ -34,8 +48,21 @@ pub enum ResolveError {
         #[source]
         source: kube::Error,
     },
-    #[error("Plugin {name} has source {kind}, which this agent cannot fetch yet (only configMap sources are supported): publish the plugin in a ConfigMap")]
-    UnsupportedSource { name: String, kind: &'static str },
+    #[error("Plugin {name}: fetching spec.source.url: {source}")]
+    Url {
+        name: String,
+        #[source]
+        source: FetchError,
+    },
+    #[error("Plugin {name}: GET {url} answered {status}, expected 200 with the plugin's bytes: {hint}")]
+    UrlStatus { name: String, url: String, status: http::StatusCode, hint: &'static str },
+    #[error("Plugin {name}: pulling spec.source.oci {reference}: {source}")]
+    Oci {
+        name: String,
+        reference: String,
+        #[source]
+        source: OciError,
+    },
     #[error("Plugin {name} names no source: set exactly one of spec.source.oci, url or configMap")]
     NoSource { name: String },
     #[error("ConfigMap {namespace}/{configmap} has no binaryData key {key} (Plugin {name}): put the plugin's .wasm bytes there")]
@@ -146,9 +173,9 @@ pub struct Resolved {
 }
 
 /// Reads the Plugin resource `name` and gets its bytes (from the store, or from the
-/// source into the store). The bytes hash to the pinned digest; signatures are checked
-/// by the host when it loads them.
-pub async fn resolve(client: &Client, store: &Store, name: &str) -> Result<Resolved, ResolveError> {
+/// source into the store, fetching over the network with `fetcher`). The bytes hash to the
+/// pinned digest; signatures are checked by the host when it loads them.
+pub async fn resolve(client: &Client, store: &Store, fetcher: &Fetcher, name: &str) -> Result<Resolved, ResolveError> {
     let plugins: Api<Plugin> = Api::all(client.clone());
     let plugin = plugins
         .get_opt(name)
@@ -162,23 +189,50 @@ pub async fn resolve(client: &Client, store: &Store, name: &str) -> Result<Resol
     }
     bosun_telemetry::metrics().plugin_cache(bosun_telemetry::CacheResult::Miss);
     let source = &plugin.spec.source;
-    let cm = match (&source.config_map, &source.oci, &source.url) {
-        (Some(cm), _, _) => cm,
-        (None, Some(_), _) => return Err(ResolveError::UnsupportedSource { name: name.into(), kind: "oci" }),
-        (None, None, Some(_)) => return Err(ResolveError::UnsupportedSource { name: name.into(), kind: "url" }),
+    let (bytes, origin) = match (&source.config_map, &source.url, &source.oci) {
+        (Some(cm), _, _) => {
+            let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &cm.namespace);
+            let map = maps
+                .get(&cm.name)
+                .await
+                .map_err(|source| ResolveError::Kube { what: format!("ConfigMap {}/{}", cm.namespace, cm.name), source })?;
+            let bytes = map.binary_data.as_ref().and_then(|d| d.get(&cm.key)).map(|b| b.0.clone()).ok_or_else(|| {
+                ResolveError::MissingKey { name: name.into(), namespace: cm.namespace.clone(), configmap: cm.name.clone(), key: cm.key.clone() }
+            })?;
+            (bytes, format!("ConfigMap {}/{} key {}", cm.namespace, cm.name, cm.key))
+        }
+        (None, Some(url), _) => (fetch_url(fetcher, name, &url.url).await?, url.url.clone()),
+        (None, None, Some(oci)) => {
+            let bytes = crate::oci::pull(fetcher, &oci.reference)
+                .await
+                .map_err(|source| ResolveError::Oci { name: name.into(), reference: oci.reference.clone(), source })?;
+            (bytes, format!("OCI artifact {}", oci.reference))
+        }
         (None, None, None) => return Err(ResolveError::NoSource { name: name.into() }),
     };
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &cm.namespace);
-    let map = maps
-        .get(&cm.name)
-        .await
-        .map_err(|source| ResolveError::Kube { what: format!("ConfigMap {}/{}", cm.namespace, cm.name), source })?;
-    let bytes = map.binary_data.as_ref().and_then(|d| d.get(&cm.key)).map(|b| b.0.clone()).ok_or_else(|| {
-        ResolveError::MissingKey { name: name.into(), namespace: cm.namespace.clone(), configmap: cm.name.clone(), key: cm.key.clone() }
-    })?;
-    store.put(name, &format!("ConfigMap {}/{} key {}", cm.namespace, cm.name, cm.key), &pin.sha256, &bytes)?;
-    tracing::info!(plugin = name, digest = %pin.sha256, "plugin fetched into the store");
+    store.put(name, &origin, &pin.sha256, &bytes)?;
+    tracing::info!(plugin = name, digest = %pin.sha256, %origin, "plugin fetched into the store");
     Ok(Resolved { plugin, pin, bytes })
+}
+
+/// GETs a URL source's bytes (https only, capped at the fetcher's limit). The caller
+/// checks them against the pinned digest ([`Store::put`]).
+pub async fn fetch_url(fetcher: &Fetcher, name: &str, url: &str) -> Result<Vec<u8>, ResolveError> {
+    let parsed = url::Url::parse(url)
+        .map_err(|e| ResolveError::Url { name: name.into(), source: FetchError::BadUrl { url: url.into(), reason: e.to_string() } })?;
+    let response = fetcher
+        .get(&parsed, &[], fetcher.max_body_bytes(), false)
+        .await
+        .map_err(|source| ResolveError::Url { name: name.into(), source })?;
+    if response.status != http::StatusCode::OK {
+        let hint = match response.status.as_u16() {
+            404 | 410 => "publish the plugin at that URL or fix spec.source.url",
+            401 | 403 => "the URL must be readable without credentials; use a public or pre-signed URL",
+            _ => "check the server, or fix spec.source.url",
+        };
+        return Err(ResolveError::UrlStatus { name: name.into(), url: response.url.to_string(), status: response.status, hint });
+    }
+    Ok(response.body.to_vec())
 }
 
 #[cfg(test)]

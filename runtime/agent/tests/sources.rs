@@ -1,0 +1,419 @@
+//! The agent's network plugin sources against loopback servers: an https server with a
+//! test CA (made here with rcgen) for `url` sources, and a small registry speaking the
+//! OCI distribution pull protocol (with the bearer-token challenge) for `oci` sources, so
+//! each refusal can be provoked precisely. The real registry (crane) and push tool (oras)
+//! are exercised end to end in tests/e2e/tests/plugin_sources.rs.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bosun_agent::fetch::{FetchConfig, FetchError, Fetcher};
+use bosun_agent::oci::{self, OciError, WASM_LAYER};
+use bosun_agent::plugins::{ResolveError, Store, fetch_url};
+use bosun_trust::Digest;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A request as the handler sees it.
+#[derive(Debug, Clone)]
+struct Req {
+    /// Path and query.
+    target: String,
+    headers: HashMap<String, String>,
+}
+
+/// A reply: status, extra headers, body, and whether to send Content-Length (without it
+/// the body ends when the connection closes).
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    content_length: bool,
+}
+
+impl Reply {
+    fn ok(body: impl Into<Vec<u8>>) -> Reply {
+        Reply { status: 200, headers: Vec::new(), body: body.into(), content_length: true }
+    }
+    fn status(status: u16) -> Reply {
+        Reply { status, headers: Vec::new(), body: Vec::new(), content_length: true }
+    }
+    fn header(mut self, name: &str, value: &str) -> Reply {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+type Handler = Arc<dyn Fn(&Req) -> Reply + Send + Sync>;
+
+/// A test CA and a server certificate for 127.0.0.1 and localhost signed by it.
+struct Pki {
+    ca_pem: String,
+    cert: CertificateDer<'static>,
+    key: Vec<u8>,
+}
+
+fn pki() -> Pki {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "bosun test CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let cert = leaf.signed_by(&key, &ca_cert, &ca_key).unwrap();
+    Pki { ca_pem: ca_cert.pem(), cert: cert.der().clone(), key: key.serialize_der() }
+}
+
+/// Serves `handler` on a loopback port (TLS with `pki` when given) until the test ends.
+/// Returns the base URL and the log of requests seen.
+async fn serve(pki: Option<&Pki>, handler: Handler) -> (String, Arc<Mutex<Vec<Req>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let acceptor = pki.map(|p| {
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![p.cert.clone()], PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(p.key.clone())))
+            .unwrap();
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    });
+    let log = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let handler = handler.clone();
+            let log = log.clone();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                match acceptor {
+                    // A failed handshake (an untrusting client) just ends the connection.
+                    Some(a) => {
+                        if let Ok(tls) = a.accept(stream).await {
+                            answer(tls, &handler, &log).await;
+                        }
+                    }
+                    None => answer(stream, &handler, &log).await,
+                }
+            });
+        }
+    });
+    let scheme = if pki.is_some() { "https" } else { "http" };
+    (format!("{scheme}://{addr}"), seen)
+}
+
+async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut stream: S, handler: &Handler, log: &Mutex<Vec<Req>>) {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte).await {
+            // Not a request line (a TLS ClientHello to this plain server): answer 400 and
+            // close, as real HTTP servers do.
+            Ok(1) if head.is_empty() && !byte[0].is_ascii_uppercase() => {
+                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n").await;
+                return;
+            }
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let text = String::from_utf8_lossy(&head).to_string();
+    let mut lines = text.split("\r\n");
+    let target = lines.next().unwrap_or_default().split(' ').nth(1).unwrap_or_default().to_string();
+    let headers = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
+    let req = Req { target, headers };
+    log.lock().unwrap().push(req.clone());
+    let reply = handler(&req);
+    let mut out = format!("HTTP/1.1 {} X\r\nConnection: close\r\n", reply.status);
+    for (k, v) in &reply.headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if reply.content_length {
+        out.push_str(&format!("Content-Length: {}\r\n", reply.body.len()));
+    }
+    out.push_str("\r\n");
+    let _ = stream.write_all(out.as_bytes()).await;
+    let _ = stream.write_all(&reply.body).await;
+    let _ = stream.shutdown().await;
+}
+
+fn ca_file(dir: &tempfile::TempDir, pki: &Pki) -> PathBuf {
+    let path = dir.path().join("ca.pem");
+    std::fs::write(&path, &pki.ca_pem).unwrap();
+    path
+}
+
+fn fetcher(ca: Option<PathBuf>, max: u64, insecure: &[String]) -> Fetcher {
+    Fetcher::new(&FetchConfig {
+        ca_files: ca.into_iter().collect(),
+        max_body_bytes: max,
+        timeout: Duration::from_secs(20),
+        insecure_registries: insecure.to_vec(),
+    })
+    .unwrap()
+}
+
+const PLUGIN: &[u8] = b"\0asm pretend component bytes";
+
+// ---------------------------------------------------------------------------------------
+// url sources
+
+#[tokio::test]
+async fn a_url_source_is_fetched_over_tls_with_the_given_ca_and_stored_under_its_digest() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let (base, _) = serve(Some(&pki), Arc::new(|r: &Req| if r.target == "/hello.wasm" { Reply::ok(PLUGIN) } else { Reply::status(404) })).await;
+    let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]);
+    let bytes = fetch_url(&f, "hello", &format!("{base}/hello.wasm")).await.unwrap();
+    assert_eq!(bytes, PLUGIN);
+    let store = Store::new(dir.path().join("store")).unwrap();
+    store.put("hello", "test", &Digest::of(PLUGIN), &bytes).unwrap();
+    assert_eq!(store.get(&Digest::of(PLUGIN)).unwrap().as_deref(), Some(PLUGIN));
+}
+
+#[tokio::test]
+async fn wrong_bytes_from_a_url_are_refused_by_the_digest_and_never_stored() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let (base, _) = serve(Some(&pki), Arc::new(|_: &Req| Reply::ok(&b"\0asm other bytes"[..]))).await;
+    let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]);
+    let bytes = fetch_url(&f, "hello", &format!("{base}/hello.wasm")).await.unwrap();
+    let store = Store::new(dir.path().join("store")).unwrap();
+    let err = store.put("hello", &format!("{base}/hello.wasm"), &Digest::of(PLUGIN), &bytes).unwrap_err();
+    assert!(matches!(err, ResolveError::DigestMismatch { .. }), "{err}");
+    assert!(err.to_string().contains(&Digest::of(PLUGIN).to_string()), "{err}");
+    assert_eq!(std::fs::read_dir(store.dir()).unwrap().count(), 0, "nothing stored");
+}
+
+#[tokio::test]
+async fn a_server_whose_certificate_chains_to_an_untrusted_ca_is_refused() {
+    let pki = pki();
+    let (base, seen) = serve(Some(&pki), Arc::new(|_: &Req| Reply::ok(PLUGIN))).await;
+    // No --plugin-ca-file: only the platform's roots, which do not include the test CA.
+    let err = fetch_url(&fetcher(None, 1 << 20, &[]), "hello", &format!("{base}/hello.wasm")).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ResolveError::Url { source: FetchError::Connect { .. }, .. }), "{text}");
+    assert!(text.contains("certificate") && text.contains("--plugin-ca-file"), "{text}");
+    assert!(seen.lock().unwrap().is_empty(), "no request was sent over the untrusted connection");
+}
+
+#[tokio::test]
+async fn a_404_says_to_publish_the_plugin_or_fix_the_url() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let (base, _) = serve(Some(&pki), Arc::new(|_: &Req| Reply::status(404))).await;
+    let err = fetch_url(&fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]), "hello", &format!("{base}/missing.wasm")).await.unwrap_err();
+    assert!(matches!(err, ResolveError::UrlStatus { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("404") && text.contains("/missing.wasm") && text.contains("fix spec.source.url"), "{text}");
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused_whether_declared_or_streamed() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let big = vec![7u8; 4096];
+    let (base, _) = serve(
+        Some(&pki),
+        Arc::new(move |r: &Req| {
+            let mut reply = Reply::ok(big.clone());
+            // Without Content-Length the cap must hold while reading.
+            reply.content_length = r.target == "/declared.wasm";
+            reply
+        }),
+    )
+    .await;
+    let f = fetcher(Some(ca_file(&dir, &pki)), 1024, &[]);
+    for path in ["declared.wasm", "streamed.wasm"] {
+        let err = fetch_url(&f, "hello", &format!("{base}/{path}")).await.unwrap_err();
+        assert!(matches!(err, ResolveError::Url { source: FetchError::TooLarge { limit: 1024, .. }, .. }), "{path}: {err}");
+        assert!(err.to_string().contains("--plugin-max-mib"), "{err}");
+    }
+    // At the limit exactly, it is accepted.
+    let f = fetcher(Some(ca_file(&dir, &pki)), 4096, &[]);
+    assert_eq!(fetch_url(&f, "hello", &format!("{base}/streamed.wasm")).await.unwrap().len(), 4096);
+}
+
+#[tokio::test]
+async fn redirects_are_followed_over_https_only_and_a_few_times_at_most() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let (base, _) = serve(
+        Some(&pki),
+        Arc::new(|r: &Req| match r.target.as_str() {
+            "/moved.wasm" => Reply::status(302).header("Location", "/hello.wasm"),
+            "/hello.wasm" => Reply::ok(PLUGIN),
+            "/to-http.wasm" => Reply::status(301).header("Location", "http://127.0.0.1:9/hello.wasm"),
+            t if t.starts_with("/loop") => Reply::status(307).header("Location", &format!("/loop{}", t.len())),
+            _ => Reply::status(404),
+        }),
+    )
+    .await;
+    let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &["127.0.0.1:9".to_string()]);
+    assert_eq!(fetch_url(&f, "hello", &format!("{base}/moved.wasm")).await.unwrap(), PLUGIN);
+    // Even a host listed as an insecure registry is not reachable over http from a URL source.
+    let err = fetch_url(&f, "hello", &format!("{base}/to-http.wasm")).await.unwrap_err();
+    assert!(matches!(err, ResolveError::Url { source: FetchError::PlainHttp { .. }, .. }), "{err}");
+    let err = fetch_url(&f, "hello", &format!("{base}/loop")).await.unwrap_err();
+    assert!(matches!(err, ResolveError::Url { source: FetchError::TooManyRedirects { .. }, .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_plain_http_url_is_refused_before_any_request() {
+    let (base, seen) = serve(None, Arc::new(|_: &Req| Reply::ok(PLUGIN))).await;
+    let err = fetch_url(&fetcher(None, 1 << 20, &[]), "hello", &format!("{base}/hello.wasm")).await.unwrap_err();
+    assert!(matches!(err, ResolveError::Url { source: FetchError::PlainHttp { .. }, .. }), "{err}");
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// oci sources
+
+fn sha(bytes: &[u8]) -> String {
+    Digest::of(bytes).to_string()
+}
+
+/// A manifest with a config and the given layers ((media type, bytes)).
+fn manifest(layers: &[(&str, &[u8])]) -> String {
+    let layers: Vec<serde_json::Value> =
+        layers.iter().map(|(t, b)| serde_json::json!({ "mediaType": t, "digest": sha(b), "size": b.len() })).collect();
+    serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.bosun.plugin.v1",
+        "config": { "mediaType": "application/vnd.wasm.config.v1+json", "digest": sha(b"{}"), "size": 2 },
+        "layers": layers,
+    })
+    .to_string()
+}
+
+/// A registry for repository `bosun/hello` that demands an anonymous bearer token from its
+/// own `/token` endpoint (as Docker Hub and GHCR do), serving `manifests` by tag or
+/// digest and `blobs` by digest.
+async fn registry(pki: Option<&Pki>, manifests: HashMap<String, String>, blobs: HashMap<String, Vec<u8>>) -> (String, Arc<Mutex<Vec<Req>>>) {
+    let base: Arc<Mutex<String>> = Arc::default();
+    let realm = base.clone();
+    let (url, seen) = serve(
+        pki,
+        Arc::new(move |r: &Req| {
+            if let Some(query) = r.target.strip_prefix("/token?") {
+                return if query.contains("scope=repository%3Abosun%2Fhello%3Apull") && query.contains("service=test-registry") {
+                    Reply::ok(r#"{"token":"anon-token"}"#)
+                } else {
+                    Reply::status(400)
+                };
+            }
+            if r.headers.get("authorization").map(String::as_str) != Some("Bearer anon-token") {
+                let challenge = format!(r#"Bearer realm="{}/token",service="test-registry",scope="repository:bosun/hello:pull""#, realm.lock().unwrap());
+                return Reply::status(401).header("WWW-Authenticate", &challenge);
+            }
+            if let Some(object) = r.target.strip_prefix("/v2/bosun/hello/manifests/") {
+                let by_digest = manifests.values().find(|m| sha(m.as_bytes()) == object);
+                return match manifests.get(object).or(by_digest) {
+                    Some(m) => Reply::ok(m.clone()).header("Content-Type", "application/vnd.oci.image.manifest.v1+json"),
+                    None => Reply::status(404),
+                };
+            }
+            if let Some(digest) = r.target.strip_prefix("/v2/bosun/hello/blobs/") {
+                return blobs.get(digest).map_or_else(|| Reply::status(404), |b| Reply::ok(b.clone()));
+            }
+            Reply::status(404)
+        }),
+    )
+    .await;
+    *base.lock().unwrap() = url.clone();
+    (url, seen)
+}
+
+fn host_of(url: &str) -> String {
+    url.split("://").nth(1).unwrap().to_string()
+}
+
+#[tokio::test]
+async fn an_oci_pull_answers_the_token_challenge_and_returns_the_one_wasm_layer() {
+    let m = manifest(&[(WASM_LAYER, PLUGIN)]);
+    let (url, seen) = registry(None, HashMap::from([("0.1.0".into(), m.clone())]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
+    let host = host_of(&url);
+    let f = fetcher(None, 1 << 20, &[host.clone()]);
+    assert_eq!(oci::pull(&f, &format!("{host}/bosun/hello:0.1.0")).await.unwrap(), PLUGIN);
+    // By digest too (the manifest's bytes are checked against it).
+    assert_eq!(oci::pull(&f, &format!("{host}/bosun/hello@{}", sha(m.as_bytes()))).await.unwrap(), PLUGIN);
+    let seen = seen.lock().unwrap();
+    let first = &seen[0];
+    assert!(first.target.starts_with("/v2/bosun/hello/manifests/0.1.0"), "{first:?}");
+    let accept = first.headers.get("accept").cloned().unwrap_or_default();
+    assert!(accept.contains("application/vnd.oci.image.manifest.v1+json") && accept.contains("application/vnd.docker.distribution.manifest.v2+json"), "{accept}");
+    assert!(seen.iter().any(|r| r.target.starts_with("/token?")), "the token endpoint was used");
+}
+
+#[tokio::test]
+async fn an_oci_pull_over_tls_uses_the_ca_file_and_refuses_an_untrusted_registry() {
+    let pki = pki();
+    let dir = tempfile::tempdir().unwrap();
+    let m = manifest(&[(WASM_LAYER, PLUGIN)]);
+    let (url, _) = registry(Some(&pki), HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
+    let reference = format!("{}/bosun/hello:0.1.0", host_of(&url));
+    assert_eq!(oci::pull(&fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]), &reference).await.unwrap(), PLUGIN);
+    let err = oci::pull(&fetcher(None, 1 << 20, &[]), &reference).await.unwrap_err();
+    assert!(matches!(err, OciError::Unreachable { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_plain_http_registry_not_listed_as_insecure_is_refused() {
+    let m = manifest(&[(WASM_LAYER, PLUGIN)]);
+    let (url, seen) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
+    let host = host_of(&url);
+    // Another host:port is listed; this one is not, so https is spoken to it and fails.
+    let err = oci::pull(&fetcher(None, 1 << 20, &["127.0.0.1:1".to_string()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    assert!(matches!(err, OciError::Unreachable { .. }), "{err}");
+    assert!(err.to_string().contains(&format!("--insecure-registry {host}")), "{err}");
+    assert!(seen.lock().unwrap().is_empty(), "no plain http request was made");
+}
+
+#[tokio::test]
+async fn a_missing_tag_says_to_push_the_artifact() {
+    let (url, _) = registry(None, HashMap::new(), HashMap::new()).await;
+    let host = host_of(&url);
+    let err = oci::pull(&fetcher(None, 1 << 20, &[host.clone()]), &format!("{host}/bosun/hello:0.2.0")).await.unwrap_err();
+    assert!(matches!(err, OciError::ManifestStatus { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("404") && text.contains("bosun/hello:0.2.0") && text.contains("push the artifact"), "{text}");
+}
+
+#[tokio::test]
+async fn a_manifest_without_a_wasm_layer_is_refused_naming_its_layers() {
+    let m = manifest(&[("application/vnd.oci.image.layer.v1.tar", PLUGIN)]);
+    let (url, _) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
+    let host = host_of(&url);
+    let err = oci::pull(&fetcher(None, 1 << 20, &[host.clone()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    assert!(matches!(err, OciError::NoWasmLayer { .. }), "{err}");
+    assert!(err.to_string().contains("application/vnd.oci.image.layer.v1.tar"), "{err}");
+}
+
+#[tokio::test]
+async fn a_blob_that_does_not_match_its_layer_digest_is_refused() {
+    let m = manifest(&[(WASM_LAYER, PLUGIN)]);
+    // Same length, other bytes: only the digest can tell.
+    let mut evil = PLUGIN.to_vec();
+    evil[5] ^= 1;
+    let (url, _) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), evil)])).await;
+    let host = host_of(&url);
+    let err = oci::pull(&fetcher(None, 1 << 20, &[host.clone()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    assert!(matches!(err, OciError::DigestMismatch { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_layer_over_the_limit_is_refused_before_it_is_downloaded() {
+    let big = vec![1u8; 2048];
+    let m = manifest(&[(WASM_LAYER, &big)]);
+    let (url, seen) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(&big), big.clone())])).await;
+    let host = host_of(&url);
+    let err = oci::pull(&fetcher(None, 1024, &[host.clone()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    assert!(matches!(err, OciError::LayerTooLarge { size: 2048, limit: 1024, .. }), "{err}");
+    assert!(!seen.lock().unwrap().iter().any(|r| r.target.contains("/blobs/")), "the blob was not requested");
+}
