@@ -161,10 +161,11 @@ pub struct NodeTaskStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// The `metadata.generation` whose `spec.recovery` the controller has acted on. Set in
-    /// the same write that acts; `spec.recovery` is cleared only after that write. A
-    /// recovery still present at this generation (its clear failed) is cleared again, never
-    /// acted on twice; setting `spec.recovery` again bumps the generation.
+    /// The `metadata.generation` whose `spec.recovery` the controller has acted on,
+    /// written by the same write that acts; `spec.recovery` is cleared only after it. A
+    /// recovery still present at this generation (its clear failed) is cleared, never
+    /// acted on twice; setting `spec.recovery` again bumps the generation. Only meaningful
+    /// while `spec.recovery` is set: later controller writes may drop it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_generation: Option<i64>,
 

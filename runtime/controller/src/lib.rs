@@ -11,6 +11,8 @@
 //!   [`gates`] the health gates a task passes before it succeeds.
 //! - [`leader`]: leader election through a Lease (only the holder runs [`run`]); [`events`]:
 //!   Events for Operations and NodeTasks; [`ttl`]: `ttlSecondsAfterFinished`.
+//! - [`exclusion`]: one Operation at a time per node (a task waits while another
+//!   Operation's task holds its node).
 //! - [`progress`]: where a NodeTask stands in its step list (re-exported from
 //!   `bosun_planner::state`); shared with the agent so both agree whose turn a step is.
 //! - [`run`]: wires the reconciler into a kube-runtime `Controller` watching the Operations
@@ -22,6 +24,7 @@ pub mod actions;
 pub mod drain;
 pub mod error;
 pub mod events;
+pub mod exclusion;
 pub mod gate;
 pub mod gates;
 pub mod leader;
@@ -76,7 +79,7 @@ pub async fn run(client: Client, manager: String, resync: Duration, instance: Op
     let policy_changes = policies.changes(client.clone(), Some(selector.clone()));
     tokio::spawn(gate::run_status(client.clone(), manager.clone(), Some(selector.clone())));
     let events = Arc::new(events::Events::new(client.clone(), identity));
-    let ctx = Arc::new(Context { client, manager, resync, instance, policies, events });
+    let ctx = Arc::new(Context { client, manager, resync, instance, policies, events, exclusion: Default::default() });
     Controller::new(operations, watcher::Config::default().labels(&selector))
         .owns(tasks, watcher::Config::default().labels(&selector))
         .reconcile_all_on(futures::stream::iter(policy_changes).flatten())

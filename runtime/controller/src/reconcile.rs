@@ -44,6 +44,10 @@ pub struct Context {
     pub policies: Arc<crate::gate::PolicyWatch>,
     /// Events about Operations and NodeTasks (and the task phases seen so far).
     pub events: Arc<crate::events::Events>,
+    /// Held while one reconcile reads which nodes other Operations hold and starts its own
+    /// tasks ([`crate::exclusion`]): reconciles of different Operations run concurrently,
+    /// and without it both could see a node free and both take it.
+    pub exclusion: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -211,16 +215,40 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         Ok(h) => h,
         Err(e) => return crate::gate::retry_later(e),
     };
-    for node in decision.await_approval.iter().filter(|n| !hold.holds(&tasks[*n])) {
+    // One Operation at a time per node: a Pending task whose node another Operation of
+    // this instance holds waits, and says so. The guard is held until the moves below are
+    // written.
+    let phase_of = |n: &String| tasks[n].status.as_ref().map(|s| s.phase).unwrap_or_default();
+    let wanted: Vec<&String> = decision
+        .await_approval
+        .iter()
+        .chain(&decision.start)
+        .filter(|n| !hold.holds(&tasks[*n]) && crate::exclusion::needs_node(phase_of(n)))
+        .collect();
+    let exclusion_guard = if wanted.is_empty() { None } else { Some(ctx.exclusion.lock().await) };
+    let held = if wanted.is_empty() { BTreeMap::new() } else { held_nodes(&ctx, &name).await? };
+    let mut waiting: Vec<String> = Vec::new();
+    for node in wanted.iter().filter(|n| held.contains_key(n.as_str())) {
+        let holder = &held[node.as_str()];
+        note_held(&ctx, &tasks[*node], holder, now).await?;
+        waiting.push(holder.message());
+        tracing::info!(node = %node, holder = %holder.operation, task = %holder.task, phase = ?holder.phase, "node held by another Operation; task waits");
+    }
+    if !waiting.is_empty() {
+        recheck = Some(recheck.map_or(HELD_RECHECK, |r| r.min(HELD_RECHECK)));
+    }
+    let free = |n: &&String| !hold.holds(&tasks[*n]) && !held.contains_key(n.as_str());
+    for node in decision.await_approval.iter().filter(free) {
         move_task(&ctx, &tasks[node], TaskEvent::TurnCame { needs_approval: true }, None).await?;
     }
-    for node in decision.start.iter().filter(|n| !hold.holds(&tasks[*n])) {
+    for node in decision.start.iter().filter(free) {
         let task = &tasks[node];
         let from = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
         let event = if from == NodeTaskPhase::AwaitingApproval { TaskEvent::Approved } else { TaskEvent::TurnCame { needs_approval: false } };
         move_task(&ctx, task, event, None).await?;
         tracing::info!(node = %node, group = %task.spec.group, "NodeTask started");
     }
+    drop(exclusion_guard);
 
     // The Operation's status.
     status.phase = operation_transition(stored.phase, decision.phase);
@@ -235,7 +263,11 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             format!("{}: {s}", t.spec.node_name)
         })
         .collect();
-    status.message = Some(if blocked.is_empty() { decision.message.clone() } else { format!("{} — {}", blocked.join("; "), decision.message) });
+    let mut message = if blocked.is_empty() { decision.message.clone() } else { format!("{} — {}", blocked.join("; "), decision.message) };
+    if !waiting.is_empty() {
+        message = format!("{} — {message}", waiting.join("; "));
+    }
+    status.message = Some(message);
     let gen_ = op.metadata.generation;
     let is_blocked = status.phase == OperationPhase::Blocked;
     let block_reason = tasks
@@ -248,6 +280,9 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     let done = status.phase == OperationPhase::Succeeded;
     set_condition(&mut status.conditions, "Progressing", !done && !is_blocked && status.phase != OperationPhase::Paused, &format!("{:?}", status.phase), &decision.progress, gen_, now);
     set_condition(&mut status.conditions, "Complete", done, if done { "AllTasksFinished" } else { "InProgress" }, "", gen_, now);
+    let is_waiting = !waiting.is_empty();
+    let held_reason = if is_waiting { crate::exclusion::REASON_HELD } else { crate::exclusion::REASON_FREE };
+    set_condition(&mut status.conditions, crate::exclusion::CONDITION, is_waiting, held_reason, &waiting.join("; "), gen_, now);
     hold.record(&ctx.client, &op, &stored, &mut status, now).await;
     if status.phase.is_finished() && status.completion_time.is_none() {
         status.completion_time = Some(Time(now));
@@ -303,6 +338,37 @@ fn owner_reference(op: &Operation) -> OwnerReference {
         controller: Some(true),
         block_owner_deletion: Some(true),
     }
+}
+
+/// How soon an Operation waiting for a node held by another Operation looks again (the
+/// other Operation's tasks do not wake this one), unless the resync is sooner.
+const HELD_RECHECK: Duration = Duration::from_secs(2);
+
+/// The nodes held by NodeTasks of Operations other than `operation`, of this instance
+/// (read from the API server, not a cache: the caller holds [`Context::exclusion`], and the
+/// last holder's writes must be seen).
+async fn held_nodes(ctx: &Context, operation: &str) -> Result<BTreeMap<String, crate::exclusion::Holder>> {
+    let api: Api<NodeTask> = Api::all(ctx.client.clone());
+    let selector = crate::instance_selector(ctx.instance.as_deref());
+    let list = api.list(&ListParams::default().labels(&selector)).await.map_err(Error::kube("listing the NodeTasks of this instance"))?;
+    Ok(crate::exclusion::holders(operation, &list.items))
+}
+
+/// Says on a Pending task that its node is held: the message and a `NodeHeld` condition,
+/// written only when they change (a write wakes this controller again). Written with the
+/// controller's field manager, so the write that starts the task removes the condition.
+async fn note_held(ctx: &Context, task: &NodeTask, holder: &crate::exclusion::Holder, now: Timestamp) -> Result<()> {
+    let current = task.status.clone().unwrap_or_default();
+    let message = holder.message();
+    let mut conditions = current.conditions.clone();
+    set_condition(&mut conditions, crate::exclusion::CONDITION, true, crate::exclusion::REASON_HELD, &message, task.metadata.generation, now);
+    let condition = conditions.into_iter().find(|c| c.type_ == crate::exclusion::CONDITION);
+    let prior = current.conditions.iter().find(|c| c.type_ == crate::exclusion::CONDITION);
+    if current.message.as_deref() == Some(message.as_str()) && prior == condition.as_ref() {
+        return Ok(());
+    }
+    let body = json!({ "phase": current.phase, "attempts": current.attempts, "message": message, "conditions": condition.into_iter().collect::<Vec<_>>() });
+    apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await
 }
 
 /// Applies `event` to a task and writes the new phase (with `reason` when it blocks or

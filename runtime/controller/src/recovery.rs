@@ -33,32 +33,43 @@ pub fn is_paused(task: &NodeTask) -> bool {
 /// Updates `task` in memory to what was written. Returns how long until an automatic
 /// retry is due, when one is waiting for its backoff.
 ///
-/// Guarantees: a recovery is acted on at most once: `spec.recovery` is cleared before the
-/// status is written (a failed clear acts on nothing); a recovery on a task that is not
-/// Blocked changes nothing but is cleared and, unless the task is Running, explained in
-/// its message.
+/// Guarantees: a person's recovery is never lost and acted on at most once. The write
+/// that acts (the task's phase) also records the task's `metadata.generation` in
+/// `status.recoveryGeneration`; only after it landed is `spec.recovery` cleared. If acting
+/// fails, `spec.recovery` is still set and the next reconcile acts; if the clear fails, the
+/// next reconcile finds the recovery already recorded at this generation and only clears
+/// it (a person setting `spec.recovery` again bumps the generation). A recovery on a task
+/// that is not Blocked changes nothing but is recorded, cleared and, unless the task is
+/// Running or finished, explained in its message.
 pub async fn handle(ctx: &Context, op: &Operation, task: &mut NodeTask, now: Timestamp) -> Result<Option<Duration>> {
     let status = task.status.clone().unwrap_or_default();
     if let Some(recovery) = task.spec.recovery {
-        // Cleared before acting: if the clear is refused, nothing is done (and the error is
-        // retried); if acting then fails, the person sets it again. Acting first would
-        // repeat the retry on every reconcile whenever the clear keeps failing.
-        clear_recovery(ctx, task).await?;
+        let generation = task.metadata.generation;
+        if generation.is_some() && status.recovery_generation == generation {
+            // Acted on in an earlier pass whose clear failed: clear only.
+            clear_recovery(ctx, task).await?;
+            return Ok(None);
+        }
         match resume(&task.spec.steps, &status, recovery, Resumer::Person) {
             Ok(resumption) => {
-                write(ctx, task, &resumption, recovery).await?;
+                write(ctx, task, &resumption, recovery, generation).await?;
                 tracing::info!(task = %task.name_any(), ?recovery, "recovery applied");
             }
             Err(e) => {
                 tracing::warn!(task = %task.name_any(), ?recovery, phase = ?status.phase, "recovery ignored: {e}");
-                if !status.phase.is_finished() && status.phase != NodeTaskPhase::Running {
-                    let message = format!("spec.recovery {recovery:?} was ignored and cleared: {e}");
-                    let body = json!({ "phase": status.phase, "attempts": status.attempts, "message": message });
-                    apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await?;
-                    task.status.get_or_insert_with(Default::default).message = Some(message);
+                let explain = !status.phase.is_finished() && status.phase != NodeTaskPhase::Running;
+                let message = if explain { Some(format!("spec.recovery {recovery:?} was ignored and cleared: {e}")) } else { status.message.clone() };
+                let mut body = json!({ "phase": status.phase, "attempts": status.attempts, "message": message, "recoveryGeneration": generation });
+                if let Some(reason) = status.reason {
+                    body["reason"] = json!(reason);
                 }
+                apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await?;
+                let s = task.status.get_or_insert_with(Default::default);
+                s.message = message;
+                s.recovery_generation = generation;
             }
         }
+        clear_recovery(ctx, task).await?;
         return Ok(None);
     }
     if status.phase != NodeTaskPhase::Blocked {
@@ -68,7 +79,7 @@ pub async fn handle(ctx: &Context, op: &Operation, task: &mut NodeTask, now: Tim
         AutoRetry::Now { retry, limit } => {
             let resumption = resume(&task.spec.steps, &status, Recovery::Retry, Resumer::Automatic { retry, limit })
                 .map_err(|source| Error::Transition { task: task.name_any(), source })?;
-            write(ctx, task, &resumption, Recovery::Retry).await?;
+            write(ctx, task, &resumption, Recovery::Retry, None).await?;
             tracing::info!(task = %task.name_any(), retry, limit, "automatic retry");
             Ok(None)
         }
@@ -116,27 +127,37 @@ async fn note(ctx: &Context, task: &mut NodeTask, message: String) -> Result<()>
 }
 
 /// Writes a resumption: the step's entry (under the step's controller field manager, so
-/// the agent's next write of the step takes its fields back), the task's phase, attempts
-/// and message, and for a retry removes the task's `reason` (it no longer applies).
-async fn write(ctx: &Context, task: &mut NodeTask, r: &Resumption, recovery: Recovery) -> Result<()> {
+/// the agent's next write of the step takes its fields back), for a retry the removal of
+/// the task's `reason` (it no longer applies), and last the task's phase, attempts and
+/// message with `recoveryGeneration` (`generation`, for a person's recovery): that last
+/// write is the one that acts, so a failure before it leaves the task Blocked for the next
+/// pass to act on again.
+async fn write(ctx: &Context, task: &mut NodeTask, r: &Resumption, recovery: Recovery, generation: Option<i64>) -> Result<()> {
     let name = task.name_any();
     if let Some(step) = &r.step {
         let entry = json!({ "name": step.name, "phase": step.phase, "attempts": step.attempts, "message": step.message });
         apply_task_status(ctx, &name, json!({ "currentStep": step.name, "steps": [entry] }), &format!("{}.step.{}", ctx.manager, step.name))
             .await?;
     }
-    apply_task_status(ctx, &name, json!({ "phase": r.phase, "attempts": r.attempts, "message": r.message }), &ctx.manager).await?;
     if recovery == Recovery::Retry {
         let api: Api<NodeTask> = Api::all(ctx.client.clone());
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": { "reason": null } })))
             .await
             .map_err(Error::kube(format!("removing the block reason of NodeTask {name}")))?;
     }
+    let mut top = json!({ "phase": r.phase, "attempts": r.attempts, "message": r.message });
+    if let Some(g) = generation {
+        top["recoveryGeneration"] = json!(g);
+    }
+    apply_task_status(ctx, &name, top, &ctx.manager).await?;
     // Mirror in memory.
     let s = task.status.get_or_insert_with(Default::default);
     s.phase = r.phase;
     s.attempts = r.attempts;
     s.message = Some(r.message.clone());
+    if generation.is_some() {
+        s.recovery_generation = generation;
+    }
     if recovery == Recovery::Retry {
         s.reason = None;
     }
@@ -191,4 +212,175 @@ pub async fn mirror_pause(ctx: &Context, task: &mut NodeTask, paused: bool) -> R
         annotations.remove(PAUSED_ANNOTATION);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! One reconcile step of [`handle`] against a fake API server: which writes it makes,
+    //! in which order, and what happens when one of them fails.
+
+    use std::sync::{Arc, Mutex};
+
+    use bosun_api::node_task::{NodeTaskSpec, NodeTaskStatus, StepStatus};
+    use bosun_api::operation::{OperationSpec, RunsOn, Step};
+    use kube::Client;
+    use kube::client::Body;
+
+    use super::*;
+
+    /// One request the fake API server saw: method, path, body.
+    #[derive(Clone, Debug)]
+    struct Seen {
+        method: String,
+        path: String,
+        body: serde_json::Value,
+    }
+
+    impl Seen {
+        fn is_clear(&self) -> bool {
+            self.method == "PATCH" && !self.path.ends_with("/status") && self.body.pointer("/spec/recovery") == Some(&serde_json::Value::Null)
+        }
+        fn is_status(&self) -> bool {
+            self.method == "PATCH" && self.path.ends_with("/status")
+        }
+    }
+
+    /// A fake API server answering every NodeTask patch with `task`, except that requests
+    /// matching `fail` get a 500. Records every request.
+    fn fake(task: &NodeTask, fail: fn(&Seen) -> bool) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let reply = serde_json::to_vec(task).unwrap();
+        let service = tower::service_fn(move |req: http::Request<Body>| {
+            let log = log.clone();
+            let reply = reply.clone();
+            async move {
+                let method = req.method().to_string();
+                let path = req.uri().path().to_owned();
+                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+                let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                let request = Seen { method, path, body };
+                let failed = fail(&request);
+                log.lock().unwrap().push(request);
+                let response = if failed {
+                    let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcd is unavailable", "reason": "InternalError", "code": 500 });
+                    http::Response::builder().status(500).body(Body::from(serde_json::to_vec(&status).unwrap()))
+                } else {
+                    http::Response::builder().status(200).body(Body::from(reply))
+                };
+                Ok::<_, std::convert::Infallible>(response.unwrap())
+            }
+        });
+        (Client::new(service, "default"), seen)
+    }
+
+    fn context(client: Client) -> Context {
+        Context {
+            client: client.clone(),
+            manager: "bosun-controller".into(),
+            resync: Duration::from_secs(30),
+            instance: None,
+            policies: Default::default(),
+            events: Arc::new(crate::events::Events::new(client, "test".into())),
+            exclusion: Default::default(),
+        }
+    }
+
+    fn operation() -> Operation {
+        Operation::new("op", serde_json::from_value::<OperationSpec>(json!({ "custom": { "groups": [] } })).unwrap())
+    }
+
+    /// A task Blocked at its failed only step, with `spec.recovery: Retry` at generation 3.
+    fn blocked_with_retry() -> NodeTask {
+        let step: Step = serde_json::from_value(json!({ "name": "hello", "plugin": "hello", "action": "greet", "runsOn": RunsOn::Agent })).unwrap();
+        let mut task = NodeTask::new(
+            "op-w1",
+            NodeTaskSpec { operation: "op".into(), node_name: "w1".into(), group: "workers".into(), steps: vec![step], dry_run: false, step_timeout_seconds: None, approve: false, recovery: Some(Recovery::Retry) },
+        );
+        task.metadata.generation = Some(3);
+        task.status = Some(NodeTaskStatus {
+            phase: NodeTaskPhase::Blocked,
+            attempts: 1,
+            reason: Some(bosun_api::node_task::BlockReason::StepFailed),
+            message: Some("step hello failed: boom".into()),
+            steps: vec![StepStatus { name: "hello".into(), phase: bosun_api::node_task::StepPhase::Failed, attempts: 1, ..Default::default() }],
+            ..Default::default()
+        });
+        task
+    }
+
+    #[tokio::test]
+    async fn a_retry_whose_clear_fails_is_recorded_first_and_not_acted_on_twice() {
+        // Pass 1: acting succeeds, the clear fails.
+        let mut task = blocked_with_retry();
+        let (client, seen) = fake(&task, Seen::is_clear);
+        let ctx = context(client);
+        let result = handle(&ctx, &operation(), &mut task, Timestamp::now()).await;
+        assert!(result.is_err(), "the failed clear is an error, retried by the reconciler");
+        let requests = seen.lock().unwrap().clone();
+        let clear_at = requests.iter().position(Seen::is_clear).expect("the clear was attempted");
+        let acted_at = requests
+            .iter()
+            .position(|r| r.is_status() && r.body.pointer("/status/phase") == Some(&json!("Running")))
+            .expect("the task was moved to Running");
+        assert!(acted_at < clear_at, "acted before clearing: {requests:#?}");
+        assert_eq!(requests[acted_at].body.pointer("/status/recoveryGeneration"), Some(&json!(3)), "the write that acts records the generation");
+        assert_eq!(task.spec.recovery, Some(Recovery::Retry), "still set: the clear failed");
+
+        // Pass 2: the server now holds what pass 1 wrote (Running, recoveryGeneration 3) and
+        // still has spec.recovery; the clear works this time. Only the clear is sent.
+        let mut task = blocked_with_retry();
+        let status = task.status.as_mut().unwrap();
+        status.phase = NodeTaskPhase::Running;
+        status.recovery_generation = Some(3);
+        let (client, seen) = fake(&task, |_| false);
+        let ctx = context(client);
+        handle(&ctx, &operation(), &mut task, Timestamp::now()).await.unwrap();
+        let requests = seen.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1, "only the clear: {requests:#?}");
+        assert!(requests[0].is_clear());
+        assert_eq!(task.spec.recovery, None);
+
+        // Even if the task blocked again before pass 2, the same recovery is not applied to
+        // the new failure: it is the generation that was already acted on.
+        let mut task = blocked_with_retry();
+        task.status.as_mut().unwrap().recovery_generation = Some(3);
+        let (client, seen) = fake(&task, |_| false);
+        handle(&context(client), &operation(), &mut task, Timestamp::now()).await.unwrap();
+        let requests = seen.lock().unwrap().clone();
+        assert!(requests.iter().all(|r| !r.is_status()), "no status write: {requests:#?}");
+    }
+
+    #[tokio::test]
+    async fn a_retry_whose_status_write_fails_keeps_spec_recovery_for_the_next_pass() {
+        let mut task = blocked_with_retry();
+        let (client, seen) = fake(&task, |r| r.is_status() && r.body.pointer("/status/phase").is_some());
+        let result = handle(&context(client), &operation(), &mut task, Timestamp::now()).await;
+        assert!(result.is_err());
+        let requests = seen.lock().unwrap().clone();
+        assert!(!requests.iter().any(Seen::is_clear), "spec.recovery must not be cleared when acting failed: {requests:#?}");
+        assert_eq!(task.spec.recovery, Some(Recovery::Retry));
+
+        // The next pass, with nothing changed on the server but the step entry, acts.
+        let (client, seen) = fake(&task, |_| false);
+        handle(&context(client), &operation(), &mut task, Timestamp::now()).await.unwrap();
+        let requests = seen.lock().unwrap().clone();
+        assert!(requests.iter().any(|r| r.body.pointer("/status/phase") == Some(&json!("Running"))));
+        assert!(requests.last().unwrap().is_clear(), "cleared last: {requests:#?}");
+        assert_eq!(task.spec.recovery, None);
+        assert_eq!(task.status.as_ref().unwrap().phase, NodeTaskPhase::Running);
+    }
+
+    #[tokio::test]
+    async fn a_recovery_set_again_at_a_new_generation_is_acted_on() {
+        let mut task = blocked_with_retry();
+        task.metadata.generation = Some(5);
+        task.status.as_mut().unwrap().recovery_generation = Some(3);
+        let (client, seen) = fake(&task, |_| false);
+        handle(&context(client), &operation(), &mut task, Timestamp::now()).await.unwrap();
+        let requests = seen.lock().unwrap().clone();
+        let acted = requests.iter().find(|r| r.body.pointer("/status/phase") == Some(&json!("Running"))).expect("acted");
+        assert_eq!(acted.body.pointer("/status/recoveryGeneration"), Some(&json!(5)));
+        assert!(requests.last().unwrap().is_clear());
+    }
 }

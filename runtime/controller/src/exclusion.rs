@@ -1,0 +1,161 @@
+//! One Operation at a time per node: a NodeTask does not start while its node is held by a
+//! NodeTask of another Operation of the same instance.
+//!
+//! A task holds its node while its phase is AwaitingApproval, Running or Blocked
+//! ([`holds_node`], the same phases that hold a rollout slot): Running because steps run on
+//! the node; Blocked because the node may be half-changed, cordoned or drained and a person
+//! must decide (retry or skip) before anyone else touches it; AwaitingApproval because its
+//! approval would otherwise start work on a node another Operation is changing. Pending and
+//! finished tasks (Succeeded, Skipped, Invalid) hold nothing.
+//!
+//! Only the Operations of the controller's own instance (`--instance`) are considered: an
+//! install acts only on its own objects and cannot see another install's agents, so it
+//! cannot wait on them or release them (see docs/operator.md).
+//!
+//! The decision ([`holders`]) is a pure function of the other Operations' tasks; the
+//! reconciler takes [`Context::exclusion`](crate::Context) around reading them and starting
+//! its tasks, so two Operations reconciled at the same moment cannot both take a node.
+
+use std::collections::BTreeMap;
+
+use bosun_api::node_task::{NodeTask, NodeTaskPhase};
+use kube::ResourceExt;
+
+/// The NodeTask and Operation condition type that says a node is held by another
+/// Operation. On a task it is present (True) only while it waits; the controller's next
+/// write when the task starts drops it.
+pub const CONDITION: &str = "NodeHeld";
+
+/// The condition's reason while a node is held.
+pub const REASON_HELD: &str = "HeldByOtherOperation";
+
+/// The Operation condition's reason when none of its nodes is held.
+pub const REASON_FREE: &str = "NoNodeHeld";
+
+/// True for the phases in which a task holds its node against other Operations.
+pub fn holds_node(phase: NodeTaskPhase) -> bool {
+    phase.occupies_slot()
+}
+
+/// The task of another Operation that holds a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    pub node: String,
+    pub operation: String,
+    pub task: String,
+    pub phase: NodeTaskPhase,
+}
+
+impl Holder {
+    /// One line for the waiting task's and Operation's status.
+    pub fn message(&self) -> String {
+        format!(
+            "waiting: node {} is held by Operation {} (task {}, {:?})",
+            self.node, self.operation, self.task, self.phase
+        )
+    }
+}
+
+/// The holder of each node held by a task of an Operation other than `operation`, among
+/// `tasks` (the NodeTasks of the instance). When several tasks hold one node (only possible
+/// if they were started before this rule existed), the first by name is named.
+pub fn holders<'a>(operation: &str, tasks: impl IntoIterator<Item = &'a NodeTask>) -> BTreeMap<String, Holder> {
+    let mut out: BTreeMap<String, Holder> = BTreeMap::new();
+    for task in tasks {
+        let phase = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        if task.spec.operation == operation || !holds_node(phase) {
+            continue;
+        }
+        let holder = Holder { node: task.spec.node_name.clone(), operation: task.spec.operation.clone(), task: task.name_any(), phase };
+        match out.get(&holder.node) {
+            Some(h) if h.task <= holder.task => {}
+            _ => {
+                out.insert(holder.node.clone(), holder);
+            }
+        }
+    }
+    out
+}
+
+/// Whether moving a task from `from` needs the node to be free: a task that already holds
+/// its node (AwaitingApproval being approved) keeps it; a Pending task takes it.
+pub fn needs_node(from: NodeTaskPhase) -> bool {
+    !holds_node(from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bosun_api::node_task::{NodeTaskSpec, NodeTaskStatus};
+
+    fn task(op: &str, node: &str, phase: NodeTaskPhase) -> NodeTask {
+        let spec = NodeTaskSpec {
+            operation: op.into(),
+            node_name: node.into(),
+            group: "workers".into(),
+            steps: vec![],
+            dry_run: false,
+            step_timeout_seconds: None,
+            approve: false,
+            recovery: None,
+        };
+        let mut t = NodeTask::new(&format!("{op}-{node}"), spec);
+        t.status = Some(NodeTaskStatus { phase, ..Default::default() });
+        t
+    }
+
+    #[test]
+    fn running_blocked_and_awaiting_approval_hold_the_node_others_do_not() {
+        use NodeTaskPhase::*;
+        for (phase, holds) in [
+            (Pending, false),
+            (AwaitingApproval, true),
+            (Running, true),
+            (Blocked, true),
+            (Succeeded, false),
+            (Skipped, false),
+            (Invalid, false),
+        ] {
+            assert_eq!(holds_node(phase), holds, "{phase:?}");
+            let held = holders("b", [&task("a", "w1", phase)]);
+            assert_eq!(held.contains_key("w1"), holds, "{phase:?}");
+        }
+    }
+
+    #[test]
+    fn the_message_names_node_operation_task_and_phase() {
+        let tasks = [task("upgrade-x", "worker-1", NodeTaskPhase::Blocked), task("upgrade-x", "worker-2", NodeTaskPhase::Succeeded)];
+        let held = holders("upgrade-y", &tasks);
+        assert_eq!(held.len(), 1);
+        assert_eq!(held["worker-1"].message(), "waiting: node worker-1 is held by Operation upgrade-x (task upgrade-x-worker-1, Blocked)");
+    }
+
+    #[test]
+    fn an_operations_own_tasks_never_hold_it_back() {
+        let tasks = [task("a", "w1", NodeTaskPhase::Running), task("b", "w2", NodeTaskPhase::Running)];
+        let held = holders("a", &tasks);
+        assert_eq!(held.keys().collect::<Vec<_>>(), ["w2"]);
+        assert_eq!(held["w2"].operation, "b");
+    }
+
+    #[test]
+    fn a_task_without_status_is_pending_and_holds_nothing() {
+        let mut t = task("a", "w1", NodeTaskPhase::Running);
+        t.status = None;
+        assert!(holders("b", [&t]).is_empty());
+    }
+
+    #[test]
+    fn of_two_holders_the_first_by_name_is_named_whatever_the_order() {
+        let tasks = [task("z", "w1", NodeTaskPhase::Running), task("m", "w1", NodeTaskPhase::Blocked)];
+        assert_eq!(holders("a", &tasks)["w1"].operation, "m");
+        let reversed = [tasks[1].clone(), tasks[0].clone()];
+        assert_eq!(holders("a", &reversed)["w1"].operation, "m");
+    }
+
+    #[test]
+    fn only_a_pending_task_needs_the_node_to_be_free() {
+        assert!(needs_node(NodeTaskPhase::Pending));
+        assert!(!needs_node(NodeTaskPhase::AwaitingApproval));
+    }
+}
