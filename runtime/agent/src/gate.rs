@@ -139,7 +139,7 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
                     .map(|i| i.kubelet_version.clone())
             })
             .filter(|v| !v.is_empty()),
-        kubeadm_version: None,
+        kubeadm_version: crate::facts::kubeadm_version(agent).await,
         annotations: node.map(|n| n.annotations().clone()).unwrap_or_default(),
         certificates: certificates(&host_root),
     };
@@ -523,35 +523,11 @@ pub fn os_release(root: &Path) -> OsRelease {
 /// as `kubeadm certs check-expiration` names them (`apiserver`, `etcd-server` ...). A file
 /// that does not parse is left out. Empty on a node without kubeadm PKI (workers).
 pub fn certificates(root: &Path) -> Vec<CertificateFact> {
-    let mut out = Vec::new();
-    for (dir, prefix) in [("etc/kubernetes/pki", ""), ("etc/kubernetes/pki/etcd", "etcd-")] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
-        let mut files: Vec<std::path::PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "crt"))
-            .collect();
-        files.sort();
-        for file in files {
-            let Some(stem) = file.file_stem().and_then(|s| s.to_str()) else { continue };
-            if stem == "ca" || stem.ends_with("-ca") {
-                continue;
-            }
-            let Some(not_after) = std::fs::read(&file).ok().and_then(|pem| not_after(&pem)) else {
-                tracing::warn!(file = %file.display(), "not a PEM certificate; left out of the policy input");
-                continue;
-            };
-            out.push(CertificateFact { name: format!("{prefix}{stem}"), not_after });
-        }
-    }
-    out
-}
-
-/// The certificate's notAfter as RFC 3339 (UTC).
-fn not_after(pem: &[u8]) -> Option<String> {
-    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
-    let cert = pem.parse_x509().ok()?;
-    let seconds = cert.validity().not_after.timestamp();
-    Timestamp::from_second(seconds).ok().map(|t| t.to_string())
+    crate::facts::read_certificates(root)
+        .into_iter()
+        .filter(|c| c.name != "ca" && !c.name.ends_with("-ca"))
+        .map(|c| CertificateFact { name: c.name, not_after: c.not_after.to_string() })
+        .collect()
 }
 
 fn go_arch() -> &'static str {

@@ -10,6 +10,10 @@
 //! on a failure moves the task to Blocked with the reason. Finishing a task (Succeeded) is
 //! the controller's call, once every step succeeded.
 //!
+//! Node facts: the agent reports what it finds on its node (kubelet and kubeadm versions,
+//! OS, kernel, certificate expiry) in `status.nodeFacts` when it first sees a task Running
+//! and again once the task finished (see [`facts`]).
+//!
 //! Restart rule: a step found Running when the agent (re)starts was interrupted; it runs
 //! again only if the plugin declares the action idempotent, otherwise the task blocks as
 //! Interrupted for a person to decide.
@@ -17,6 +21,7 @@
 //! Pause: no new step of a task marked `bosun.dev/paused` (set by the controller while its
 //! Operation is paused) starts; a running step finishes.
 
+pub mod facts;
 pub mod fetch;
 pub mod gate;
 pub mod oci;
@@ -91,12 +96,14 @@ pub struct Agent {
     pub policies: Arc<bosun_controller::gate::PolicyWatch>,
     /// Thresholds of the built-in preflight checks (see [`preflight`]).
     pub preflight: preflight::Settings,
+    /// The node-facts reports this process wrote (see [`facts`]).
+    pub facts_written: facts::Written,
 }
 
 impl Agent {
     /// An agent for `node_name`.
     pub fn new(client: Client, node_name: String, host: Arc<Host>, store: Store, fetcher: fetch::Fetcher, manager: String) -> Agent {
-        Agent { client, node_name, host, store, fetcher, manager, started: Default::default(), instance: None, policies: Default::default(), preflight: Default::default() }
+        Agent { client, node_name, host, store, fetcher, manager, started: Default::default(), instance: None, policies: Default::default(), preflight: Default::default(), facts_written: Default::default() }
     }
 
     fn started_attempt(&self, task: &NodeTask, step: &str) -> u32 {
@@ -160,6 +167,9 @@ pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action,
     if task.spec.node_name != agent.node_name {
         return Ok(Action::await_change());
     }
+    // Node facts first: `before` when the task is first seen Running (before its first
+    // step), `after` once it finished.
+    facts::report_if_due(&agent, &task).await?;
     let status = task.status.clone().unwrap_or_default();
     if status.phase != NodeTaskPhase::Running {
         return Ok(Action::await_change());

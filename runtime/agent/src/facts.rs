@@ -1,0 +1,315 @@
+//! Node facts the agent reports in NodeTask status (`status.nodeFacts`): what it found on
+//! its node when it started working on a task (`before`) and once the task finished
+//! (`after`), so an upgrade or a certificate renewal shows its effect.
+//!
+//! What is read, and how (one way per fact, shared with the plugins and the step gate):
+//! - the kubelet's version from the Node object (`status.nodeInfo.kubeletVersion`, the
+//!   value the built-in `agent/kubelet-skew` preflight check also reads);
+//! - kubeadm's version, os-release, architecture and kernel through
+//!   [`bosun_host::Host::node_facts`], the same provider a plugin's `facts.node` call uses
+//!   (it runs the node's own `/usr/bin/kubeadm version -o short` under the host root);
+//! - certificate expiry from every `*.crt` in `<host root>/etc/kubernetes/pki` and
+//!   `pki/etcd`, parsed as X.509 ([`read_certificates`]; the step gate's
+//!   `node.certificates` is built from the same list).
+//!
+//! Each report is written with its own field manager (`<manager>.facts.before`,
+//! `<manager>.facts.after`), so it never removes a step's fields or the other report.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bosun_api::node_task::{CertificateExpiry, MAX_CERTIFICATES, NodeFacts, NodeTask, NodeTaskPhase};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::{Agent, Error};
+
+/// Longest the node's `kubeadm version` may take before its version is reported absent.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which of a task's two reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    /// When the agent first sees the task Running.
+    Before,
+    /// When the task has finished (Succeeded or Skipped).
+    After,
+}
+
+impl Stage {
+    fn field(self) -> &'static str {
+        match self {
+            Stage::Before => "before",
+            Stage::After => "after",
+        }
+    }
+}
+
+/// The `before` reports this process has written, by task uid: the watch cache may lag
+/// behind our own write, and a second `before` written after the first step changed the
+/// node would no longer be "before". An entry is dropped when the task's `after` is
+/// written, so this holds one entry per task in flight. (`after` needs no such memory: a
+/// second `after` read a moment later is still after the task.)
+#[derive(Debug, Default)]
+pub struct Written(Mutex<HashSet<String>>);
+
+impl Written {
+    fn contains(&self, uid: &str, stage: Stage) -> bool {
+        stage == Stage::Before && self.0.lock().map(|s| s.contains(uid)).unwrap_or(false)
+    }
+
+    fn record(&self, uid: &str, stage: Stage) {
+        if let Ok(mut s) = self.0.lock() {
+            match stage {
+                Stage::Before => s.insert(uid.to_owned()),
+                Stage::After => s.remove(uid),
+            };
+        }
+    }
+}
+
+/// Which report, if any, `task` needs now. Pure: the phase and the reports in status.
+///
+/// `before` is due when the task is Running and has none; `after` when the task finished
+/// with Succeeded or Skipped and has a `before` but no `after` (a task the agent never saw
+/// Running gets no reports; an Invalid task's node is gone).
+pub fn due(task: &NodeTask) -> Option<Stage> {
+    let status = task.status.as_ref()?;
+    let report = status.node_facts.clone().unwrap_or_default();
+    match status.phase {
+        NodeTaskPhase::Running if report.before.is_none() => Some(Stage::Before),
+        NodeTaskPhase::Succeeded | NodeTaskPhase::Skipped if report.before.is_some() && report.after.is_none() => Some(Stage::After),
+        _ => None,
+    }
+}
+
+/// Writes the report `task` needs now, if any and if this process has not written it
+/// already. Errors are API errors writing the report; reading facts never fails (what
+/// cannot be read is left out).
+pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> {
+    let Some(stage) = due(task) else { return Ok(()) };
+    let uid = task.uid().unwrap_or_default();
+    if agent.facts_written.contains(&uid, stage) {
+        return Ok(());
+    }
+    let facts = collect(agent).await;
+    let name = task.name_any();
+    let api: Api<NodeTask> = Api::all(agent.client.clone());
+    let patch = json!({
+        "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name },
+        "status": { "nodeFacts": { stage.field(): facts } },
+    });
+    let manager = format!("{}.facts.{}", agent.manager, stage.field());
+    api.patch_status(&name, &PatchParams::apply(&manager).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(|source| Error::Kube { what: format!("writing the node facts of NodeTask {name}"), source })?;
+    agent.facts_written.record(&uid, stage);
+    tracing::info!(
+        task = %name,
+        stage = stage.field(),
+        kubelet = facts.kubelet_version.as_deref().unwrap_or("?"),
+        kubeadm = facts.kubeadm_version.as_deref().unwrap_or("?"),
+        certificates = facts.certificates.len(),
+        "node facts reported"
+    );
+    Ok(())
+}
+
+/// Reads the node's facts now. The Node object is read for the kubelet's version; if it
+/// cannot be read, that version is left out.
+pub async fn collect(agent: &Agent) -> NodeFacts {
+    let nodes: Api<Node> = Api::all(agent.client.clone());
+    let kubelet_version = match nodes.get_opt(&agent.node_name).await {
+        Ok(node) => node.as_ref().and_then(kubelet_version_of),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the Node for its kubelet version; left out of the node facts");
+            None
+        }
+    };
+    let host = agent.host.clone();
+    let node = bosun_host::NodeContext { node_name: agent.node_name.clone(), roles: Vec::new(), kubelet_version: kubelet_version.clone() };
+    let read = tokio::task::spawn_blocking(move || {
+        let found = host.node_facts(&node, PROBE_TIMEOUT);
+        let certificates = read_certificates(&host.config().host_root);
+        (found, certificates)
+    })
+    .await;
+    let (found, certificates) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading node facts stopped; reporting the kubelet version only");
+            return assemble(Timestamp::now(), kubelet_version, None, Vec::new());
+        }
+    };
+    assemble(Timestamp::now(), kubelet_version, Some(found), certificates)
+}
+
+/// The node's kubeadm version as [`bosun_host::Host::node_facts`] reads it (for the step
+/// policy input's `node.kubeadmVersion`); `None` when the node has no kubeadm or it did
+/// not answer.
+pub async fn kubeadm_version(agent: &Agent) -> Option<String> {
+    let host = agent.host.clone();
+    let node = bosun_host::NodeContext { node_name: agent.node_name.clone(), ..Default::default() };
+    tokio::task::spawn_blocking(move || host.node_facts(&node, PROBE_TIMEOUT).kubeadm_version).await.ok().flatten()
+}
+
+/// The kubelet version a Node reports, if any.
+pub fn kubelet_version_of(node: &Node) -> Option<String> {
+    node.status.as_ref()?.node_info.as_ref().map(|i| i.kubelet_version.clone()).filter(|v| !v.is_empty())
+}
+
+/// Builds the report: empty strings become absent, certificates are sorted soonest expiry
+/// first (then by name) and capped at [`MAX_CERTIFICATES`], the rest counted.
+pub fn assemble(now: Timestamp, kubelet_version: Option<String>, host: Option<bosun_host::NodeFacts>, mut certificates: Vec<Certificate>) -> NodeFacts {
+    let present = |s: String| Some(s).filter(|s| !s.is_empty());
+    certificates.sort_by(|a, b| a.not_after.cmp(&b.not_after).then_with(|| a.name.cmp(&b.name)));
+    let omitted = certificates.len().saturating_sub(MAX_CERTIFICATES);
+    certificates.truncate(MAX_CERTIFICATES);
+    NodeFacts {
+        collected_at: Time(now),
+        kubelet_version,
+        kubeadm_version: host.as_ref().and_then(|h| h.kubeadm_version.clone()),
+        os: host.as_ref().and_then(|h| present(h.os.pretty_name.clone())),
+        arch: host.as_ref().and_then(|h| present(h.arch.clone())),
+        kernel: host.and_then(|h| present(h.kernel)),
+        certificates: certificates.into_iter().map(|c| CertificateExpiry { name: c.name, not_after: Time(c.not_after) }).collect(),
+        certificates_omitted: u32::try_from(omitted).unwrap_or(u32::MAX),
+    }
+}
+
+/// One certificate file of the node's kubeadm PKI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Certificate {
+    /// kubeadm's name: the file stem, `etcd-` in front for `pki/etcd` (`apiserver`,
+    /// `etcd-server`, `ca`, `etcd-ca`).
+    pub name: String,
+    pub not_after: Timestamp,
+}
+
+/// Every `*.crt` in `<root>/etc/kubernetes/pki` and `<root>/etc/kubernetes/pki/etcd`,
+/// parsed as PEM X.509, in file-name order. A file that does not parse is left out with a
+/// warning. Missing directories (a worker) give an empty list.
+pub fn read_certificates(root: &Path) -> Vec<Certificate> {
+    let mut out = Vec::new();
+    for (dir, prefix) in [("etc/kubernetes/pki", ""), ("etc/kubernetes/pki/etcd", "etcd-")] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+        let mut files: Vec<std::path::PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "crt"))
+            .collect();
+        files.sort();
+        for file in files {
+            let Some(stem) = file.file_stem().and_then(|s| s.to_str()) else { continue };
+            match std::fs::read(&file).ok().and_then(|pem| parse(&pem)) {
+                Some(not_after) => out.push(Certificate { name: format!("{prefix}{stem}"), not_after }),
+                None => tracing::warn!(file = %file.display(), "not a PEM X.509 certificate; left out of the node facts"),
+            }
+        }
+    }
+    out
+}
+
+/// The notAfter of the first certificate in `pem`.
+fn parse(pem: &[u8]) -> Option<Timestamp> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).ok()?;
+    let cert = pem.parse_x509().ok()?;
+    Timestamp::from_second(cert.validity().not_after.timestamp()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bosun_api::node_task::{NodeFactsReport, NodeTaskSpec, NodeTaskStatus};
+
+    fn task(phase: NodeTaskPhase, before: bool, after: bool) -> NodeTask {
+        let facts = assemble(Timestamp::UNIX_EPOCH, None, None, vec![]);
+        let mut t = NodeTask::new("t", NodeTaskSpec { operation: "op".into(), node_name: "n".into(), group: "g".into(), steps: vec![], dry_run: false, step_timeout_seconds: None, approve: false, recovery: None });
+        t.status = Some(NodeTaskStatus {
+            phase,
+            node_facts: Some(NodeFactsReport { before: before.then(|| facts.clone()), after: after.then(|| facts.clone()) }),
+            ..Default::default()
+        });
+        t
+    }
+
+    #[test]
+    fn before_is_due_once_running_and_after_once_finished() {
+        assert_eq!(due(&task(NodeTaskPhase::Pending, false, false)), None);
+        assert_eq!(due(&task(NodeTaskPhase::AwaitingApproval, false, false)), None);
+        assert_eq!(due(&task(NodeTaskPhase::Running, false, false)), Some(Stage::Before));
+        assert_eq!(due(&task(NodeTaskPhase::Running, true, false)), None);
+        assert_eq!(due(&task(NodeTaskPhase::Blocked, true, false)), None);
+        assert_eq!(due(&task(NodeTaskPhase::Succeeded, true, false)), Some(Stage::After));
+        assert_eq!(due(&task(NodeTaskPhase::Skipped, true, false)), Some(Stage::After));
+        assert_eq!(due(&task(NodeTaskPhase::Succeeded, true, true)), None);
+        // Never seen Running by an agent, or the node is gone: no report.
+        assert_eq!(due(&task(NodeTaskPhase::Succeeded, false, false)), None);
+        assert_eq!(due(&task(NodeTaskPhase::Invalid, true, false)), None);
+        let mut fresh = task(NodeTaskPhase::Running, false, false);
+        fresh.status = None;
+        assert_eq!(due(&fresh), None);
+    }
+
+    #[test]
+    fn a_before_report_is_remembered_until_the_after_report() {
+        let w = Written::default();
+        assert!(!w.contains("u", Stage::Before));
+        w.record("u", Stage::Before);
+        assert!(w.contains("u", Stage::Before));
+        assert!(!w.contains("u", Stage::After));
+        w.record("u", Stage::After);
+        assert!(!w.contains("u", Stage::Before));
+        assert!(w.0.lock().unwrap().is_empty());
+    }
+
+    fn cert(name: &str, second: i64) -> Certificate {
+        Certificate { name: name.into(), not_after: Timestamp::from_second(second).unwrap() }
+    }
+
+    #[test]
+    fn certificates_are_sorted_soonest_first_and_capped() {
+        let mut certs: Vec<Certificate> = (0..40).map(|i| cert(&format!("c{i:02}"), 2_000_000_000 - i)).collect();
+        certs.push(cert("a-tie", 2_000_000_000 - 39));
+        let facts = assemble(Timestamp::UNIX_EPOCH, Some("v1.34.4".into()), None, certs);
+        assert_eq!(facts.certificates.len(), MAX_CERTIFICATES);
+        assert_eq!(facts.certificates_omitted, 41 - MAX_CERTIFICATES as u32);
+        assert_eq!(facts.certificates[0].name, "a-tie");
+        assert_eq!(facts.certificates[1].name, "c39");
+        assert!(facts.certificates.windows(2).all(|w| w[0].not_after <= w[1].not_after));
+        assert_eq!(facts.kubelet_version.as_deref(), Some("v1.34.4"));
+        assert_eq!(facts.kubeadm_version, None);
+    }
+
+    #[test]
+    fn empty_host_values_are_absent_not_empty() {
+        let host = bosun_host::NodeFacts {
+            node_name: "n".into(),
+            roles: vec![],
+            os: bosun_host::OsRelease { pretty_name: "Debian GNU/Linux 13 (trixie)".into(), ..Default::default() },
+            arch: "amd64".into(),
+            kernel: String::new(),
+            kubelet_version: None,
+            kubeadm_version: Some("v1.34.4".into()),
+        };
+        let facts = assemble(Timestamp::UNIX_EPOCH, None, Some(host), vec![]);
+        assert_eq!(facts.os.as_deref(), Some("Debian GNU/Linux 13 (trixie)"));
+        assert_eq!(facts.arch.as_deref(), Some("amd64"));
+        assert_eq!(facts.kernel, None);
+        assert_eq!(facts.kubeadm_version.as_deref(), Some("v1.34.4"));
+    }
+
+    #[test]
+    fn a_missing_pki_gives_no_certificates_and_garbage_is_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_certificates(dir.path()).is_empty());
+        std::fs::create_dir_all(dir.path().join("etc/kubernetes/pki/etcd")).unwrap();
+        std::fs::write(dir.path().join("etc/kubernetes/pki/broken.crt"), "not a certificate").unwrap();
+        assert!(read_certificates(dir.path()).is_empty());
+    }
+}
