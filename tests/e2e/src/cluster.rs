@@ -79,10 +79,6 @@ pub fn signing_key() -> Result<(SigningKey, PathBuf)> {
 /// Plugin `name` pinning their digest, with exactly `grants` (a `spec.grants` JSON object).
 /// `name` must be the name the plugin declares in `describe()` (the host checks it).
 pub async fn publish_plugin(client: &Client, name: &str, version: &str, wasm: Vec<u8>, grants: serde_json::Value) -> Result<()> {
-    let (key, _) = signing_key()?;
-    let digest = Digest::of(&wasm);
-    let signature = key.sign_statement(&Statement::new(name, version, digest)?);
-
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .patch(
@@ -97,12 +93,38 @@ pub async fn publish_plugin(client: &Client, name: &str, version: &str, wasm: Ve
     let key_name = format!("{name}.wasm");
     let cm = ConfigMap {
         metadata: kube::api::ObjectMeta { name: Some(cm_name.clone()), ..Default::default() },
-        binary_data: Some(BTreeMap::from([(key_name.clone(), ByteString(wasm))])),
+        binary_data: Some(BTreeMap::from([(key_name.clone(), ByteString(wasm.clone()))])),
         ..Default::default()
     };
     maps.patch(&cm_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&cm))
         .await
         .with_context(|| format!("publishing the ConfigMap of plugin {name}"))?;
+    apply_plugin(
+        client,
+        name,
+        version,
+        &wasm,
+        json!({ "configMap": { "namespace": PLUGIN_NAMESPACE, "name": cm_name, "key": key_name } }),
+        grants,
+    )
+    .await
+}
+
+/// Signs `wasm` as plugin `name` at `version` with [`signing_key`] and applies the
+/// cluster-scoped Plugin `name` pinning its digest, fetched from `source` (a
+/// `spec.source` JSON object: `url`, `oci` or `configMap`; publishing the bytes there is
+/// the caller's job), with exactly `grants`. Re-applying replaces the source.
+pub async fn apply_plugin(
+    client: &Client,
+    name: &str,
+    version: &str,
+    wasm: &[u8],
+    source: serde_json::Value,
+    grants: serde_json::Value,
+) -> Result<()> {
+    let (key, _) = signing_key()?;
+    let digest = Digest::of(wasm);
+    let signature = key.sign_statement(&Statement::new(name, version, digest)?);
     let plugins: Api<bosun_api::Plugin> = Api::all(client.clone());
     plugins
         .patch(
@@ -112,7 +134,7 @@ pub async fn publish_plugin(client: &Client, name: &str, version: &str, wasm: Ve
                 "apiVersion": "bosun.dev/v1alpha1", "kind": "Plugin",
                 "metadata": { "name": name, "annotations": { "bosun.dev/plugin-version": version } },
                 "spec": {
-                    "source": { "configMap": { "namespace": PLUGIN_NAMESPACE, "name": cm_name, "key": key_name } },
+                    "source": source,
                     "sha256": digest.to_string(),
                     "signatures": [{ "algorithm": "ed25519", "keyId": signature.key_id, "signature": signature.signature }],
                     "grants": grants,

@@ -41,6 +41,7 @@ pub struct Operator {
     kubeconfig: PathBuf,
     trust_root: PathBuf,
     nodes: Vec<(String, PathBuf)>,
+    agent_args: Vec<String>,
 }
 
 impl Operator {
@@ -48,6 +49,12 @@ impl Operator {
     /// `test`. The CRDs and the plugins the test uses must already be there
     /// ([`crate::apply_crds`], [`crate::publish_plugin`]).
     pub fn start(lab: &LabHandle, test: &str) -> Result<Operator> {
+        Operator::start_with_agent_args(lab, test, &[])
+    }
+
+    /// [`start`](Self::start) with extra arguments for every agent (and its restarts),
+    /// such as `--plugin-ca-file` or `--insecure-registry`.
+    pub fn start_with_agent_args(lab: &LabHandle, test: &str, agent_args: &[String]) -> Result<Operator> {
         let instance = unique(test);
         let dir = target_dir().join("e2e-operator").join(&instance);
         let procs = Processes::new(&dir)?;
@@ -60,6 +67,7 @@ impl Operator {
             kubeconfig: lab.kubeconfig.clone(),
             trust_root,
             nodes: lab.nodes.iter().map(|n| (n.name.clone(), n.host_root.clone())).collect(),
+            agent_args: agent_args.to_vec(),
         };
         op.start_controller()?;
         for (node, _) in op.nodes.clone() {
@@ -102,7 +110,8 @@ impl Operator {
             .arg("--trust-root")
             .arg(&self.trust_root)
             .arg("--plugin-dir")
-            .arg(self.dir.join(format!("plugins-{node}")));
+            .arg(self.dir.join(format!("plugins-{node}")))
+            .args(&self.agent_args);
         self.procs.spawn(&agent_name(node), &mut cmd)
     }
 
