@@ -60,8 +60,9 @@ pub enum ResolveError {
     Oci {
         name: String,
         reference: String,
+        // Boxed: the registry errors are large and this error travels by value.
         #[source]
-        source: OciError,
+        source: Box<OciError>,
     },
     #[error("Plugin {name} names no source: set exactly one of spec.source.oci, url or configMap")]
     NoSource { name: String },
@@ -205,7 +206,7 @@ pub async fn resolve(client: &Client, store: &Store, fetcher: &Fetcher, name: &s
         (None, None, Some(oci)) => {
             let bytes = crate::oci::pull(fetcher, &oci.reference)
                 .await
-                .map_err(|source| ResolveError::Oci { name: name.into(), reference: oci.reference.clone(), source })?;
+                .map_err(|source| ResolveError::Oci { name: name.into(), reference: oci.reference.clone(), source: Box::new(source) })?;
             (bytes, format!("OCI artifact {}", oci.reference))
         }
         (None, None, None) => return Err(ResolveError::NoSource { name: name.into() }),

@@ -148,12 +148,12 @@ fn ca_file(dir: &tempfile::TempDir, pki: &Pki) -> PathBuf {
     path
 }
 
-fn fetcher(ca: Option<PathBuf>, max: u64, insecure: &[String]) -> Fetcher {
+fn fetcher(ca: Option<PathBuf>, max: u64, insecure: &[&str]) -> Fetcher {
     Fetcher::new(&FetchConfig {
         ca_files: ca.into_iter().collect(),
         max_body_bytes: max,
         timeout: Duration::from_secs(20),
-        insecure_registries: insecure.to_vec(),
+        insecure_registries: insecure.iter().map(|s| s.to_string()).collect(),
     })
     .unwrap()
 }
@@ -254,7 +254,7 @@ async fn redirects_are_followed_over_https_only_and_a_few_times_at_most() {
         }),
     )
     .await;
-    let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &["127.0.0.1:9".to_string()]);
+    let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &["127.0.0.1:9"]);
     assert_eq!(fetch_url(&f, "hello", &format!("{base}/moved.wasm")).await.unwrap(), PLUGIN);
     // Even a host listed as an insecure registry is not reachable over http from a URL source.
     let err = fetch_url(&f, "hello", &format!("{base}/to-http.wasm")).await.unwrap_err();
@@ -339,7 +339,7 @@ async fn an_oci_pull_answers_the_token_challenge_and_returns_the_one_wasm_layer(
     let m = manifest(&[(WASM_LAYER, PLUGIN)]);
     let (url, seen) = registry(None, HashMap::from([("0.1.0".into(), m.clone())]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
     let host = host_of(&url);
-    let f = fetcher(None, 1 << 20, &[host.clone()]);
+    let f = fetcher(None, 1 << 20, &[host.as_str()]);
     assert_eq!(oci::pull(&f, &format!("{host}/bosun/hello:0.1.0")).await.unwrap(), PLUGIN);
     // By digest too (the manifest's bytes are checked against it).
     assert_eq!(oci::pull(&f, &format!("{host}/bosun/hello@{}", sha(m.as_bytes()))).await.unwrap(), PLUGIN);
@@ -369,7 +369,7 @@ async fn a_plain_http_registry_not_listed_as_insecure_is_refused() {
     let (url, seen) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
     let host = host_of(&url);
     // Another host:port is listed; this one is not, so https is spoken to it and fails.
-    let err = oci::pull(&fetcher(None, 1 << 20, &["127.0.0.1:1".to_string()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    let err = oci::pull(&fetcher(None, 1 << 20, &["127.0.0.1:1"]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
     assert!(matches!(err, OciError::Unreachable { .. }), "{err}");
     assert!(err.to_string().contains(&format!("--insecure-registry {host}")), "{err}");
     assert!(seen.lock().unwrap().is_empty(), "no plain http request was made");
@@ -379,7 +379,7 @@ async fn a_plain_http_registry_not_listed_as_insecure_is_refused() {
 async fn a_missing_tag_says_to_push_the_artifact() {
     let (url, _) = registry(None, HashMap::new(), HashMap::new()).await;
     let host = host_of(&url);
-    let err = oci::pull(&fetcher(None, 1 << 20, &[host.clone()]), &format!("{host}/bosun/hello:0.2.0")).await.unwrap_err();
+    let err = oci::pull(&fetcher(None, 1 << 20, &[host.as_str()]), &format!("{host}/bosun/hello:0.2.0")).await.unwrap_err();
     assert!(matches!(err, OciError::ManifestStatus { .. }), "{err}");
     let text = err.to_string();
     assert!(text.contains("404") && text.contains("bosun/hello:0.2.0") && text.contains("push the artifact"), "{text}");
@@ -390,7 +390,7 @@ async fn a_manifest_without_a_wasm_layer_is_refused_naming_its_layers() {
     let m = manifest(&[("application/vnd.oci.image.layer.v1.tar", PLUGIN)]);
     let (url, _) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
     let host = host_of(&url);
-    let err = oci::pull(&fetcher(None, 1 << 20, &[host.clone()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    let err = oci::pull(&fetcher(None, 1 << 20, &[host.as_str()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
     assert!(matches!(err, OciError::NoWasmLayer { .. }), "{err}");
     assert!(err.to_string().contains("application/vnd.oci.image.layer.v1.tar"), "{err}");
 }
@@ -403,7 +403,7 @@ async fn a_blob_that_does_not_match_its_layer_digest_is_refused() {
     evil[5] ^= 1;
     let (url, _) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), evil)])).await;
     let host = host_of(&url);
-    let err = oci::pull(&fetcher(None, 1 << 20, &[host.clone()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    let err = oci::pull(&fetcher(None, 1 << 20, &[host.as_str()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
     assert!(matches!(err, OciError::DigestMismatch { .. }), "{err}");
 }
 
@@ -413,7 +413,7 @@ async fn a_layer_over_the_limit_is_refused_before_it_is_downloaded() {
     let m = manifest(&[(WASM_LAYER, &big)]);
     let (url, seen) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(&big), big.clone())])).await;
     let host = host_of(&url);
-    let err = oci::pull(&fetcher(None, 1024, &[host.clone()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    let err = oci::pull(&fetcher(None, 1024, &[host.as_str()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
     assert!(matches!(err, OciError::LayerTooLarge { size: 2048, limit: 1024, .. }), "{err}");
     assert!(!seen.lock().unwrap().iter().any(|r| r.target.contains("/blobs/")), "the blob was not requested");
 }
