@@ -20,7 +20,9 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bosun_api::node_task::{CertificateExpiry, MAX_CERTIFICATES, NodeFacts, NodeTask, NodeTaskPhase};
+use bosun_api::node_task::{
+    CertificateExpiry, MAX_CERTIFICATES, NodeFacts, NodeTask, NodeTaskPhase,
+};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -84,7 +86,11 @@ pub fn due(task: &NodeTask) -> Option<Stage> {
     let report = status.node_facts.clone().unwrap_or_default();
     match status.phase {
         NodeTaskPhase::Running if report.before.is_none() => Some(Stage::Before),
-        NodeTaskPhase::Succeeded | NodeTaskPhase::Skipped if report.before.is_some() && report.after.is_none() => Some(Stage::After),
+        NodeTaskPhase::Succeeded | NodeTaskPhase::Skipped
+            if report.before.is_some() && report.after.is_none() =>
+        {
+            Some(Stage::After)
+        }
         _ => None,
     }
 }
@@ -93,7 +99,9 @@ pub fn due(task: &NodeTask) -> Option<Stage> {
 /// already. Errors are API errors writing the report; reading facts never fails (what
 /// cannot be read is left out).
 pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> {
-    let Some(stage) = due(task) else { return Ok(()) };
+    let Some(stage) = due(task) else {
+        return Ok(());
+    };
     let uid = task.uid().unwrap_or_default();
     if agent.facts_written.contains(&uid, stage) {
         return Ok(());
@@ -106,9 +114,16 @@ pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> 
         "status": { "nodeFacts": { stage.field(): facts } },
     });
     let manager = format!("{}.facts.{}", agent.manager, stage.field());
-    api.patch_status(&name, &PatchParams::apply(&manager).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(|source| Error::Kube { what: format!("writing the node facts of NodeTask {name}"), source })?;
+    api.patch_status(
+        &name,
+        &PatchParams::apply(&manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|source| Error::Kube {
+        what: format!("writing the node facts of NodeTask {name}"),
+        source,
+    })?;
     agent.facts_written.record(&uid, stage);
     tracing::info!(
         task = %name,
@@ -133,7 +148,11 @@ pub async fn collect(agent: &Agent) -> NodeFacts {
         }
     };
     let host = agent.host.clone();
-    let node = bosun_host::NodeContext { node_name: agent.node_name.clone(), roles: Vec::new(), kubelet_version: kubelet_version.clone() };
+    let node = bosun_host::NodeContext {
+        node_name: agent.node_name.clone(),
+        roles: Vec::new(),
+        kubelet_version: kubelet_version.clone(),
+    };
     let read = tokio::task::spawn_blocking(move || {
         let found = host.node_facts(&node, PROBE_TIMEOUT);
         let certificates = read_certificates(&host.config().host_root);
@@ -155,30 +174,58 @@ pub async fn collect(agent: &Agent) -> NodeFacts {
 /// not answer.
 pub async fn kubeadm_version(agent: &Agent) -> Option<String> {
     let host = agent.host.clone();
-    let node = bosun_host::NodeContext { node_name: agent.node_name.clone(), ..Default::default() };
-    tokio::task::spawn_blocking(move || host.node_facts(&node, PROBE_TIMEOUT).kubeadm_version).await.ok().flatten()
+    let node = bosun_host::NodeContext {
+        node_name: agent.node_name.clone(),
+        ..Default::default()
+    };
+    tokio::task::spawn_blocking(move || host.node_facts(&node, PROBE_TIMEOUT).kubeadm_version)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// The kubelet version a Node reports, if any.
 pub fn kubelet_version_of(node: &Node) -> Option<String> {
-    node.status.as_ref()?.node_info.as_ref().map(|i| i.kubelet_version.clone()).filter(|v| !v.is_empty())
+    node.status
+        .as_ref()?
+        .node_info
+        .as_ref()
+        .map(|i| i.kubelet_version.clone())
+        .filter(|v| !v.is_empty())
 }
 
 /// Builds the report: empty strings become absent, certificates are sorted soonest expiry
 /// first (then by name) and capped at [`MAX_CERTIFICATES`], the rest counted.
-pub fn assemble(now: Timestamp, kubelet_version: Option<String>, host: Option<bosun_host::NodeFacts>, mut certificates: Vec<Certificate>) -> NodeFacts {
+pub fn assemble(
+    now: Timestamp,
+    kubelet_version: Option<String>,
+    host: Option<bosun_host::NodeFacts>,
+    mut certificates: Vec<Certificate>,
+) -> NodeFacts {
     let present = |s: String| Some(s).filter(|s| !s.is_empty());
-    certificates.sort_by(|a, b| a.not_after.cmp(&b.not_after).then_with(|| a.name.cmp(&b.name)));
+    certificates.sort_by(|a, b| {
+        a.not_after
+            .cmp(&b.not_after)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     let omitted = certificates.len().saturating_sub(MAX_CERTIFICATES);
     certificates.truncate(MAX_CERTIFICATES);
     NodeFacts {
         collected_at: Time(now),
         kubelet_version,
         kubeadm_version: host.as_ref().and_then(|h| h.kubeadm_version.clone()),
-        os: host.as_ref().and_then(|h| present(h.os.pretty_name.clone())),
+        os: host
+            .as_ref()
+            .and_then(|h| present(h.os.pretty_name.clone())),
         arch: host.as_ref().and_then(|h| present(h.arch.clone())),
         kernel: host.and_then(|h| present(h.kernel)),
-        certificates: certificates.into_iter().map(|c| CertificateExpiry { name: c.name, not_after: Time(c.not_after) }).collect(),
+        certificates: certificates
+            .into_iter()
+            .map(|c| CertificateExpiry {
+                name: c.name,
+                not_after: Time(c.not_after),
+            })
+            .collect(),
         certificates_omitted: u32::try_from(omitted).unwrap_or(u32::MAX),
     }
 }
@@ -197,18 +244,30 @@ pub struct Certificate {
 /// warning. Missing directories (a worker) give an empty list.
 pub fn read_certificates(root: &Path) -> Vec<Certificate> {
     let mut out = Vec::new();
-    for (dir, prefix) in [("etc/kubernetes/pki", ""), ("etc/kubernetes/pki/etcd", "etcd-")] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+    for (dir, prefix) in [
+        ("etc/kubernetes/pki", ""),
+        ("etc/kubernetes/pki/etcd", "etcd-"),
+    ] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
         let mut files: Vec<std::path::PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "crt"))
             .collect();
         files.sort();
         for file in files {
-            let Some(stem) = file.file_stem().and_then(|s| s.to_str()) else { continue };
+            let Some(stem) = file.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
             match std::fs::read(&file).ok().and_then(|pem| parse(&pem)) {
-                Some(not_after) => out.push(Certificate { name: format!("{prefix}{stem}"), not_after }),
-                None => tracing::warn!(file = %file.display(), "not a PEM X.509 certificate; left out of the node facts"),
+                Some(not_after) => out.push(Certificate {
+                    name: format!("{prefix}{stem}"),
+                    not_after,
+                }),
+                None => {
+                    tracing::warn!(file = %file.display(), "not a PEM X.509 certificate; left out of the node facts")
+                }
             }
         }
     }
@@ -229,10 +288,25 @@ mod tests {
 
     fn task(phase: NodeTaskPhase, before: bool, after: bool) -> NodeTask {
         let facts = assemble(Timestamp::UNIX_EPOCH, None, None, vec![]);
-        let mut t = NodeTask::new("t", NodeTaskSpec { operation: "op".into(), node_name: "n".into(), group: "g".into(), steps: vec![], dry_run: false, step_timeout_seconds: None, approve: false, recovery: None });
+        let mut t = NodeTask::new(
+            "t",
+            NodeTaskSpec {
+                operation: "op".into(),
+                node_name: "n".into(),
+                group: "g".into(),
+                steps: vec![],
+                dry_run: false,
+                step_timeout_seconds: None,
+                approve: false,
+                recovery: None,
+            },
+        );
         t.status = Some(NodeTaskStatus {
             phase,
-            node_facts: Some(NodeFactsReport { before: before.then(|| facts.clone()), after: after.then(|| facts.clone()) }),
+            node_facts: Some(NodeFactsReport {
+                before: before.then(|| facts.clone()),
+                after: after.then(|| facts.clone()),
+            }),
             ..Default::default()
         });
         t
@@ -241,12 +315,24 @@ mod tests {
     #[test]
     fn before_is_due_once_running_and_after_once_finished() {
         assert_eq!(due(&task(NodeTaskPhase::Pending, false, false)), None);
-        assert_eq!(due(&task(NodeTaskPhase::AwaitingApproval, false, false)), None);
-        assert_eq!(due(&task(NodeTaskPhase::Running, false, false)), Some(Stage::Before));
+        assert_eq!(
+            due(&task(NodeTaskPhase::AwaitingApproval, false, false)),
+            None
+        );
+        assert_eq!(
+            due(&task(NodeTaskPhase::Running, false, false)),
+            Some(Stage::Before)
+        );
         assert_eq!(due(&task(NodeTaskPhase::Running, true, false)), None);
         assert_eq!(due(&task(NodeTaskPhase::Blocked, true, false)), None);
-        assert_eq!(due(&task(NodeTaskPhase::Succeeded, true, false)), Some(Stage::After));
-        assert_eq!(due(&task(NodeTaskPhase::Skipped, true, false)), Some(Stage::After));
+        assert_eq!(
+            due(&task(NodeTaskPhase::Succeeded, true, false)),
+            Some(Stage::After)
+        );
+        assert_eq!(
+            due(&task(NodeTaskPhase::Skipped, true, false)),
+            Some(Stage::After)
+        );
         assert_eq!(due(&task(NodeTaskPhase::Succeeded, true, true)), None);
         // Never seen Running by an agent, or the node is gone: no report.
         assert_eq!(due(&task(NodeTaskPhase::Succeeded, false, false)), None);
@@ -269,19 +355,29 @@ mod tests {
     }
 
     fn cert(name: &str, second: i64) -> Certificate {
-        Certificate { name: name.into(), not_after: Timestamp::from_second(second).unwrap() }
+        Certificate {
+            name: name.into(),
+            not_after: Timestamp::from_second(second).unwrap(),
+        }
     }
 
     #[test]
     fn certificates_are_sorted_soonest_first_and_capped() {
-        let mut certs: Vec<Certificate> = (0..40).map(|i| cert(&format!("c{i:02}"), 2_000_000_000 - i)).collect();
+        let mut certs: Vec<Certificate> = (0..40)
+            .map(|i| cert(&format!("c{i:02}"), 2_000_000_000 - i))
+            .collect();
         certs.push(cert("a-tie", 2_000_000_000 - 39));
         let facts = assemble(Timestamp::UNIX_EPOCH, Some("v1.34.4".into()), None, certs);
         assert_eq!(facts.certificates.len(), MAX_CERTIFICATES);
         assert_eq!(facts.certificates_omitted, 41 - MAX_CERTIFICATES as u32);
         assert_eq!(facts.certificates[0].name, "a-tie");
         assert_eq!(facts.certificates[1].name, "c39");
-        assert!(facts.certificates.windows(2).all(|w| w[0].not_after <= w[1].not_after));
+        assert!(
+            facts
+                .certificates
+                .windows(2)
+                .all(|w| w[0].not_after <= w[1].not_after)
+        );
         assert_eq!(facts.kubelet_version.as_deref(), Some("v1.34.4"));
         assert_eq!(facts.kubeadm_version, None);
     }
@@ -291,7 +387,10 @@ mod tests {
         let host = bosun_host::NodeFacts {
             node_name: "n".into(),
             roles: vec![],
-            os: bosun_host::OsRelease { pretty_name: "Debian GNU/Linux 13 (trixie)".into(), ..Default::default() },
+            os: bosun_host::OsRelease {
+                pretty_name: "Debian GNU/Linux 13 (trixie)".into(),
+                ..Default::default()
+            },
             arch: "amd64".into(),
             kernel: String::new(),
             kubelet_version: None,
@@ -309,7 +408,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(read_certificates(dir.path()).is_empty());
         std::fs::create_dir_all(dir.path().join("etc/kubernetes/pki/etcd")).unwrap();
-        std::fs::write(dir.path().join("etc/kubernetes/pki/broken.crt"), "not a certificate").unwrap();
+        std::fs::write(
+            dir.path().join("etc/kubernetes/pki/broken.crt"),
+            "not a certificate",
+        )
+        .unwrap();
         assert!(read_certificates(dir.path()).is_empty());
     }
 }

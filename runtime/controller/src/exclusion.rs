@@ -59,14 +59,22 @@ impl Holder {
 /// The holder of each node held by a task of an Operation other than `operation`, among
 /// `tasks` (the NodeTasks of the instance). When several tasks hold one node (only possible
 /// if they were started before this rule existed), the first by name is named.
-pub fn holders<'a>(operation: &str, tasks: impl IntoIterator<Item = &'a NodeTask>) -> BTreeMap<String, Holder> {
+pub fn holders<'a>(
+    operation: &str,
+    tasks: impl IntoIterator<Item = &'a NodeTask>,
+) -> BTreeMap<String, Holder> {
     let mut out: BTreeMap<String, Holder> = BTreeMap::new();
     for task in tasks {
         let phase = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
         if task.spec.operation == operation || !holds_node(phase) {
             continue;
         }
-        let holder = Holder { node: task.spec.node_name.clone(), operation: task.spec.operation.clone(), task: task.name_any(), phase };
+        let holder = Holder {
+            node: task.spec.node_name.clone(),
+            operation: task.spec.operation.clone(),
+            task: task.name_any(),
+            phase,
+        };
         match out.get(&holder.node) {
             Some(h) if h.task <= holder.task => {}
             _ => {
@@ -100,7 +108,10 @@ mod tests {
             recovery: None,
         };
         let mut t = NodeTask::new(&format!("{op}-{node}"), spec);
-        t.status = Some(NodeTaskStatus { phase, ..Default::default() });
+        t.status = Some(NodeTaskStatus {
+            phase,
+            ..Default::default()
+        });
         t
     }
 
@@ -124,15 +135,24 @@ mod tests {
 
     #[test]
     fn the_message_names_node_operation_task_and_phase() {
-        let tasks = [task("upgrade-x", "worker-1", NodeTaskPhase::Blocked), task("upgrade-x", "worker-2", NodeTaskPhase::Succeeded)];
+        let tasks = [
+            task("upgrade-x", "worker-1", NodeTaskPhase::Blocked),
+            task("upgrade-x", "worker-2", NodeTaskPhase::Succeeded),
+        ];
         let held = holders("upgrade-y", &tasks);
         assert_eq!(held.len(), 1);
-        assert_eq!(held["worker-1"].message(), "waiting: node worker-1 is held by Operation upgrade-x (task upgrade-x-worker-1, Blocked)");
+        assert_eq!(
+            held["worker-1"].message(),
+            "waiting: node worker-1 is held by Operation upgrade-x (task upgrade-x-worker-1, Blocked)"
+        );
     }
 
     #[test]
     fn an_operations_own_tasks_never_hold_it_back() {
-        let tasks = [task("a", "w1", NodeTaskPhase::Running), task("b", "w2", NodeTaskPhase::Running)];
+        let tasks = [
+            task("a", "w1", NodeTaskPhase::Running),
+            task("b", "w2", NodeTaskPhase::Running),
+        ];
         let held = holders("a", &tasks);
         assert_eq!(held.keys().collect::<Vec<_>>(), ["w2"]);
         assert_eq!(held["w2"].operation, "b");
@@ -147,7 +167,10 @@ mod tests {
 
     #[test]
     fn of_two_holders_the_first_by_name_is_named_whatever_the_order() {
-        let tasks = [task("z", "w1", NodeTaskPhase::Running), task("m", "w1", NodeTaskPhase::Blocked)];
+        let tasks = [
+            task("z", "w1", NodeTaskPhase::Running),
+            task("m", "w1", NodeTaskPhase::Blocked),
+        ];
         assert_eq!(holders("a", &tasks)["w1"].operation, "m");
         let reversed = [tasks[1].clone(), tasks[0].clone()];
         assert_eq!(holders("a", &reversed)["w1"].operation, "m");

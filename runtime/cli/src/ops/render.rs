@@ -8,7 +8,9 @@
 
 use std::fmt::Write as _;
 
-use bosun_api::node_task::{NodeTask, NodeTaskPhase, StepPhase, StepStatus};
+use bosun_api::node_task::{
+    NodeFacts, NodeFactsReport, NodeTask, NodeTaskPhase, StepPhase, StepStatus,
+};
 use bosun_api::operation::{CertificateName, Operation, OperationPhase, RunsOn};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -324,7 +326,6 @@ fn task_for<'a>(tasks: &'a [NodeTask], node: &str) -> Option<&'a NodeTask> {
     tasks.iter().find(|t| t.spec.node_name == node)
 }
 
-#[allow(clippy::too_many_arguments)]
 /// Most output lines shown under one step; `kubectl bosun logs` and `-o yaml` show all.
 const MAX_OUTPUT_LINES: usize = 16;
 
@@ -353,6 +354,7 @@ fn output_lines(outputs: &std::collections::BTreeMap<String, String>) -> Vec<Str
     lines
 }
 
+#[allow(clippy::too_many_arguments)]
 fn render_task(
     out: &mut String,
     op_name: &str,
@@ -385,6 +387,9 @@ fn render_task(
         let _ = write!(out, "  {}", s.dim("dry run"));
     }
     out.push('\n');
+    if let Some(line) = status.node_facts.as_ref().and_then(|f| facts_line(f, now, s)) {
+        let _ = writeln!(out, "{cont}{line}");
+    }
 
     // Steps: shown once the task has started; a task still waiting its turn gets one line.
     let started = status.steps.iter().any(|st| st.phase != StepPhase::Pending)
@@ -527,12 +532,69 @@ fn render_task(
                 &s.dim("approved in advance; starts when its turn comes"),
             );
         }
+        // Another Operation holds the node (the controller's NodeHeld condition).
+        NodeTaskPhase::Pending
+            if status.conditions.iter().any(|c| c.type_ == "NodeHeld" && c.status == "True") =>
+        {
+            if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
+                hint(out, &s.yellow(message));
+            }
+        }
         NodeTaskPhase::Invalid | NodeTaskPhase::Skipped => {
             if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
                 hint(out, &s.dim(message));
             }
         }
         _ => {}
+    }
+}
+
+/// One compact line of what the node's agent reported (`status.nodeFacts`): the kubelet's
+/// and kubeadm's versions and how soon the first certificate expires, from the latest
+/// report (`after` once the task finished, else `before`); a value that changed during the
+/// task reads `before → after`. `None` when there is nothing to show. `-o yaml` has every
+/// fact and certificate.
+fn facts_line(report: &NodeFactsReport, now: Timestamp, s: Style) -> Option<String> {
+    let latest = report.after.as_ref().or(report.before.as_ref())?;
+    let mut parts = Vec::new();
+    let version = |name: &str, get: fn(&NodeFacts) -> Option<&String>| -> Option<String> {
+        let after = get(latest)?;
+        match report.before.as_ref().and_then(get) {
+            Some(before) if report.after.is_some() && before != after => {
+                Some(format!("{name} {before} → {after}"))
+            }
+            _ => Some(format!("{name} {after}")),
+        }
+    };
+    parts.extend(version("kubelet", |f| f.kubelet_version.as_ref()));
+    parts.extend(version("kubeadm", |f| f.kubeadm_version.as_ref()));
+    let earliest = |f: &NodeFacts| f.certificates.iter().min_by_key(|c| c.not_after.0).cloned();
+    if let Some(first) = earliest(latest) {
+        let left = first.not_after.0.duration_since(now);
+        let when = if left.is_negative() {
+            s.red(&format!("a certificate EXPIRED {} ago", days(-left)))
+        } else {
+            let previous = report
+                .before
+                .as_ref()
+                .filter(|_| report.after.is_some())
+                .and_then(earliest)
+                .filter(|b| b.not_after != first.not_after)
+                .map(|b| format!("{} → ", days(b.not_after.0.duration_since(now))));
+            format!("certs expire in {}{}", previous.unwrap_or_default(), days(left))
+        };
+        parts.push(format!("{when} (earliest: {})", first.name));
+    }
+    (!parts.is_empty()).then(|| s.dim(&parts.join(" · ")))
+}
+
+/// Whole days for certificate lifetimes (`364d`); under a day, [`human_duration`].
+fn days(d: SignedDuration) -> String {
+    let secs = d.as_secs();
+    if secs >= 86_400 {
+        format!("{}d", secs / 86_400)
+    } else {
+        human_duration(d)
     }
 }
 
@@ -603,7 +665,7 @@ mod tests {
         BlockReason, CheckStatus, NodeTaskSpec, NodeTaskStatus, PreflightCheck, Recovery, StepError,
     };
     use bosun_api::operation::{OperationSpec, OperationStatus, Plan, PlannedGroup, Step};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
     fn ts(s: &str) -> Time {
         Time(s.parse().unwrap())
@@ -975,6 +1037,93 @@ workers  1/3 finished  (up to 2 at a time)
         step.outputs = outputs;
         let text = status(&operation(), &t, NOW.parse().unwrap(), Style::PLAIN);
         assert!(text.contains("apiserver: 2027-11-30T02:35:55Z → 2027-11-30T03:23:03Z"), "{text}");
+    }
+
+    fn facts(at: &str, kubelet: &str, kubeadm: Option<&str>, certs: &[(&str, &str)]) -> NodeFacts {
+        NodeFacts {
+            collected_at: ts(at),
+            kubelet_version: Some(kubelet.into()),
+            kubeadm_version: kubeadm.map(Into::into),
+            os: Some("Debian GNU/Linux 13 (trixie)".into()),
+            arch: Some("amd64".into()),
+            kernel: Some("6.12.0".into()),
+            certificates: certs
+                .iter()
+                .map(|(n, t)| bosun_api::node_task::CertificateExpiry { name: (*n).into(), not_after: ts(t) })
+                .collect(),
+            certificates_omitted: 0,
+        }
+    }
+
+    #[test]
+    fn node_facts_show_as_one_line_under_the_node_with_before_and_after() {
+        let now: Timestamp = NOW.parse().unwrap();
+        let before = facts(
+            "2026-11-30T03:00:01Z",
+            "v1.33.5",
+            Some("v1.33.5"),
+            &[("apiserver", "2026-12-30T03:00:00Z"), ("ca", "2035-11-28T03:00:00Z"), ("apiserver-kubelet-client", "2026-12-29T03:00:00Z")],
+        );
+        // Only `before` yet: the values as they are.
+        let report = NodeFactsReport { before: Some(before.clone()), after: None };
+        assert_eq!(
+            facts_line(&report, now, Style::PLAIN).unwrap(),
+            "kubelet v1.33.5 · kubeadm v1.33.5 · certs expire in 28d (earliest: apiserver-kubelet-client)"
+        );
+        // After an upgrade and a renewal: what changed reads before → after.
+        let after = facts(
+            "2026-11-30T03:05:00Z",
+            "v1.34.4",
+            Some("v1.34.4"),
+            &[("apiserver", "2027-11-29T03:04:00Z"), ("apiserver-kubelet-client", "2027-11-29T03:04:30Z")],
+        );
+        let report = NodeFactsReport { before: Some(before.clone()), after: Some(after) };
+        assert_eq!(
+            facts_line(&report, now, Style::PLAIN).unwrap(),
+            "kubelet v1.33.5 → v1.34.4 · kubeadm v1.33.5 → v1.34.4 · certs expire in 28d → 364d (earliest: apiserver)"
+        );
+        // A worker: no kubeadm PKI, no kubeadm.
+        let worker = NodeFactsReport { before: Some(facts("2026-11-30T03:00:01Z", "v1.34.4", None, &[])), after: None };
+        assert_eq!(facts_line(&worker, now, Style::PLAIN).unwrap(), "kubelet v1.34.4");
+        // An expired certificate says so.
+        let expired = NodeFactsReport { before: Some(facts("2026-11-30T03:00:01Z", "v1.34.4", None, &[("front-proxy-client", "2026-11-27T03:00:00Z")])), after: None };
+        assert_eq!(
+            facts_line(&expired, now, Style::PLAIN).unwrap(),
+            "kubelet v1.34.4 · a certificate EXPIRED 3d ago (earliest: front-proxy-client)"
+        );
+        assert_eq!(facts_line(&NodeFactsReport::default(), now, Style::PLAIN), None);
+
+        // In the tree: right under the node's line.
+        let mut t = tasks();
+        t[0].status.as_mut().unwrap().node_facts = Some(report);
+        let text = status(&operation(), &t, now, Style::PLAIN);
+        assert!(
+            text.contains("└─ ✓ lab-cp-1  Succeeded  350ms\n   kubelet v1.33.5 → v1.34.4 · kubeadm"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_task_waiting_for_a_node_held_by_another_operation_says_by_whom() {
+        let mut t = tasks();
+        let waiting = t.iter_mut().find(|x| x.spec.node_name == "lab-worker-3").unwrap();
+        let st = waiting.status.as_mut().unwrap();
+        st.message = Some("waiting: node lab-worker-3 is held by Operation upgrade-x (task upgrade-x-lab-worker-3, Blocked)".into());
+        st.conditions.push(Condition {
+            type_: "NodeHeld".into(),
+            status: "True".into(),
+            reason: "HeldByOtherOperation".into(),
+            message: st.message.clone().unwrap(),
+            last_transition_time: ts(NOW),
+            observed_generation: None,
+        });
+        let text = status(&operation(), &t, NOW.parse().unwrap(), Style::PLAIN);
+        assert!(
+            text.ends_with(
+                "└─ · lab-worker-3  Pending\n   3 steps waiting: cordon, greet, uncordon\n   waiting: node lab-worker-3 is held by Operation upgrade-x (task upgrade-x-lab-worker-3, Blocked)\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
