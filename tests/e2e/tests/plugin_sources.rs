@@ -160,9 +160,9 @@ impl Registry {
         Ok(Registry { host: format!("127.0.0.1:{port}"), bin, dir: dir.to_path_buf(), procs })
     }
 
-    /// `oras push --plain-http HOST/REPO:TAG plugin.wasm:<wasm layer type>`: the standard way
-    /// to publish a component as an OCI artifact.
-    fn push(&self, repository_tag: &str, wasm: &[u8]) -> Result<String> {
+    /// `oras push --plain-http HOST/REPO:TAG plugin.wasm:MEDIA_TYPE` (with [`WASM_LAYER`]:
+    /// the standard way to publish a component as an OCI artifact).
+    fn push(&self, repository_tag: &str, wasm: &[u8], media_type: &str) -> Result<String> {
         let work = self.dir.join(unique("push"));
         std::fs::create_dir_all(&work)?;
         std::fs::write(work.join("plugin.wasm"), wasm)?;
@@ -171,7 +171,7 @@ impl Registry {
             .current_dir(&work)
             .env("HOME", &work) // oras keeps its credential store under $HOME; none is used
             .args(["push", "--plain-http", "--artifact-type", ARTIFACT_TYPE, &reference])
-            .arg(format!("plugin.wasm:{WASM_LAYER}"))
+            .arg(format!("plugin.wasm:{media_type}"))
             .output()
             .context("running oras push")?;
         ensure!(out.status.success(), "oras push {reference} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -229,7 +229,7 @@ async fn url_and_oci_sources_run_a_custom_operation_to_succeeded() -> Result<()>
     let https = Https::start(&dir).await?;
     https.serve("/plugins/hello-0.1.0.wasm", hello.clone());
     let registry = Registry::start(&dir)?;
-    let reference = registry.push("bosun/e2e-steps:0.1.0", &steps)?;
+    let reference = registry.push("bosun/e2e-steps:0.1.0", &steps, WASM_LAYER)?;
 
     apply_plugin(&lab.client, "hello", "0.1.0", &hello, json!({ "url": { "url": format!("{}/plugins/hello-0.1.0.wasm", https.url) } }), hello_grants()).await?;
     apply_plugin(&lab.client, "e2e-steps", "0.1.0", &steps, json!({ "oci": { "reference": reference } }), steps_grants()).await?;
@@ -277,9 +277,11 @@ async fn url_and_oci_sources_run_a_custom_operation_to_succeeded() -> Result<()>
 
 /// An `oci` source naming a tag nobody pushed: the step blocks the task as
 /// PluginUnavailable with the registry's 404, the reference and the fix, and nothing is
-/// stored. After the artifact is pushed (oras), `recovery: Retry` succeeds.
+/// stored. Then the tag is pushed the wrong way (oras's default layer media type, no wasm
+/// layer): the retry blocks again, naming the layer found and the right push command. Once
+/// the artifact is pushed with the wasm layer, the next retry succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_oci_artifact_blocks_with_the_fix_then_retry_after_pushing_succeeds() -> Result<()> {
+async fn a_missing_then_wrongly_pushed_oci_artifact_blocks_with_the_fix_then_retry_after_pushing_succeeds() -> Result<()> {
     let lab = bosun_lab::ensure_lab().await?;
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     let (_, steps) = setup(&lab).await?;
@@ -313,8 +315,25 @@ async fn a_missing_oci_artifact_blocks_with_the_fix_then_retry_after_pushing_suc
     assert_eq!(nap.error.as_ref().map(|e| (e.code.as_str(), e.retryable)), Some(("plugin-unavailable", true)));
     assert!(!stored(&operator, &cp, &Digest::of(&steps)), "nothing stored");
 
-    // Fix: push the artifact, then retry.
-    registry.push(&format!("bosun/e2e-steps:{tag}"), &steps)?;
+    // A wrong push: the component as a plain OCI layer (oras's default media type).
+    registry.push(&format!("bosun/e2e-steps:{tag}"), &steps, "application/vnd.oci.image.layer.v1.tar")?;
+    operator.patch_task_spec(&task.name_any(), json!({ "recovery": "Retry" })).await?;
+    operator
+        .wait_task(&op, &cp, "blocked again, on attempt 2", |t| {
+            t.spec.recovery.is_none() && t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Blocked && s.attempts == 2)
+        })
+        .await?;
+    let message = operator.task(&op, &cp).await?.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(
+        message.contains(&format!("has no layer of media type {WASM_LAYER}"))
+            && message.contains("application/vnd.oci.image.layer.v1.tar")
+            && message.contains("oras push"),
+        "{message}"
+    );
+    assert!(!stored(&operator, &cp, &Digest::of(&steps)), "nothing stored");
+
+    // Fix: push the artifact with the wasm layer, then retry.
+    registry.push(&format!("bosun/e2e-steps:{tag}"), &steps, WASM_LAYER)?;
     operator.patch_task_spec(&task.name_any(), json!({ "recovery": "Retry" })).await?;
     operator
         .wait_task(&op, &cp, "recovery acted on", |t| t.spec.recovery.is_none() && t.status.as_ref().is_some_and(|s| s.phase != NodeTaskPhase::Blocked))
@@ -322,7 +341,7 @@ async fn a_missing_oci_artifact_blocks_with_the_fix_then_retry_after_pushing_suc
     let done = operator.wait_settled(&op).await?;
     assert_eq!(phase_of(&done), OperationPhase::Succeeded, "{}", bosun_e2e::describe_tasks(&operator.client, &op).await);
     let ts = operator.task(&op, &cp).await?.status.unwrap_or_default();
-    assert_eq!((ts.phase, ts.attempts), (NodeTaskPhase::Succeeded, 2));
+    assert_eq!((ts.phase, ts.attempts), (NodeTaskPhase::Succeeded, 3));
     assert!(stored(&operator, &cp, &Digest::of(&steps)));
     operator.procs.check_alive()?;
     Ok(())
