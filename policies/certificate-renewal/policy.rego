@@ -5,34 +5,22 @@
 #
 # Applies to steps of RenewCertificates operations, and to steps whose plugin and action
 # are listed in data.certificate_renewal.renewal_actions (default: certs/renew).
+#
+# Written to be cheap to evaluate (it runs before every step): a step that is not a
+# renewal stops at the first line of each deny rule.
 package bosun.step.certificate_renewal
 
-default config := {}
-
-config := data.certificate_renewal
-
-days := object.get(config, "renew_within_days", 30)
-
-renewal_actions := object.get(config, "renewal_actions", [{"plugin": "certs", "action": "renew"}])
+config := c if {
+	c := data.certificate_renewal
+} else := {}
 
 renewal if input.operation.kind == "RenewCertificates"
 
 renewal if {
-	some a in renewal_actions
+	some a in object.get(config, "renewal_actions", [{"plugin": "certs", "action": "renew"}])
 	a.plugin == input.step.plugin
 	a.action == input.step.action
 }
-
-now_ns := time.parse_rfc3339_ns(input.now)
-
-horizon_ns := now_ns + ((((days * 24) * 60) * 60) * 1000000000)
-
-due contains c.name if {
-	some c in input.node.certificates
-	time.parse_rfc3339_ns(c.notAfter) <= horizon_ns
-}
-
-earliest := min({c.notAfter | some c in input.node.certificates})
 
 deny contains msg if {
 	renewal
@@ -43,6 +31,10 @@ deny contains msg if {
 deny contains msg if {
 	renewal
 	count(input.node.certificates) > 0
+	days := object.get(config, "renew_within_days", 30)
+	horizon_ns := time.parse_rfc3339_ns(input.now) + ((((days * 24) * 60) * 60) * 1000000000)
+	due := [c | some c in input.node.certificates; time.parse_rfc3339_ns(c.notAfter) <= horizon_ns]
 	count(due) == 0
+	earliest := min({c.notAfter | some c in input.node.certificates})
 	msg := sprintf("no certificate on %s expires within %d days (the earliest expires %s); renewal is allowed only within %d days of expiry", [input.node.name, days, earliest, days])
 }

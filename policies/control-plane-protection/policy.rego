@@ -3,31 +3,29 @@
 #
 # Applies to steps on control-plane nodes. Reads input.cluster.controlPlane, which lists
 # every control-plane node with its readiness and whether a step is running on it.
+#
+# Written to be cheap to evaluate (it runs before every step): each deny rule reads the
+# input directly, with no helper rules to resolve.
 package bosun.step.control_plane
 
-on_control_plane if "control-plane" in input.node.roles
-
-others contains n if {
+deny contains msg if {
+	"control-plane" in input.node.roles
 	some n in input.cluster.controlPlane
 	n.name != input.node.name
-}
-
-deny contains msg if {
-	on_control_plane
-	some n in others
 	n.inProgress
 	msg := sprintf("control-plane node %s is being changed; change one control-plane node at a time (wait before starting %s on %s)", [n.name, input.step.name, input.node.name])
 }
 
 deny contains msg if {
-	on_control_plane
-	some n in others
+	"control-plane" in input.node.roles
+	some n in input.cluster.controlPlane
+	n.name != input.node.name
 	not n.ready
 	msg := sprintf("control-plane node %s is NotReady; changing %s now could cost the control plane its quorum: bring %s back first", [n.name, input.node.name, n.name])
 }
 
 deny contains msg if {
-	on_control_plane
+	"control-plane" in input.node.roles
 	count(input.cluster.controlPlane) == 0
 	msg := sprintf("no control-plane nodes are listed in the input while %s is one; refusing to guess their state", [input.node.name])
 }

@@ -10,78 +10,60 @@
 # A node can be given its own windows with the annotation bosun.dev/maintenance-windows
 # (the same JSON list); they replace the cluster-wide ones for that node.
 # With no windows configured at all, every step is denied: the policy was asked for.
+#
+# Written to be cheap to evaluate (it runs before every step): times are compared as
+# HHMM numbers (22:00 is 2200), each window's clock is read once, and there are few rules.
 package bosun.step.maintenance_window
 
-default config := {}
+windows := ws if {
+	ws := json.unmarshal(input.node.annotations["bosun.dev/maintenance-windows"])
+	ws
+} else := ws if {
+	ws := data.maintenance_windows.windows
+} else := []
 
-config := data.maintenance_windows
+default_timezone := tz if {
+	tz := data.maintenance_windows.timezone
+} else := "UTC"
 
-default_timezone := object.get(config, "timezone", "UTC")
-
-node_windows := json.unmarshal(input.node.annotations["bosun.dev/maintenance-windows"])
-
-windows := node_windows if {
-	node_windows
-} else := object.get(config, "windows", [])
-
-now_ns := time.parse_rfc3339_ns(input.now)
-
-day_ns := ((24 * 60) * 60) * 1000000000
-
-minutes(hhmm) := m if {
-	parts := split(hhmm, ":")
-	count(parts) == 2
-
-	# to_number refuses a leading zero ("04" is not a JSON number): parse "104" and
-	# take the 100 back off.
-	m := ((to_number(concat("", ["1", parts[0]])) - 100) * 60) + (to_number(concat("", ["1", parts[1]])) - 100)
-}
-
-tz_of(w) := object.get(w, "timezone", default_timezone)
-
-# The clock in every zone a window is written in, computed once per decision:
-# today's and yesterday's weekday (three letters, lower case) and minutes since midnight.
-local[tz] := {"today": today, "yesterday": yesterday, "minutes": (h * 60) + m} if {
-	some w in windows
-	tz := tz_of(w)
+# The indexes of the windows open at input.now.
+open_windows contains i if {
+	now_ns := time.parse_rfc3339_ns(input.now)
+	some i, w in windows
+	tz := object.get(w, "timezone", default_timezone)
 	[h, m, _] := time.clock([now_ns, tz])
-	today := lower(substring(time.weekday([now_ns, tz]), 0, 3))
-	yesterday := lower(substring(time.weekday([now_ns - day_ns, tz]), 0, 3))
+
+	# "HH:MM" as the number HHMM: to_number refuses a leading zero ("0400" is not a JSON
+	# number), so parse "10400" and take the 10000 back off. Not a number: evaluation fails.
+	start := to_number(concat("", ["1", replace(w.start, ":", "")])) - 10000
+	end := to_number(concat("", ["1", replace(w.end, ":", "")])) - 10000
+	days_ago := opened_days_ago(start, end, (h * 100) + m)
+
+	# The window is open when it opened (today or yesterday) on one of its days.
+	day := lower(substring(time.weekday([now_ns - (days_ago * 86400000000000), tz]), 0, 3)) # 24 h in ns
+	some d in w.days
+	lower(substring(d, 0, 3)) == day
 }
 
-# Each window with its times parsed and its days normalised.
-spans contains {"start": minutes(w.start), "end": minutes(w.end), "days": {lower(substring(d, 0, 3)) | some d in w.days}, "clock": local[tz_of(w)]} if {
-	some w in windows
-}
-
-# Same-day window: start <= now < end on an opening day.
-open(s) if {
-	s.start < s.end
-	s.clock.today in s.days
-	s.start <= s.clock.minutes
-	s.clock.minutes < s.end
+# When a window open now opened: 0 (today) or 1 (yesterday). Undefined when it is closed.
+# Same-day window: open from start until end.
+opened_days_ago(start, end, now) := 0 if {
+	start < end
+	start <= now
+	now < end
 }
 
 # Window crossing midnight, evening part: opened today.
-open(s) if {
-	s.start >= s.end
-	s.clock.today in s.days
-	s.clock.minutes >= s.start
+opened_days_ago(start, end, now) := 0 if {
+	start >= end
+	now >= start
 }
 
 # Window crossing midnight, morning part: opened yesterday.
-open(s) if {
-	s.start >= s.end
-	s.clock.yesterday in s.days
-	s.clock.minutes < s.end
+opened_days_ago(start, end, now) := 1 if {
+	start >= end
+	now < end
 }
-
-any_open if {
-	some s in spans
-	open(s)
-}
-
-describe(w) := sprintf("%s %s-%s %s", [concat(",", w.days), w.start, w.end, tz_of(w)])
 
 deny contains msg if {
 	count(windows) == 0
@@ -90,9 +72,10 @@ deny contains msg if {
 
 deny contains msg if {
 	count(windows) > 0
-	not any_open
+	count(open_windows) == 0
+	described := [sprintf("%s %s-%s %s", [concat(",", w.days), w.start, w.end, object.get(w, "timezone", default_timezone)]) | some w in windows]
 	msg := sprintf(
 		"no maintenance window is open at %s; steps on %s may start only in: %s",
-		[input.now, input.node.name, concat("; ", [describe(w) | some w in windows])],
+		[input.now, input.node.name, concat("; ", described)],
 	)
 }

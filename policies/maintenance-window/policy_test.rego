@@ -47,3 +47,31 @@ test_no_windows_denies if {
 	maintenance_window.deny == {"no maintenance windows are configured (data.maintenance_windows.windows is empty), so no step may start"} with input as at("2026-11-28T22:30:00Z")
 		with data.maintenance_windows as {"windows": []}
 }
+
+# A same-day window: open from start (inclusive) until end (exclusive), on its day only.
+test_same_day_window if {
+	weekday := {"windows": [{"days": ["Wed"], "start": "13:00", "end": "15:30", "timezone": "UTC"}]}
+	count(maintenance_window.deny) == 0 with input as at("2026-12-02T13:00:00Z") with data.maintenance_windows as weekday
+	count(maintenance_window.deny) == 0 with input as at("2026-12-02T15:29:00Z") with data.maintenance_windows as weekday
+	count(maintenance_window.deny) == 1 with input as at("2026-12-02T15:30:00Z") with data.maintenance_windows as weekday
+	count(maintenance_window.deny) == 1 with input as at("2026-12-02T12:59:00Z") with data.maintenance_windows as weekday
+	count(maintenance_window.deny) == 1 with input as at("2026-12-03T14:00:00Z") with data.maintenance_windows as weekday
+}
+
+# "24:00" ends a window at midnight; start == end is open for a whole day from start.
+test_midnight_and_whole_day_windows if {
+	count(maintenance_window.deny) == 0 with input as at("2026-11-28T23:59:00Z")
+		with data.maintenance_windows as {"windows": [{"days": ["Sat"], "start": "22:00", "end": "24:00"}]}
+	count(maintenance_window.deny) == 1 with input as at("2026-11-29T00:00:00Z")
+		with data.maintenance_windows as {"windows": [{"days": ["Sat"], "start": "22:00", "end": "24:00"}]}
+	count(maintenance_window.deny) == 0 with input as at("2026-11-29T05:59:00Z")
+		with data.maintenance_windows as {"windows": [{"days": ["Sat"], "start": "06:00", "end": "06:00"}]}
+	count(maintenance_window.deny) == 1 with input as at("2026-11-29T06:00:00Z")
+		with data.maintenance_windows as {"windows": [{"days": ["Sat"], "start": "06:00", "end": "06:00"}]}
+}
+
+# Day names are matched on their first three letters, in any case.
+test_day_names if {
+	count(maintenance_window.deny) == 0 with input as at("2026-11-28T22:30:00Z")
+		with data.maintenance_windows as {"windows": [{"days": ["SATURDAY"], "start": "22:00", "end": "23:00"}]}
+}

@@ -23,3 +23,9 @@ test_unsigned_is_denied if {
 test_no_configuration_trusts_nobody if {
 	count(trusted_publishers.deny) == 1 with input as plugin("certs", "release") with data.trusted_publishers as {}
 }
+
+# The message lists every signer trusted for the plugin, sorted and without duplicates.
+test_untrusted_signer_message_lists_the_trusted_ones if {
+	trusted_publishers.deny == {"plugin custom 1.0.0 is signed by mallory, which is not a trusted publisher for it (trusted: release, team)"} with input as plugin("custom", "mallory")
+		with data.trusted_publishers as {"signers": ["team", "release"], "plugins": {"custom": ["team"]}}
+}

@@ -31,3 +31,15 @@ test_worker_not_ahead_of_control_plane if {
 test_other_operations_are_not_judged if {
 	count(version_skew.deny) == 0 with input as {"operation": {"kind": "RenewCertificates"}, "node": {"name": "n1", "roles": []}}
 }
+
+test_a_new_major_version_is_denied if {
+	version_skew.deny == {"kubelet on n1 is v1.34.2; v2.0.0 skips a minor version: upgrade one minor version at a time"} with input as doc("v2.0.0", "v1.34.2", ["control-plane"], "v2.0.0")
+}
+
+test_kubeadm_downgrade_is_denied_too if {
+	version_skew.deny == {"kubeadm on n1 is v1.34.2; v1.33.9 would be a downgrade, which is not supported"} with input as {
+		"operation": {"kind": "Upgrade", "targetVersion": "v1.33.9"},
+		"node": {"name": "n1", "roles": ["control-plane"], "kubeletVersion": "v1.33.5", "kubeadmVersion": "v1.34.2"},
+		"cluster": {"version": "v1.33.9"},
+	}
+}
