@@ -5,18 +5,22 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use bosun_api::plugin::{Plugin, PluginSpec};
 use bosun_lab::LabHandle;
 use bosun_trust::{Digest, SigningKey, Statement};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::{DEADLINE, MANAGER, target_dir, workspace_root};
+
+/// The annotation carrying the version the signatures bind (the agent reads it).
+const VERSION_ANNOTATION: &str = "bosun.dev/plugin-version";
 
 /// The namespace plugin ConfigMaps are published in.
 pub const PLUGIN_NAMESPACE: &str = "bosun-system";
@@ -110,10 +114,14 @@ pub async fn publish_plugin(client: &Client, name: &str, version: &str, wasm: Ve
     .await
 }
 
-/// Signs `wasm` as plugin `name` at `version` with [`signing_key`] and applies the
-/// cluster-scoped Plugin `name` pinning its digest, fetched from `source` (a
-/// `spec.source` JSON object: `url`, `oci` or `configMap`; publishing the bytes there is
-/// the caller's job), with exactly `grants`. Re-applying replaces the source.
+/// Signs `wasm` as plugin `name` at `version` with [`signing_key`] and writes the
+/// cluster-scoped Plugin `name` pinning its digest, fetched from `source` (a `spec.source`
+/// JSON object: `url`, `oci` or `configMap`; publishing the bytes there is the caller's
+/// job), with exactly `grants`.
+///
+/// The whole spec is replaced (get, then replace or create), as `kubectl bosun plugin
+/// publish` does: a server-side apply would keep source fields another manager (the CLI, in
+/// another test) set, and a Plugin with two sources is refused by the CRD's rules.
 pub async fn apply_plugin(
     client: &Client,
     name: &str,
@@ -125,25 +133,37 @@ pub async fn apply_plugin(
     let (key, _) = signing_key()?;
     let digest = Digest::of(wasm);
     let signature = key.sign_statement(&Statement::new(name, version, digest)?);
-    let plugins: Api<bosun_api::Plugin> = Api::all(client.clone());
-    plugins
-        .patch(
-            name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(json!({
-                "apiVersion": "bosun.dev/v1alpha1", "kind": "Plugin",
-                "metadata": { "name": name, "annotations": { "bosun.dev/plugin-version": version } },
-                "spec": {
-                    "source": source,
-                    "sha256": digest.to_string(),
-                    "signatures": [{ "algorithm": "ed25519", "keyId": signature.key_id, "signature": signature.signature }],
-                    "grants": grants,
-                },
-            })),
-        )
-        .await
-        .with_context(|| format!("applying the Plugin {name}"))?;
-    Ok(())
+    let spec: PluginSpec = serde_json::from_value(json!({
+        "source": source,
+        "sha256": digest.to_string(),
+        "signatures": [{ "algorithm": "ed25519", "keyId": signature.key_id, "signature": signature.signature }],
+        "grants": grants,
+    }))
+    .with_context(|| format!("the Plugin spec of {name}"))?;
+    let plugins: Api<Plugin> = Api::all(client.clone());
+    let params = PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+    // A concurrent writer (another test publishing the same name) makes the replace or
+    // create conflict: read again and retry.
+    for _ in 0..10 {
+        let written = match plugins.get_opt(name).await.with_context(|| format!("reading Plugin {name}"))? {
+            Some(mut existing) => {
+                existing.spec = spec.clone();
+                existing.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(VERSION_ANNOTATION.into(), version.into());
+                plugins.replace(name, &params, &existing).await
+            }
+            None => {
+                let mut plugin = Plugin::new(name, spec.clone());
+                plugin.metadata.annotations = Some(BTreeMap::from([(VERSION_ANNOTATION.to_string(), version.to_string())]));
+                plugins.create(&params, &plugin).await
+            }
+        };
+        match written {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e).with_context(|| format!("writing Plugin {name}")),
+        }
+    }
+    bail!("Plugin {name} kept changing under this test (10 conflicts in a row)")
 }
 
 /// Builds, signs and publishes the `hello` example plugin with exactly the grants it needs

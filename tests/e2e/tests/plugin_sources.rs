@@ -217,9 +217,37 @@ fn stored(operator: &Operator, node: &str, digest: &Digest) -> bool {
     std::fs::read(path).is_ok_and(|b| Digest::of(&b) == *digest)
 }
 
+/// `kubectl-bosun plugin sign` with the e2e key, then `kubectl-bosun plugin publish FILE
+/// --name NAME --version 0.1.0 --grants <steps grants> EXTRA...`; returns its stdout.
+async fn publish_with_cli(lab: &LabHandle, dir: &Path, name: &str, wasm: &[u8], extra: &[&str]) -> Result<String> {
+    let cli = bosun_e2e::binary("kubectl-bosun")?;
+    let file = dir.join(format!("{name}.wasm"));
+    std::fs::write(&file, wasm)?;
+    let (_, pub_path) = bosun_e2e::cluster::signing_key()?;
+    let key = pub_path.with_file_name("e2e.key");
+    let sign = Command::new(&cli).args(["plugin", "sign", "--key"]).arg(&key).args(["--name", name, "--version", "0.1.0"]).arg(&file).output()?;
+    ensure!(sign.status.success(), "plugin sign failed: {}", String::from_utf8_lossy(&sign.stderr));
+    let grants = dir.join(format!("{name}-grants.yaml"));
+    std::fs::write(&grants, serde_yaml::to_string(&steps_grants())?)?;
+    let publish = Command::new(&cli)
+        .args(["plugin", "publish"])
+        .arg(&file)
+        .args(["--name", name, "--version", "0.1.0", "--grants"])
+        .arg(&grants)
+        .args(extra)
+        .arg("--kubeconfig")
+        .arg(&lab.kubeconfig)
+        .env_remove("KUBECONFIG")
+        .output()?;
+    let stdout = String::from_utf8_lossy(&publish.stdout).to_string();
+    ensure!(publish.status.success(), "plugin publish failed: {stdout}{}", String::from_utf8_lossy(&publish.stderr));
+    Ok(stdout)
+}
+
 /// A custom Operation over every lab node whose steps use `hello` from an https URL and
-/// `e2e-steps` from an OCI registry runs to Succeeded: every agent fetched both plugins
-/// (its own store holds both digests), verified and ran them.
+/// `e2e-steps` from an OCI registry (published with `kubectl-bosun plugin publish --oci`)
+/// runs to Succeeded: every agent fetched both plugins (its own store holds both digests),
+/// verified and ran them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn url_and_oci_sources_run_a_custom_operation_to_succeeded() -> Result<()> {
     let lab = bosun_lab::ensure_lab().await?;
@@ -232,7 +260,13 @@ async fn url_and_oci_sources_run_a_custom_operation_to_succeeded() -> Result<()>
     let reference = registry.push("bosun/e2e-steps:0.1.0", &steps, WASM_LAYER)?;
 
     apply_plugin(&lab.client, "hello", "0.1.0", &hello, json!({ "url": { "url": format!("{}/plugins/hello-0.1.0.wasm", https.url) } }), hello_grants()).await?;
-    apply_plugin(&lab.client, "e2e-steps", "0.1.0", &steps, json!({ "oci": { "reference": reference } }), steps_grants()).await?;
+    // The OCI Plugin is published the way a user would: signed and published with the CLI.
+    let out = publish_with_cli(&lab, &dir, "e2e-steps", &steps, &["--oci", &reference]).await?;
+    assert!(out.contains(&format!("source: OCI artifact {reference}")), "{out}");
+    let published = kube::Api::<bosun_api::Plugin>::all(lab.client.clone()).get("e2e-steps").await?;
+    assert_eq!(published.spec.source.oci.as_ref().map(|o| o.reference.as_str()), Some(reference.as_str()));
+    assert!(published.spec.source.config_map.is_none() && published.spec.source.url.is_none(), "{:?}", published.spec.source);
+    assert_eq!(published.spec.sha256, Digest::of(&steps).to_string());
     let args = ["--plugin-ca-file".to_string(), https.ca_file.display().to_string(), "--insecure-registry".to_string(), registry.host.clone()];
     let mut operator = Operator::start_with_agent_args(&lab, "sources", &args)?;
 

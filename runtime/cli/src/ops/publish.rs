@@ -4,6 +4,10 @@
 //! signature bundle (`FILE.wasm.sig.json`), `spec.grants` from a grants file, and the
 //! annotation `bosun.dev/plugin-version` (the version the signatures bind).
 //!
+//! With `--url URL` or `--oci REF` no ConfigMap is written: the Plugin's source is that
+//! https URL or OCI reference, where the publisher has put the same bytes (`oras push`);
+//! the pin is still computed from FILE, so agents refuse anything else found there.
+//!
 //! It refuses anything the agents would refuse later: a bundle made for other bytes, a
 //! bundle without signatures, a name or version other than the ones signed, a grants file
 //! with unknown fields, bytes too large for a ConfigMap.
@@ -14,7 +18,8 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result, bail, ensure};
 use bosun_api::grants::Grants;
 use bosun_api::plugin::{
-    ConfigMapSource, Plugin, PluginSource, PluginSpec, Signature, SignatureAlgorithm,
+    ConfigMapSource, OciSource, Plugin, PluginSource, PluginSpec, Signature, SignatureAlgorithm,
+    UrlSource,
 };
 use bosun_trust::{Algorithm, Digest, SignatureBundle};
 use clap::{Args, Subcommand};
@@ -80,6 +85,14 @@ pub struct PublishArgs {
     /// The ConfigMap's name. Default: plugin-NAME.
     #[arg(long, value_name = "NAME")]
     pub configmap: Option<String>,
+    /// Instead of a ConfigMap: the https URL agents fetch FILE's bytes from (put them there
+    /// yourself).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["oci", "configmap"])]
+    pub url: Option<String>,
+    /// Instead of a ConfigMap: the OCI reference agents pull FILE's bytes from (push them
+    /// first: `oras push REF FILE:application/vnd.wasm.content.layer.v1+wasm`).
+    #[arg(long, value_name = "REF", conflicts_with_all = ["url", "configmap"])]
+    pub oci: Option<String>,
     #[command(flatten)]
     pub conn: Connection,
 }
@@ -106,7 +119,103 @@ pub fn prepare(
     configmap: Option<&str>,
     grants: Grants,
 ) -> Result<Publication> {
-    let digest = Digest::of(&bytes);
+    let (name, version, signatures) = checked_signatures(&bytes, bundle, name, version)?;
+    let key = format!("{name}.wasm");
+    ensure!(
+        key.len() + bytes.len() <= CONFIGMAP_LIMIT,
+        "the plugin is {} bytes; a ConfigMap holds at most {CONFIGMAP_LIMIT} bytes of data: shrink it (release build, strip) or serve it from an OCI registry or https URL (--oci, --url)",
+        bytes.len()
+    );
+    let configmap = configmap.map_or_else(|| format!("plugin-{name}"), str::to_owned);
+    Ok(Publication {
+        name: name.clone(),
+        version,
+        namespace: namespace.to_owned(),
+        configmap: configmap.clone(),
+        key: key.clone(),
+        spec: PluginSpec {
+            source: PluginSource {
+                oci: None,
+                url: None,
+                config_map: Some(ConfigMapSource {
+                    namespace: namespace.to_owned(),
+                    name: configmap,
+                    key,
+                }),
+            },
+            sha256: Digest::of(&bytes).to_string(),
+            signatures,
+            grants,
+        },
+        bytes,
+    })
+}
+
+/// Where a plugin published without a ConfigMap is fetched from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Remote {
+    /// An https URL.
+    Url(String),
+    /// An OCI reference.
+    Oci(String),
+}
+
+/// Checks the bytes against the bundle and builds the Plugin spec with a `url` or `oci`
+/// source: (name, version, spec). No size limit applies here (the agents have their own,
+/// `--plugin-max-mib`).
+pub fn prepare_remote(
+    bytes: &[u8],
+    bundle: &SignatureBundle,
+    name: Option<&str>,
+    version: Option<&str>,
+    remote: &Remote,
+    grants: Grants,
+) -> Result<(String, String, PluginSpec)> {
+    let (name, version, signatures) = checked_signatures(bytes, bundle, name, version)?;
+    let source = match remote {
+        Remote::Url(url) => {
+            ensure!(
+                url.starts_with("https://") && !url.contains(char::is_whitespace),
+                "--url {url:?} is not an https URL: agents fetch plugins over https only"
+            );
+            PluginSource {
+                url: Some(UrlSource { url: url.clone() }),
+                ..Default::default()
+            }
+        }
+        Remote::Oci(reference) => {
+            ensure!(
+                !reference.is_empty()
+                    && !reference.contains("://")
+                    && !reference.contains(char::is_whitespace),
+                "--oci {reference:?} is not an OCI reference: write it as REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST"
+            );
+            PluginSource {
+                oci: Some(OciSource {
+                    reference: reference.clone(),
+                }),
+                ..Default::default()
+            }
+        }
+    };
+    let spec = PluginSpec {
+        source,
+        sha256: Digest::of(bytes).to_string(),
+        signatures,
+        grants,
+    };
+    Ok((name, version, spec))
+}
+
+/// The checks every publication makes (the bundle is for these bytes, signed, under this
+/// name and version) and the signatures in the Plugin's shape: (name, version, signatures).
+fn checked_signatures(
+    bytes: &[u8],
+    bundle: &SignatureBundle,
+    name: Option<&str>,
+    version: Option<&str>,
+) -> Result<(String, String, Vec<Signature>)> {
+    let digest = Digest::of(bytes);
     ensure!(
         bundle.sha256 == digest,
         "the signature bundle is for {} but the file's digest is {digest}: the file was rebuilt after signing; sign it again with `kubectl bosun plugin sign`",
@@ -130,12 +239,6 @@ pub fn prepare(
         bundle.version,
         bundle.version
     );
-    let key = format!("{name}.wasm");
-    ensure!(
-        key.len() + bytes.len() <= CONFIGMAP_LIMIT,
-        "the plugin is {} bytes; a ConfigMap holds at most {CONFIGMAP_LIMIT} bytes of data: shrink it (release build, strip) or serve it from an OCI registry or https URL",
-        bytes.len()
-    );
     let signatures = bundle
         .signatures
         .iter()
@@ -148,29 +251,7 @@ pub fn prepare(
             signature: s.signature.clone(),
         })
         .collect();
-    let configmap = configmap.map_or_else(|| format!("plugin-{name}"), str::to_owned);
-    Ok(Publication {
-        name: name.to_owned(),
-        version: version.to_owned(),
-        namespace: namespace.to_owned(),
-        configmap: configmap.clone(),
-        key: key.clone(),
-        bytes,
-        spec: PluginSpec {
-            source: PluginSource {
-                oci: None,
-                url: None,
-                config_map: Some(ConfigMapSource {
-                    namespace: namespace.to_owned(),
-                    name: configmap,
-                    key,
-                }),
-            },
-            sha256: digest.to_string(),
-            signatures,
-            grants,
-        },
-    })
+    Ok((name.to_owned(), version.to_owned(), signatures))
 }
 
 /// Reads a grants file; absent means nothing granted.
@@ -213,6 +294,34 @@ async fn publish(args: PublishArgs) -> Result<Status> {
         eprintln!(
             "note: no --grants: the plugin is granted nothing (every host capability is denied)"
         );
+    }
+    let remote = match (&args.url, &args.oci) {
+        (Some(url), _) => Some(Remote::Url(url.clone())),
+        (None, Some(reference)) => Some(Remote::Oci(reference.clone())),
+        (None, None) => None,
+    };
+    if let Some(remote) = remote {
+        let (name, version, spec) = prepare_remote(
+            &bytes,
+            &bundle,
+            args.name.as_deref(),
+            args.version.as_deref(),
+            &remote,
+            grants,
+        )?;
+        let client = args.conn.client().await?;
+        let action = write_plugin(&client, &name, &version, &spec).await?;
+        println!("published {name} {version} {}", spec.sha256);
+        match &remote {
+            Remote::Url(url) => {
+                println!("  source: https URL {url} (agents refuse any bytes there but these)")
+            }
+            Remote::Oci(reference) => println!(
+                "  source: OCI artifact {reference} (agents refuse any bytes there but these)"
+            ),
+        }
+        print_plugin_line(&name, action, &spec);
+        return Ok(Status::Success);
     }
     let p = prepare(
         bytes,
@@ -263,51 +372,7 @@ async fn publish(args: PublishArgs) -> Result<Status> {
     .await
     .with_context(|| format!("writing ConfigMap {}/{}", p.namespace, p.configmap))?;
 
-    // Plugin: the whole spec is replaced, so no grant from an earlier version lingers
-    // (an apply would keep fields another manager set, which could widen the grants).
-    let plugins: Api<Plugin> = Api::all(client.clone());
-    let action = match plugins.get_opt(&p.name).await? {
-        Some(mut existing) => {
-            existing.spec = p.spec.clone();
-            existing
-                .metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(VERSION_ANNOTATION.into(), p.version.clone());
-            existing.status = None;
-            plugins
-                .replace(
-                    &p.name,
-                    &PostParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..Default::default()
-                    },
-                    &existing,
-                )
-                .await
-                .with_context(|| format!("updating Plugin {}", p.name))?;
-            "updated"
-        }
-        None => {
-            let mut plugin = Plugin::new(&p.name, p.spec.clone());
-            plugin.metadata.annotations = Some(BTreeMap::from([(
-                VERSION_ANNOTATION.into(),
-                p.version.clone(),
-            )]));
-            plugins
-                .create(
-                    &PostParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..Default::default()
-                    },
-                    &plugin,
-                )
-                .await
-                .with_context(|| format!("creating Plugin {}", p.name))?;
-            "created"
-        }
-    };
-    let g = &p.spec.grants;
+    let action = write_plugin(&client, &p.name, &p.version, &p.spec).await?;
     println!("published {} {} {}", p.name, p.version, p.spec.sha256);
     println!(
         "  ConfigMap {}/{} key {} ({} bytes)",
@@ -316,21 +381,66 @@ async fn publish(args: PublishArgs) -> Result<Status> {
         p.key,
         p.bytes.len()
     );
+    print_plugin_line(&p.name, action, &p.spec);
+    Ok(Status::Success)
+}
+
+/// Creates or replaces the Plugin `name` with `spec` and the version annotation; returns
+/// "created" or "updated".
+async fn write_plugin(
+    client: &kube::Client,
+    name: &str,
+    version: &str,
+    spec: &PluginSpec,
+) -> Result<&'static str> {
+    // The whole spec is replaced, so no grant from an earlier version lingers
+    // (an apply would keep fields another manager set, which could widen the grants).
+    let plugins: Api<Plugin> = Api::all(client.clone());
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match plugins.get_opt(name).await? {
+        Some(mut existing) => {
+            existing.spec = spec.clone();
+            existing
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(VERSION_ANNOTATION.into(), version.to_owned());
+            existing.status = None;
+            plugins
+                .replace(name, &params, &existing)
+                .await
+                .with_context(|| format!("updating Plugin {name}"))?;
+            Ok("updated")
+        }
+        None => {
+            let mut plugin = Plugin::new(name, spec.clone());
+            plugin.metadata.annotations = Some(BTreeMap::from([(
+                VERSION_ANNOTATION.into(),
+                version.to_owned(),
+            )]));
+            plugins
+                .create(&params, &plugin)
+                .await
+                .with_context(|| format!("creating Plugin {name}"))?;
+            Ok("created")
+        }
+    }
+}
+
+fn print_plugin_line(name: &str, action: &str, spec: &PluginSpec) {
+    let g = &spec.grants;
     println!(
-        "  Plugin {} {action}: {} signature{}; grants: {} filesystem, {} exec, {} services, {} http",
-        p.name,
-        p.spec.signatures.len(),
-        if p.spec.signatures.len() == 1 {
-            ""
-        } else {
-            "s"
-        },
+        "  Plugin {name} {action}: {} signature{}; grants: {} filesystem, {} exec, {} services, {} http",
+        spec.signatures.len(),
+        if spec.signatures.len() == 1 { "" } else { "s" },
         g.filesystem.len(),
         g.exec.len(),
         g.services.len(),
         g.http.len()
     );
-    Ok(Status::Success)
 }
 
 #[cfg(test)]
@@ -464,6 +574,53 @@ mod tests {
         let bundle = signed(&big, "hello", "0.1.0");
         let e = prepare(big, &bundle, None, None, "ns", None, Grants::default()).unwrap_err();
         assert!(e.to_string().contains("a ConfigMap holds at most"), "{e}");
+    }
+
+    #[test]
+    fn url_and_oci_publications_pin_the_file_and_name_only_that_source() {
+        let bytes = b"\0asm remote".to_vec();
+        let bundle = signed(&bytes, "hello", "0.1.0");
+        let url = Remote::Url("https://plugins.example.com/hello-0.1.0.wasm".into());
+        let (name, version, spec) =
+            prepare_remote(&bytes, &bundle, None, None, &url, Grants::default()).unwrap();
+        assert_eq!((name.as_str(), version.as_str()), ("hello", "0.1.0"));
+        assert_eq!(spec.sha256, Digest::of(&bytes).to_string());
+        assert_eq!(spec.signatures.len(), 1);
+        assert_eq!(
+            spec.source,
+            PluginSource {
+                url: Some(UrlSource {
+                    url: "https://plugins.example.com/hello-0.1.0.wasm".into()
+                }),
+                ..Default::default()
+            }
+        );
+        let oci = Remote::Oci("registry.example.com/bosun/hello:0.1.0".into());
+        let (_, _, spec) =
+            prepare_remote(&bytes, &bundle, None, None, &oci, Grants::default()).unwrap();
+        assert_eq!(
+            spec.source.oci.map(|o| o.reference).as_deref(),
+            Some("registry.example.com/bosun/hello:0.1.0")
+        );
+        assert!(spec.source.config_map.is_none() && spec.source.url.is_none());
+
+        // No ConfigMap, so no ConfigMap limit; the bundle checks still apply.
+        let big = vec![0u8; CONFIGMAP_LIMIT];
+        let big_bundle = signed(&big, "hello", "0.1.0");
+        prepare_remote(&big, &big_bundle, None, None, &oci, Grants::default()).unwrap();
+        let e =
+            prepare_remote(b"rebuilt", &bundle, None, None, &oci, Grants::default()).unwrap_err();
+        assert!(e.to_string().contains("rebuilt after signing"), "{e}");
+        for bad in [
+            Remote::Url("http://plugins.example.com/hello.wasm".into()),
+            Remote::Oci("https://registry.example.com/bosun/hello:0.1.0".into()),
+            Remote::Oci(String::new()),
+        ] {
+            assert!(
+                prepare_remote(&bytes, &bundle, None, None, &bad, Grants::default()).is_err(),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]
