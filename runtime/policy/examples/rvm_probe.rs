@@ -2,9 +2,10 @@
 //!
 //! For every shipped step policy and bench input: does the RVM compile it, decide the same
 //! as the interpreter, and how long does each take (mean of 2,000 evaluations). Then the
-//! check that decided against adopting it: a builtin error (an unknown time zone) must fail
-//! the evaluation, as the interpreter does with strict builtin errors, not yield an empty
-//! deny set. Run: `cargo run --release -p bosun-policy --example rvm_probe`.
+//! check that decided against adopting it: an error inside a deny rule's body (a builtin's,
+//! such as an unknown time zone, or an instruction's, such as adding a number to a string)
+//! must fail the evaluation, as the interpreter does with strict builtin errors, not yield
+//! an empty deny set. Run: `cargo run --release -p bosun-policy --example rvm_probe`.
 use std::path::Path;
 use std::time::Instant;
 
@@ -98,36 +99,46 @@ fn main() -> anyhow::Result<()> {
     }
     println!("totals (µs, allowed/denied/renewal): interpreter {total_i:.0?} rvm {total_v:.0?}");
 
-    // Fail closed? A builtin error must be an evaluation error on both paths.
-    let tz = "package bosun.step.tz\ndeny contains \"outside window\" if {\n    [h, _, _] := time.clock([time.parse_rfc3339_ns(input.now), \"Mars/Olympus_Mons\"])\n    h > 100\n}\n";
-    let mut engine = Engine::new();
-    engine.set_strict_builtin_errors(true);
-    engine.add_policy("tz.rego".into(), tz.into())?;
-    let entry = "data.bosun.step.tz.deny";
-    let compiled = engine.compile_with_entrypoint(&entry.into())?;
-    let program = Compiler::compile_from_policy(&compiled, &[entry])?;
+    // Fail closed? An error inside a deny body must fail the evaluation, as the interpreter
+    // does with strict builtin errors, not yield an empty deny set. One builtin error (an
+    // unknown time zone) and one error of the VM's own instructions (adding a number to a
+    // string).
     let input = Value::from_json_str(r#"{"now": "2026-11-30T01:00:00Z"}"#)?;
-    let mut vm = RegoVM::new();
-    vm.load_program(program);
-    vm.set_strict_builtin_errors(true);
-    vm.set_input(input.clone());
-    engine.set_input(input);
-    let by_vm = vm
-        .execute_entry_point_by_name(entry)
-        .map(|v| v.to_json_str().unwrap_or_default())
-        .map_err(|e| e.to_string());
-    let by_interpreter = engine
-        .eval_rule(entry.into())
-        .map(|v| v.to_json_str().unwrap_or_default())
-        .map_err(|e| {
-            format!("{e:#}")
-                .lines()
-                .last()
-                .unwrap_or_default()
-                .to_owned()
-        });
-    println!(
-        "unknown time zone, strict builtin errors: interpreter {by_interpreter:?}; rvm {by_vm:?}"
-    );
+    for (what, body) in [
+        (
+            "unknown time zone",
+            "[h, _, _] := time.clock([time.parse_rfc3339_ns(input.now), \"Mars/Olympus_Mons\"])\n    h > 100",
+        ),
+        ("number + string", "input.now + 1 > 0"),
+    ] {
+        let rego = format!("package bosun.step.probe\ndeny contains \"objection\" if {{\n    {body}\n}}\n");
+        let mut engine = Engine::new();
+        engine.set_strict_builtin_errors(true);
+        engine.add_policy("probe.rego".into(), rego)?;
+        let entry = "data.bosun.step.probe.deny";
+        let compiled = engine.compile_with_entrypoint(&entry.into())?;
+        let program = Compiler::compile_from_policy(&compiled, &[entry])?;
+        let mut vm = RegoVM::new();
+        vm.load_program(program);
+        vm.set_strict_builtin_errors(true);
+        vm.set_input(input.clone());
+        engine.set_input(input.clone());
+        let by_vm = vm
+            .execute_entry_point_by_name(entry)
+            .map(|v| v.to_json_str().unwrap_or_default())
+            .map_err(|e| e.to_string());
+        let by_interpreter = engine
+            .eval_rule(entry.into())
+            .map(|v| v.to_json_str().unwrap_or_default())
+            .map_err(|e| {
+                let text = format!("{e:#}");
+                text.lines()
+                    .find_map(|l| l.trim().strip_prefix("error: ").map(str::to_owned))
+                    .unwrap_or_else(|| text.lines().next().unwrap_or_default().to_owned())
+            });
+        println!(
+            "{what}, strict builtin errors: interpreter {by_interpreter:?}; rvm {by_vm:?}"
+        );
+    }
     Ok(())
 }
