@@ -30,6 +30,8 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
+use bosun_controller::time::precise;
+
 use crate::{Agent, Error};
 
 /// Longest the node's `kubeadm version` may take before its version is reported absent.
@@ -109,9 +111,13 @@ pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> 
     let facts = collect(agent).await;
     let name = task.name_any();
     let api: Api<NodeTask> = Api::all(agent.client.clone());
+    // `collectedAt` with microseconds, like the step times it is compared with (a `Time`
+    // serialises whole seconds).
+    let mut body = json!(facts);
+    body["collectedAt"] = json!(precise(facts.collected_at.0));
     let patch = json!({
         "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name },
-        "status": { "nodeFacts": { stage.field(): facts } },
+        "status": { "nodeFacts": { stage.field(): body } },
     });
     let manager = format!("{}.facts.{}", agent.manager, stage.field());
     api.patch_status(
