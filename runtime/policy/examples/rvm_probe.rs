@@ -111,7 +111,9 @@ fn main() -> anyhow::Result<()> {
         ),
         ("number + string", "input.now + 1 > 0"),
     ] {
-        let rego = format!("package bosun.step.probe\ndeny contains \"objection\" if {{\n    {body}\n}}\n");
+        let rego = format!(
+            "package bosun.step.probe\ndeny contains \"objection\" if {{\n    {body}\n}}\n"
+        );
         let mut engine = Engine::new();
         engine.set_strict_builtin_errors(true);
         engine.add_policy("probe.rego".into(), rego)?;
@@ -136,9 +138,7 @@ fn main() -> anyhow::Result<()> {
                     .find_map(|l| l.trim().strip_prefix("error: ").map(str::to_owned))
                     .unwrap_or_else(|| text.lines().next().unwrap_or_default().to_owned())
             });
-        println!(
-            "{what}, strict builtin errors: interpreter {by_interpreter:?}; rvm {by_vm:?}"
-        );
+        println!("{what}, strict builtin errors: interpreter {by_interpreter:?}; rvm {by_vm:?}");
     }
     Ok(())
 }

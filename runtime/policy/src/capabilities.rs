@@ -99,9 +99,8 @@ pub fn uncovered(requested: &RequestedCapabilities, grants: &Grants) -> Vec<Stri
     for r in &requested.services {
         let grant = grants.services.iter().find(|g| g.unit == r.unit);
         for action in &r.actions {
-            let ok =
-                action == "status"
-                    || grant.is_some_and(|g| g.actions.iter().any(|a| a.as_str() == action));
+            let ok = action == "status"
+                || grant.is_some_and(|g| g.actions.iter().any(|a| a.as_str() == action));
             if !ok {
                 out.push(format!(
                     "services: {action} on {} is requested but not granted",

@@ -172,7 +172,11 @@ pub(crate) fn rule_names(engine: &mut regorus::Engine) -> Vec<(String, u32)> {
                 // evaluating that part shows the whole object it builds.
                 other => {
                     let text = other.span().text();
-                    text.split(['[', '.']).next().unwrap_or(text).trim().to_owned()
+                    text.split(['[', '.'])
+                        .next()
+                        .unwrap_or(text)
+                        .trim()
+                        .to_owned()
                 }
             };
             if !out.iter().any(|(n, _)| *n == name) {
