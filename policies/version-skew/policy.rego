@@ -41,10 +41,9 @@ deny contains msg if {
 	semver.is_valid(target)
 	v := input.node.kubeletVersion
 	is_string(v)
-	[cur_major, cur_minor] := [to_number(x) | some x in array.slice(split(trim_prefix(v, "v"), "."), 0, 2)]
-	[new_major, new_minor] := [to_number(x) | some x in array.slice(split(target, "."), 0, 2)]
-	skipped_versions := {new_major != cur_major, new_minor > cur_minor + 1}
-	true in skipped_versions
+	cur := split(trim_prefix(v, "v"), ".")
+	new := split(target, ".")
+	true in {to_number(new[0]) != to_number(cur[0]), to_number(new[1]) > to_number(cur[1]) + 1}
 	msg := sprintf("kubelet on %s is %s; %s skips a minor version: upgrade one minor version at a time", [input.node.name, v, input.operation.targetVersion])
 }
 
