@@ -67,11 +67,20 @@ pub struct FetchConfig {
     pub timeout: Duration,
     /// `HOST:PORT` of OCI registries that may be reached over plain http.
     pub insecure_registries: Vec<String>,
+    /// A Docker config file (`{"auths": {...}}`, the `.dockerconfigjson` of a
+    /// `kubernetes.io/dockerconfigjson` Secret) with pull credentials per registry.
+    pub registry_auth_file: Option<PathBuf>,
 }
 
 impl Default for FetchConfig {
     fn default() -> FetchConfig {
-        FetchConfig { ca_files: Vec::new(), max_body_bytes: DEFAULT_MAX_BODY_BYTES, timeout: DEFAULT_TIMEOUT, insecure_registries: Vec::new() }
+        FetchConfig {
+            ca_files: Vec::new(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            timeout: DEFAULT_TIMEOUT,
+            insecure_registries: Vec::new(),
+            registry_auth_file: None,
+        }
     }
 }
 
@@ -86,6 +95,8 @@ pub enum ConfigError {
     Tls(#[from] rustls::Error),
     #[error("no trust roots for https: the system has no CA bundle and no --plugin-ca-file was given")]
     NoRoots,
+    #[error("--registry-auth-file {path}: {reason}: give a Docker config file ({{\"auths\": {{\"REGISTRY\": {{\"auth\": \"base64(user:password)\"}}}}}}), such as the .dockerconfigjson key of a kubernetes.io/dockerconfigjson Secret")]
+    RegistryAuth { path: PathBuf, reason: String },
 }
 
 /// Why a fetch failed. Each message names the URL and says what to do.
@@ -126,6 +137,85 @@ pub struct Fetcher {
     max_body_bytes: u64,
     timeout: Duration,
     insecure_registries: Arc<BTreeSet<String>>,
+    credentials: Arc<std::collections::BTreeMap<String, Credentials>>,
+}
+
+/// A registry login (user name and password or token). Its `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials").field("username", &self.username).field("password", &"<redacted>").finish()
+    }
+}
+
+impl Credentials {
+    /// The `Authorization: Basic ...` value.
+    pub fn basic(&self) -> String {
+        use base64::Engine as _;
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", self.username, self.password)))
+    }
+}
+
+/// The registry host a Docker config `auths` key names: `https://index.docker.io/v1/`,
+/// `docker.io`, `registry.example.com:5000/` and the like, reduced to what references use
+/// (Docker Hub as its API host, `registry-1.docker.io`).
+pub fn normalize_registry(key: &str) -> String {
+    let key = key.trim();
+    let key = key.split_once("://").map_or(key, |(_, rest)| rest);
+    let host = key.split('/').next().unwrap_or(key).to_ascii_lowercase();
+    match host.as_str() {
+        "docker.io" | "index.docker.io" | "registry.hub.docker.com" => "registry-1.docker.io".to_string(),
+        _ => host,
+    }
+}
+
+/// Parses a Docker config file's `auths`: registry → credentials. An entry has `auth`
+/// (base64 of `user:password`) or `username` and `password`; entries with neither (an
+/// `identitytoken` only, a credential helper) are skipped with a warning.
+pub fn parse_docker_config(text: &str) -> Result<std::collections::BTreeMap<String, Credentials>, String> {
+    use base64::Engine as _;
+    #[derive(serde::Deserialize)]
+    struct Config {
+        #[serde(default)]
+        auths: std::collections::BTreeMap<String, Entry>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        auth: Option<String>,
+        username: Option<String>,
+        password: Option<String>,
+    }
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    if !value.is_object() {
+        return Err("not a Docker config: the document must be a JSON object".into());
+    }
+    let config: Config = serde_json::from_value(value).map_err(|e| format!("not a Docker config JSON document: {e}"))?;
+    let mut out = std::collections::BTreeMap::new();
+    for (key, entry) in config.auths {
+        let credentials = match (entry.auth.filter(|a| !a.is_empty()), entry.username, entry.password) {
+            (Some(auth), _, _) => {
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(auth.trim())
+                    .ok()
+                    .and_then(|b| String::from_utf8(b).ok())
+                    .ok_or_else(|| format!("the auth of {key:?} is not base64 of user:password"))?;
+                let (username, password) = decoded.split_once(':').ok_or_else(|| format!("the auth of {key:?} has no ':' between user and password"))?;
+                Credentials { username: username.into(), password: password.into() }
+            }
+            (None, Some(username), Some(password)) => Credentials { username, password },
+            _ => {
+                tracing::warn!(registry = %key, "registry auth entry has neither auth nor username and password; skipped");
+                continue;
+            }
+        };
+        out.insert(normalize_registry(&key), credentials);
+    }
+    Ok(out)
 }
 
 impl Fetcher {
@@ -157,6 +247,13 @@ impl Fetcher {
         if roots.is_empty() {
             return Err(ConfigError::NoRoots);
         }
+        let credentials = match &config.registry_auth_file {
+            None => Default::default(),
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| parse_docker_config(&text))
+                .map_err(|reason| ConfigError::RegistryAuth { path: path.clone(), reason })?,
+        };
         let mut insecure = BTreeSet::new();
         for value in &config.insecure_registries {
             let ok = value.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok());
@@ -176,12 +273,23 @@ impl Fetcher {
         // request in `get` (deny by default).
         let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(http);
         let client = Client::builder(TokioExecutor::new()).build(https);
-        Ok(Fetcher { client, max_body_bytes: config.max_body_bytes, timeout: config.timeout, insecure_registries: Arc::new(insecure) })
+        Ok(Fetcher {
+            client,
+            max_body_bytes: config.max_body_bytes,
+            timeout: config.timeout,
+            insecure_registries: Arc::new(insecure),
+            credentials: Arc::new(credentials),
+        })
     }
 
     /// The largest body accepted, in bytes.
     pub fn max_body_bytes(&self) -> u64 {
         self.max_body_bytes
+    }
+
+    /// The `--registry-auth-file` login for `registry` (as written in references), if any.
+    pub fn credentials(&self, registry: &str) -> Option<&Credentials> {
+        self.credentials.get(&normalize_registry(registry))
     }
 
     /// Whether `host_port` (as `HOST:PORT`) is listed with `--insecure-registry`.
@@ -324,6 +432,22 @@ mod tests {
         assert!(matches!(err, ConfigError::CaFile { .. }), "{err}");
         let err = Fetcher::new(&FetchConfig { ca_files: vec![dir.path().join("missing.pem")], ..Default::default() }).unwrap_err();
         assert!(err.to_string().contains("missing.pem"), "{err}");
+    }
+
+    #[test]
+    fn docker_config_auths_are_read_per_registry() {
+        let text = r#"{"auths": {
+            "https://index.docker.io/v1/": {"auth": "dXNlcjpwYXNzOndpdGg6Y29sb25z"},
+            "Registry.Example.com:5000/": {"username": "robot", "password": "s3cret"},
+            "helper-only.example.com": {"identitytoken": "x"}
+        }}"#;
+        let auths = parse_docker_config(text).unwrap();
+        assert_eq!(auths["registry-1.docker.io"], Credentials { username: "user".into(), password: "pass:with:colons".into() });
+        assert_eq!(auths["registry.example.com:5000"].basic(), "Basic cm9ib3Q6czNjcmV0");
+        assert_eq!(auths.len(), 2, "{auths:?}");
+        assert!(!format!("{:?}", auths["registry.example.com:5000"]).contains("s3cret"), "Debug hides the password");
+        assert!(parse_docker_config(r#"{"auths": {"r": {"auth": "bm9jb2xvbg=="}}}"#).unwrap_err().contains("no ':'"));
+        assert!(parse_docker_config("[]").is_err());
     }
 
     #[test]

@@ -44,6 +44,11 @@ struct Args {
     /// by default: every registry is reached over https.
     #[arg(long = "insecure-registry")]
     insecure_registries: Vec<String>,
+    /// Pull credentials for OCI registries: a Docker config file (`{"auths": {...}}`), such
+    /// as the `.dockerconfigjson` key of a `kubernetes.io/dockerconfigjson` Secret mounted
+    /// into the agent. Without it, pulls are anonymous.
+    #[arg(long)]
+    registry_auth_file: Option<PathBuf>,
     /// Cache of compiled plugin code (optional).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -84,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
         max_body_bytes: args.plugin_max_mib.saturating_mul(1024 * 1024),
         timeout: std::time::Duration::from_secs(args.plugin_fetch_timeout_seconds),
         insecure_registries: args.insecure_registries.clone(),
+        registry_auth_file: args.registry_auth_file.clone(),
     })
     .context("setting up the plugin fetcher")?;
     let client = kube::Client::try_default()

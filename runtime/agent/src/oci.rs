@@ -16,10 +16,12 @@
 //!   the Plugin's own pinned digest and the signature: a registry is not trusted.)
 //!
 //! Authentication: anonymous pulls, and the standard bearer-token challenge
-//! (`WWW-Authenticate: Bearer realm=...,service=...,scope=...`) answered with an anonymous
-//! token, which is how public repositories on Docker Hub, GHCR, Quay and others are read.
-//! Pull credentials (a dockerconfigjson Secret) are not supported yet: a registry that
-//! insists on them gets an error saying so.
+//! (`WWW-Authenticate: Bearer realm=...,service=...,scope=...`) answered with a token from
+//! the realm, which is how public repositories on Docker Hub, GHCR, Quay and others are
+//! read. With a login for the registry in the agent's `--registry-auth-file` (a Docker
+//! config file, as in a `kubernetes.io/dockerconfigjson` Secret), the token is requested
+//! with it (HTTP Basic), and a `Basic` challenge is answered with it directly. Credentials
+//! are only ever sent to the registry they are listed for and to the token realm it names.
 
 use http::StatusCode;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, WWW_AUTHENTICATE};
@@ -28,7 +30,7 @@ use url::Url;
 
 use bosun_trust::Digest;
 
-use crate::fetch::{FetchError, Fetcher};
+use crate::fetch::{Credentials, FetchError, Fetcher};
 
 /// The media type of the layer holding a WebAssembly component.
 pub const WASM_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
@@ -56,9 +58,11 @@ pub enum OciError {
     ManifestStatus { repository: String, object: String, url: String, status: StatusCode, hint: &'static str },
     #[error("registry returned {status} for blob {digest} of {repository} at {url}: the artifact is incomplete; push it again")]
     BlobStatus { repository: String, digest: String, url: String, status: StatusCode },
-    #[error("registry at {url} requires credentials ({challenge}); anonymous pull was refused: make the repository publicly readable (pull credentials are not supported by this agent yet)")]
-    Unauthorized { url: String, challenge: String },
-    #[error("the token service {realm} answered {status} for scope {scope:?}: check the repository name, or make it publicly readable")]
+    #[error("registry at {url} requires credentials ({challenge}) and has none for {registry} in the agent's --registry-auth-file: make the repository publicly readable, or give the agents a login for {registry} (a dockerconfigjson file)")]
+    Unauthorized { url: String, registry: String, challenge: String },
+    #[error("registry at {url} refused the login for {registry} from the agent's --registry-auth-file ({challenge}): check that the user may pull the repository, and that the password or token is current")]
+    LoginRefused { url: String, registry: String, challenge: String },
+    #[error("the token service {realm} answered {status} for scope {scope:?}: check the repository name and, for a private repository, the login for it in the agent's --registry-auth-file")]
     TokenStatus { realm: String, status: StatusCode, scope: String },
     #[error("could not understand the registry's answer from {url}: {reason}")]
     Protocol { url: String, reason: String },
@@ -319,21 +323,23 @@ struct Session<'a> {
     fetcher: &'a Fetcher,
     reference: Reference,
     base: Url,
-    token: Option<String>,
+    /// The `Authorization` value once a challenge was answered.
+    authorization: Option<String>,
 }
 
 impl Session<'_> {
-    /// GET `url` (with the token if there is one); on a bearer challenge, get an anonymous
-    /// token and try once more.
+    /// GET `url` with the current authorization; on a challenge, answer it once: Bearer
+    /// with a token from its realm (asked for with the registry's login if there is one),
+    /// Basic with the login.
     async fn get(&mut self, url: &Url, accept: Option<&str>, limit: u64) -> Result<crate::fetch::Response, OciError> {
-        let mut authenticated = false;
+        let mut answered = false;
         loop {
             let mut headers: Vec<(HeaderName, String)> = Vec::new();
             if let Some(a) = accept {
                 headers.push((ACCEPT, a.to_string()));
             }
-            if let Some(t) = &self.token {
-                headers.push((AUTHORIZATION, format!("Bearer {t}")));
+            if let Some(t) = &self.authorization {
+                headers.push((AUTHORIZATION, t.clone()));
             }
             let response = self.fetcher.get(url, &headers, limit, true).await?;
             if response.status != StatusCode::UNAUTHORIZED {
@@ -341,18 +347,23 @@ impl Session<'_> {
             }
             let header = response.headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
             let challenge = parse_challenge(&header);
-            match challenge {
-                Some(c) if c.scheme.eq_ignore_ascii_case("bearer") && !authenticated => {
-                    self.token = Some(self.token(&c, url).await?);
-                    authenticated = true;
+            let registry = self.reference.registry.clone();
+            let login = self.fetcher.credentials(&registry).cloned();
+            let shown = if header.is_empty() { "no WWW-Authenticate header".to_string() } else { header };
+            match (challenge, &login) {
+                (_, Some(_)) if answered => return Err(OciError::LoginRefused { url: url.to_string(), registry, challenge: shown }),
+                (Some(c), _) if c.scheme.eq_ignore_ascii_case("bearer") && !answered => {
+                    self.authorization = Some(format!("Bearer {}", self.token(&c, url, login.as_ref()).await?));
                 }
-                _ => return Err(OciError::Unauthorized { url: url.to_string(), challenge: if header.is_empty() { "no WWW-Authenticate header".into() } else { header } }),
+                (Some(c), Some(login)) if c.scheme.eq_ignore_ascii_case("basic") => self.authorization = Some(login.basic()),
+                _ => return Err(OciError::Unauthorized { url: url.to_string(), registry, challenge: shown }),
             }
+            answered = true;
         }
     }
 
-    /// An anonymous token from the challenge's realm.
-    async fn token(&self, challenge: &Challenge, url: &Url) -> Result<String, OciError> {
+    /// A token from the challenge's realm: anonymous, or for `login`.
+    async fn token(&self, challenge: &Challenge, url: &Url, login: Option<&Credentials>) -> Result<String, OciError> {
         let realm = challenge
             .param("realm")
             .ok_or_else(|| OciError::Protocol { url: url.to_string(), reason: "the Bearer challenge has no realm".into() })?;
@@ -366,7 +377,11 @@ impl Session<'_> {
             }
             query.append_pair("scope", &scope);
         }
-        let response = self.fetcher.get(&realm_url, &[], MAX_TOKEN_BYTES, true).await?;
+        let headers: Vec<(HeaderName, String)> = login.map(|l| (AUTHORIZATION, l.basic())).into_iter().collect();
+        let response = self.fetcher.get(&realm_url, &headers, MAX_TOKEN_BYTES, true).await?;
+        if response.status == StatusCode::UNAUTHORIZED && login.is_some() {
+            return Err(OciError::LoginRefused { url: realm.into(), registry: self.reference.registry.clone(), challenge: format!("token service answered {}", response.status) });
+        }
         if !response.status.is_success() {
             return Err(OciError::TokenStatus { realm: realm.into(), status: response.status, scope });
         }
@@ -438,7 +453,7 @@ pub async fn pull(fetcher: &Fetcher, reference: &str) -> Result<Vec<u8>, OciErro
     let base = Url::parse(&format!("{scheme}://{}/", parsed.registry))
         .map_err(|e| OciError::BadReference { reference: reference.into(), reason: format!("registry {:?}: {e}", parsed.registry) })?;
     let registry = parsed.registry.clone();
-    let mut session = Session { fetcher, reference: parsed, base, token: None };
+    let mut session = Session { fetcher, reference: parsed, base, authorization: None };
     let layers = match session.layers().await {
         Err(OciError::Fetch(FetchError::Connect { detail, .. })) if scheme == "https" => return Err(OciError::Unreachable { registry, detail }),
         other => other?,

@@ -154,6 +154,7 @@ fn fetcher(ca: Option<PathBuf>, max: u64, insecure: &[&str]) -> Fetcher {
         max_body_bytes: max,
         timeout: Duration::from_secs(20),
         insecure_registries: insecure.iter().map(|s| s.to_string()).collect(),
+        registry_auth_file: None,
     })
     .unwrap()
 }
@@ -416,4 +417,95 @@ async fn a_layer_over_the_limit_is_refused_before_it_is_downloaded() {
     let err = oci::pull(&fetcher(None, 1024, &[host.as_str()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
     assert!(matches!(err, OciError::LayerTooLarge { size: 2048, limit: 1024, .. }), "{err}");
     assert!(!seen.lock().unwrap().iter().any(|r| r.target.contains("/blobs/")), "the blob was not requested");
+}
+
+// ---------------------------------------------------------------------------------------
+// registry logins (--registry-auth-file)
+
+/// `robot:s3cret`, as HTTP Basic.
+const ROBOT_BASIC: &str = "Basic cm9ib3Q6czNjcmV0";
+
+/// A private registry for `bosun/hello`: with `bearer`, its token realm hands a token only
+/// to `robot:s3cret` (anonymous token requests get 401, as Docker Hub does for private
+/// repositories); without, it takes Basic `robot:s3cret` directly.
+async fn private_registry(bearer: bool) -> (String, Arc<Mutex<Vec<Req>>>) {
+    let m = manifest(&[(WASM_LAYER, PLUGIN)]);
+    let base: Arc<Mutex<String>> = Arc::default();
+    let realm = base.clone();
+    let (url, seen) = serve(
+        None,
+        Arc::new(move |r: &Req| {
+            let auth = r.headers.get("authorization").cloned().unwrap_or_default();
+            if r.target.starts_with("/token?") {
+                return if auth == ROBOT_BASIC { Reply::ok(r#"{"access_token":"private-token"}"#) } else { Reply::status(401) };
+            }
+            let allowed = if bearer { auth == "Bearer private-token" } else { auth == ROBOT_BASIC };
+            if !allowed {
+                let challenge = if bearer {
+                    format!(r#"Bearer realm="{}/token",service="private",scope="repository:bosun/hello:pull""#, realm.lock().unwrap())
+                } else {
+                    r#"Basic realm="private""#.to_string()
+                };
+                return Reply::status(401).header("WWW-Authenticate", &challenge);
+            }
+            match r.target.as_str() {
+                "/v2/bosun/hello/manifests/0.1.0" => Reply::ok(m.clone()).header("Content-Type", "application/vnd.oci.image.manifest.v1+json"),
+                t if t == format!("/v2/bosun/hello/blobs/{}", sha(PLUGIN)) => Reply::ok(PLUGIN),
+                _ => Reply::status(404),
+            }
+        }),
+    )
+    .await;
+    *base.lock().unwrap() = url.clone();
+    (url, seen)
+}
+
+/// A fetcher that may use plain http to `host` and has `auths` as its registry logins.
+fn fetcher_with_logins(dir: &tempfile::TempDir, host: &str, auths: serde_json::Value) -> Fetcher {
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, serde_json::json!({ "auths": auths }).to_string()).unwrap();
+    Fetcher::new(&FetchConfig { insecure_registries: vec![host.to_string()], registry_auth_file: Some(path), ..Default::default() }).unwrap()
+}
+
+#[tokio::test]
+async fn a_private_registry_is_pulled_with_the_login_from_the_auth_file() {
+    for bearer in [true, false] {
+        let (url, seen) = private_registry(bearer).await;
+        let host = host_of(&url);
+        let reference = format!("{host}/bosun/hello:0.1.0");
+        let dir = tempfile::tempdir().unwrap();
+        // "auth" (base64) for the Bearer registry, username/password for the Basic one.
+        let entry = if bearer { serde_json::json!({ "auth": "cm9ib3Q6czNjcmV0" }) } else { serde_json::json!({ "username": "robot", "password": "s3cret" }) };
+        let f = fetcher_with_logins(&dir, &host, serde_json::json!({ format!("http://{host}/v2/"): entry }));
+        assert_eq!(oci::pull(&f, &reference).await.unwrap(), PLUGIN, "bearer {bearer}");
+        if bearer {
+            // The password went to the token realm only; the registry saw the token.
+            let seen = seen.lock().unwrap();
+            assert!(seen.iter().filter(|r| r.target.starts_with("/v2/")).all(|r| r.headers.get("authorization").is_none_or(|a| a == "Bearer private-token")), "{seen:?}");
+        }
+
+        // No login for this registry (only for another one): refused, saying what to do.
+        let f = fetcher_with_logins(&dir, &host, serde_json::json!({ "other.example.com": { "auth": "cm9ib3Q6czNjcmV0" } }));
+        let err = oci::pull(&f, &reference).await.unwrap_err();
+        if bearer {
+            assert!(matches!(err, OciError::TokenStatus { .. }), "{err}");
+        } else {
+            assert!(matches!(err, OciError::Unauthorized { .. }), "{err}");
+        }
+        assert!(err.to_string().contains("--registry-auth-file"), "{err}");
+
+        // A wrong password: the login is refused, and said so.
+        let f = fetcher_with_logins(&dir, &host, serde_json::json!({ host.clone(): { "username": "robot", "password": "wrong" } }));
+        let err = oci::pull(&f, &reference).await.unwrap_err();
+        assert!(matches!(err, OciError::LoginRefused { .. }), "bearer {bearer}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn a_malformed_auth_file_is_refused_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, r#"{"auths": {"r.example.com": {"auth": "not base64!"}}}"#).unwrap();
+    let err = Fetcher::new(&FetchConfig { registry_auth_file: Some(path), ..Default::default() }).unwrap_err();
+    assert!(err.to_string().contains("r.example.com") && err.to_string().contains("--registry-auth-file"), "{err}");
 }
