@@ -217,6 +217,17 @@ fn stored(operator: &Operator, node: &str, digest: &Digest) -> bool {
     std::fs::read(path).is_ok_and(|b| Digest::of(&b) == *digest)
 }
 
+/// Waits until the controller acted on the `recovery: Retry` set on `node`'s task (cleared
+/// it, the task left Blocked) and the Operation left Blocked, then until it settles again
+/// (without the middle wait, the Operation's old Blocked phase would count as settled).
+async fn settle_after_retry(operator: &mut Operator, op: &str, node: &str) -> Result<bosun_api::operation::Operation> {
+    operator
+        .wait_task(op, node, "recovery acted on", |t| t.spec.recovery.is_none() && t.status.as_ref().is_some_and(|s| s.phase != NodeTaskPhase::Blocked))
+        .await?;
+    operator.wait_operation(op, "no longer Blocked", |o| phase_of(o) != OperationPhase::Blocked).await?;
+    operator.wait_settled(op).await
+}
+
 /// `kubectl-bosun plugin sign` with the e2e key, then `kubectl-bosun plugin publish FILE
 /// --name NAME --version 0.1.0 --grants <steps grants> EXTRA...`; returns its stdout.
 async fn publish_with_cli(lab: &LabHandle, dir: &Path, name: &str, wasm: &[u8], extra: &[&str]) -> Result<String> {
@@ -369,10 +380,7 @@ async fn a_missing_then_wrongly_pushed_oci_artifact_blocks_with_the_fix_then_ret
     // Fix: push the artifact with the wasm layer, then retry.
     registry.push(&format!("bosun/e2e-steps:{tag}"), &steps, WASM_LAYER)?;
     operator.patch_task_spec(&task.name_any(), json!({ "recovery": "Retry" })).await?;
-    operator
-        .wait_task(&op, &cp, "recovery acted on", |t| t.spec.recovery.is_none() && t.status.as_ref().is_some_and(|s| s.phase != NodeTaskPhase::Blocked))
-        .await?;
-    let done = operator.wait_settled(&op).await?;
+    let done = settle_after_retry(&mut operator, &op, &cp).await?;
     assert_eq!(phase_of(&done), OperationPhase::Succeeded, "{}", bosun_e2e::describe_tasks(&operator.client, &op).await);
     let ts = operator.task(&op, &cp).await?.status.unwrap_or_default();
     assert_eq!((ts.phase, ts.attempts), (NodeTaskPhase::Succeeded, 3));
@@ -420,10 +428,7 @@ async fn wrong_bytes_at_a_url_block_with_the_digests_then_retry_after_fixing_the
 
     https.serve("/hello.wasm", hello.clone());
     operator.patch_task_spec(&task.name_any(), json!({ "recovery": "Retry" })).await?;
-    operator
-        .wait_task(&op, &cp, "recovery acted on", |t| t.spec.recovery.is_none() && t.status.as_ref().is_some_and(|s| s.phase != NodeTaskPhase::Blocked))
-        .await?;
-    let done = operator.wait_settled(&op).await?;
+    let done = settle_after_retry(&mut operator, &op, &cp).await?;
     assert_eq!(phase_of(&done), OperationPhase::Succeeded, "{}", bosun_e2e::describe_tasks(&operator.client, &op).await);
     assert!(stored(&operator, &cp, &Digest::of(&hello)));
     assert_eq!(https.hits("/hello.wasm"), 2, "fetched once per attempt");
