@@ -237,7 +237,8 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     if !waiting.is_empty() {
         recheck = Some(recheck.map_or(HELD_RECHECK, |r| r.min(HELD_RECHECK)));
     }
-    let free = |n: &&String| !hold.holds(&tasks[*n]) && !(crate::exclusion::needs_node(phase_of(n)) && held.contains_key(n.as_str()));
+    let waits_for_holder = |n: &String| crate::exclusion::needs_node(phase_of(n)) && held.contains_key(n.as_str());
+    let free = |n: &&String| !hold.holds(&tasks[*n]) && !waits_for_holder(n);
     for node in decision.await_approval.iter().filter(free) {
         move_task(&ctx, &tasks[node], TaskEvent::TurnCame { needs_approval: true }, None).await?;
     }
