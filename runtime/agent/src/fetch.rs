@@ -15,6 +15,9 @@
 //!   same scheme rule, so an https start cannot be redirected to plain http. Credentials
 //!   (`Authorization`) are not forwarded to another host.
 //!
+//! It also loads the registry logins of `--registry-auth-file` (a Docker config file) at
+//! startup; [`crate::oci`] decides when to send them.
+//!
 //! The transport is not what makes a plugin trusted: the bytes are pinned by digest and
 //! signature-verified before they are compiled. TLS still keeps the origin honest about
 //! *which* bytes it serves and keeps the fetch private.
