@@ -131,7 +131,7 @@ struct Compiled {
     pre_http: Option<BosunPluginPre<RunState>>,
     /// `describe`'s answer, asked once per digest (the ABI requires it to be cheap and
     /// side-effect free, so the same bytes give the same answer).
-    metadata: std::sync::OnceLock<Metadata>,
+    metadata: std::sync::OnceLock<Arc<Metadata>>,
     /// The actions' params schemas, compiled with the metadata.
     params: std::sync::OnceLock<Arc<params::ParamSchemas>>,
 }
@@ -141,8 +141,10 @@ struct Compiled {
 pub struct LoadedPlugin {
     compiled: Arc<Compiled>,
     digest: Digest,
-    metadata: Metadata,
-    verified: Option<Verified>,
+    // Shared, so that handing out another `LoadedPlugin` (e.g. `Host::loaded` before every
+    // run) copies two pointers, not every action's description and schema.
+    metadata: Arc<Metadata>,
+    verified: Option<Arc<Verified>>,
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -166,7 +168,7 @@ impl LoadedPlugin {
     }
     /// Which trust root vouched for it; `None` for [`Host::load_unverified`].
     pub fn verified(&self) -> Option<&Verified> {
-        self.verified.as_ref()
+        self.verified.as_deref()
     }
     /// Whether the component imports the optional `http` interface.
     pub fn imports_http(&self) -> bool {
@@ -297,7 +299,7 @@ impl Host {
                 return Err(Error::MetadataMismatch { field, signed: signed.clone(), declared: declared.clone() });
             }
         }
-        let loaded = LoadedPlugin { compiled, digest: pin.sha256, metadata, verified: Some(verified) };
+        let loaded = LoadedPlugin { compiled, digest: pin.sha256, metadata, verified: Some(Arc::new(verified)) };
         if let Ok(mut m) = self.verified.lock() {
             m.insert(pin.clone(), loaded.clone());
         }
@@ -344,15 +346,15 @@ impl Host {
         }
     }
 
-    fn metadata(&self, compiled: &Arc<Compiled>) -> Result<Metadata, Error> {
+    fn metadata(&self, compiled: &Arc<Compiled>) -> Result<Arc<Metadata>, Error> {
         if let Some(m) = compiled.metadata.get() {
-            return Ok(m.clone());
+            return Ok(Arc::clone(m));
         }
         let m = self.describe(compiled)?;
         let schemas = params::ParamSchemas::compile(&m.actions)
             .map_err(|(action, message)| Error::InvalidParamsSchema { action, message })?;
         let _ = compiled.params.set(Arc::new(schemas));
-        Ok(compiled.metadata.get_or_init(|| m).clone())
+        Ok(Arc::clone(compiled.metadata.get_or_init(|| Arc::new(m))))
     }
 
     fn compile(&self, digest: &Digest, bytes: &[u8]) -> Result<Arc<Compiled>, Error> {
