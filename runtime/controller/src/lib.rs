@@ -25,6 +25,8 @@ pub mod drain;
 pub mod error;
 pub mod events;
 pub mod exclusion;
+#[cfg(test)]
+mod fake_api;
 pub mod gate;
 pub mod gates;
 pub mod leader;

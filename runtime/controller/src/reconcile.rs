@@ -552,3 +552,60 @@ fn record_health_gate(status: &bosun_api::node_task::NodeTaskStatus) {
 fn step_attempts(status: &bosun_api::node_task::NodeTaskStatus, step: &str) -> u32 {
     crate::progress::step_status(&status.steps, step).map_or(0, |s| s.attempts)
 }
+
+#[cfg(test)]
+mod tests {
+    use bosun_api::node_task::{NodeTaskSpec, NodeTaskStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    use super::*;
+    use crate::exclusion::Holder;
+    use crate::fake_api::{context, fake};
+
+    fn pending() -> NodeTask {
+        let spec = NodeTaskSpec { operation: "second".into(), node_name: "w1".into(), group: "g".into(), steps: vec![], dry_run: false, step_timeout_seconds: None, approve: false, recovery: None };
+        let mut t = NodeTask::new("second-w1", spec);
+        t.status = Some(NodeTaskStatus::default());
+        t
+    }
+
+    fn holder(phase: NodeTaskPhase) -> Holder {
+        Holder { node: "w1".into(), operation: "first".into(), task: "first-w1".into(), phase }
+    }
+
+    /// The waiting note is written once (message and NodeHeld condition, with the phase and
+    /// attempts the controller's field manager owns), then not again while nothing changed
+    /// (a write would wake the controller at once), and again when the holder changed.
+    #[tokio::test]
+    async fn a_held_task_is_noted_once_and_again_only_when_the_holder_changes() {
+        let now = Timestamp::now();
+        let task = pending();
+        let (client, seen) = fake(&task, |_| false);
+        note_held(&context(client), &task, &holder(NodeTaskPhase::Blocked), now).await.unwrap();
+        let requests = seen.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1, "{requests:#?}");
+        let status = &requests[0].body["status"];
+        let want = "waiting: node w1 is held by Operation first (task first-w1, Blocked)";
+        assert_eq!(status["message"], json!(want));
+        assert_eq!((status["phase"].clone(), status["attempts"].clone()), (json!("Pending"), json!(0)));
+        let condition: Condition = serde_json::from_value(status["conditions"][0].clone()).unwrap();
+        assert_eq!((condition.type_.as_str(), condition.status.as_str(), condition.reason.as_str()), ("NodeHeld", "True", "HeldByOtherOperation"));
+        assert_eq!(condition.message, want);
+
+        // The task as the server now holds it: nothing more to write.
+        let mut noted = task.clone();
+        let s = noted.status.as_mut().unwrap();
+        s.message = Some(want.into());
+        s.conditions = vec![condition];
+        let (client, seen) = fake(&noted, |_| false);
+        note_held(&context(client), &noted, &holder(NodeTaskPhase::Blocked), now).await.unwrap();
+        assert!(seen.lock().unwrap().is_empty(), "an unchanged note is not written again");
+
+        // The holder moved on to another phase: the note follows.
+        let (client, seen) = fake(&noted, |_| false);
+        note_held(&context(client), &noted, &holder(NodeTaskPhase::Running), now).await.unwrap();
+        let requests = seen.lock().unwrap().clone();
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].body["status"]["message"], json!("waiting: node w1 is held by Operation first (task first-w1, Running)"));
+    }
+}

@@ -219,72 +219,11 @@ mod tests {
     //! One reconcile step of [`handle`] against a fake API server: which writes it makes,
     //! in which order, and what happens when one of them fails.
 
-    use std::sync::{Arc, Mutex};
-
     use bosun_api::node_task::{NodeTaskSpec, NodeTaskStatus, StepStatus};
     use bosun_api::operation::{OperationSpec, RunsOn, Step};
-    use kube::Client;
-    use kube::client::Body;
 
     use super::*;
-
-    /// One request the fake API server saw: method, path, body.
-    #[derive(Clone, Debug)]
-    struct Seen {
-        method: String,
-        path: String,
-        body: serde_json::Value,
-    }
-
-    impl Seen {
-        fn is_clear(&self) -> bool {
-            self.method == "PATCH" && !self.path.ends_with("/status") && self.body.pointer("/spec/recovery") == Some(&serde_json::Value::Null)
-        }
-        fn is_status(&self) -> bool {
-            self.method == "PATCH" && self.path.ends_with("/status")
-        }
-    }
-
-    /// A fake API server answering every NodeTask patch with `task`, except that requests
-    /// matching `fail` get a 500. Records every request.
-    fn fake(task: &NodeTask, fail: fn(&Seen) -> bool) -> (Client, Arc<Mutex<Vec<Seen>>>) {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let reply = serde_json::to_vec(task).unwrap();
-        let service = tower::service_fn(move |req: http::Request<Body>| {
-            let log = log.clone();
-            let reply = reply.clone();
-            async move {
-                let method = req.method().to_string();
-                let path = req.uri().path().to_owned();
-                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
-                let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-                let request = Seen { method, path, body };
-                let failed = fail(&request);
-                log.lock().unwrap().push(request);
-                let response = if failed {
-                    let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcd is unavailable", "reason": "InternalError", "code": 500 });
-                    http::Response::builder().status(500).body(Body::from(serde_json::to_vec(&status).unwrap()))
-                } else {
-                    http::Response::builder().status(200).body(Body::from(reply))
-                };
-                Ok::<_, std::convert::Infallible>(response.unwrap())
-            }
-        });
-        (Client::new(service, "default"), seen)
-    }
-
-    fn context(client: Client) -> Context {
-        Context {
-            client: client.clone(),
-            manager: "bosun-controller".into(),
-            resync: Duration::from_secs(30),
-            instance: None,
-            policies: Default::default(),
-            events: Arc::new(crate::events::Events::new(client, "test".into())),
-            exclusion: Default::default(),
-        }
-    }
+    use crate::fake_api::{Seen, context, fake};
 
     fn operation() -> Operation {
         Operation::new("op", serde_json::from_value::<OperationSpec>(json!({ "custom": { "groups": [] } })).unwrap())

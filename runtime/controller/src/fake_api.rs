@@ -1,0 +1,75 @@
+//! A fake API server for unit tests: a `tower::service_fn` behind a real kube `Client`
+//! that answers every request with one NodeTask (or a 500 for the requests a test picks)
+//! and records what was sent, so a test can check which writes a reconcile step makes, in
+//! which order, and what happens when one fails.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bosun_api::node_task::NodeTask;
+use kube::Client;
+use kube::client::Body;
+use serde_json::json;
+
+use crate::reconcile::Context;
+
+/// One request the fake API server saw: method, path, body.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub body: serde_json::Value,
+}
+
+impl Seen {
+    /// A merge patch of a NodeTask's spec setting `recovery` to null.
+    pub fn is_clear(&self) -> bool {
+        self.method == "PATCH" && !self.path.ends_with("/status") && self.body.pointer("/spec/recovery") == Some(&serde_json::Value::Null)
+    }
+    /// A patch of a NodeTask's status subresource.
+    pub fn is_status(&self) -> bool {
+        self.method == "PATCH" && self.path.ends_with("/status")
+    }
+}
+
+/// A fake API server answering every NodeTask patch with `task`, except that requests
+/// matching `fail` get a 500. Records every request.
+pub fn fake(task: &NodeTask, fail: fn(&Seen) -> bool) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let reply = serde_json::to_vec(task).unwrap();
+    let service = tower::service_fn(move |req: http::Request<Body>| {
+        let log = log.clone();
+        let reply = reply.clone();
+        async move {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_owned();
+            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+            let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+            let request = Seen { method, path, body };
+            let failed = fail(&request);
+            log.lock().unwrap().push(request);
+            let response = if failed {
+                let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcd is unavailable", "reason": "InternalError", "code": 500 });
+                http::Response::builder().status(500).body(Body::from(serde_json::to_vec(&status).unwrap()))
+            } else {
+                http::Response::builder().status(200).body(Body::from(reply))
+            };
+            Ok::<_, std::convert::Infallible>(response.unwrap())
+        }
+    });
+    (Client::new(service, "default"), seen)
+}
+
+/// A controller context on `client` (no instance, field manager `bosun-controller`).
+pub fn context(client: Client) -> Context {
+    Context {
+        client: client.clone(),
+        manager: "bosun-controller".into(),
+        resync: Duration::from_secs(30),
+        instance: None,
+        policies: Default::default(),
+        events: Arc::new(crate::events::Events::new(client, "test".into())),
+        exclusion: Default::default(),
+    }
+}
