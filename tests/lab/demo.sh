@@ -97,6 +97,24 @@ step "Apply deploy/examples/custom.yaml"
 # A finished Operation never runs again: remove the previous demo's (and, waiting for the
 # garbage collector, its NodeTasks) so this run starts fresh.
 "$KUBECTL" delete operation "$OPERATION" --ignore-not-found --cascade=foreground --wait=true --timeout=120s
+# Bosun runs one Operation per node at a time, and a Blocked, Running or approval-waiting
+# task keeps its node until a person resolves it. Another Operation left that way in this
+# lab (this controller's, i.e. without a bosun.dev/instance label) would make the demo wait
+# for ever: say so and stop, rather than delete anybody's Operation.
+HELD="$("$KUBECTL" get nodetasks -l '!bosun.dev/instance' -o jsonpath='{range .items[*]}{.status.phase}{" "}{.spec.nodeName}{" "}{.metadata.labels.bosun\.dev/operation}{"\n"}{end}' \
+  | awk '$1 == "Blocked" || $1 == "Running" || $1 == "AwaitingApproval" { print "  " $2 " is held by Operation " $3 " (" $1 ")" }' | sort -u)"
+if [ -n "$HELD" ]; then
+  cat >&2 <<EOT
+
+Other Operations in this lab still hold nodes the demo needs:
+$HELD
+Resolve each one (kubectl bosun status NAME, then kubectl bosun skip|retry NAME NODE),
+delete it (kubectl delete operation NAME), or start from a clean lab:
+  $B/lab down --purge && bash tests/lab/demo.sh
+(with: export KUBECONFIG=$KUBECONFIG PATH=$BOSUN_LAB_BIN:$B:\$PATH)
+EOT
+  exit 1
+fi
 "$KUBECTL" apply -f deploy/examples/custom.yaml
 
 step "kubectl bosun status $OPERATION --watch   (until it finishes; Ctrl-C stops watching)"
