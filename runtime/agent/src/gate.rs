@@ -130,15 +130,7 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .ok()
             .map(|s| s.trim().to_owned()),
-        kubelet_version: node
-            .and_then(|n| {
-                n.status
-                    .as_ref()?
-                    .node_info
-                    .as_ref()
-                    .map(|i| i.kubelet_version.clone())
-            })
-            .filter(|v| !v.is_empty()),
+        kubelet_version: node.and_then(crate::facts::kubelet_version_of),
         kubeadm_version: crate::facts::kubeadm_version(agent).await,
         annotations: node.map(|n| n.annotations().clone()).unwrap_or_default(),
         certificates: certificates(&host_root),
