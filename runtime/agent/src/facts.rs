@@ -175,19 +175,18 @@ pub async fn collect(agent: &Agent) -> NodeFacts {
     assemble(Timestamp::now(), kubelet_version, Some(found), certificates)
 }
 
-/// The node's kubeadm version as [`bosun_host::Host::node_facts`] reads it (for the step
-/// policy input's `node.kubeadmVersion`); `None` when the node has no kubeadm or it did
-/// not answer.
-pub async fn kubeadm_version(agent: &Agent) -> Option<String> {
+/// The node's os-release, arch, kernel and kubeadm version as
+/// [`bosun_host::Host::node_facts`] reads them (for the step policy input, so policies and
+/// plugins read a fact the same way); `None` only if the blocking read did not finish.
+pub async fn host_facts(agent: &Agent) -> Option<bosun_host::NodeFacts> {
     let host = agent.host.clone();
     let node = bosun_host::NodeContext {
         node_name: agent.node_name.clone(),
         ..Default::default()
     };
-    tokio::task::spawn_blocking(move || host.node_facts(&node, PROBE_TIMEOUT).kubeadm_version)
+    tokio::task::spawn_blocking(move || host.node_facts(&node, PROBE_TIMEOUT))
         .await
         .ok()
-        .flatten()
 }
 
 /// The kubelet version a Node reports, if any.

@@ -121,17 +121,26 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
             .map_err(|e| Error::Gate(e.to_string()))?,
     };
     let host_root = agent.host.config().host_root.clone();
+    // os-release, arch, kernel and kubeadm exactly as a plugin's `facts.node` sees them.
+    let found = crate::facts::host_facts(agent).await;
+    let os = found.as_ref().map(|f| f.os.clone()).unwrap_or_default();
     let facts = NodeFacts {
         name: agent.node_name.clone(),
         roles: node.map(roles_of).unwrap_or_default(),
         ready: node.is_some_and(is_ready),
-        os: os_release(&host_root),
-        arch: Some(go_arch().into()),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .ok()
-            .map(|s| s.trim().to_owned()),
+        os: OsRelease {
+            id: os.id,
+            id_like: os.id_like,
+            version_id: os.version_id,
+            pretty_name: os.pretty_name,
+        },
+        arch: found.as_ref().map(|f| f.arch.clone()),
+        kernel: found
+            .as_ref()
+            .map(|f| f.kernel.clone())
+            .filter(|k| !k.is_empty()),
         kubelet_version: node.and_then(crate::facts::kubelet_version_of),
-        kubeadm_version: crate::facts::kubeadm_version(agent).await,
+        kubeadm_version: found.and_then(|f| f.kubeadm_version),
         annotations: node.map(|n| n.annotations().clone()).unwrap_or_default(),
         certificates: certificates(&host_root),
     };
@@ -483,33 +492,6 @@ pub fn requested_of(c: &bosun_host::Capabilities) -> RequestedCapabilities {
     }
 }
 
-/// os-release of the host root (`etc/os-release`, else `usr/lib/os-release`).
-pub fn os_release(root: &Path) -> OsRelease {
-    let text = std::fs::read_to_string(root.join("etc/os-release"))
-        .or_else(|_| std::fs::read_to_string(root.join("usr/lib/os-release")))
-        .unwrap_or_default();
-    let mut os = OsRelease {
-        id: String::new(),
-        id_like: vec![],
-        version_id: String::new(),
-        pretty_name: String::new(),
-    };
-    for line in text.lines() {
-        let Some((k, v)) = line.trim().split_once('=') else {
-            continue;
-        };
-        let v = v.trim().trim_matches(|c| c == '"' || c == '\'').to_owned();
-        match k {
-            "ID" => os.id = v,
-            "ID_LIKE" => os.id_like = v.split_whitespace().map(str::to_owned).collect(),
-            "VERSION_ID" => os.version_id = v,
-            "PRETTY_NAME" => os.pretty_name = v,
-            _ => {}
-        }
-    }
-    os
-}
-
 /// kubeadm's leaf certificates under the host root (`etc/kubernetes/pki/*.crt` and
 /// `pki/etcd/*.crt`, CAs left out: kubeadm does not renew them) with their expiry, named
 /// as `kubeadm certs check-expiration` names them (`apiserver`, `etcd-server` ...). A file
@@ -522,34 +504,9 @@ pub fn certificates(root: &Path) -> Vec<CertificateFact> {
         .collect()
 }
 
-fn go_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn os_release_is_read_from_the_host_root() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
-        std::fs::write(
-            dir.path().join("etc/os-release"),
-            "ID=debian\nID_LIKE=\"rhel fedora\"\nVERSION_ID=\"12\"\nPRETTY_NAME='Debian 12'\n",
-        )
-        .unwrap();
-        let os = os_release(dir.path());
-        assert_eq!(os.id, "debian");
-        assert_eq!(os.id_like, vec!["rhel", "fedora"]);
-        assert_eq!(os.version_id, "12");
-        assert_eq!(os.pretty_name, "Debian 12");
-        assert_eq!(os_release(&dir.path().join("missing")).id, "");
-    }
 
     #[test]
     fn kubeadm_leaf_certificates_are_read_with_their_expiry() {

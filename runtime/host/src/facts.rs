@@ -134,4 +134,26 @@ mod tests {
         assert_eq!(os.version_id, "9.4");
         assert_eq!(os.pretty_name, "Rocky Linux 9.4");
     }
+
+    #[test]
+    fn os_release_is_read_from_the_host_root_with_the_usr_lib_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |root: &Path| gather(root, &NodeContext::default(), ExecIsolation::ResolveOnly, Duration::from_secs(5)).os;
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        std::fs::write(
+            dir.path().join("etc/os-release"),
+            "ID=debian\nID_LIKE=\"rhel fedora\"\nVERSION_ID=\"12\"\nPRETTY_NAME='Debian 12'\n",
+        )
+        .unwrap();
+        let os = read(dir.path());
+        assert_eq!(os.id, "debian");
+        assert_eq!(os.id_like, vec!["rhel", "fedora"]);
+        assert_eq!(os.version_id, "12");
+        assert_eq!(os.pretty_name, "Debian 12");
+        let usr = dir.path().join("usr-only");
+        std::fs::create_dir_all(usr.join("usr/lib")).unwrap();
+        std::fs::write(usr.join("usr/lib/os-release"), "ID=rocky\n").unwrap();
+        assert_eq!(read(&usr).id, "rocky");
+        assert_eq!(read(&dir.path().join("missing")).id, "");
+    }
 }
