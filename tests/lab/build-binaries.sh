@@ -13,42 +13,15 @@ K8S_VERSION="${BOSUN_K8S_VERSION:-v1.34.4}"
 ETCD_VERSION="${BOSUN_ETCD_VERSION:-v3.6.16}"
 CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
 OUT="$CACHE/lab/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
-BIN="$OUT/bin"
-LOG="$OUT/build.log"
 K8S_BINS=(kube-apiserver kubeadm kubectl kube-controller-manager)
+WHAT="lab build"
+BINS=(etcd "${K8S_BINS[@]}")
+NO_GO_HINT="Install Go 1.24 or newer (the lab builds etcd and Kubernetes from source), then run this again."
+# shellcheck source=tests/lab/go-build-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/go-build-common.sh"
+mkdir -p "$OUT/src"
 
-list_missing() {
-  missing=()
-  for b in etcd "${K8S_BINS[@]}"; do [ -x "$BIN/$b" ] || missing+=("$b"); done
-}
-list_missing
-if [ ${#missing[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
-
-# Exit status 3 means "no Go": the lab's Rust side reports it as such.
-if ! command -v go >/dev/null 2>&1; then
-  echo "lab build: Go is not installed or not on PATH, and ${missing[*]} are not built yet in $BIN. Install Go 1.24 or newer (the lab builds etcd and Kubernetes from source), then run this again." >&2
-  exit 3
-fi
-
-mkdir -p "$BIN" "$OUT/src"
-# One build at a time per version (CI, `lab up` and tests may start this concurrently); whoever
-# waited re-checks what is still missing.
-exec 9>"$OUT/.build.lock"
-if ! flock -n 9; then
-  echo "lab build: another build of $OUT is running; waiting for it (log: $LOG)" >&2
-  flock 9
-fi
-list_missing
-if [ ${#missing[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
-
-: >"$LOG"
-started=$(date +%s)
-echo "lab build: started $(date -u +%FT%TZ) for ${missing[*]}" >>"$LOG"
 echo "lab build: building ${missing[*]} (k8s $K8S_VERSION, etcd $ETCD_VERSION); log: $LOG" >&2
-export CGO_ENABLED=0 GOFLAGS="-mod=mod" GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-
-fail() { echo "lab build: $1 failed; the last lines of the build log ($LOG):" >&2; tail -n 25 "$LOG" >&2; exit 1; }
-
 needs_k8s=0
 for b in "${missing[@]}"; do [ "$b" != etcd ] && needs_k8s=1; done
 
@@ -117,5 +90,5 @@ if [[ " ${missing[*]} " == *" etcd "* ]]; then
   (cd "$src" && go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3) >>"$LOG" 2>&1 || fail "building etcd"
   mv "$BIN/etcd.tmp" "$BIN/etcd"
 fi
-echo "lab build: finished $(date -u +%FT%TZ) after $(( $(date +%s) - started ))s" | tee -a "$LOG" >&2
+finished
 echo "$BIN"

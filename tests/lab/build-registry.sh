@@ -13,35 +13,11 @@ CRANE_VERSION="${BOSUN_CRANE_VERSION:-v0.22.1}"
 ORAS_VERSION="${BOSUN_ORAS_VERSION:-v1.3.6}"
 CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
 OUT="$CACHE/registry/crane-$CRANE_VERSION-oras-$ORAS_VERSION"
-BIN="$OUT/bin"
-LOG="$OUT/build.log"
-
-list_missing() {
-  missing=()
-  for b in crane oras; do [ -x "$BIN/$b" ] || missing+=("$b"); done
-}
-list_missing
-if [ ${#missing[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
-
-if ! command -v go >/dev/null 2>&1; then
-  echo "registry tools build: Go is not installed or not on PATH, and ${missing[*]} are not built yet in $BIN. Install Go 1.24 or newer, then run this again." >&2
-  exit 3
-fi
-
-mkdir -p "$BIN"
-# One build at a time (parallel tests may all start it); whoever waited re-checks.
-exec 9>"$OUT/.build.lock"
-if ! flock -n 9; then
-  echo "registry tools build: another build of $OUT is running; waiting for it (log: $LOG)" >&2
-  flock 9
-fi
-list_missing
-if [ ${#missing[@]} -eq 0 ]; then echo "$BIN"; exit 0; fi
-
-: >"$LOG"
-started=$(date +%s)
-export CGO_ENABLED=0 GOFLAGS="-mod=mod" GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-fail() { echo "registry tools build: $1 failed; the last lines of the build log ($LOG):" >&2; tail -n 25 "$LOG" >&2; exit 1; }
+WHAT="registry tools build"
+BINS=(crane oras)
+NO_GO_HINT="Install Go 1.24 or newer, then run this again."
+# shellcheck source=tests/lab/go-build-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/go-build-common.sh"
 
 # Neither module has replace directives, so `go install pkg@version` builds exactly the
 # pinned release with its own go.sum. GOBIN points at a temporary directory so that a
@@ -57,5 +33,5 @@ for b in "${missing[@]}"; do
   mv "$tmp/$b" "$BIN/$b"
 done
 rm -rf "$tmp"
-echo "registry tools build: finished $(date -u +%FT%TZ) after $(( $(date +%s) - started ))s" | tee -a "$LOG" >&2
+finished
 echo "$BIN"
