@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use bosun_api::node_task::NodeTask;
 use bosun_api::operation::{Operation, OperationPhase};
 use bosun_lab::LabHandle;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -118,6 +118,20 @@ impl Operator {
     /// SIGKILLs a process: `controller` or `agent-<node>` (see [`agent_name`]).
     pub fn kill(&mut self, name: &str) -> Result<()> {
         self.procs.kill(name)
+    }
+
+    /// Ends a test that passed: deletes every Operation labelled with this instance (the
+    /// lab's garbage collector then removes their NodeTasks, which they own) and stops the
+    /// processes. The lab outlives test runs, so without this each run would leave its
+    /// Operations behind. A failing test returns before it gets here and leaves its objects
+    /// for inspection (`kubectl get operations -l bosun.dev/instance=<name>`).
+    pub async fn finish(self) -> Result<()> {
+        let ops: Api<Operation> = Api::all(self.client.clone());
+        let selector = format!("{INSTANCE_LABEL}={}", self.instance);
+        ops.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&selector))
+            .await
+            .with_context(|| format!("deleting the Operations labelled {selector}"))?;
+        Ok(())
     }
 
     /// The Operation object for `spec`, named `name` and labelled with this instance.

@@ -268,6 +268,7 @@ async fn publish_status_watch_and_logs_of_a_real_operation() -> Result<()> {
     }
     cli(&lab, &["status", "no-such-operation"]).await?.refused(&["Operation no-such-operation not found"])?;
     assert!(final_op.status.is_some());
+    op.finish().await?;
     Ok(())
 }
 
@@ -355,6 +356,7 @@ async fn retry_and_skip_a_blocked_task_and_refuse_wrong_states() -> Result<()> {
     ensure!(status.contains(&format!("↷ {w2}  Skipped")) && status.contains(&format!("✓ {w1}  Succeeded  attempt")), "{status}");
     cli(&lab, &["skip", &name, w2]).await?.refused(&["has already finished"])?;
     assert!(op_blocked.status.is_some());
+    op.finish().await?;
     Ok(())
 }
 
@@ -420,5 +422,6 @@ async fn approve_pause_and_resume_in_controlled_mode() -> Result<()> {
     let done = op.wait_operation(&name, "Succeeded", |o| phase_of(o) == OperationPhase::Succeeded).await?;
     assert_eq!(done.spec.execution_mode, ExecutionMode::Controlled);
     cli(&lab, &["approve", &name, "--all"]).await?.refused(&["has already finished (Succeeded)"])?;
+    op.finish().await?;
     Ok(())
 }

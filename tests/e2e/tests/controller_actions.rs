@@ -44,7 +44,8 @@ const LEASE_NAMESPACE: &str = "bosun-system";
 const POLL: Duration = Duration::from_millis(250);
 
 /// One test's world: its instance name, its controllers, and the Nodes and namespace it
-/// made (deleted by [`World::clean_up`], which every test calls whether it passed or not).
+/// made (deleted by [`World::clean_up`], which every test calls whether it passed or not;
+/// its Operations too when it passed).
 struct World {
     client: Client,
     kubeconfig: PathBuf,
@@ -226,14 +227,17 @@ impl World {
         .await
     }
 
-    /// Deletes the Nodes and the namespace this test made. Operations stay (the audit
-    /// trail); no controller of this instance is left to act on them.
-    async fn clean_up(self) {
+    /// Deletes the Nodes and the namespace this test made, and, when the test `passed`,
+    /// its Operations (their NodeTasks go with them). A failing test's Operations stay for
+    /// inspection (`kubectl get operations -l bosun.dev/instance=<instance>`); no
+    /// controller of this instance is left to act on them.
+    async fn clean_up(self, passed: bool) {
         let World {
             client,
             procs,
             nodes,
             namespace,
+            instance,
             ..
         } = self;
         // Controllers first, so none acts on a node while it goes.
@@ -245,6 +249,13 @@ impl World {
         if let Some(ns) = &namespace {
             let api: Api<Namespace> = Api::all(client.clone());
             let _ = api.delete(ns, &DeleteParams::default()).await;
+        }
+        if passed {
+            let ops: Api<Operation> = Api::all(client.clone());
+            let selector = format!("{INSTANCE_LABEL}={instance}");
+            if let Err(e) = ops.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&selector)).await {
+                eprintln!("deleting the Operations labelled {selector}: {e}");
+            }
         }
     }
 }
@@ -335,7 +346,7 @@ where
     let lab = bosun_lab::ensure_lab().await?;
     let world = World::new(&lab, test).await?;
     let (world, result) = body(world).await;
-    world.clean_up().await;
+    world.clean_up(result.is_ok()).await;
     result
 }
 

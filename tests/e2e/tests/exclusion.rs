@@ -133,6 +133,7 @@ async fn a_blocked_task_holds_its_node_until_it_is_skipped_then_the_other_operat
     clean_up(&operator, &[&first]).await;
     result?;
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -172,6 +173,7 @@ async fn a_task_awaiting_approval_holds_its_node_until_it_is_approved_and_done()
     clean_up(&operator, &[&first]).await;
     result?;
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 

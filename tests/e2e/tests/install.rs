@@ -666,6 +666,8 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
     pods.delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
         .await
         .context("deleting the agent Pod")?;
+    // Passed: the Operation goes too (its NodeTask with it); the lab outlives test runs.
+    ops.delete(&name, &DeleteParams::background()).await.with_context(|| format!("deleting Operation {name}"))?;
     Ok(())
 }
 

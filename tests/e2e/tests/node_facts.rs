@@ -151,5 +151,6 @@ async fn agents_report_node_facts_before_and_after_each_task_and_status_shows_th
     }
     result?;
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }

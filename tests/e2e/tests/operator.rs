@@ -134,6 +134,7 @@ async fn custom_operation_runs_to_succeeded_in_planned_order_with_max_unavailabl
         assert_ne!(n.spec.and_then(|s| s.unschedulable), Some(true), "{w} was left cordoned");
     }
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -170,5 +171,6 @@ async fn failing_preflight_blocks_the_task_and_the_operation_with_the_reason() -
     assert_eq!(greet.error.as_ref().map(|e| e.code.as_str()), Some("preflight-failed"));
 
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }

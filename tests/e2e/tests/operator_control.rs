@@ -170,6 +170,7 @@ async fn failing_step_blocks_then_retry_after_fixing_the_cause_succeeds() -> Res
     assert_eq!(step_of(&task, "after").map(|s| (s.phase, s.attempts)), Some((StepPhase::Succeeded, 1)));
     std::fs::remove_file(lab.state_file(&lab.cp, &marker))?;
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -217,6 +218,7 @@ async fn skip_leaves_the_blocked_node_and_the_operation_moves_on() -> Result<()>
         assert!(started(&tasks[w], "nap")? >= skipped_at, "{w} started before the skip");
     }
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -260,6 +262,7 @@ async fn controlled_mode_starts_each_task_only_after_its_approval() -> Result<()
     let done = operator.wait_settled(&op).await?;
     assert_eq!(phase_of(&done), OperationPhase::Succeeded);
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -318,6 +321,7 @@ async fn dry_run_leaves_every_host_root_byte_for_byte_unchanged() -> Result<()> 
         assert!(!lab.state_file(node, &name).exists());
     }
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -366,6 +370,7 @@ async fn pause_mid_run_lets_the_running_step_finish_and_starts_nothing_until_res
         assert!(started(&tasks[w], "nap")? >= resumed, "{w} started before the resume");
     }
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -424,6 +429,7 @@ async fn controller_killed_mid_operation_and_restarted_completes_with_no_step_ru
         assert!(pair[1].0 >= pair[0].1, "{} started before {} finished", pair[1].2, pair[0].2);
     }
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -451,6 +457,7 @@ async fn agent_killed_mid_step_reruns_an_idempotent_step() -> Result<()> {
     assert_eq!((long.phase, long.attempts), (StepPhase::Succeeded, 2));
     assert!(started(&task, "long")? > first_start, "the step ran again from the start");
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -490,6 +497,7 @@ async fn agent_killed_mid_step_blocks_a_non_idempotent_step_as_interrupted() -> 
     let done = settle_after_recovery(&mut operator, &op, &lab.cp).await?;
     assert_eq!(phase_of(&done), OperationPhase::Succeeded);
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -523,6 +531,7 @@ async fn failure_policy_retry_retries_automatically_up_to_the_limit_then_blocks(
     assert_eq!(task.spec.recovery, None, "no person asked");
     assert_eq!(phase_of(&operator.wait_settled(&op).await?), OperationPhase::Blocked);
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -552,5 +561,6 @@ async fn failure_policy_retry_succeeds_once_the_cause_is_gone() -> Result<()> {
     assert_eq!(task.spec.recovery, None);
     std::fs::remove_file(lab.state_file(&lab.cp, &marker))?;
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }

@@ -317,6 +317,7 @@ async fn url_and_oci_sources_run_a_custom_operation_to_succeeded() -> Result<()>
     let layer_gets = log.lines().filter(|l| l.contains(&format!("GET /v2/bosun/e2e-steps/blobs/{}", Digest::of(&steps)))).count();
     assert!(layer_gets >= lab.nodes.len(), "the wasm blob was pulled {layer_gets} times:\n{log}");
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -386,6 +387,7 @@ async fn a_missing_then_wrongly_pushed_oci_artifact_blocks_with_the_fix_then_ret
     assert_eq!((ts.phase, ts.attempts), (NodeTaskPhase::Succeeded, 3));
     assert!(stored(&operator, &cp, &Digest::of(&steps)));
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -433,5 +435,6 @@ async fn wrong_bytes_at_a_url_block_with_the_digests_then_retry_after_fixing_the
     assert!(stored(&operator, &cp, &Digest::of(&hello)));
     assert_eq!(https.hits("/hello.wasm"), 2, "fetched once per attempt");
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }

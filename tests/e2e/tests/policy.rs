@@ -314,6 +314,7 @@ async fn a_deny_policy_blocks_the_step_and_retry_after_the_fix_succeeds() -> Res
 
     delete_policy(&operator.client, &policy).await?;
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -380,6 +381,7 @@ async fn a_warn_policy_records_its_message_and_the_step_proceeds() -> Result<()>
 
     delete_policy(&operator.client, &policy).await?;
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -475,6 +477,7 @@ async fn a_broken_policy_blocks_instead_of_allowing() -> Result<()> {
         OperationPhase::Succeeded
     );
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
 
@@ -578,5 +581,6 @@ deny contains msg if {
         OperationPhase::Succeeded
     );
     operator.procs.check_alive()?;
+    operator.finish().await?;
     Ok(())
 }
