@@ -63,6 +63,7 @@ pub use report::{
 pub use service::{RecordingBackend, ServiceBackend, ServiceError, SystemctlBackend, UnitStatus};
 
 use bindings::BosunPluginPre;
+use wasmtime::component::{ComponentExportIndex, Instance, InstancePre};
 use bindings::exports::bosun::plugin::plugin as guest;
 use sandbox::{CallEnv, RunLimiter, RunState, Stop};
 
@@ -125,15 +126,49 @@ pub struct RunOptions {
 
 /// A compiled plugin: the component and what it needs to be instantiated.
 struct Compiled {
-    pre: BosunPluginPre<RunState>,
+    pre: InstancePre<RunState>,
     /// Set when the component imports `bosun:plugin/http` (then it is linked only for
     /// runs that have http grants).
-    pre_http: Option<BosunPluginPre<RunState>>,
+    pre_http: Option<InstancePre<RunState>>,
+    /// Where `describe`, `preflight` and `run` are among the component's exports.
+    exports: Exports,
     /// `describe`'s answer, asked once per digest (the ABI requires it to be cheap and
     /// side-effect free, so the same bytes give the same answer).
     metadata: std::sync::OnceLock<Arc<Metadata>>,
     /// The actions' params schemas, compiled with the metadata.
     params: std::sync::OnceLock<Arc<params::ParamSchemas>>,
+}
+
+/// The plugin interface's functions, located once per compiled plugin. A call looks up
+/// and type-checks only the one function it calls in the fresh instance; the bindings'
+/// `BosunPlugin::new` would do that for all three on every instantiation.
+struct Exports {
+    describe: ComponentExportIndex,
+    preflight: ComponentExportIndex,
+    run: ComponentExportIndex,
+}
+
+impl Exports {
+    fn locate(component: &Component) -> Result<Exports, Error> {
+        let iface = format!("bosun:plugin/plugin@{ABI_VERSION}");
+        let find = |name: &str| {
+            component
+                .get_export_index(None, &iface)
+                .and_then(|i| component.get_export_index(Some(&i), name))
+                .ok_or_else(|| Error::AbiMismatch { expected: ABI_VERSION, found: format!("a component without {iface}#{name}") })
+        };
+        Ok(Exports { describe: find("describe")?, preflight: find("preflight")?, run: find("run")? })
+    }
+}
+
+/// Calls the export at `index` of the fresh `instance` with `params`.
+fn call_export<P, R>(store: &mut Store<RunState>, instance: &Instance, index: &ComponentExportIndex, params: P) -> wasmtime::Result<R>
+where
+    P: wasmtime::component::ComponentNamedList + wasmtime::component::Lower,
+    R: wasmtime::component::ComponentNamedList + wasmtime::component::Lift,
+{
+    let f = instance.get_typed_func::<P, R>(&mut *store, index)?;
+    f.call(&mut *store, params)
 }
 
 /// A verified, compiled and described plugin, ready to run. Cheap to clone.
@@ -282,6 +317,14 @@ impl Host {
         &self.config
     }
 
+    /// The wasmtime engine plugins run on (its pooling allocator, epoch interruption and
+    /// component-model settings). For embedders and benchmarks that compare against
+    /// plain wasmtime on the same configuration; runs always go through [`Host::run`].
+    #[must_use]
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
     /// Verifies, compiles (or takes from the cache), checks and describes a plugin.
     ///
     /// Order: the bytes are hashed and must equal `pin.sha256`, and a signature over
@@ -391,15 +434,18 @@ impl Host {
             }
         };
         let imports_http = check_interfaces(&self.engine, &component)?;
+        // `BosunPluginPre::new` type-checks the plugin's exports against the WIT once.
         let link = |linker: &wasmtime::component::Linker<RunState>| {
             linker
                 .instantiate_pre(&component)
                 .and_then(BosunPluginPre::new)
+                .map(|p| p.instance_pre().clone())
                 .map_err(|e| Error::Compile { message: format!("cannot link the plugin's imports: {e:#}") })
         };
         let compiled = Arc::new(Compiled {
             pre: if imports_http { link(&self.linker_http)? } else { link(&self.linker)? },
             pre_http: if imports_http { Some(link(&self.linker_http)?) } else { None },
+            exports: Exports::locate(&component)?,
             metadata: std::sync::OnceLock::new(),
             params: std::sync::OnceLock::new(),
         });
@@ -413,8 +459,8 @@ impl Host {
         let node = NodeContext::default();
         let limits = &self.config.limits;
         let (meta, _) = self
-            .call(compiled, &Grants::default(), &node, limits.describe_deadline, true, |store, plugin| {
-                plugin.bosun_plugin_plugin().call_describe(store)
+            .call(compiled, &Grants::default(), &node, limits.describe_deadline, true, |store, instance| {
+                call_export::<(), (guest::Metadata,)>(store, instance, &compiled.exports.describe, ()).map(|(m,)| m)
             })
             .map_err(|f| f.error)?;
         let size = meta.name.len()
@@ -458,8 +504,15 @@ impl Host {
     ) -> Result<PreflightReport, CallFailure> {
         self.check_call(plugin, action, params_json)?;
         let deadline = self.config.limits.describe_deadline;
-        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, |store, p| {
-            p.bosun_plugin_plugin().call_preflight(store, action, params_json)
+        let exports = &plugin.compiled.exports;
+        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, |store, instance| {
+            call_export::<(&str, &str), (Result<Vec<guest::Check>, guest::PluginError>,)>(
+                store,
+                instance,
+                &exports.preflight,
+                (action, params_json),
+            )
+            .map(|(r,)| r)
         })?;
         let result = match result {
             Ok(checks) => {
@@ -499,8 +552,15 @@ impl Host {
         self.check_call(plugin, action, params_json)?;
         let deadline = options.deadline.unwrap_or(self.config.limits.default_deadline);
         let ctx = guest::RunContext { dry_run: options.dry_run };
-        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, |store, p| {
-            p.bosun_plugin_plugin().call_run(store, action, params_json, ctx)
+        let exports = &plugin.compiled.exports;
+        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, |store, instance| {
+            call_export::<(&str, &str, guest::RunContext), (Result<guest::Outcome, guest::PluginError>,)>(
+                store,
+                instance,
+                &exports.run,
+                (action, params_json, ctx),
+            )
+            .map(|(r,)| r)
         })?;
         let result = match result {
             Ok(o) => {
@@ -551,7 +611,7 @@ impl Host {
         node: &NodeContext,
         deadline: Duration,
         describing: bool,
-        f: impl FnOnce(&mut Store<RunState>, &bindings::BosunPlugin) -> wasmtime::Result<R>,
+        f: impl FnOnce(&mut Store<RunState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<(R, Captured), CallFailure> {
         let limits = &self.config.limits;
         let preopens = fs::resolve(&self.config.host_root, &grants.filesystem)?;
