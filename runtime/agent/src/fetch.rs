@@ -290,6 +290,12 @@ impl Fetcher {
         self.max_body_bytes
     }
 
+    /// The deadline of one fetch (`--plugin-fetch-timeout-seconds`). An OCI pull, which
+    /// takes several requests, is held to it as a whole as well as per request.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// The `--registry-auth-file` login for `registry` (as written in references), if any.
     pub fn credentials(&self, registry: &str) -> Option<&Credentials> {
         self.credentials.get(&normalize_registry(registry))

@@ -35,10 +35,11 @@ struct Args {
     #[arg(long = "plugin-ca-file")]
     plugin_ca_files: Vec<PathBuf>,
     /// Largest plugin accepted from a url or oci source, in MiB; larger bodies are refused.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     plugin_max_mib: u64,
-    /// Deadline for fetching one plugin (connect, redirects, body), in seconds.
-    #[arg(long, default_value_t = 120)]
+    /// Deadline for fetching one plugin (connect, redirects, body; every request of an OCI
+    /// pull together), in seconds.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
     plugin_fetch_timeout_seconds: u64,
     /// An OCI registry (`HOST:PORT`) that may be reached over plain http. Repeatable. None
     /// by default: every registry is reached over https.

@@ -21,7 +21,14 @@
 //! read. With a login for the registry in the agent's `--registry-auth-file` (a Docker
 //! config file, as in a `kubernetes.io/dockerconfigjson` Secret), the token is requested
 //! with it (HTTP Basic), and a `Basic` challenge is answered with it directly. Credentials
-//! are only ever sent to the registry they are listed for and to the token realm it names.
+//! are only ever sent to the registry they are listed for and to the token realm it names:
+//! a challenge from a host the registry redirected to (blob storage) is not answered, and
+//! plain http is used for redirects and the token realm only when the registry itself is
+//! listed with `--insecure-registry`.
+//!
+//! References are checked against the distribution spec's grammar (repository components,
+//! tag, `sha256:` digest) before they become URL paths, and the whole pull — every
+//! manifest, token and blob request — is held to the fetcher's one deadline.
 
 use http::StatusCode;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, WWW_AUTHENTICATE};
@@ -30,7 +37,7 @@ use url::Url;
 
 use bosun_trust::Digest;
 
-use crate::fetch::{Credentials, FetchError, Fetcher};
+use crate::fetch::{Credentials, FetchError, Fetcher, host_port};
 
 /// The media type of the layer holding a WebAssembly component.
 pub const WASM_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
@@ -52,14 +59,18 @@ pub enum OciError {
     BadReference { reference: String, reason: String },
     #[error(transparent)]
     Fetch(#[from] FetchError),
-    #[error("could not reach registry {registry} over https: {detail}: check the reference's host and port, and that the registry's certificate chains to a trusted root (the platform's CAs, or the agent's --plugin-ca-file); a registry that serves plain http must be listed with the agent's --insecure-registry {registry}")]
-    Unreachable { registry: String, detail: String },
+    #[error("could not reach registry {registry} over https: {detail}: check the reference's host and port, and that the registry's certificate chains to a trusted root (the platform's CAs, or the agent's --plugin-ca-file); a registry that serves plain http must be listed with the agent's --insecure-registry {listing}")]
+    Unreachable { registry: String, listing: String, detail: String },
     #[error("registry returned {status} for manifest {repository}:{object} at {url}: {hint}")]
     ManifestStatus { repository: String, object: String, url: String, status: StatusCode, hint: &'static str },
     #[error("registry returned {status} for blob {digest} of {repository} at {url}: the artifact is incomplete; push it again")]
     BlobStatus { repository: String, digest: String, url: String, status: StatusCode },
     #[error("registry at {url} requires credentials ({challenge}) and has none for {registry} in the agent's --registry-auth-file: make the repository publicly readable, or give the agents a login for {registry} (a dockerconfigjson file)")]
     Unauthorized { url: String, registry: String, challenge: String },
+    #[error("{host}, where registry {registry} redirected the request for {what}, asks for credentials ({challenge}); the agent sends the login for {registry} only to {registry} and the token service it names: have the registry redirect to storage that needs no login (a pre-signed URL), or serve the content itself")]
+    ForeignChallenge { host: String, registry: String, what: String, challenge: String },
+    #[error("{what} from {url} is larger than the {limit} bytes {limit_source}: the registry did not serve what it described; push the artifact again or use another registry")]
+    Oversized { what: String, url: String, limit: u64, limit_source: &'static str },
     #[error("registry at {url} refused the login for {registry} from the agent's --registry-auth-file ({challenge}): check that the user may pull the repository, and that the password or token is current")]
     LoginRefused { url: String, registry: String, challenge: String },
     #[error("the token service {realm} answered {status} for scope {scope:?}: check the repository name and, for a private repository, the login for it in the agent's --registry-auth-file")]
@@ -105,9 +116,8 @@ impl Reference {
         }
         let (rest, digest) = match reference.split_once('@') {
             Some((rest, digest)) => {
-                let (algorithm, hex) = digest.split_once(':').ok_or_else(|| bad("the digest has no algorithm"))?;
-                if algorithm.is_empty() || hex.is_empty() {
-                    return Err(bad("the digest must be ALGORITHM:HEX"));
+                if !is_sha256_digest(digest) {
+                    return Err(bad("the digest must be sha256: and 64 lowercase hex digits (this agent checks sha256 only)"));
                 }
                 (rest, Some(digest.to_string()))
             }
@@ -118,8 +128,8 @@ impl Reference {
             Some(i) => (&rest[..last_slash + i], Some(rest[last_slash + i + 1..].to_string())),
             None => (rest, None),
         };
-        if tag.as_deref().is_some_and(|t| t.is_empty() || t.len() > 128 || !t.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))) {
-            return Err(bad("the tag must be 1-128 letters, digits, '.', '_' or '-'"));
+        if tag.as_deref().is_some_and(|t| !is_tag(t)) {
+            return Err(bad("the tag must be 1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"));
         }
         let (registry, repository) = match name.split_once('/') {
             Some((first, path)) if first.contains('.') || first.contains(':') || first == "localhost" => (first.to_string(), path.to_string()),
@@ -127,9 +137,10 @@ impl Reference {
             _ => ("registry-1.docker.io".to_string(), format!("library/{name}")),
         };
         let registry = if registry == "docker.io" || registry == "index.docker.io" { "registry-1.docker.io".to_string() } else { registry };
-        let valid_component = |c: &str| !c.is_empty() && c.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "._-".contains(ch));
-        if repository.is_empty() || !repository.split('/').all(valid_component) {
-            return Err(bad("the repository must be lowercase path components of letters, digits, '.', '_' or '-'"));
+        if repository.is_empty() || !repository.split('/').all(is_path_component) {
+            return Err(bad(
+                "the repository must be '/'-separated components of lowercase letters and digits, joined inside a component by '.', '_', '__' or dashes",
+            ));
         }
         let tag = if tag.is_none() && digest.is_none() { Some("latest".to_string()) } else { tag };
         Ok(Reference { registry, repository, tag, digest })
@@ -139,6 +150,44 @@ impl Reference {
     pub fn object(&self) -> &str {
         self.digest.as_deref().or(self.tag.as_deref()).unwrap_or("latest")
     }
+}
+
+/// A repository path component of the distribution spec: runs of `[a-z0-9]` joined by
+/// `.`, `_`, `__` or dashes, so never empty, `.` or `..`, and never starting or ending
+/// with a separator (such a component would let a reference address a path outside its
+/// repository once the URL is normalised).
+fn is_path_component(c: &str) -> bool {
+    let bytes = c.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if bytes.is_empty() || !alnum(&bytes[0]) || !alnum(&bytes[bytes.len() - 1]) {
+        return false;
+    }
+    let mut separator = String::new();
+    for b in bytes {
+        if alnum(b) {
+            let ok = separator.is_empty() || matches!(separator.as_str(), "." | "_" | "__") || separator.bytes().all(|s| s == b'-');
+            if !ok {
+                return false;
+            }
+            separator.clear();
+        } else if b".-_".contains(b) {
+            separator.push(char::from(*b));
+        } else {
+            return false;
+        }
+    }
+    true
+}
+
+/// A tag of the distribution spec: `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`.
+fn is_tag(t: &str) -> bool {
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    t.len() <= 128 && t.chars().next().is_some_and(word) && t.chars().all(|c| word(c) || c == '.' || c == '-')
+}
+
+/// `sha256:` and 64 lowercase hex digits: the only content addresses this agent follows.
+fn is_sha256_digest(d: &str) -> bool {
+    d.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 impl std::fmt::Display for Reference {
@@ -341,15 +390,20 @@ impl Session<'_> {
             if let Some(t) = &self.authorization {
                 headers.push((AUTHORIZATION, t.clone()));
             }
-            let response = self.fetcher.get(url, &headers, limit, true).await?;
+            let response = self.fetcher.get(url, &headers, limit, self.plain_http()).await?;
             if response.status != StatusCode::UNAUTHORIZED {
                 return Ok(response);
             }
             let header = response.headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-            let challenge = parse_challenge(&header);
             let registry = self.reference.registry.clone();
+            let shown = if header.is_empty() { "no WWW-Authenticate header".to_string() } else { header.clone() };
+            // Only the registry itself may ask for its login (or send us to its token
+            // service): a host it redirected to is answered with nothing.
+            if host_port(&response.url) != host_port(url) {
+                return Err(OciError::ForeignChallenge { host: host_port(&response.url), registry, what: url.path().to_string(), challenge: shown });
+            }
+            let challenge = parse_challenge(&header);
             let login = self.fetcher.credentials(&registry).cloned();
-            let shown = if header.is_empty() { "no WWW-Authenticate header".to_string() } else { header };
             match (challenge, &login) {
                 (_, Some(_)) if answered => return Err(OciError::LoginRefused { url: url.to_string(), registry, challenge: shown }),
                 (Some(c), _) if c.scheme.eq_ignore_ascii_case("bearer") && !answered => {
@@ -360,6 +414,13 @@ impl Session<'_> {
             }
             answered = true;
         }
+    }
+
+    /// Whether plain http may be used: only when the registry itself is reached over it
+    /// (it is listed with `--insecure-registry`), for its redirects and its token service
+    /// too; an https registry never sends the agent, or its login, over plain http.
+    fn plain_http(&self) -> bool {
+        self.base.scheme() == "http"
     }
 
     /// A token from the challenge's realm: anonymous, or for `login`.
@@ -378,7 +439,12 @@ impl Session<'_> {
             query.append_pair("scope", &scope);
         }
         let headers: Vec<(HeaderName, String)> = login.map(|l| (AUTHORIZATION, l.basic())).into_iter().collect();
-        let response = self.fetcher.get(&realm_url, &headers, MAX_TOKEN_BYTES, true).await?;
+        let response = match self.fetcher.get(&realm_url, &headers, MAX_TOKEN_BYTES, self.plain_http()).await {
+            Err(FetchError::TooLarge { url, limit, .. }) => {
+                return Err(OciError::Oversized { what: "the token response".into(), url, limit, limit_source: "a token response may have" });
+            }
+            other => other?,
+        };
         if response.status == StatusCode::UNAUTHORIZED && login.is_some() {
             return Err(OciError::LoginRefused { url: realm.into(), registry: self.reference.registry.clone(), challenge: format!("token service answered {}", response.status) });
         }
@@ -413,7 +479,12 @@ impl Session<'_> {
         let mut by_digest = self.reference.digest.is_some();
         for _ in 0..2 {
             let url = self.url(&format!("manifests/{object}"))?;
-            let response = self.get(&url, Some(&accept), MAX_MANIFEST_BYTES).await?;
+            let response = match self.get(&url, Some(&accept), MAX_MANIFEST_BYTES).await {
+                Err(OciError::Fetch(FetchError::TooLarge { url, limit, .. })) => {
+                    return Err(OciError::Oversized { what: format!("manifest {object}"), url, limit, limit_source: "a manifest may have (the distribution spec's 4 MiB)" });
+                }
+                other => other?,
+            };
             if !response.status.is_success() {
                 let hint = if response.status == StatusCode::NOT_FOUND {
                     "push the artifact (oras push) or fix spec.source.oci.reference"
@@ -436,6 +507,8 @@ impl Session<'_> {
                 Manifest::Image(layers) => return Ok(layers),
                 Manifest::Index(manifests) => {
                     object = index_entry(&display, &manifests)?.digest;
+                    // Followed into a URL path: it must be a digest, nothing else.
+                    sha256_digest(&format!("the manifest {display}'s index points to"), &object)?;
                     by_digest = true;
                 }
             }
@@ -447,15 +520,27 @@ impl Session<'_> {
 /// Pulls the component of `reference`: manifest, its one [`WASM_LAYER`] layer, and that
 /// blob, checked against the layer's digest and size. The caller still checks the bytes
 /// against the Plugin's pinned digest.
+///
+/// The whole pull (manifests, token requests, blob, redirects) is held to the fetcher's
+/// one deadline, not only each request.
 pub async fn pull(fetcher: &Fetcher, reference: &str) -> Result<Vec<u8>, OciError> {
+    match tokio::time::timeout(fetcher.timeout(), pull_inner(fetcher, reference)).await {
+        Ok(result) => result,
+        Err(_) => Err(OciError::Fetch(FetchError::Timeout { url: reference.to_string(), after: fetcher.timeout() })),
+    }
+}
+
+async fn pull_inner(fetcher: &Fetcher, reference: &str) -> Result<Vec<u8>, OciError> {
     let parsed = Reference::parse(reference)?;
-    let scheme = if fetcher.is_insecure_registry(&registry_host_port(&parsed.registry)) { "http" } else { "https" };
+    let scheme = if fetcher.is_insecure_registry(&registry_host_port(&parsed.registry, "http")) { "http" } else { "https" };
     let base = Url::parse(&format!("{scheme}://{}/", parsed.registry))
         .map_err(|e| OciError::BadReference { reference: reference.into(), reason: format!("registry {:?}: {e}", parsed.registry) })?;
     let registry = parsed.registry.clone();
     let mut session = Session { fetcher, reference: parsed, base, authorization: None };
     let layers = match session.layers().await {
-        Err(OciError::Fetch(FetchError::Connect { detail, .. })) if scheme == "https" => return Err(OciError::Unreachable { registry, detail }),
+        Err(OciError::Fetch(FetchError::Connect { detail, .. })) if scheme == "https" => {
+            return Err(OciError::Unreachable { listing: registry_host_port(&registry, "http"), registry, detail });
+        }
         other => other?,
     };
     let layer = wasm_layer(reference, &layers)?;
@@ -465,18 +550,38 @@ pub async fn pull(fetcher: &Fetcher, reference: &str) -> Result<Vec<u8>, OciErro
     // Refused before downloading: a digest this agent cannot check.
     sha256_digest(&format!("the wasm layer of {reference}"), &layer.digest)?;
     let url = session.url(&format!("blobs/{}", layer.digest))?;
-    let response = session.get(&url, None, layer.size).await?;
+    let what = format!("the wasm layer of {reference}");
+    let response = match session.get(&url, None, layer.size).await {
+        Err(OciError::Fetch(FetchError::TooLarge { url, limit, .. })) => {
+            return Err(OciError::Oversized { what, url: without_query(&url), limit, limit_source: "its manifest declares" });
+        }
+        other => other?,
+    };
+    let served = without_query(response.url.as_str());
     if !response.status.is_success() {
-        return Err(OciError::BlobStatus { repository: session.reference.repository.clone(), digest: layer.digest, url: response.url.to_string(), status: response.status });
+        return Err(OciError::BlobStatus { repository: session.reference.repository.clone(), digest: layer.digest, url: served, status: response.status });
     }
-    check_digest(&format!("the wasm layer of {reference}"), response.url.as_str(), &layer.digest, &response.body)?;
-    Ok(response.body.to_vec())
+    if response.body.len() as u64 != layer.size {
+        return Err(OciError::Protocol { url: served, reason: format!("{what} is {} bytes, but its manifest declares {}", response.body.len(), layer.size) });
+    }
+    check_digest(&what, &served, &layer.digest, &response.body)?;
+    Ok(Vec::from(response.body))
 }
 
-/// `host:port` of a registry name, with https's port when none is written (what
-/// `--insecure-registry` entries are compared with).
-fn registry_host_port(registry: &str) -> String {
-    if registry.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) { registry.to_string() } else { format!("{registry}:443") }
+/// `host:port` of a registry name as `--insecure-registry` entries are written: the port
+/// as written, else the default port of `scheme`.
+fn registry_host_port(registry: &str, scheme: &str) -> String {
+    if registry.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+        registry.to_string()
+    } else {
+        format!("{registry}:{}", if scheme == "http" { 80 } else { 443 })
+    }
+}
+
+/// A URL for an error message, without its query (a redirect to storage may carry a
+/// pre-signed credential there, and messages end up in NodeTask status).
+fn without_query(url: &str) -> String {
+    url.split_once('?').map_or(url, |(u, _)| u).to_string()
 }
 
 #[cfg(test)]
@@ -595,8 +700,39 @@ mod tests {
     }
 
     #[test]
-    fn registries_without_a_port_compare_as_https() {
-        assert_eq!(registry_host_port("ghcr.io"), "ghcr.io:443");
-        assert_eq!(registry_host_port("127.0.0.1:20001"), "127.0.0.1:20001");
+    fn registries_without_a_port_take_the_schemes_default_port() {
+        // A portless registry listed as insecure is reached at http://HOST/, port 80.
+        assert_eq!(registry_host_port("reg.lab", "http"), "reg.lab:80");
+        assert_eq!(registry_host_port("ghcr.io", "https"), "ghcr.io:443");
+        assert_eq!(registry_host_port("127.0.0.1:20001", "http"), "127.0.0.1:20001");
+    }
+
+    #[test]
+    fn references_that_could_leave_their_repository_are_refused() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        for bad in [
+            "reg.io/a/../../x:1".to_string(),
+            "reg.io/./x:1".to_string(),
+            "reg.io/a/.x:1".to_string(),
+            "reg.io/a/x-:1".to_string(),
+            "reg.io/a/x._y:1".to_string(),
+            "reg.io/a/x:.hidden".to_string(),
+            "reg.io/a/x:-1".to_string(),
+            "reg.io/a/x@sha256:../../y".to_string(),
+            format!("reg.io/a/x@{}", d.to_uppercase().replace("SHA256", "sha256")),
+            format!("reg.io/a/x@sha512:{}", "a".repeat(128)),
+        ] {
+            let err = Reference::parse(&bad).unwrap_err();
+            assert!(matches!(err, OciError::BadReference { .. }), "{bad}: {err}");
+        }
+        for good in ["reg.io/a__b/c.d/e--f:v1.0_x", "reg.io/a/b:_under"] {
+            Reference::parse(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+    }
+
+    #[test]
+    fn error_urls_lose_their_query() {
+        assert_eq!(without_query("https://s3.example/blob?X-Amz-Signature=secret"), "https://s3.example/blob");
+        assert_eq!(without_query("https://reg/v2/a/blobs/sha256:ab"), "https://reg/v2/a/blobs/sha256:ab");
     }
 }

@@ -233,7 +233,7 @@ pub async fn fetch_url(fetcher: &Fetcher, name: &str, url: &str) -> Result<Vec<u
         };
         return Err(ResolveError::UrlStatus { name: name.into(), url: response.url.to_string(), status: response.status, hint });
     }
-    Ok(response.body.to_vec())
+    Ok(Vec::from(response.body))
 }
 
 #[cfg(test)]

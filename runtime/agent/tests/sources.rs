@@ -32,17 +32,23 @@ struct Reply {
     headers: Vec<(String, String)>,
     body: Vec<u8>,
     content_length: bool,
+    /// How long the server waits before answering.
+    delay: Duration,
 }
 
 impl Reply {
     fn ok(body: impl Into<Vec<u8>>) -> Reply {
-        Reply { status: 200, headers: Vec::new(), body: body.into(), content_length: true }
+        Reply { status: 200, headers: Vec::new(), body: body.into(), content_length: true, delay: Duration::ZERO }
     }
     fn status(status: u16) -> Reply {
-        Reply { status, headers: Vec::new(), body: Vec::new(), content_length: true }
+        Reply { status, headers: Vec::new(), body: Vec::new(), content_length: true, delay: Duration::ZERO }
     }
     fn header(mut self, name: &str, value: &str) -> Reply {
         self.headers.push((name.into(), value.into()));
+        self
+    }
+    fn after(mut self, delay: Duration) -> Reply {
+        self.delay = delay;
         self
     }
 }
@@ -129,6 +135,7 @@ async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut str
     let req = Req { target, headers };
     log.lock().unwrap().push(req.clone());
     let reply = handler(&req);
+    tokio::time::sleep(reply.delay).await;
     let mut out = format!("HTTP/1.1 {} X\r\nConnection: close\r\n", reply.status);
     for (k, v) in &reply.headers {
         out.push_str(&format!("{k}: {v}\r\n"));
@@ -508,4 +515,92 @@ async fn a_malformed_auth_file_is_refused_at_startup() {
     std::fs::write(&path, r#"{"auths": {"r.example.com": {"auth": "not base64!"}}}"#).unwrap();
     let err = Fetcher::new(&FetchConfig { registry_auth_file: Some(path), ..Default::default() }).unwrap_err();
     assert!(err.to_string().contains("r.example.com") && err.to_string().contains("--registry-auth-file"), "{err}");
+}
+
+#[tokio::test]
+async fn a_host_the_registry_redirects_to_gets_neither_its_login_nor_a_token_request() {
+    // The storage host the blob is redirected to asks for a Bearer token from itself.
+    let storage_base: Arc<Mutex<String>> = Arc::default();
+    let realm = storage_base.clone();
+    let (storage, storage_seen) = serve(
+        None,
+        Arc::new(move |r: &Req| {
+            if r.target.starts_with("/token") {
+                return Reply::ok(r#"{"token":"stolen"}"#);
+            }
+            let challenge = format!(r#"Bearer realm="{}/token",service="storage""#, realm.lock().unwrap());
+            Reply::status(401).header("WWW-Authenticate", &challenge)
+        }),
+    )
+    .await;
+    *storage_base.lock().unwrap() = storage.clone();
+    // A private registry (Basic login) that redirects its blob there, with a pre-signed query.
+    let m = manifest(&[(WASM_LAYER, PLUGIN)]);
+    let to = format!("{storage}/blob?X-Signature=s3cr3t-signature");
+    let (url, _) = serve(
+        None,
+        Arc::new(move |r: &Req| {
+            if r.headers.get("authorization").map(String::as_str) != Some(ROBOT_BASIC) {
+                return Reply::status(401).header("WWW-Authenticate", r#"Basic realm="private""#);
+            }
+            match r.target.as_str() {
+                "/v2/bosun/hello/manifests/0.1.0" => Reply::ok(m.clone()).header("Content-Type", "application/vnd.oci.image.manifest.v1+json"),
+                t if t.starts_with("/v2/bosun/hello/blobs/") => Reply::status(307).header("Location", &to),
+                _ => Reply::status(404),
+            }
+        }),
+    )
+    .await;
+    let (host, storage_host) = (host_of(&url), host_of(&storage));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, serde_json::json!({ "auths": { host.clone(): { "username": "robot", "password": "s3cret" } } }).to_string()).unwrap();
+    let f = Fetcher::new(&FetchConfig { insecure_registries: vec![host.clone(), storage_host.clone()], registry_auth_file: Some(path), ..Default::default() }).unwrap();
+    let err = oci::pull(&f, &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    assert!(matches!(err, OciError::ForeignChallenge { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&storage_host) && !text.contains("s3cr3t-signature"), "{text}");
+    let storage_seen = storage_seen.lock().unwrap();
+    assert!(storage_seen.iter().all(|r| !r.target.starts_with("/token")), "the storage host's token service was asked: {storage_seen:?}");
+    assert!(storage_seen.iter().all(|r| !r.headers.contains_key("authorization")), "the storage host saw a login: {storage_seen:?}");
+}
+
+#[tokio::test]
+async fn one_deadline_holds_the_whole_pull_not_each_request() {
+    // Every answer takes 0.7 s: each request is inside the 1 s deadline, the pull
+    // (token, manifest and blob requests) is not.
+    let m = manifest(&[(WASM_LAYER, PLUGIN)]);
+    let blob = PLUGIN.to_vec();
+    let (url, _) = serve(
+        None,
+        Arc::new(move |r: &Req| {
+            let slow = Duration::from_millis(700);
+            match r.target.as_str() {
+                "/v2/bosun/hello/manifests/0.1.0" => Reply::ok(m.clone()).header("Content-Type", "application/vnd.oci.image.manifest.v1+json").after(slow),
+                t if t.starts_with("/v2/bosun/hello/blobs/") => Reply::ok(blob.clone()).after(slow),
+                _ => Reply::status(404).after(slow),
+            }
+        }),
+    )
+    .await;
+    let host = host_of(&url);
+    let f = Fetcher::new(&FetchConfig { insecure_registries: vec![host.clone()], timeout: Duration::from_secs(1), ..Default::default() }).unwrap();
+    let err = oci::pull(&f, &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    assert!(matches!(err, OciError::Fetch(FetchError::Timeout { .. })), "{err}");
+    assert!(err.to_string().contains("--plugin-fetch-timeout-seconds"), "{err}");
+}
+
+#[tokio::test]
+async fn an_https_registry_cannot_send_the_agent_to_a_plain_http_token_service() {
+    // The token service is plain http on a host that IS listed as insecure, but the
+    // registry itself is https: its challenge must not lead the agent to plain http.
+    let (realm, realm_seen) = serve(None, Arc::new(|_: &Req| Reply::ok(r#"{"token":"t"}"#))).await;
+    let pki = pki();
+    let challenge = format!(r#"Bearer realm="{realm}/token",service="s""#);
+    let (url, _) = serve(Some(&pki), Arc::new(move |_: &Req| Reply::status(401).header("WWW-Authenticate", &challenge))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[host_of(&realm).as_str()]);
+    let err = oci::pull(&f, &format!("{}/bosun/hello:0.1.0", host_of(&url))).await.unwrap_err();
+    assert!(matches!(err, OciError::Fetch(FetchError::PlainHttp { .. })), "{err}");
+    assert!(realm_seen.lock().unwrap().is_empty(), "the plain http token service was asked");
 }
