@@ -130,12 +130,7 @@ impl std::fmt::Debug for Agent {
 /// Runs the agent until SIGTERM / Ctrl-C. Watches the NodeTasks of its node and instance.
 pub async fn run(agent: Arc<Agent>) {
     let tasks: Api<NodeTask> = Api::all(agent.client.clone());
-    let selector = format!(
-        "{}={},{}",
-        labels::NODE,
-        agent.node_name,
-        bosun_controller::instance_selector(agent.instance.as_deref())
-    );
+    let selector = task_selector(&agent.node_name, agent.instance.as_deref());
     // Policies of the same instance as the tasks; until they are listed, no step runs.
     if let Some(watch) = agent.policies.drive(agent.client.clone(), Some(bosun_controller::instance_selector(agent.instance.as_deref()))) {
         tokio::spawn(watch);
@@ -149,6 +144,21 @@ pub async fn run(agent: Arc<Agent>) {
             }
         })
         .await;
+}
+
+/// The label selector of the NodeTasks an agent on `node_name` runs: its node's label and
+/// its instance.
+///
+/// The node label's value goes through [`bosun_planner::label_value`], the function the
+/// planner writes the label with: a node name longer than 63 characters is shortened the
+/// same way on both sides, so the agent of such a node still sees its tasks.
+pub fn task_selector(node_name: &str, instance: Option<&str>) -> String {
+    format!(
+        "{}={},{}",
+        labels::NODE,
+        bosun_planner::label_value(node_name),
+        bosun_controller::instance_selector(instance)
+    )
 }
 
 /// Retry a failed reconcile (an API error) a little later.
@@ -321,4 +331,42 @@ async fn apply_status(agent: &Agent, name: &str, step: &str, status: serde_json:
         .await
         .map_err(|source| Error::Kube { what: format!("writing the status of NodeTask {name}"), source })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod selector_tests {
+    use std::collections::BTreeMap;
+
+    use bosun_api::operation::OperationSpec;
+    use bosun_planner::NodeInfo;
+
+    use super::*;
+
+    /// The value a selector term `key=value` of `selector` requires, if any.
+    fn required<'a>(selector: &'a str, key: &str) -> Option<&'a str> {
+        selector.split(',').find_map(|term| term.strip_prefix(key)?.strip_prefix('='))
+    }
+
+    /// A 70-character node name (over the 63-character label value limit): the label the
+    /// planner puts on the node's task is the value the agent's watch selects.
+    #[test]
+    fn the_agent_selects_the_label_the_planner_writes_for_a_long_node_name() {
+        let node = format!("worker-{}", "a".repeat(63));
+        assert_eq!(node.len(), 70);
+        let spec: OperationSpec = serde_json::from_value(json!({
+            "custom": {"groups": [{"name": "all", "steps": [{"name": "greet", "plugin": "hello", "action": "greet"}]}]}
+        }))
+        .unwrap();
+        let nodes = [NodeInfo { name: node.clone(), labels: BTreeMap::new(), ready: true, unschedulable: false }];
+        let planned = bosun_planner::plan("op", &spec, &nodes, None).unwrap();
+        let label = planned.tasks[0].labels[labels::NODE].as_str();
+        assert!(label.len() <= 63, "label value {label:?} is over 63 characters");
+
+        let selector = task_selector(&node, Some("lab-1"));
+        assert_eq!(required(&selector, labels::NODE), Some(label), "selector {selector:?}");
+        assert_eq!(required(&selector, bosun_controller::INSTANCE_LABEL), Some("lab-1"));
+
+        // A short name is used as it is.
+        assert_eq!(required(&task_selector("node-1", None), labels::NODE), Some("node-1"));
+    }
 }

@@ -522,8 +522,14 @@ pub fn task_name(operation: &str, node: &str) -> String {
     shorten(&format!("{operation}-{node}"), 253)
 }
 
-/// A label value: at most 63 characters, starting and ending with an alphanumeric.
-fn label_value(value: &str) -> String {
+/// A label value: at most 63 characters, starting and ending with an alphanumeric (for a
+/// value that starts and ends with one). Values that fit are kept as they are; longer ones
+/// become a prefix plus a hash of the whole, as in [`task_name`].
+///
+/// This is how the planner writes the `bosun.dev/operation`, `bosun.dev/node` and
+/// `bosun.dev/group` labels of a NodeTask: anything selecting NodeTasks by those labels
+/// must put its value through this function too, or it never matches a long name.
+pub fn label_value(value: &str) -> String {
     shorten(value, 63)
 }
 
