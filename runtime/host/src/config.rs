@@ -34,7 +34,9 @@ pub struct Limits {
     pub default_deadline: Duration,
     /// Wall clock for `describe` and `preflight`. Default 10 s.
     pub describe_deadline: Duration,
-    /// Total bytes of log messages and fields per call. Default 1 MiB.
+    /// Total bytes of log messages and fields per call, each line charged 64 bytes and
+    /// each field 48 bytes besides its text (so a flood of empty lines meets the limit
+    /// too). Default 1 MiB.
     pub max_log_bytes: u64,
     /// One log line is truncated to this many bytes. Default 8 KiB.
     pub max_log_line_bytes: usize,
@@ -56,6 +58,10 @@ pub struct Limits {
     pub max_http_bytes: u64,
     /// Bytes of the guest's stderr kept (panic messages). Default 16 KiB.
     pub max_stderr_bytes: usize,
+    /// Resources a call may hold open at once (open files and directories of its grants,
+    /// streams, pollables). Each may hold a host file descriptor or host memory the
+    /// memory limit does not count; past it the host call fails. Default 1024.
+    pub max_resources: usize,
 }
 
 impl Default for Limits {
@@ -75,6 +81,7 @@ impl Default for Limits {
             max_exec_stdin_bytes: 1 << 20,
             max_http_bytes: 64 << 20,
             max_stderr_bytes: 16 << 10,
+            max_resources: 1024,
         }
     }
 }

@@ -647,7 +647,14 @@ impl Host {
         let started = Instant::now();
         let state = RunState {
             wasi: wasi.build(),
-            table: ResourceTable::new(),
+            table: {
+                // Each entry may hold a host file descriptor (an opened file of a grant) or
+                // host memory the store's limiter does not see; wasmtime's default allows a
+                // million.
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(limits.max_resources);
+                table
+            },
             limiter: RunLimiter { max_memory: limits.max_memory_bytes, max_table_elements: limits.max_table_elements },
             grants: Arc::new(grants.clone()),
             env,

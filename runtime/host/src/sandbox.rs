@@ -100,9 +100,19 @@ impl RunState {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    fn deny(&mut self, capability: &str, message: String) -> types::HostError {
-        tracing::info!(capability, %message, "plugin host call refused");
-        self.denied.push(Denial { capability: capability.to_owned(), message: message.clone() });
+    fn deny(&mut self, capability: &str, mut message: String) -> types::HostError {
+        truncate_utf8(&mut message, MAX_DENIAL_MESSAGE);
+        match self.denied.len() {
+            n if n < MAX_DENIALS => {
+                tracing::info!(capability, %message, "plugin host call refused");
+                self.denied.push(Denial { capability: capability.to_owned(), message: message.clone() });
+            }
+            n if n == MAX_DENIALS => self.denied.push(Denial {
+                capability: "(more)".to_owned(),
+                message: format!("more than {MAX_DENIALS} host calls were refused; only the first {MAX_DENIALS} are listed"),
+            }),
+            _ => {}
+        }
         types::HostError::NotGranted(message)
     }
 
@@ -137,7 +147,10 @@ pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linke
 
     let mut l = Linker::<RunState>::new(engine);
     clocks::wall_clock::add_to_linker::<RunState, WasiClocks>(&mut l, RunState::clocks)?;
-    clocks::monotonic_clock::add_to_linker::<RunState, WasiClocks>(&mut l, RunState::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<RunState, CappedClock>(&mut l, |s| {
+        let remaining = s.remaining();
+        CappedClockView { inner: s.clocks(), remaining }
+    })?;
     filesystem::preopens::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
     sync::filesystem::types::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
     random::random::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
@@ -168,6 +181,49 @@ pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linke
     Ok(l)
 }
 
+/// `wasi:clocks/monotonic-clock` with every subscription cut at the call's deadline.
+///
+/// The epoch deadline stops a call only while its wasm runs; a guest blocked in the host
+/// on a pollable (`std::thread::sleep(Duration::MAX)`, or `subscribe-duration(u64::MAX)`
+/// and `pollable.block`) would otherwise hold its thread and pool slot for ever. Cut at
+/// the deadline, the sleep ends, the guest resumes, and the epoch check stops it with
+/// [`Error::DeadlineExceeded`](crate::Error).
+pub(crate) struct CappedClock;
+
+impl HasData for CappedClock {
+    type Data<'a> = CappedClockView<'a>;
+}
+
+pub(crate) struct CappedClockView<'a> {
+    inner: wasmtime_wasi::clocks::WasiClocksCtxView<'a>,
+    /// Time left until the call's deadline when the guest made the call.
+    remaining: Duration,
+}
+
+/// Past the deadline by this much a subscription still ends, so that the guest is back
+/// in wasm after the epoch deadline has passed (the next epoch check then stops it).
+const CLOCK_GRACE: Duration = Duration::from_millis(50);
+
+impl wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host for CappedClockView<'_> {
+    fn now(&mut self) -> wasmtime::Result<u64> {
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::now(&mut self.inner)
+    }
+
+    fn resolution(&mut self) -> wasmtime::Result<u64> {
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::resolution(&mut self.inner)
+    }
+
+    fn subscribe_instant(&mut self, when: u64) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi_io::poll::DynPollable>> {
+        let now = wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::now(&mut self.inner)?;
+        self.subscribe_duration(when.saturating_sub(now))
+    }
+
+    fn subscribe_duration(&mut self, nanos: u64) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi_io::poll::DynPollable>> {
+        let cap = u64::try_from((self.remaining + CLOCK_GRACE).as_nanos()).unwrap_or(u64::MAX);
+        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::subscribe_duration(&mut self.inner, nanos.min(cap))
+    }
+}
+
 /// Cuts `s` to at most `max` bytes on a character boundary.
 pub(crate) fn truncate_utf8(s: &mut String, max: usize) -> bool {
     if s.len() <= max {
@@ -181,12 +237,27 @@ pub(crate) fn truncate_utf8(s: &mut String, max: usize) -> bool {
     true
 }
 
+/// What one log line and one field cost against `max_log_bytes` besides their text
+/// (about what the host keeps for them).
+const LOG_LINE_OVERHEAD: u64 = 64;
+const LOG_FIELD_OVERHEAD: u64 = 48;
+
+/// Refusals kept per call (each with its message cut to [`MAX_DENIAL_MESSAGE`] bytes);
+/// later ones are counted in the last entry. A plugin retrying a refused call in a loop
+/// must not grow the host's memory.
+pub(crate) const MAX_DENIALS: usize = 32;
+const MAX_DENIAL_MESSAGE: usize = 1024;
+
 impl types::Host for RunState {}
 
 impl log::Host for RunState {
     fn write(&mut self, level: log::Level, mut message: String, fields: Vec<(String, String)>) -> wasmtime::Result<()> {
         let limits = &self.env.limits;
-        let size = message.len() as u64 + fields.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum::<u64>();
+        // Every line and field is charged a fixed overhead besides its bytes: a flood of
+        // empty lines costs host memory too, and must meet the same limit.
+        let size = LOG_LINE_OVERHEAD
+            + message.len() as u64
+            + fields.iter().map(|(k, v)| LOG_FIELD_OVERHEAD + (k.len() + v.len()) as u64).sum::<u64>();
         self.log_bytes = self.log_bytes.saturating_add(size);
         if self.log_bytes > limits.max_log_bytes {
             return Err(wasmtime::Error::new(Stop::Log { limit: limits.max_log_bytes }));

@@ -416,6 +416,72 @@ fn a_log_flood_hits_the_log_limit() {
 }
 
 #[test]
+fn a_sleep_in_the_host_is_cut_at_the_deadline() {
+    // `thread::sleep` blocks on a clock pollable inside the host, where no epoch check
+    // runs: the host cuts the subscription at the deadline, and the call then stops.
+    let node = node();
+    let host = std::sync::Arc::new(node.host());
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = host.clone();
+    std::thread::spawn(move || {
+        let r = h.run(&bad, &Grants::default(), &node_ctx(), "sleep-forever", "{}", RunOptions { dry_run: false, deadline: Some(Duration::from_millis(300)) });
+        let _ = tx.send(r);
+    });
+    // A liveness bound, not a speed figure: without the cut the call never returns.
+    let r = rx.recv_timeout(Duration::from_secs(60)).expect("the sleeping call was still blocked a minute after its 300 ms deadline");
+    let f = failure(r);
+    assert!(matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(300)), "{f}");
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_flood_of_empty_log_lines_hits_the_log_limit() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = failure(run(&host, &bad, &Grants::default(), "empty-log-flood", "{}"));
+    assert!(matches!(f.error, Error::LogLimit { limit } if limit == 64 << 10), "{f}");
+    // Each line is charged 64 bytes: at most 1 024 empty lines fit in 64 KiB.
+    assert!(!f.captured.lines.is_empty() && f.captured.lines.len() <= 1024, "{} lines kept", f.captured.lines.len());
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn repeated_refusals_are_kept_only_up_to_a_cap() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let report = run(&host, &bad, &Grants::default(), "denial-flood", "{}").unwrap();
+    assert!(report.result.is_ok(), "{:?}", report.result);
+    let denied = &report.captured.denied;
+    assert_eq!(denied.len(), 33, "32 refusals and one line saying more were refused");
+    assert!(denied[..32].iter().all(|d| d.capability == "exec" && d.message.len() <= 1024), "{:?}", &denied[0]);
+    assert!(denied[32].message.contains("more than 32"), "{:?}", denied[32]);
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn a_plugin_cannot_hold_more_than_its_resource_limit_open() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let grants = Grants { filesystem: vec![fs("/data", Access::ReadOnly)], ..Grants::default() };
+    let result = run(&host, &bad, &grants, "open-flood", r#"{"path":"/data/input.txt"}"#);
+    match result {
+        // The open past the limit fails inside the guest, or the host stops the call.
+        Ok(report) => {
+            let e = report.result.expect_err("100 000 files were held open");
+            assert_eq!(e.code, "open-failed", "{e:?}");
+            let n: usize = e.message.trim_start_matches("open #").split(' ').next().unwrap().parse().unwrap();
+            assert!(n <= 1024, "{}", e.message);
+        }
+        Err(f) => assert!(matches!(f.error, Error::GuestTrap { .. }), "{f}"),
+    }
+    assert_happy(&node, &host);
+}
+
+#[test]
 fn an_oversized_result_hits_the_output_limit() {
     let node = node();
     let host = node.host();

@@ -48,7 +48,8 @@ fn escaped(what: String) -> Result<Outcome, PluginError> {
 
 const ACTIONS: &[&str] = &[
     "spin", "memory-bomb", "log-flood", "output-flood", "trap", "panic", "read", "read-dir",
-    "write", "create", "truncate", "hardlink", "rename", "exec", "exec-flood-args",
+    "write", "create", "truncate", "hardlink", "rename", "exec", "exec-flood-args", "sleep-forever",
+    "empty-log-flood", "denial-flood", "open-flood",
 ];
 
 impl Guest for Bad {
@@ -155,6 +156,33 @@ impl Guest for Bad {
                 let args: Vec<String> = (0..100_000).map(|i| format!("arg{i}")).collect();
                 let out = exec::run(s(&p, "command")?, &args, None).map_err(host_err)?;
                 escaped(format!("ran command with 100000 args, exit {}", out.exit_code))
+            }
+            "sleep-forever" => {
+                // Blocks in the host on a clock pollable, where no epoch check can run.
+                std::thread::sleep(std::time::Duration::from_secs(u64::MAX / 4));
+                escaped("woke up".into())
+            }
+            "empty-log-flood" => loop {
+                // Zero bytes of text per line: only a per-line cost stops this.
+                log::write(log::Level::Info, "", &[]);
+            },
+            "denial-flood" => {
+                for _ in 0..100_000 {
+                    let _ = exec::run("/usr/bin/not-granted", &["x".repeat(1000)], None);
+                }
+                escaped("asked 100000 times".into())
+            }
+            "open-flood" => {
+                // Holds every file open: each is a host descriptor while the call runs.
+                let path = s(&p, "path")?;
+                let mut open = Vec::new();
+                for i in 0..100_000 {
+                    match std::fs::File::open(path) {
+                        Ok(f) => open.push(f),
+                        Err(e) => return Err(err("open-failed", format!("open #{i} of {path}: {e}"))),
+                    }
+                }
+                escaped(format!("held {} files open", open.len()))
             }
             other => Err(err("unknown-action", format!("no action named {other}"))),
         }
