@@ -94,9 +94,28 @@ pub(crate) fn get(grants: &[HttpGrant], url: &str, cap: u64, timeout: Duration) 
 
     // Headers are capped at 64 KiB, the body at `cap`: read one byte past both limits to
     // tell "exactly at the cap" from "over it".
+    // One deadline for the whole response: the socket's read timeout bounds each read
+    // only, so a server sending a byte at a time would otherwise never be cut off.
     let head_cap = 64 << 10;
+    let deadline = std::time::Instant::now() + timeout;
     let mut raw = Vec::new();
-    (&mut conn).take(head_cap + cap + 1).read_to_end(&mut raw).map_err(io)?;
+    let mut limited = (&mut conn).take(head_cap + cap + 1);
+    let mut chunk = [0u8; 16 << 10];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(HttpRefusal::Timeout(format!("GET {url}: the response did not finish within {timeout:?}")));
+        }
+        limited.get_ref().set_read_timeout(Some(left)).map_err(io)?;
+        match limited.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+            Err(e) if !raw.is_empty() && matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return Err(HttpRefusal::Timeout(format!("GET {url}: the response did not finish within {timeout:?}")));
+            }
+            Err(e) => return Err(io(e)),
+        }
+    }
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -125,6 +144,31 @@ pub(crate) fn get(grants: &[HttpGrant], url: &str, cap: u64, timeout: Duration) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_that_drips_its_answer_is_cut_off_at_the_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
+                // One byte every 50 ms, for up to a minute: each read is quick, the whole is not.
+                for _ in 0..1200 {
+                    if s.write_all(b"x").is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        });
+        let grants = [HttpGrant { host: format!("127.0.0.1:{port}"), max_bytes: None }];
+        // Without the overall deadline this returns Ok after the minute of drips.
+        match get(&grants, &format!("http://127.0.0.1:{port}/"), 1 << 20, Duration::from_millis(500)) {
+            Err(HttpRefusal::Timeout(m)) => assert!(m.contains("did not finish"), "{m}"),
+            Err(_) => panic!("refused for another reason than the deadline"),
+            Ok(r) => panic!("the dripping response was accepted ({} bytes)", r.body.len()),
+        }
+    }
 
     #[test]
     fn urls_are_split_with_default_ports() {
