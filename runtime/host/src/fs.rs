@@ -1,10 +1,28 @@
 //! Filesystem grants: resolving each granted directory under the host root into a WASI
 //! preopen, refusing any grant that would reach outside the root or weaken another.
 //!
+//! A granted path must name a real directory: no component below the host root may be a
+//! symlink (the host root itself may be reached through symlinks; it is canonicalized
+//! first). So the directory preopened is exactly `host_root` + the written path, and the
+//! overlap checks (a read-only grant inside a read-write one) compare what is really
+//! opened. Without that rule, on a merged-/usr root (`/lib -> usr/lib`) the grants
+//! `/usr/lib` read-write and `/lib/modules` read-only would pass a comparison of the
+//! written paths while the read-only one lies inside the writable one; and a plugin with
+//! write access could replace a granted subdirectory by a symlink (`../../../etc`) that a
+//! later run would preopen.
+//!
+//! Residual race: the check and the preopen are two steps. `resolve` inspects the path,
+//! then wasmtime-wasi opens the directory again by name. A process running concurrently
+//! with write access to a parent of a granted directory (for example something a granted
+//! command left running) could swap a component for a symlink in between. Closing that
+//! needs wasmtime-wasi to accept an already opened directory; until then a grant is only
+//! as safe as the write access others have to its parents.
+//!
 //! Inside a preopen, wasmtime-wasi (cap-std) confines every path: `..` past the
 //! preopen, absolute paths and symlinks leading out are refused, and a read-only preopen
 //! refuses creating, truncating, renaming, linking and removing (see the host's tests).
 
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use bosun_api::grants::{Access, FilesystemGrant};
@@ -28,14 +46,12 @@ fn invalid(grant: &FilesystemGrant, reason: impl Into<String>) -> Error {
     Error::InvalidGrant { grant: format!("filesystem {} ({:?})", grant.path, grant.access), reason: reason.into() }
 }
 
-fn is_under(inner: &str, outer: &str) -> bool {
-    outer == "/" || inner == outer || inner.strip_prefix(outer).is_some_and(|rest| rest.starts_with('/'))
-}
-
-/// Resolves `grants` under `root`. The directory must exist. Every symlink on the way
-/// is followed only inside the root (cap-std), and the final canonical path is checked
-/// to be under the canonical root. A read-only grant inside a read-write one is refused:
-/// the guest could reach it through the writable preopen and write there anyway.
+/// Resolves `grants` under `root`. Every granted directory must exist and be reached
+/// without any symlink below the canonical root (see the module docs), so each preopen's
+/// host path is exactly the canonical root joined with the granted path. The overlap
+/// checks run on those resolved paths: a read-only grant inside a read-write one is
+/// refused (the guest could reach it through the writable preopen and write there anyway),
+/// and so is the same directory granted twice with different access.
 pub(crate) fn resolve(root: &Path, grants: &[FilesystemGrant]) -> Result<Vec<Preopen>, Error> {
     if grants.is_empty() {
         return Ok(Vec::new());
@@ -45,14 +61,19 @@ pub(crate) fn resolve(root: &Path, grants: &[FilesystemGrant]) -> Result<Vec<Pre
         .map_err(|e| Error::setup(format!("host root {}: {e}", root.display())))?;
     let root_dir = Dir::open_ambient_dir(&root, ambient_authority())
         .map_err(|e| Error::setup(format!("host root {}: {e}", root.display())))?;
-    let mut out: Vec<Preopen> = Vec::new();
+    let mut resolved: Vec<(&FilesystemGrant, Preopen)> = Vec::with_capacity(grants.len());
     for grant in grants {
         normalized_absolute(&grant.path).map_err(|e| invalid(grant, e))?;
-        for other in grants {
-            if other.access == Access::ReadWrite
-                && grant.access == Access::ReadOnly
-                && is_under(&grant.path, &other.path)
-            {
+        let host = resolve_one(&root, &root_dir, grant)?;
+        let perms = match grant.access {
+            Access::ReadOnly => FsPerms::ReadOnly,
+            Access::ReadWrite => FsPerms::ReadWrite,
+        };
+        resolved.push((grant, Preopen { host, guest: grant.path.clone(), perms }));
+    }
+    for (grant, p) in &resolved {
+        for (other, q) in &resolved {
+            if p.perms == FsPerms::ReadOnly && q.perms == FsPerms::ReadWrite && p.host.starts_with(&q.host) {
                 return Err(invalid(
                     grant,
                     format!(
@@ -63,37 +84,80 @@ pub(crate) fn resolve(root: &Path, grants: &[FilesystemGrant]) -> Result<Vec<Pre
                 ));
             }
         }
-        let rel = grant.path.trim_start_matches('/');
-        let host = if rel.is_empty() {
-            root.clone()
-        } else {
-            // cap-std resolves every component inside the root: a symlink on the way that
-            // points outside makes this fail instead of leaving the root.
-            root_dir.open_dir(rel).map_err(|e| {
-                invalid(grant, format!("no such directory inside the host root {} ({e})", root.display()))
-            })?;
-            let canonical = root
-                .join(rel)
-                .canonicalize()
-                .map_err(|e| invalid(grant, format!("{}: {e}", root.join(rel).display())))?;
-            if !canonical.starts_with(&root) {
-                return Err(invalid(grant, format!("resolves to {} outside the host root", canonical.display())));
-            }
-            canonical
-        };
-        let perms = match grant.access {
-            Access::ReadOnly => FsPerms::ReadOnly,
-            Access::ReadWrite => FsPerms::ReadWrite,
-        };
-        if let Some(dup) = out.iter().find(|p| p.guest == grant.path) {
-            if dup.perms != perms {
+    }
+    let mut out: Vec<Preopen> = Vec::with_capacity(resolved.len());
+    for (grant, p) in resolved {
+        if let Some(dup) = out.iter().find(|d| d.host == p.host) {
+            // One host directory has one guest path: resolved paths equal written ones.
+            debug_assert_eq!(dup.guest, p.guest);
+            if dup.perms != p.perms {
                 return Err(invalid(grant, "the same path is granted twice with different access"));
             }
             continue;
         }
-        out.push(Preopen { host, guest: grant.path.clone(), perms });
+        out.push(p);
     }
     Ok(out)
+}
+
+/// The host path of one grant: `root` joined with the granted path, after checking,
+/// component by component and without following anything, that each component is a
+/// directory and not a symlink. `root` is canonical and `root_dir` is it opened.
+fn resolve_one(root: &Path, root_dir: &Dir, grant: &FilesystemGrant) -> Result<PathBuf, Error> {
+    let rel = Path::new(grant.path.trim_start_matches('/'));
+    if rel.as_os_str().is_empty() {
+        return Ok(root.to_path_buf());
+    }
+    let mut prefix = PathBuf::new();
+    for component in rel.components() {
+        prefix.push(component);
+        // Every earlier component was checked to be a real directory, so this lstat sees
+        // exactly `root/prefix`; cap-std keeps it inside the root regardless.
+        let meta = root_dir.symlink_metadata(&prefix).map_err(|e| {
+            if e.kind() == ErrorKind::NotFound {
+                invalid(grant, format!("/{} does not exist under the host root {}", prefix.display(), root.display()))
+            } else {
+                invalid(grant, format!("/{} under the host root {}: {e}", prefix.display(), root.display()))
+            }
+        })?;
+        if meta.file_type().is_symlink() {
+            let target = root_dir
+                .read_link_contents(&prefix)
+                .map_or_else(|e| format!("(unreadable: {e})"), |t| t.display().to_string());
+            // cap-std resolves inside the root only: an absolute target or one climbing
+            // out of the root has no real path to offer.
+            let instead = match root_dir.canonicalize(rel) {
+                Ok(real) if root_dir.metadata(&real).is_ok_and(|m| m.is_dir()) => {
+                    format!("grant the real path /{} instead", real.display())
+                }
+                _ => "it does not lead to a directory inside the host root; grant a real directory instead"
+                    .to_owned(),
+            };
+            return Err(invalid(
+                grant,
+                format!("the path goes through the symlink /{} -> {target}; {instead}", prefix.display()),
+            ));
+        }
+        if !meta.is_dir() {
+            return Err(invalid(grant, format!("/{} is not a directory", prefix.display())));
+        }
+    }
+    // The rule the checks above establish, stated once more on the whole path: what is
+    // opened is exactly what was written (this also catches a component swapped for a
+    // symlink while the loop ran).
+    let host = root.join(rel);
+    let canonical = host.canonicalize().map_err(|e| invalid(grant, format!("{}: {e}", host.display())))?;
+    if canonical != host {
+        return Err(invalid(
+            grant,
+            format!(
+                "{} resolves to {}: a component changed into a symlink while the grant was checked",
+                host.display(),
+                canonical.display()
+            ),
+        ));
+    }
+    Ok(host)
 }
 
 #[cfg(test)]
