@@ -22,9 +22,11 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// A merge patch of a NodeTask's spec setting `recovery` to null.
+    /// A JSON Patch of a NodeTask removing `spec.recovery`.
     pub fn is_clear(&self) -> bool {
-        self.method == "PATCH" && !self.path.ends_with("/status") && self.body.pointer("/spec/recovery") == Some(&serde_json::Value::Null)
+        self.method == "PATCH"
+            && !self.path.ends_with("/status")
+            && self.body.as_array().is_some_and(|ops| ops.iter().any(|o| o["op"] == "remove" && o["path"] == "/spec/recovery"))
     }
     /// A patch of a NodeTask's status subresource.
     pub fn is_status(&self) -> bool {
@@ -35,6 +37,12 @@ impl Seen {
 /// A fake API server answering every NodeTask patch with `task`, except that requests
 /// matching `fail` get a 500. Records every request.
 pub fn fake(task: &NodeTask, fail: fn(&Seen) -> bool) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+    fake_failing_with(task, fail, 500)
+}
+
+/// [`fake`], with the failing requests answered with HTTP status `code` (422 is what the
+/// API server answers a JSON Patch whose `test` fails).
+pub fn fake_failing_with(task: &NodeTask, fail: fn(&Seen) -> bool, code: u16) -> (Client, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let reply = serde_json::to_vec(task).unwrap();
@@ -50,8 +58,9 @@ pub fn fake(task: &NodeTask, fail: fn(&Seen) -> bool) -> (Client, Arc<Mutex<Vec<
             let failed = fail(&request);
             log.lock().unwrap().push(request);
             let response = if failed {
-                let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcd is unavailable", "reason": "InternalError", "code": 500 });
-                http::Response::builder().status(500).body(Body::from(serde_json::to_vec(&status).unwrap()))
+                let (message, reason) = if code == 500 { ("etcd is unavailable", "InternalError") } else { ("the request was refused", "Invalid") };
+                let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code });
+                http::Response::builder().status(code).body(Body::from(serde_json::to_vec(&status).unwrap()))
             } else {
                 http::Response::builder().status(200).body(Body::from(reply))
             };

@@ -180,14 +180,30 @@ async fn write(ctx: &Context, task: &mut NodeTask, r: &Resumption, recovery: Rec
     Ok(())
 }
 
-/// Removes `spec.recovery` (a JSON merge patch with null), so the same decision is never
-/// applied twice and a person can set it again after the next failure.
+/// Removes `spec.recovery`, so the same decision is never applied twice and a person can
+/// set it again after the next failure — but only if the spec is still the one acted on: a
+/// JSON Patch whose `test` on `metadata.generation` fails when a person changed the spec
+/// (for example set `Skip` just after the controller read `Retry`). That newer recovery is
+/// then left in place and handled on the next pass instead of being erased.
 async fn clear_recovery(ctx: &Context, task: &mut NodeTask) -> Result<()> {
     let name = task.name_any();
     let api: Api<NodeTask> = Api::all(ctx.client.clone());
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(json!({ "spec": { "recovery": null } })))
-        .await
-        .map_err(Error::kube(format!("clearing spec.recovery of NodeTask {name}")))?;
+    let mut ops = Vec::new();
+    if let Some(generation) = task.metadata.generation {
+        ops.push(json!({ "op": "test", "path": "/metadata/generation", "value": generation }));
+    }
+    ops.push(json!({ "op": "remove", "path": "/spec/recovery" }));
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops)).expect("a well-formed JSON Patch");
+    match api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        Ok(_) => {}
+        // The `test` failed (the spec changed since it was read) or the field is already
+        // gone: nothing to clear now; a newer recovery is handled on the next pass.
+        Err(kube::Error::Api(e)) if e.code == 422 || e.code == 409 => {
+            tracing::info!(task = %name, "spec.recovery changed since it was read; leaving the newer one for the next pass");
+            return Ok(());
+        }
+        Err(e) => return Err(Error::kube(format!("clearing spec.recovery of NodeTask {name}"))(e)),
+    }
     task.spec.recovery = None;
     Ok(())
 }
@@ -223,7 +239,7 @@ mod tests {
     use bosun_api::operation::{OperationSpec, RunsOn, Step};
 
     use super::*;
-    use crate::fake_api::{Seen, context, fake};
+    use crate::fake_api::{Seen, context, fake, fake_failing_with};
 
     fn operation() -> Operation {
         Operation::new("op", serde_json::from_value::<OperationSpec>(json!({ "custom": { "groups": [] } })).unwrap())
@@ -308,6 +324,19 @@ mod tests {
         assert!(requests.last().unwrap().is_clear(), "cleared last: {requests:#?}");
         assert_eq!(task.spec.recovery, None);
         assert_eq!(task.status.as_ref().unwrap().phase, NodeTaskPhase::Running);
+    }
+
+    #[tokio::test]
+    async fn a_recovery_changed_after_it_was_read_is_not_erased_by_the_clear() {
+        // The controller read Retry at generation 3 and acts; meanwhile a person set Skip
+        // (generation 4), so the clear's `test` of generation 3 fails with 422.
+        let mut task = blocked_with_retry();
+        let (client, seen) = fake_failing_with(&task, Seen::is_clear, 422);
+        handle(&context(client), &operation(), &mut task, Timestamp::now()).await.expect("a failed test is not an error");
+        let requests = seen.lock().unwrap().clone();
+        let clear = requests.iter().find(|r| r.is_clear()).expect("the clear was attempted");
+        assert_eq!(clear.body[0], json!({ "op": "test", "path": "/metadata/generation", "value": 3 }), "{clear:#?}");
+        assert_eq!(task.spec.recovery, Some(Recovery::Retry), "left for the next pass, which reads the newer spec");
     }
 
     #[tokio::test]
