@@ -7,9 +7,11 @@
 //! clock skew between machines cannot make two replicas leaders. Every write is a
 //! `replace` carrying the `resourceVersion` it read: of two replicas racing for the Lease one
 //! wins and the other gets a conflict and stays standby. The leader renews every
-//! `renew_every`; if it cannot renew for a whole lease duration, or finds another holder, it
-//! stops with [`LeaderError::Lost`] (the binary exits non-zero, to be restarted as a
-//! standby) rather than risk acting next to a new leader. On a clean shutdown the leader
+//! `renew_every`; if it cannot renew within `duration − renew_every` of the last renewal
+//! it *sent* (each attempt is cut at that deadline, so a hanging request cannot stretch it),
+//! or finds another holder, it stops with [`LeaderError::Lost`] (the binary exits non-zero,
+//! to be restarted as a standby) before any standby may take over, rather than risk acting
+//! next to a new leader. On a clean shutdown the leader
 //! releases the Lease so a standby takes over at once.
 
 use std::future::Future;
@@ -301,6 +303,12 @@ where
 
     let work = work();
     tokio::pin!(work);
+    // The lease counts from when a renewal was *sent* (the server stamps it later, and a
+    // standby times it from when it saw it), and leading stops once `renew_deadline` has
+    // passed without one: strictly before any standby may take over after `duration`.
+    // Every attempt is cut at that deadline, so a hanging request cannot keep a leader
+    // acting while the lease runs out under it.
+    let renew_deadline = cfg.duration - cfg.renew_every;
     let mut renewed = Instant::now();
     loop {
         tokio::select! {
@@ -309,13 +317,21 @@ where
                 return Ok(());
             }
             () = tokio::time::sleep(cfg.renew_every) => {
-                match elector.attempt().await {
-                    Ok(Attempt::Leading) => renewed = Instant::now(),
-                    Ok(Attempt::Standby(holder)) => return Err(lost(format!("{holder} holds it now"))),
-                    Err(error) if renewed.elapsed() >= cfg.duration => {
-                        return Err(lost(format!("not renewed for {}s, last error: {error}", cfg.duration.as_secs())));
+                let sent = Instant::now();
+                let left = (renewed + renew_deadline).saturating_duration_since(sent);
+                let attempt = tokio::time::timeout(left, elector.attempt()).await;
+                match attempt {
+                    Ok(Ok(Attempt::Leading)) => renewed = sent,
+                    Ok(Ok(Attempt::Standby(holder))) => return Err(lost(format!("{holder} holds it now"))),
+                    Ok(Err(error)) if renewed.elapsed() < renew_deadline => {
+                        tracing::warn!(%error, "could not renew the leader lease; trying again");
                     }
-                    Err(error) => tracing::warn!(%error, "could not renew the leader lease; trying again"),
+                    Ok(Err(error)) => {
+                        return Err(lost(format!("not renewed within {}s, last error: {error}", renew_deadline.as_secs())));
+                    }
+                    Err(_) => {
+                        return Err(lost(format!("not renewed within {}s: the renewal did not answer in time", renew_deadline.as_secs())));
+                    }
                 }
             }
         }
