@@ -5,7 +5,8 @@
 //! `status.plan` when it starts, and creates one `NodeTask` per planned node.
 //!
 //! The schema refuses invalid input at the API server: exactly one kind, version format,
-//! `maxUnavailable` as a positive integer or percentage, DNS-label step names, non-empty
+//! `maxUnavailable` as an integer from 1 to 10000 or a percentage, a
+//! `ttlSecondsAfterFinished` of at most 10 years, DNS-label step names, non-empty
 //! groups and steps, and the plan-relevant fields are immutable after creation.
 
 use std::collections::BTreeMap;
@@ -23,6 +24,10 @@ use crate::schema;
 pub const MAX_GROUPS: usize = 20;
 /// The most steps one group (and so one NodeTask) may have.
 pub const MAX_STEPS: usize = 32;
+/// The largest `ttlSecondsAfterFinished` the schema accepts: 10 years (365-day years).
+/// Longer is "keep forever" in practice (leave the field out for that), and the bound keeps
+/// completion time + TTL far inside what a timestamp can hold.
+pub const MAX_TTL_SECONDS: i64 = 10 * 365 * 24 * 60 * 60;
 
 /// What a user wants done across the cluster's nodes. Cluster-scoped.
 // Each `printcolumn(...)` repeats keys such as `type_ = "string"`, which clippy takes for
@@ -163,9 +168,10 @@ pub struct OperationSpec {
     pub step_timeout_seconds: Option<u32>,
 
     /// Delete the Operation (and, through owner references, its NodeTasks) this many
-    /// seconds after it finished. Absent: keep forever, as the audit trail.
+    /// seconds after it finished: 0 to 315360000 (10 years). Absent: keep forever, as the
+    /// audit trail.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_TTL_SECONDS))]
     pub ttl_seconds_after_finished: Option<i64>,
 }
 
@@ -402,7 +408,8 @@ pub enum ExecutionMode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Rollout {
-    /// Worker nodes worked on at once: an integer or a percentage of the group.
+    /// Worker nodes worked on at once: an integer from 1 to 10000, or a percentage of the
+    /// group from 1% to 100%.
     #[serde(default = "default_max_unavailable")]
     #[schemars(schema_with = "schema::max_unavailable")]
     pub max_unavailable: IntOrString,

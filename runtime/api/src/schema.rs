@@ -18,19 +18,22 @@ pub fn free_form_object(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// `rollout.maxUnavailable`: a positive integer or a percentage from `1%` to `100%`.
+/// `rollout.maxUnavailable`: an integer from 1 to 10000 or a percentage from `1%` to `100%`.
 ///
 /// An int-or-string node cannot carry `pattern` or `minimum` in a structural schema, so the
 /// check is a CEL rule on the value's string form. That form cannot tell `3` from `"3"`, so
-/// a string of digits is accepted and means a count, as the planner reads it.
+/// a string of digits is accepted and means a count, as the planner reads it. The count is
+/// bounded (10000 is more nodes than a group sensibly holds; the planner caps it at the
+/// group's size anyway) so that neither form can carry a number the planner's integer
+/// types cannot hold: an integer beyond 32 bits, or a string such as `"99999999999"`.
 pub fn max_unavailable(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
-        "description": "How many worker nodes may be worked on at the same time: a positive integer (`2`, also accepted as the string `\"2\"`) or a percentage of the group's nodes (`\"25%\"`). A percentage is rounded down, with a floor of 1. Control-plane nodes are always done one at a time, whatever this says. Default 1.",
+        "description": "How many worker nodes may be worked on at the same time: an integer from 1 to 10000 (`2`, also accepted as the string `\"2\"`) or a percentage of the group's nodes from 1% to 100% (`\"25%\"`). A percentage is rounded down, with a floor of 1. Control-plane nodes are always done one at a time, whatever this says. Default 1.",
         "default": 1,
         "x-kubernetes-int-or-string": true,
         "x-kubernetes-validations": [{
-            "rule": "string(self).matches('^([1-9][0-9]*|(100|[1-9][0-9]?)%)$')",
-            "message": "rollout.maxUnavailable must be a positive integer (for example 2) or a percentage from 1% to 100% (for example \"25%\"); 0 would never let a node start",
+            "rule": "string(self).matches('^([1-9][0-9]{0,3}|10000|(100|[1-9][0-9]?)%)$')",
+            "message": "rollout.maxUnavailable must be a positive integer up to 10000 (for example 2) or a percentage from 1% to 100% (for example \"25%\"); 0 would never let a node start",
         }],
     })
 }

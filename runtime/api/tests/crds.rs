@@ -283,6 +283,10 @@ fn schema_keywords_carry_the_intended_constraints() {
         at(&op, "spec.custom.groups.[].steps.[].params")["x-kubernetes-preserve-unknown-fields"],
         true
     );
+    let ttl = at(&op, "spec.ttlSecondsAfterFinished");
+    assert_eq!(ttl["minimum"].as_f64(), Some(0.0));
+    assert_eq!(ttl["maximum"].as_f64(), Some(315_360_000.0));
+    assert_eq!(bosun_api::operation::MAX_TTL_SECONDS, 315_360_000);
     let mu = at(&op, "spec.rollout.maxUnavailable");
     assert_eq!(mu["x-kubernetes-int-or-string"], true);
     assert_eq!(mu["default"], 1);
@@ -425,6 +429,9 @@ fn max_unavailable_takes_positive_integers_and_percentages() {
         json!("1%"),
         json!("25%"),
         json!("100%"),
+        json!(10000),
+        json!("10000"),
+        json!(9999),
     ] {
         assert_op_ok(json!({"upgrade": upgrade(), "rollout": {"maxUnavailable": good}}));
     }
@@ -437,6 +444,12 @@ fn max_unavailable_takes_positive_integers_and_percentages() {
         json!("abc"),
         json!(""),
         json!("05%"),
+        // Counts are bounded in both forms: beyond 10000, and far beyond 32 bits.
+        json!(10001),
+        json!("10001"),
+        json!(99_999_999_999_i64),
+        json!("99999999999"),
+        json!("010"),
     ] {
         assert_op_refused(
             json!({"upgrade": upgrade(), "rollout": {"maxUnavailable": bad}}),

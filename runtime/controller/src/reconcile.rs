@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
-use bosun_api::operation::{Operation, OperationPhase, OperationStatus, RunsOn, labels};
+use bosun_api::operation::{Operation, OperationPhase, OperationSpec, OperationStatus, Plan, Rollout, RunsOn, labels};
 use bosun_planner::state::{TaskEvent, operation_transition, task_transition};
-use bosun_planner::{NodeInfo, TaskView, plan, schedule};
+use bosun_planner::{NodeInfo, PlanError, PlanOutput, TaskView, plan, schedule};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -88,7 +88,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     let now = Timestamp::now();
 
     let nodes = snapshot_nodes(&ctx.client).await?;
-    let planned = match plan(&name, &op.spec, &nodes, stored.plan.as_ref()) {
+    let (planned, ignored) = match plan_or_keep_frozen(&name, &op.spec, &nodes, stored.plan.as_ref()) {
         Ok(p) => p,
         Err(e) => {
             // The user's input cannot be planned: say why, and stop (nothing was created).
@@ -268,6 +268,9 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     if !waiting.is_empty() {
         message = format!("{} — {message}", waiting.join("; "));
     }
+    if let Some(note) = &ignored {
+        message = format!("{note} — {message}");
+    }
     status.message = Some(message);
     let gen_ = op.metadata.generation;
     let is_blocked = status.phase == OperationPhase::Blocked;
@@ -284,6 +287,21 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     let is_waiting = !waiting.is_empty();
     let held_reason = if is_waiting { crate::exclusion::REASON_HELD } else { crate::exclusion::REASON_FREE };
     set_condition(&mut status.conditions, crate::exclusion::CONDITION, is_waiting, held_reason, &waiting.join("; "), gen_, now);
+    // Written once it matters: an Operation whose spec was always readable has no such
+    // condition.
+    let was_ignoring = stored.conditions.iter().any(|c| c.type_ == SPEC_IGNORED && c.status == "True");
+    match &ignored {
+        Some(note) => {
+            if !was_ignoring {
+                tracing::warn!(note = %note, "a rollout control changed after the plan was frozen cannot be read; carrying on with the frozen plan");
+            }
+            set_condition(&mut status.conditions, SPEC_IGNORED, true, REASON_UNREADABLE, note, gen_, now);
+        }
+        None if status.conditions.iter().any(|c| c.type_ == SPEC_IGNORED) => {
+            set_condition(&mut status.conditions, SPEC_IGNORED, false, REASON_READ, "", gen_, now);
+        }
+        None => {}
+    }
     hold.record(&ctx.client, &op, &stored, &mut status, now).await;
     if status.phase.is_finished() && status.completion_time.is_none() {
         status.completion_time = Some(Time(now));
@@ -298,6 +316,41 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(recheck.map_or(ctx.resync, |r| r.min(ctx.resync))))
+}
+
+/// Condition type on an Operation while part of its spec is set aside: True (reason
+/// [`REASON_UNREADABLE`]) while `rollout.maxUnavailable` cannot be read after the plan was
+/// frozen, False (reason [`REASON_READ`]) once it can again; absent if it never happened.
+pub const SPEC_IGNORED: &str = "SpecIgnored";
+/// [`SPEC_IGNORED`] is True: `rollout.maxUnavailable` cannot be read.
+pub const REASON_UNREADABLE: &str = "MaxUnavailableUnreadable";
+/// [`SPEC_IGNORED`] is False: the spec reads again.
+pub const REASON_READ: &str = "SpecRead";
+
+/// Plans the Operation, or, once its plan is frozen, rebuilds the task specs of that plan.
+///
+/// After freezing, `rollout.maxUnavailable` decides nothing (each group's limit was resolved
+/// into the plan), but the field stays editable, and a CRD installed before the schema
+/// bounded it lets through values the planner cannot read (`"99999999999"`). Such an edit
+/// must not fail an Operation whose tasks are under way: the frozen plan carries on, and the
+/// second value is a note saying what was set aside. It is the only spec edit that can make
+/// a frozen plan unplannable (the kind of work, the custom groups and the node selector are
+/// immutable); every other error is returned as it is, as is any error before freezing.
+fn plan_or_keep_frozen(
+    name: &str,
+    spec: &OperationSpec,
+    nodes: &[NodeInfo],
+    frozen: Option<&Plan>,
+) -> std::result::Result<(PlanOutput, Option<String>), PlanError> {
+    match plan(name, spec, nodes, frozen) {
+        Err(PlanError::MaxUnavailable(e)) if frozen.is_some() => {
+            let readable = OperationSpec { rollout: Rollout::default(), ..spec.clone() };
+            let planned = plan(name, &readable, nodes, frozen)?;
+            let note = format!("spec.rollout.maxUnavailable is ignored, the plan is already frozen with its own limits ({e})");
+            Ok((planned, Some(note)))
+        }
+        other => other.map(|planned| (planned, None)),
+    }
 }
 
 /// What [`kube::runtime::Controller`] does after a failed reconcile: log it and try again
@@ -567,6 +620,39 @@ mod tests {
         let mut t = NodeTask::new("second-w1", spec);
         t.status = Some(NodeTaskStatus::default());
         t
+    }
+
+    fn custom_op(max_unavailable: serde_json::Value) -> OperationSpec {
+        serde_json::from_value(json!({
+            "custom": {"groups": [{"name": "all", "steps": [{"name": "greet", "plugin": "hello", "action": "greet"}]}]},
+            "rollout": {"maxUnavailable": max_unavailable},
+        }))
+        .unwrap()
+    }
+
+    fn worker(name: &str) -> NodeInfo {
+        NodeInfo { name: name.into(), labels: BTreeMap::new(), ready: true, unschedulable: false }
+    }
+
+    /// A `maxUnavailable` edited into a value the planner cannot read after the plan was
+    /// frozen (a CRD from before the schema bounded it lets `"99999999999"` through) does
+    /// not fail the running Operation: the frozen plan and its tasks carry on, with a note.
+    /// Before freezing the same value still fails planning.
+    #[test]
+    fn an_unreadable_max_unavailable_after_freezing_keeps_the_frozen_plan() {
+        let nodes = [worker("w1"), worker("w2"), worker("w3")];
+        let (first, note) = plan_or_keep_frozen("op", &custom_op(json!(2)), &nodes, None).unwrap();
+        assert_eq!(note, None);
+        assert_eq!(first.plan.groups[0].max_parallel, 2);
+
+        let edited = custom_op(json!("99999999999"));
+        let (again, note) = plan_or_keep_frozen("op", &edited, &nodes, Some(&first.plan)).unwrap();
+        assert_eq!(again.plan, first.plan, "the frozen plan, limits included, is unchanged");
+        assert_eq!(again.tasks, first.tasks);
+        let note = note.expect("a note says the field is ignored");
+        assert!(note.contains("spec.rollout.maxUnavailable is ignored") && note.contains("99999999999"), "{note}");
+
+        assert!(matches!(plan_or_keep_frozen("op", &edited, &nodes, None), Err(PlanError::MaxUnavailable(_))));
     }
 
     fn holder(phase: NodeTaskPhase) -> Holder {

@@ -28,13 +28,23 @@ pub enum Ttl {
     Wait(Duration),
 }
 
-/// Decides from the completion time, the TTL and the time. Pure.
+/// Decides from the completion time, the TTL and the time. Pure, and never panics.
+///
+/// A TTL this cannot act on keeps the Operation: a negative one (the schema refuses it),
+/// or one whose due time is past the last instant a timestamp can hold (year 9999; the
+/// schema caps the field at [`bosun_api::operation::MAX_TTL_SECONDS`], but an Operation
+/// stored under an older CRD may carry more). Deleting is the only irreversible thing
+/// Bosun does on its own, so doubt means keep.
 pub fn decide(completion: Option<Timestamp>, ttl_seconds: Option<i64>, now: Timestamp) -> Ttl {
     let (Some(done), Some(ttl)) = (completion, ttl_seconds) else {
         return Ttl::Keep;
     };
-    let ttl = Duration::from_secs(u64::try_from(ttl).unwrap_or(0));
-    let due = done + ttl;
+    let Ok(ttl) = u64::try_from(ttl) else {
+        return Ttl::Keep;
+    };
+    let Ok(due) = done.checked_add(Duration::from_secs(ttl)) else {
+        return Ttl::Keep;
+    };
     if now >= due {
         Ttl::DeleteNow
     } else {
@@ -119,5 +129,30 @@ mod tests {
         );
         assert_eq!(decide(Some(t(0)), Some(60), t(60)), Ttl::DeleteNow);
         assert_eq!(decide(Some(t(0)), Some(0), t(0)), Ttl::DeleteNow);
+    }
+
+    /// A due time past the largest timestamp (year 9999) used to panic in the addition,
+    /// and so crash-loop the controller on every restart: now the Operation is kept.
+    #[test]
+    fn a_ttl_past_the_end_of_time_keeps_the_operation_instead_of_panicking() {
+        let done = t(0);
+        assert_eq!(decide(Some(done), Some(300_000_000_000), t(10)), Ttl::Keep);
+        assert_eq!(decide(Some(done), Some(i64::MAX), t(10)), Ttl::Keep);
+        // Just inside the range still counts down.
+        let last = Timestamp::MAX.as_second() - done.as_second();
+        assert!(matches!(decide(Some(done), Some(last), t(10)), Ttl::Wait(_)));
+        // The schema's largest value is far inside the range.
+        assert_eq!(
+            decide(Some(done), Some(bosun_api::operation::MAX_TTL_SECONDS), t(10)),
+            Ttl::Wait(Duration::from_secs(
+                u64::try_from(bosun_api::operation::MAX_TTL_SECONDS).unwrap() - 10
+            ))
+        );
+    }
+
+    /// The schema refuses a negative TTL; one that got through anyway deletes nothing.
+    #[test]
+    fn a_negative_ttl_keeps_the_operation() {
+        assert_eq!(decide(Some(t(0)), Some(-1), t(1_000_000)), Ttl::Keep);
     }
 }

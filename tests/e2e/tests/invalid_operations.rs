@@ -91,7 +91,8 @@ fn merge(mut base: Value, extra: Value) -> Value {
 
 const ONE_KIND: &str =
     "an Operation does exactly one kind of work: set exactly one of spec.upgrade, spec.renewCertificates or spec.custom";
-const MAX_UNAVAILABLE: &str = "rollout.maxUnavailable must be a positive integer (for example 2) or a percentage from 1% to 100%";
+const MAX_UNAVAILABLE: &str =
+    "rollout.maxUnavailable must be a positive integer up to 10000 (for example 2) or a percentage from 1% to 100%";
 
 // --- kind of work
 
@@ -170,6 +171,46 @@ async fn max_unavailable_negative_is_refused() -> Result<()> {
 #[tokio::test]
 async fn max_unavailable_not_a_number_is_refused() -> Result<()> {
     refused(merge(custom(), json!({ "rollout": { "maxUnavailable": "abc" } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE]).await
+}
+
+#[tokio::test]
+async fn max_unavailable_over_10000_is_refused() -> Result<()> {
+    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": 10001 } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE]).await
+}
+
+/// Beyond 32 bits: the API server holds it, the planner's integer types could not.
+#[tokio::test]
+async fn max_unavailable_integer_beyond_32_bits_is_refused() -> Result<()> {
+    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": 99_999_999_999_i64 } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE])
+        .await
+}
+
+#[tokio::test]
+async fn max_unavailable_huge_digit_string_is_refused() -> Result<()> {
+    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": "99999999999" } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE])
+        .await
+}
+
+// --- timing
+
+/// 300000000000 seconds (~9500 years) used to crash-loop the controller once the
+/// Operation finished (completion time + TTL overflowed the timestamp type).
+#[tokio::test]
+async fn ttl_seconds_after_finished_over_ten_years_is_refused() -> Result<()> {
+    refused(
+        merge(custom(), json!({ "ttlSecondsAfterFinished": 300_000_000_000_i64 })),
+        &["spec.ttlSecondsAfterFinished", "should be less than or equal to 315360000"],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn ttl_seconds_after_finished_one_over_ten_years_is_refused() -> Result<()> {
+    refused(
+        merge(custom(), json!({ "ttlSecondsAfterFinished": 315_360_001 })),
+        &["spec.ttlSecondsAfterFinished", "should be less than or equal to 315360000"],
+    )
+    .await
 }
 
 #[tokio::test]
@@ -488,6 +529,25 @@ async fn rollout_controls_may_change_after_creation() -> Result<()> {
     let patched = result.context("changing rollout controls was refused")?;
     assert_eq!(patched.data["spec"]["paused"], json!(true));
     assert_eq!(patched.data["spec"]["rollout"]["maxUnavailable"], json!("50%"));
+    Ok(())
+}
+
+/// The bounds themselves are allowed: the largest count in both forms, 100%, and a TTL of
+/// exactly ten years.
+#[tokio::test]
+async fn the_largest_allowed_values_are_accepted() -> Result<()> {
+    let client = client().await?;
+    for extra in [
+        json!({ "rollout": { "maxUnavailable": 10000 } }),
+        json!({ "rollout": { "maxUnavailable": "10000" } }),
+        json!({ "rollout": { "maxUnavailable": "100%" } }),
+        json!({ "ttlSecondsAfterFinished": 315_360_000 }),
+    ] {
+        operations(&client)
+            .create(&dry_run(), &operation(&unique("bounds"), merge(custom(), extra.clone()))?)
+            .await
+            .with_context(|| format!("{extra} was refused"))?;
+    }
     Ok(())
 }
 
