@@ -18,6 +18,13 @@
 //! again only if the plugin declares the action idempotent, otherwise the task blocks as
 //! Interrupted for a person to decide.
 //!
+//! Failed status writes (an API error, the API server restarting mid-upgrade) never leave
+//! a step Running for good, and never make a plugin run twice for one attempt: a failed
+//! start write leaves the step as it was (no plugin ran; the next reconcile starts it
+//! afresh); a failed result write keeps the result in memory and sends it again, with
+//! backoff, until it lands (see [`StepRun`]). Only if the agent exits before that does the
+//! restart rule decide.
+//!
 //! Pause: no new step of a task marked `bosun.dev/paused` (set by the controller while its
 //! Operation is paused) starts; a running step finishes.
 
@@ -30,9 +37,9 @@ pub mod preflight;
 pub mod step;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
+use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, NodeTaskStatus, StepPhase};
 use bosun_api::operation::{RunsOn, labels};
 use bosun_controller::progress::{Progress, progress, step_status};
 use bosun_controller::time::precise;
@@ -83,10 +90,9 @@ pub struct Agent {
     pub fetcher: fetch::Fetcher,
     /// Field manager for server-side apply of step status.
     pub manager: String,
-    /// (task uid, step) → the attempt this process last started. The watch cache may lag
-    /// behind this process's own writes; a status showing fewer attempts than this is
-    /// stale, not a step to run again or an interrupted one.
-    pub started: std::sync::Mutex<std::collections::HashMap<(String, String), u32>>,
+    /// (task uid, step) → the latest attempt of that step this process started, and what
+    /// became of it (see [`StepRun`]).
+    runs: std::sync::Mutex<std::collections::HashMap<(String, String), StepRun>>,
     /// `--instance`: act only on NodeTasks labelled `bosun.dev/instance=<instance>`
     /// (without it, only on NodeTasks without that label); see
     /// [`bosun_controller::instance_selector`].
@@ -103,23 +109,82 @@ pub struct Agent {
 impl Agent {
     /// An agent for `node_name`.
     pub fn new(client: Client, node_name: String, host: Arc<Host>, store: Store, fetcher: fetch::Fetcher, manager: String) -> Agent {
-        Agent { client, node_name, host, store, fetcher, manager, started: Default::default(), instance: None, policies: Default::default(), preflight: Default::default(), facts_written: Default::default() }
+        Agent { client, node_name, host, store, fetcher, manager, runs: Default::default(), instance: None, policies: Default::default(), preflight: Default::default(), facts_written: Default::default() }
     }
 
-    fn started_attempt(&self, task: &NodeTask, step: &str) -> u32 {
-        let key = (task.uid().unwrap_or_default(), step.to_string());
-        self.started.lock().map(|m| m.get(&key).copied().unwrap_or(0)).unwrap_or(0)
+    /// The runs table (a panic elsewhere while holding it leaves it usable: every entry is
+    /// written whole).
+    fn runs(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), StepRun>> {
+        self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn record_start(&self, task: &NodeTask, step: &str, attempt: u32) {
-        if let Ok(mut m) = self.started.lock() {
-            m.insert((task.uid().unwrap_or_default(), step.to_string()), attempt);
-        }
+    /// This process's latest attempt of `step` of `task`: its number, and whether its result
+    /// is ours to write (written, or kept to send again) rather than still owed.
+    fn our_attempt(&self, task: &NodeTask, step: &str) -> Option<(u32, bool)> {
+        self.runs().get(&run_key(task, step)).map(|run| match run {
+            StepRun::Started(n) => (*n, false),
+            StepRun::Written(n) => (*n, true),
+            StepRun::Unsent(u) => (u.attempt, true),
+        })
     }
+
+    fn record(&self, task: &NodeTask, step: &str, run: StepRun) {
+        self.runs().insert(run_key(task, step), run);
+    }
+}
+
+fn run_key(task: &NodeTask, step: &str) -> (String, String) {
+    (task.uid().unwrap_or_default(), step.to_string())
+}
+
+/// What this process knows of the latest attempt of one step it started. The watch cache
+/// may lag behind this process's own writes: this tells a stale status (fewer attempts than
+/// ours, or our attempt still Running after its result was written) from a step to start
+/// or an interrupted one.
+///
+/// An attempt is recorded only once its start write (the step as Running) succeeded: a
+/// failed start write records nothing, so the next reconcile starts the step afresh, and
+/// no plugin ran for the attempt that was not written.
+#[derive(Debug)]
+enum StepRun {
+    /// The start write succeeded and no result was recorded. Reconciles of one task never
+    /// overlap (kube's controller runs one at a time per object), so a later reconcile that
+    /// finds this with the step Running at this attempt knows the run ended without a
+    /// result (an error between the two writes): the step was interrupted, as by a restart.
+    Started(u32),
+    /// The result was written.
+    Written(u32),
+    /// The result write failed: the result is kept and sent again by later reconciles (see
+    /// [`resend_result`]); the plugin never runs again for this attempt.
+    Unsent(Box<Unsent>),
+}
+
+/// A step result this process could not write yet.
+#[derive(Debug)]
+struct Unsent {
+    attempt: u32,
+    /// The status the result write applies.
+    body: serde_json::Value,
+    /// Failed writes of it so far (at least 1).
+    failures: u32,
+    /// Not sent again before this.
+    next_try: Instant,
 }
 
 /// How soon to look again when the watch cache has not caught up with our own write.
 const STALE_RETRY: Duration = Duration::from_millis(300);
+
+/// Wait before sending a step result again after its first failed write; doubles with
+/// each further failure up to [`RESULT_RETRY_MAX`].
+const RESULT_RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between two sends of a step result that keeps failing. It is sent
+/// again for as long as the agent runs: dropping it would leave the step Running forever.
+const RESULT_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The wait after the `failures`-th failed write of a step result.
+fn result_backoff(failures: u32) -> Duration {
+    RESULT_RETRY_FIRST.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(RESULT_RETRY_MAX)
+}
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -172,7 +237,8 @@ pub fn error_policy(task: Arc<NodeTask>, error: &Error, _agent: Arc<Agent>) -> A
 /// Guarantees: runs nothing unless the task is Running (the controller's decision) and the
 /// next step in spec order runs on the agent; never runs a step after a failed one; writes
 /// the step as Running (with its start time) before the plugin starts, so a restart can
-/// tell an interrupted step.
+/// tell an interrupted step; runs the plugin at most once per attempt, and a result whose
+/// write failed is sent again (see [`StepRun`]) instead of the step staying Running.
 pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action, Error> {
     if task.spec.node_name != agent.node_name {
         return Ok(Action::await_change());
@@ -184,19 +250,25 @@ pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action,
     if status.phase != NodeTaskPhase::Running {
         return Ok(Action::await_change());
     }
+    if let Some(action) = resend_result(&task, &status, &agent).await {
+        return Ok(action);
+    }
     let seen = |index: usize| step_status(&status.steps, &task.spec.steps[index].name).map_or(0, |s| s.attempts);
-    let ours = |index: usize| agent.started_attempt(&task, &task.spec.steps[index].name);
+    let ours = |index: usize| agent.our_attempt(&task, &task.spec.steps[index].name);
     match progress(&task.spec.steps, &status.steps) {
-        Progress::Next { index, runs_on: RunsOn::Agent } if ours(index) > seen(index) => Ok(Action::requeue(STALE_RETRY)),
-        Progress::Running { index, runs_on: RunsOn::Agent } if ours(index) >= seen(index) => Ok(Action::requeue(STALE_RETRY)),
+        // The cache has not seen our start write yet.
+        Progress::Next { index, runs_on: RunsOn::Agent } if ours(index).is_some_and(|(n, _)| n > seen(index)) => Ok(Action::requeue(STALE_RETRY)),
+        // The cache has not seen our result write yet. (Our attempt Running with no result:
+        // its run ended without one; handled below as interrupted.)
+        Progress::Running { index, runs_on: RunsOn::Agent }
+            if ours(index).is_some_and(|(n, result)| n > seen(index) || (result && n == seen(index))) =>
+        {
+            Ok(Action::requeue(STALE_RETRY))
+        }
         // The Operation is paused: no new step starts (the controller removes the mark on
         // resume, and that change wakes this reconcile).
         Progress::Next { runs_on: RunsOn::Agent, .. } if bosun_controller::recovery::is_paused(&task) => Ok(Action::await_change()),
-        Progress::Next { index, runs_on: RunsOn::Agent } => {
-            run_step(&task, index, &agent).await?;
-            // The write above triggers another reconcile for the next step.
-            Ok(Action::await_change())
-        }
+        Progress::Next { index, runs_on: RunsOn::Agent } => run_step(&task, index, &agent).await,
         Progress::Running { index, runs_on: RunsOn::Agent } => {
             interrupted(&task, index, &agent).await?;
             Ok(Action::await_change())
@@ -205,13 +277,16 @@ pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action,
     }
 }
 
-async fn run_step(task: &NodeTask, index: usize, agent: &Agent) -> Result<(), Error> {
+async fn run_step(task: &NodeTask, index: usize, agent: &Agent) -> Result<Action, Error> {
     let step = &task.spec.steps[index];
     let span = tracing::info_span!("step", operation = %task.spec.operation, node = %agent.node_name, step = %step.name, plugin = step.plugin.as_deref().unwrap_or(""));
     run_step_inner(task, index, agent).instrument(span).await
 }
 
-async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<(), Error> {
+/// Starts attempt n+1 of step `index`: writes it Running, runs the plugin once, writes the
+/// result. A failed start write is an error with nothing recorded (no plugin ran); a failed
+/// result write is not an error: the result is kept to send again (see [`resend_result`]).
+async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<Action, Error> {
     let step = &task.spec.steps[index];
     let name = task.name_any();
     // Policies and facts first: if they cannot be had, the step is not started at all.
@@ -220,8 +295,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     let phase = step_transition(previous.phase, StepEvent::Start).map_err(|source| Error::Transition { task: name.clone(), source })?;
     let attempts = previous.attempts + 1;
     let started = precise(Timestamp::now());
-    let clock = std::time::Instant::now();
-    agent.record_start(task, &step.name, attempts);
+    let clock = Instant::now();
     apply_status(
         agent,
         &name,
@@ -233,6 +307,8 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         }),
     )
     .await?;
+    // Recorded only now: had the start write failed, nothing ran and nothing is owed.
+    agent.record(task, &step.name, StepRun::Started(attempts));
     tracing::info!("step started");
 
     let result = match step.plugin.as_deref() {
@@ -270,12 +346,74 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         body["message"] = json!(format!("step {} succeeded: {}", step.name, result.message));
         tracing::info!(outcome = %result.message, "step succeeded");
     }
-    apply_status(agent, &name, &step.name, body).await?;
+    let written = apply_status(agent, &name, &step.name, body.clone()).await;
+    // The policy decision was made whether or not its status landed yet.
     prepared.publish_events(agent, task, &step.name).await;
-    Ok(())
+    match written {
+        Ok(()) => {
+            agent.record(task, &step.name, StepRun::Written(attempts));
+            // The write triggers another reconcile for the next step.
+            Ok(Action::await_change())
+        }
+        Err(error) => {
+            let wait = result_backoff(1);
+            tracing::warn!(%error, retry_in = ?wait, "writing the step's result failed; it is kept and sent again (the plugin does not run again)");
+            agent.record(task, &step.name, StepRun::Unsent(Box::new(Unsent { attempt: attempts, body, failures: 1, next_try: Instant::now() + wait })));
+            Ok(Action::requeue(wait))
+        }
+    }
 }
 
-/// A step found Running that this process is not running: the agent restarted during it.
+/// Sends again a step result of this task that this process could not write (see
+/// [`StepRun::Unsent`]), if the task still shows that attempt Running and its backoff is
+/// over. `None` when there is nothing to send (or it no longer needs sending): go on.
+///
+/// Guarantees: never runs a plugin; sends a result only over the attempt it belongs to
+/// (a status showing a later attempt, or the attempt finished, means the write landed
+/// after all or the step moved on: the kept result is dropped); keeps a result whose write
+/// fails again, waiting up to [`RESULT_RETRY_MAX`] between tries.
+async fn resend_result(task: &NodeTask, status: &NodeTaskStatus, agent: &Agent) -> Option<Action> {
+    let name = task.name_any();
+    for step in &task.spec.steps {
+        let (attempt, body, failures, next_try) = match agent.runs().get(&run_key(task, &step.name)) {
+            Some(StepRun::Unsent(u)) => (u.attempt, u.body.clone(), u.failures, u.next_try),
+            _ => continue,
+        };
+        let (seen, running) = step_status(&status.steps, &step.name).map_or((0, false), |s| (s.attempts, s.phase == StepPhase::Running));
+        if seen < attempt {
+            // The cache has not seen our start write yet.
+            return Some(Action::requeue(STALE_RETRY));
+        }
+        if seen > attempt || !running {
+            // The write landed after all (only its reply was lost) or the step moved on
+            // (a retry, a skip): nothing is owed.
+            agent.record(task, &step.name, StepRun::Written(attempt));
+            continue;
+        }
+        let wait = next_try.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            return Some(Action::requeue(wait));
+        }
+        return Some(match apply_status(agent, &name, &step.name, body.clone()).await {
+            Ok(()) => {
+                tracing::info!(task = %name, step = %step.name, attempt, failures, "step result written after failed writes");
+                agent.record(task, &step.name, StepRun::Written(attempt));
+                Action::await_change()
+            }
+            Err(error) => {
+                let failures = failures + 1;
+                let wait = result_backoff(failures);
+                tracing::warn!(task = %name, step = %step.name, attempt, failures, %error, retry_in = ?wait, "writing the step's result failed again; it is kept and sent again");
+                agent.record(task, &step.name, StepRun::Unsent(Box::new(Unsent { attempt, body, failures, next_try: Instant::now() + wait })));
+                Action::requeue(wait)
+            }
+        });
+    }
+    None
+}
+
+/// A step found Running that this process is not running and has no result for: the agent
+/// restarted during it, or this process's run of it ended without a result.
 async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(), Error> {
     let step = &task.spec.steps[index];
     let name = task.name_any();
@@ -368,5 +506,17 @@ mod selector_tests {
 
         // A short name is used as it is.
         assert_eq!(required(&task_selector("node-1", None), labels::NODE), Some("node-1"));
+    }
+}
+
+#[cfg(test)]
+mod result_retry_tests {
+    use super::*;
+
+    #[test]
+    fn a_step_result_is_resent_with_a_doubling_wait_capped_at_the_maximum() {
+        let waits: Vec<u64> = (1..=7).map(|n| result_backoff(n).as_secs()).collect();
+        assert_eq!(waits, vec![1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(result_backoff(u32::MAX), RESULT_RETRY_MAX, "no overflow however many failures");
     }
 }
