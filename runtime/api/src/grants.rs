@@ -58,10 +58,24 @@ pub struct ExecGrant {
     /// Absolute path of the command inside the host root, for example `/usr/bin/kubeadm`.
     pub command: String,
     /// Allowed argument lists. Each entry is a list of patterns matched position by position
-    /// against the whole argument list: a pattern is a glob (`*`, `?`, `[abc]`) matched
-    /// against one whole argument, except a final `**`, which matches any remaining
-    /// arguments (zero or more). An empty list of entries allows the command with no
-    /// arguments only.
+    /// against the whole argument list; the command runs if any entry matches. An empty
+    /// list of entries allows the command with no arguments only.
+    ///
+    /// A pattern is a glob matched against one whole argument, case-sensitively:
+    /// - `*`, `?` and `[abc]` never match a `/`: `/etc/kubernetes/tmp/*` admits
+    ///   `/etc/kubernetes/tmp/a.conf` but not `/etc/kubernetes/tmp/sub/a.conf`;
+    /// - they never match a `.` at the start of the argument or right after a `/`
+    ///   (`*` admits no `.hidden`); a literal `.` in the pattern does;
+    /// - an argument starting with `-` matches only a pattern that itself starts with `-`:
+    ///   `*` never admits an option, so a grant that allows options names them, for
+    ///   example `--config=/etc/kubeadm/*.yaml` or `--config` followed by a path pattern;
+    /// - an argument with a `..` component (between `/`s, or after `=` as in
+    ///   `--config=..`) never matches a pattern that contains a `/`.
+    ///
+    /// A final `**` entry matches any number of remaining arguments (zero or more), each
+    /// of which must be admitted by the glob `**` under the same rules: any text,
+    /// including `/`, but no option, no `..` and no component starting with `.`. `**`
+    /// anywhere else in an entry makes the grant invalid.
     #[serde(default)]
     pub args: Vec<Vec<String>>,
     /// Kill the command after this many seconds. Default 300.
@@ -76,7 +90,10 @@ pub struct ExecGrant {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServiceGrant {
-    /// Unit name including its suffix, for example `kubelet.service`.
+    /// Unit name including its suffix, for example `kubelet.service`: exactly one unit.
+    /// A name containing `*`, `?`, `[`, `]` or `\` (which systemctl would expand to every
+    /// matching unit), starting with `-`, or containing `/` or control characters makes
+    /// the grant invalid; the unit a plugin asks for is checked the same way.
     pub unit: String,
     /// Allowed actions. `status` is always allowed on a granted unit.
     pub actions: Vec<ServiceAction>,

@@ -1,7 +1,9 @@
 //! Running host commands: matching a request against `exec` grants, and starting the
 //! command under the host root with an empty environment, a timeout and output caps.
 
-use std::io::Read;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,15 +51,64 @@ pub(crate) fn normalized_absolute(path: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether one granted argument list matches `args` (see [`ExecGrant::args`]).
+/// How every argument pattern is matched: `*`, `?` and `[...]` never match a `/`, and
+/// never match a `.` at the start of the argument or right after a `/`; case matters.
+const MATCH: glob::MatchOptions =
+    glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: true };
+
+/// The pattern a final `**` entry matches each remaining argument against.
+const REST: &str = "**";
+
+/// Whether `arg` has a `..` component: between `/`s, or as the value of `--opt=..`.
+fn has_dotdot(arg: &str) -> bool {
+    arg.split(['/', '=']).any(|c| c == "..")
+}
+
+/// Whether the compiled `pattern` (written as `raw`) admits one argument (see
+/// [`ExecGrant::args`] for the rules).
+fn admits(raw: &str, pattern: &glob::Pattern, arg: &str) -> bool {
+    // An option is only ever admitted by a pattern that is itself an option: `*` stands
+    // for an operand, and `--config=/x` must not slip in through it.
+    if arg.starts_with('-') && !raw.starts_with('-') {
+        return false;
+    }
+    // A pattern naming a path never admits a climb out of it, whatever its literals are
+    // (`/etc/kubernetes/.*` would otherwise admit `/etc/kubernetes/..`).
+    if raw.contains('/') && has_dotdot(arg) {
+        return false;
+    }
+    pattern.matches_with(arg, MATCH)
+}
+
+/// Whether one granted argument list matches `args` (see [`ExecGrant::args`]). A final
+/// `**` entry matches any number of remaining arguments, each of which must be admitted
+/// by the glob `**` under the same rules as every other pattern (so no option, no `..`
+/// and no component starting with `.`).
 fn patterns_match(patterns: &[String], args: &[String]) -> bool {
     let (fixed, rest_any) = match patterns.split_last() {
-        Some((last, init)) if last == "**" => (init, true),
+        Some((last, init)) if last == REST => (init, true),
         _ => (patterns, false),
     };
     let count_ok = if rest_any { args.len() >= fixed.len() } else { args.len() == fixed.len() };
     count_ok
-        && fixed.iter().zip(args).all(|(p, a)| glob::Pattern::new(p).is_ok_and(|p| p.matches(a)))
+        && fixed.iter().zip(args).all(|(p, a)| glob::Pattern::new(p).is_ok_and(|c| admits(p, &c, a)))
+        && glob::Pattern::new(REST).is_ok_and(|c| args[fixed.len()..].iter().all(|a| admits(REST, &c, a)))
+}
+
+/// Why `args` may have been refused although a pattern looks like it should match: the
+/// rules a shell-style reading of the patterns would not show.
+fn refusal_hints(args: &[String]) -> String {
+    let mut hints = String::new();
+    if args.iter().any(|a| a.starts_with('-')) {
+        hints.push_str("; an argument starting with `-` matches only a pattern that itself starts with `-`");
+    }
+    if args.iter().any(|a| has_dotdot(a)) {
+        hints.push_str("; an argument with a `..` component never matches a pattern containing `/`");
+    }
+    if args.iter().any(|a| a.starts_with('.') || a.contains("/.")) {
+        hints.push_str("; wildcards do not match a leading `.` of a path component");
+    }
+    hints
 }
 
 /// Finds the grant that allows `command args`, or says why none does.
@@ -87,9 +138,10 @@ pub(crate) fn authorize<'g>(
         .flat_map(|g| if g.args.is_empty() { vec!["(no arguments)".to_owned()] } else { g.args.iter().map(|p| p.join(" ")).collect() })
         .collect();
     Err(Refusal::NotGranted(format!(
-        "exec: {command} {} (arguments match none of the granted patterns: {})",
+        "exec: {command} {} (arguments match none of the granted patterns: {}{})",
         args.join(" "),
-        granted.join(" | ")
+        granted.join(" | "),
+        refusal_hints(args)
     )))
 }
 
@@ -140,14 +192,40 @@ pub(crate) fn is_real_root(root: &Path) -> bool {
     root.canonicalize().is_ok_and(|p| p == Path::new("/"))
 }
 
+/// How long the host keeps reading after the command exited while its stdout or stderr
+/// is still open. The command's own process group is killed at its exit, so whatever
+/// still holds a pipe then left the group (a daemon started with `setsid`); its output
+/// is not the command's, and waiting for it could take for ever.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// Longest timeout honoured as such; longer ones (never from a grant, whose seconds are
+/// a `u32`) are cut to this so that the deadline stays representable.
+const MAX_TIMEOUT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
 /// Starts the command, waits for it up to its timeout (killing its whole process group
-/// then) and returns its capped output. Output beyond the cap is read and discarded so
-/// the command never blocks on a full pipe.
+/// then) and returns its capped output.
+///
+/// Guarantees:
+/// - a zero timeout (a call with no time left) starts nothing and is a
+///   [`CommandError::Timeout`];
+/// - in real-root mode the command starts in `/` (chrooted ones `chdir("/")` in the
+///   root), never in the agent's working directory;
+/// - the call returns by the command's deadline plus the time to reap it: stdout and
+///   stderr are read on this thread without blocking, output beyond the cap is read and
+///   discarded so the command never blocks on a full pipe, and when a process outside
+///   the command's group keeps a pipe open after the command exited, reading stops
+///   [`EXIT_GRACE`] later (never after the deadline) and the output is reported
+///   `truncated`.
 pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> {
+    if spec.timeout.is_zero() {
+        return Err(CommandError::Timeout(Duration::ZERO));
+    }
     let rel = spec.command.trim_start_matches('/');
     let real_root = is_real_root(spec.root);
     let mut cmd = if real_root {
-        Command::new(spec.command)
+        let mut cmd = Command::new(spec.command);
+        cmd.current_dir("/");
+        cmd
     } else {
         match spec.isolation {
             ExecIsolation::Chroot => {
@@ -170,67 +248,212 @@ pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> 
         .stderr(Stdio::piped())
         .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let deadline = Instant::now() + spec.timeout.min(MAX_TIMEOUT);
     let mut child = cmd
         .spawn()
         .map_err(|e| CommandError::Failed(format!("could not start {}: {e}", spec.command)))?;
     let pid = child.id();
+    let give_up = |child: &mut std::process::Child, e: CommandError| {
+        kill_group(pid);
+        let _ = child.wait();
+        Err(e)
+    };
+    let mut io = match Pipes::take(&mut child, spec.stdin, spec.max_output) {
+        Ok(io) => io,
+        Err(e) => return give_up(&mut child, CommandError::Failed(format!("pipes of {}: {e}", spec.command))),
+    };
 
-    if let (Some(input), Some(mut pipe)) = (spec.stdin, child.stdin.take()) {
-        std::thread::spawn(move || {
-            use std::io::Write;
-            // A command that does not read its stdin closes the pipe: ignore that.
-            let _ = pipe.write_all(&input);
-        });
-    }
-    let cap = spec.max_output;
-    let out = child.stdout.take().map(|p| std::thread::spawn(move || read_capped(p, cap)));
-    let err = child.stderr.take().map(|p| std::thread::spawn(move || read_capped(p, cap)));
-
-    let started = Instant::now();
     let mut pause = Duration::from_micros(100);
     let status = loop {
         match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if started.elapsed() >= spec.timeout => break None,
-            Ok(None) => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(10));
-            }
-            Err(e) => {
-                kill_group(pid);
-                return Err(CommandError::Failed(format!("waiting for {}: {e}", spec.command)));
-            }
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(e) => return give_up(&mut child, CommandError::Failed(format!("waiting for {}: {e}", spec.command))),
         }
+        let now = Instant::now();
+        if now >= deadline {
+            return give_up(&mut child, CommandError::Timeout(spec.timeout));
+        }
+        if let Err(e) = io.pump(pause.min(deadline - now)) {
+            return give_up(&mut child, CommandError::Failed(format!("reading the output of {}: {e}", spec.command)));
+        }
+        pause = (pause * 2).min(Duration::from_millis(10));
     };
     // Whatever the command left behind in its process group goes with it: otherwise a
-    // background child holding the pipes would keep the readers (and this call) waiting.
+    // background child holding the pipes would keep this call reading.
     kill_group(pid);
-    let Some(status) = status else {
-        let _ = child.wait();
-        return Err(CommandError::Timeout(spec.timeout));
-    };
-    let (stdout, t1) = out.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-    let (stderr, t2) = err.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-    Ok(CommandOutput { exit_code: status.code().unwrap_or(-1), stdout, stderr, truncated: t1 || t2 })
-}
-
-fn read_capped(mut pipe: impl Read, cap: u64) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut truncated = false;
-    let mut buf = [0u8; 8192];
-    loop {
-        match pipe.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = usize::try_from(cap.saturating_sub(kept.len() as u64)).unwrap_or(usize::MAX);
-                if n > room {
-                    truncated = true;
-                }
-                kept.extend_from_slice(&buf[..n.min(room)]);
-            }
+    io.stdin = None;
+    let stop = deadline.min(Instant::now() + EXIT_GRACE);
+    while io.reading() {
+        let now = Instant::now();
+        if now >= stop || io.pump(stop - now).is_err() {
+            break;
         }
     }
-    (kept, truncated)
+    let abandoned = io.reading();
+    if abandoned {
+        tracing::warn!(
+            command = spec.command,
+            "the command exited but a process outside its group keeps its output open; output cut at what was read"
+        );
+    }
+    let (stdout, stderr) = (io.stdout.take(), io.stderr.take());
+    Ok(CommandOutput {
+        exit_code: status.code().unwrap_or(-1),
+        truncated: stdout.1 || stderr.1 || abandoned,
+        stdout: stdout.0,
+        stderr: stderr.0,
+    })
+}
+
+/// Output kept up to a cap; what goes beyond it is counted as truncation and dropped.
+struct Capped {
+    kept: Vec<u8>,
+    cap: u64,
+    truncated: bool,
+}
+
+impl Capped {
+    fn push(&mut self, data: &[u8]) {
+        let room = usize::try_from(self.cap.saturating_sub(self.kept.len() as u64)).unwrap_or(usize::MAX);
+        if data.len() > room {
+            self.truncated = true;
+        }
+        self.kept.extend_from_slice(&data[..data.len().min(room)]);
+    }
+
+    fn take(&mut self) -> (Vec<u8>, bool) {
+        (std::mem::take(&mut self.kept), self.truncated)
+    }
+}
+
+/// The parent's ends of a command's pipes, non-blocking, served by [`Pipes::pump`] on
+/// the calling thread: no reader or writer thread can outlive the call.
+struct Pipes {
+    /// Our end of the command's stdin, the input and how much of it was written.
+    stdin: Option<(File, Vec<u8>, usize)>,
+    out: Option<File>,
+    err: Option<File>,
+    stdout: Capped,
+    stderr: Capped,
+}
+
+impl Pipes {
+    fn take(child: &mut std::process::Child, input: Option<Vec<u8>>, cap: u64) -> std::io::Result<Pipes> {
+        let stdin = match (child.stdin.take(), input) {
+            (Some(p), Some(input)) => Some((nonblocking(OwnedFd::from(p))?, input, 0)),
+            _ => None,
+        };
+        let out = child.stdout.take().map(|p| nonblocking(OwnedFd::from(p))).transpose()?;
+        let err = child.stderr.take().map(|p| nonblocking(OwnedFd::from(p))).transpose()?;
+        let capped = || Capped { kept: Vec::new(), cap, truncated: false };
+        Ok(Pipes { stdin, out, err, stdout: capped(), stderr: capped() })
+    }
+
+    /// Whether stdout or stderr is still open (some process still holds its write end).
+    fn reading(&self) -> bool {
+        self.out.is_some() || self.err.is_some()
+    }
+
+    /// Waits up to `wait` for any pipe to be ready, then reads what is there and writes
+    /// what fits. Closes a pipe at its end (EOF, or the command closed its stdin).
+    #[allow(unsafe_code)]
+    fn pump(&mut self, wait: Duration) -> std::io::Result<()> {
+        let fd = |f: Option<&File>| f.map_or(-1, AsRawFd::as_raw_fd);
+        let mut fds = [
+            libc::pollfd { fd: fd(self.out.as_ref()), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: fd(self.err.as_ref()), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: fd(self.stdin.as_ref().map(|s| &s.0)), events: libc::POLLOUT, revents: 0 },
+        ];
+        if fds.iter().all(|p| p.fd < 0) {
+            std::thread::sleep(wait);
+            return Ok(());
+        }
+        let timeout = libc::timespec {
+            tv_sec: libc::time_t::try_from(wait.as_secs()).unwrap_or(libc::time_t::MAX),
+            // Below 10^9: fits every `c_long`.
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `fds` is a live array of 3 initialised pollfds (ppoll ignores negative
+        // fds), `timeout` a live timespec, and a null signal mask leaves the mask alone;
+        // ppoll writes only the `revents` fields.
+        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &timeout, std::ptr::null()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.kind() == std::io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+        }
+        if fds[0].revents != 0 {
+            drain(&mut self.out, &mut self.stdout);
+        }
+        if fds[1].revents != 0 {
+            drain(&mut self.err, &mut self.stderr);
+        }
+        if fds[2].revents != 0 {
+            self.feed();
+        }
+        Ok(())
+    }
+
+    /// Writes as much of the input as the pipe takes; closes it when all is written (so
+    /// the command sees EOF) or the command closed its end (it does not read its stdin).
+    fn feed(&mut self) {
+        let Some((pipe, input, written)) = &mut self.stdin else { return };
+        let done = loop {
+            if *written == input.len() {
+                break true;
+            }
+            match pipe.write(&input[*written..]) {
+                Ok(n) => *written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+                Err(_) => break true,
+            }
+        };
+        if done {
+            self.stdin = None;
+        }
+    }
+}
+
+/// Reads everything available from `pipe` into `into`; closes it at EOF or on error.
+fn drain(pipe: &mut Option<File>, into: &mut Capped) {
+    let Some(f) = pipe else { return };
+    let mut buf = [0u8; 8192];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => into.push(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(_) => break,
+        }
+    }
+    *pipe = None;
+}
+
+/// Turns our end of a pipe into a non-blocking file.
+#[allow(unsafe_code)]
+fn nonblocking(fd: OwnedFd) -> std::io::Result<File> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fcntl(2) on a descriptor we own; F_GETFL/F_SETFL touch only the status
+    // flags of our end (the command's end of the pipe is a separate open file).
+    let ok = unsafe {
+        let flags = libc::fcntl(raw, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    };
+    if !ok {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(File::from(fd))
+}
+
+/// What the plugin is told when its command got no time or ran out of it.
+pub(crate) fn timeout_message(command: &str, timeout: Duration) -> String {
+    if timeout.is_zero() {
+        format!("{command} was not started: the call's deadline has passed")
+    } else {
+        format!("{command} ran longer than {timeout:?} and was killed")
+    }
 }
 
 /// Resolves `rel` under `root` for [`ExecIsolation::ResolveOnly`], refusing a path
@@ -311,7 +534,7 @@ mod tests {
         let g = [grant("/usr/bin/kubeadm", &[&["upgrade", "apply", "v1.*"], &["certs", "renew", "**"]])];
         assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["upgrade", "apply", "v1.34.1"])).is_ok());
         assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["certs", "renew"])).is_ok());
-        assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["certs", "renew", "all", "--x"])).is_ok());
+        assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["certs", "renew", "all", "x"])).is_ok());
         for bad in [&["upgrade", "apply"][..], &["upgrade", "apply", "v2.0", "x"], &["reset", "-f"], &["certs"]] {
             match authorize(&g, "/usr/bin/kubeadm", &v(bad)) {
                 Err(Refusal::NotGranted(m)) => assert!(m.contains("/usr/bin/kubeadm"), "{m}"),
@@ -342,5 +565,131 @@ mod tests {
         assert!(validate_grant(&grant("/bin/x", &[&["[a"]])).is_err());
         assert!(validate_grant(&grant("bin/x", &[])).is_err());
         assert!(validate_grant(&grant("/bin/x", &[&["a", "**"]])).is_ok());
+    }
+
+    fn refused(g: &[ExecGrant], command: &str, args: &[&str]) -> String {
+        match authorize(g, command, &v(args)) {
+            Err(Refusal::NotGranted(m)) => m,
+            other => panic!("{command} {args:?} should be refused, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn path_patterns_admit_neither_separators_nor_dotdot_nor_leading_dots() {
+        let g = [grant("/bin/rm", &[&["-f", "/etc/kubernetes/tmp/*"]])];
+        assert!(authorize(&g, "/bin/rm", &v(&["-f", "/etc/kubernetes/tmp/old.conf"])).is_ok());
+        for arg in [
+            "/etc/kubernetes/tmp/../../shadow",
+            "/etc/kubernetes/tmp/a/b",
+            "/etc/kubernetes/tmp/.hidden",
+            "/etc/kubernetes/tmp/..",
+        ] {
+            refused(&g, "/bin/rm", &["-f", arg]);
+        }
+        // A literal dot in the pattern may match a leading dot, but never a `..`.
+        let g = [grant("/bin/chmod", &[&["0755", "/usr/bin/.*"]])];
+        assert!(authorize(&g, "/bin/chmod", &v(&["0755", "/usr/bin/.kubelet.new"])).is_ok());
+        let m = refused(&g, "/bin/chmod", &["0755", "/usr/bin/.."]);
+        assert!(m.contains("`..` component"), "{m}");
+        // Case matters.
+        refused(&[grant("/bin/x", &[&["V1.*"]])], "/bin/x", &["v1.2"]);
+    }
+
+    #[test]
+    fn options_match_only_patterns_that_are_options() {
+        let g = [grant("/usr/bin/kubeadm", &[&["certs", "renew", "*"], &["certs", "renew", "*", "--config=/etc/kubeadm/*.yaml"]])];
+        assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["certs", "renew", "all"])).is_ok());
+        assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["certs", "renew", "all", "--config=/etc/kubeadm/a.yaml"])).is_ok());
+        for bad in [
+            &["certs", "renew", "--config=/x"][..],
+            &["certs", "renew", "-h"],
+            &["certs", "renew", "all", "--config=/etc/kubeadm/../../x.yaml"],
+            &["certs", "renew", "all", "--config=/etc/kubeadm/a/b.yaml"],
+        ] {
+            refused(&g, "/usr/bin/kubeadm", bad);
+        }
+        let m = refused(&g, "/usr/bin/kubeadm", &["certs", "renew", "--config=/x"]);
+        assert!(m.contains("matches only a pattern that itself starts with `-`"), "{m}");
+    }
+
+    #[test]
+    fn a_final_double_star_admits_no_option_dotdot_or_hidden_component() {
+        let g = [grant("/bin/x", &[&["run", "**"]])];
+        assert!(authorize(&g, "/bin/x", &v(&["run"])).is_ok());
+        assert!(authorize(&g, "/bin/x", &v(&["run", "a", "b/c", "/etc/x"])).is_ok());
+        for bad in ["--x", "-f", "..", "a/../b", "/etc/..", ".hidden", "a/.b"] {
+            refused(&g, "/bin/x", &["run", "ok", bad]);
+        }
+    }
+
+    fn spec<'a>(root: &'a Path, command: &'a str, args: &'a [String], timeout: Duration) -> CommandSpec<'a> {
+        CommandSpec { root, isolation: ExecIsolation::Chroot, command, args, stdin: None, timeout, max_output: 4096 }
+    }
+
+    #[test]
+    fn real_root_commands_start_in_the_root_directory() {
+        let out = run(spec(Path::new("/"), "/bin/pwd", &[], Duration::from_secs(60))).unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "/\n");
+    }
+
+    #[test]
+    fn no_time_left_starts_nothing() {
+        // A command that cannot be started tells an attempt (`could not start`) from no
+        // attempt at all: killing a started command at once could not show that.
+        let missing = "/nonexistent/bosun-test-command";
+        match run(spec(Path::new("/"), missing, &[], Duration::ZERO)) {
+            Err(CommandError::Timeout(t)) => assert!(t.is_zero()),
+            other => panic!("a zero timeout must be refused as a timeout before starting anything, got {other:?}"),
+        }
+        assert!(timeout_message(missing, Duration::ZERO).contains("was not started"));
+        match run(spec(Path::new("/"), missing, &[], Duration::from_secs(60))) {
+            Err(CommandError::Failed(m)) => assert!(m.contains("could not start"), "{m}"),
+            other => panic!("with time left the start is attempted, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_daemon_keeping_the_output_open_does_not_hold_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("daemon.pid");
+        // The daemon leaves the command's process group (setsid) with stdout and stderr
+        // still open; the command itself exits at once.
+        let script = "setsid /bin/sh -c 'echo $$ > \"$0\"; exec sleep 60' \"$0\" & echo started";
+        let args = v(&["-c", script, pidfile.to_str().unwrap()]);
+        let out = run(spec(Path::new("/"), "/bin/sh", &args, Duration::from_secs(300)));
+        // Clean up the daemon whatever happened.
+        for _ in 0..100 {
+            if let Some(pid) = std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse::<libc::pid_t>().ok()) {
+                // SAFETY: signals the daemon this test started.
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = out.unwrap();
+        assert_eq!(out.exit_code, 0);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+        assert!(out.truncated, "output still open after the exit must be reported as cut");
+    }
+
+    #[test]
+    fn stdin_is_fed_and_output_capped_without_threads() {
+        let args = v(&["-c", "cat; head -c 100000 /dev/zero"]);
+        let input = vec![b'x'; 300_000];
+        let mut s = spec(Path::new("/"), "/bin/sh", &args, Duration::from_secs(60));
+        s.stdin = Some(input);
+        s.max_output = 1 << 20;
+        let out = run(s).unwrap();
+        assert_eq!(out.exit_code, 0);
+        assert_eq!(out.stdout.len(), 400_000);
+        assert!(!out.truncated);
+        let mut s = spec(Path::new("/"), "/bin/sh", &args, Duration::from_secs(60));
+        s.max_output = 10;
+        let out = run(s).unwrap();
+        assert_eq!(out.stdout.len(), 10);
+        assert!(out.truncated);
     }
 }

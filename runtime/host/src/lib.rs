@@ -619,6 +619,7 @@ impl Host {
             exec::validate_grant(g)
                 .map_err(|reason| Error::InvalidGrant { grant: format!("exec {}", g.command), reason })?;
         }
+        service::validate_grants(&grants.services)?;
         let pre = match (&compiled.pre_http, grants.http.is_empty()) {
             (Some(_), true) if !describing => {
                 return Err(Error::NotGranted {

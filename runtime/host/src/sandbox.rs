@@ -343,16 +343,14 @@ impl RunState {
         });
         match out {
             Ok(o) => Ok(exec::Output { exit_code: o.exit_code, stdout: o.stdout, stderr: o.stderr, truncated: o.truncated }),
-            Err(CommandError::Timeout(t)) => Err(types::HostError::Timeout(format!("{command} ran longer than {t:?} and was killed"))),
+            Err(CommandError::Timeout(t)) => Err(types::HostError::Timeout(crate::exec::timeout_message(&command, t))),
             Err(CommandError::Failed(m)) => Err(types::HostError::Failed(m)),
         }
     }
 
     fn unit_grant(&mut self, unit: &str, action: Option<ServiceAction>) -> Result<(), types::HostError> {
         self.check_len("unit", unit)?;
-        if unit.is_empty() || unit.starts_with('-') || unit.contains('/') || unit.chars().any(char::is_control) {
-            return Err(types::HostError::InvalidArgument(format!("`{unit}` is not a systemd unit name")));
-        }
+        crate::service::check_unit_name(unit).map_err(types::HostError::InvalidArgument)?;
         let grants = Arc::clone(&self.grants);
         let Some(grant) = grants.services.iter().find(|g| g.unit == unit) else {
             return Err(self.deny("service", format!("service: {unit} (no service grant names this unit)")));
@@ -372,7 +370,7 @@ impl RunState {
 fn service_error(e: ServiceError) -> types::HostError {
     match e {
         ServiceError::Failed(m) => types::HostError::Failed(m),
-        ServiceError::Timeout(t) => types::HostError::Timeout(format!("systemctl did not finish within {t:?}")),
+        e @ ServiceError::Timeout(_) => types::HostError::Timeout(e.to_string()),
     }
 }
 
@@ -394,7 +392,7 @@ impl service::Host for RunState {
         Ok(self
             .env
             .service
-            .control(&self.env.root, &unit, action)
+            .control(&self.env.root, &unit, action, self.remaining())
             .map(|s| service::UnitStatus { active_state: s.active_state, sub_state: s.sub_state })
             .map_err(service_error))
     }
@@ -406,7 +404,7 @@ impl service::Host for RunState {
         Ok(self
             .env
             .service
-            .status(&self.env.root, &unit)
+            .status(&self.env.root, &unit, self.remaining())
             .map(|s| service::UnitStatus { active_state: s.active_state, sub_state: s.sub_state })
             .map_err(service_error))
     }

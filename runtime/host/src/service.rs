@@ -5,12 +5,46 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use bosun_api::grants::ServiceAction;
+use bosun_api::grants::{ServiceAction, ServiceGrant};
 
 use crate::config::ExecIsolation;
 use crate::exec::{CommandError, CommandSpec};
+
+/// Characters systemctl reads as a glob in a unit name (`stop 'kube*'` acts on every
+/// loaded unit that matches), plus `\`, its escape.
+const GLOB_CHARS: &[char] = &['*', '?', '[', ']', '\\'];
+
+/// Checks that `unit` names exactly one systemd unit: not empty, not an option (no
+/// leading `-`), no `/`, no control character, and none of `*?[]\`, which systemctl
+/// would expand to every matching unit. Used for the unit a plugin asks for and for
+/// every granted unit.
+pub(crate) fn check_unit_name(unit: &str) -> Result<(), String> {
+    if unit.is_empty() || unit.starts_with('-') || unit.contains('/') || unit.chars().any(char::is_control) {
+        return Err(format!(
+            "`{unit}` is not a systemd unit name: expected a name such as `kubelet.service`, \
+             not empty, without a leading `-`, `/` or control characters"
+        ));
+    }
+    if let Some(c) = unit.chars().find(|c| GLOB_CHARS.contains(c)) {
+        return Err(format!(
+            "`{unit}` contains `{c}`, which systemctl treats as a pattern matching many units; \
+             name each unit exactly (e.g. `kubelet.service`)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks every service grant's unit name (see [`check_unit_name`]) before a call, so
+/// a grant like `kube*` is reported as a broken grant instead of acting on many units.
+pub(crate) fn validate_grants(grants: &[ServiceGrant]) -> Result<(), crate::Error> {
+    for g in grants {
+        check_unit_name(&g.unit)
+            .map_err(|reason| crate::Error::InvalidGrant { grant: format!("service {}", g.unit), reason })?;
+    }
+    Ok(())
+}
 
 /// What systemd reports for a unit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,22 +58,29 @@ pub struct UnitStatus {
 pub enum ServiceError {
     #[error("{0}")]
     Failed(String),
-    #[error("systemctl did not finish within {0:?}")]
+    /// systemctl ran out of time (or, with a zero duration, was not started because the
+    /// call had no time left).
+    #[error("{}", if .0.is_zero() { "systemctl was not started: the call's deadline has passed".to_owned() } else { format!("systemctl did not finish within {:?}", .0) })]
     Timeout(Duration),
 }
 
-/// Performs unit actions on a node. Called only after the grant check: a backend does
-/// no authorization of its own. `root` is the host root of the node.
+/// Performs unit actions on a node. Called only after the grant check (which also
+/// checked the unit name): a backend does no authorization of its own. `root` is the
+/// host root of the node; `time_left` is what remains of the plugin call, and a backend
+/// must return within it (with [`ServiceError::Timeout`] when it cannot).
 pub trait ServiceBackend: Send + Sync {
-    fn control(&self, root: &Path, unit: &str, action: ServiceAction) -> Result<UnitStatus, ServiceError>;
-    fn status(&self, root: &Path, unit: &str) -> Result<UnitStatus, ServiceError>;
+    fn control(&self, root: &Path, unit: &str, action: ServiceAction, time_left: Duration) -> Result<UnitStatus, ServiceError>;
+    fn status(&self, root: &Path, unit: &str, time_left: Duration) -> Result<UnitStatus, ServiceError>;
 }
 
 /// Drives the node's systemd with `systemctl`, started like a granted command (chrooted
-/// into the host root when it is not `/`, empty environment, its own timeout).
+/// into the host root when it is not `/`, empty environment). Each systemctl run gets
+/// `timeout` or what is left of the call, whichever is shorter; no run starts once the
+/// call's time is up.
 #[derive(Clone, Debug)]
 pub struct SystemctlBackend {
     pub isolation: ExecIsolation,
+    /// Longest any one systemctl run may take.
     pub timeout: Duration,
 }
 
@@ -59,14 +100,15 @@ fn verb(action: ServiceAction) -> &'static str {
 }
 
 impl SystemctlBackend {
-    fn systemctl(&self, root: &Path, args: &[String]) -> Result<Vec<u8>, ServiceError> {
+    /// Runs systemctl with `args`, for at most `self.timeout` and never past `deadline`.
+    fn systemctl(&self, root: &Path, args: &[String], deadline: Instant) -> Result<Vec<u8>, ServiceError> {
         let out = crate::exec::run(CommandSpec {
             root,
             isolation: self.isolation,
             command: "/usr/bin/systemctl",
             args,
             stdin: None,
-            timeout: self.timeout,
+            timeout: self.timeout.min(deadline.saturating_duration_since(Instant::now())),
             max_output: 64 << 10,
         })
         .map_err(|e| match e {
@@ -83,18 +125,20 @@ impl SystemctlBackend {
         }
         Ok(out.stdout)
     }
-}
 
-impl ServiceBackend for SystemctlBackend {
-    fn control(&self, root: &Path, unit: &str, action: ServiceAction) -> Result<UnitStatus, ServiceError> {
-        self.systemctl(root, &[verb(action).to_owned(), "--".to_owned(), unit.to_owned()])?;
-        self.status(root, unit)
+    /// The instant `time_left` from now; a duration too large to represent means no
+    /// deadline beyond each run's own `timeout`.
+    fn deadline_in(&self, time_left: Duration) -> Instant {
+        let now = Instant::now();
+        now.checked_add(time_left).or_else(|| now.checked_add(self.timeout)).unwrap_or(now)
     }
 
-    fn status(&self, root: &Path, unit: &str) -> Result<UnitStatus, ServiceError> {
+    fn show(&self, root: &Path, unit: &str, deadline: Instant) -> Result<UnitStatus, ServiceError> {
+        check_unit_name(unit).map_err(ServiceError::Failed)?;
         let out = self.systemctl(
             root,
             &["show".to_owned(), "--property=ActiveState,SubState".to_owned(), "--".to_owned(), unit.to_owned()],
+            deadline,
         )?;
         let text = String::from_utf8_lossy(&out);
         let get = |k: &str| {
@@ -104,6 +148,21 @@ impl ServiceBackend for SystemctlBackend {
                 .to_owned()
         };
         Ok(UnitStatus { active_state: get("ActiveState"), sub_state: get("SubState") })
+    }
+}
+
+impl ServiceBackend for SystemctlBackend {
+    fn control(&self, root: &Path, unit: &str, action: ServiceAction, time_left: Duration) -> Result<UnitStatus, ServiceError> {
+        // Defence in depth: the grant check refused such names already.
+        check_unit_name(unit).map_err(ServiceError::Failed)?;
+        // One deadline for both runs: the status query gets what the action left.
+        let deadline = self.deadline_in(time_left);
+        self.systemctl(root, &[verb(action).to_owned(), "--".to_owned(), unit.to_owned()], deadline)?;
+        self.show(root, unit, deadline)
+    }
+
+    fn status(&self, root: &Path, unit: &str, time_left: Duration) -> Result<UnitStatus, ServiceError> {
+        self.show(root, unit, self.deadline_in(time_left))
     }
 }
 
@@ -168,7 +227,7 @@ impl RecordingBackend {
 }
 
 impl ServiceBackend for RecordingBackend {
-    fn control(&self, root: &Path, unit: &str, action: ServiceAction) -> Result<UnitStatus, ServiceError> {
+    fn control(&self, root: &Path, unit: &str, action: ServiceAction, _time_left: Duration) -> Result<UnitStatus, ServiceError> {
         self.record(root, format!("{} {unit}", verb(action)))?;
         let status = match action {
             ServiceAction::Stop => UnitStatus { active_state: "inactive".into(), sub_state: "dead".into() },
@@ -180,7 +239,7 @@ impl ServiceBackend for RecordingBackend {
         Ok(status)
     }
 
-    fn status(&self, root: &Path, unit: &str) -> Result<UnitStatus, ServiceError> {
+    fn status(&self, root: &Path, unit: &str, _time_left: Duration) -> Result<UnitStatus, ServiceError> {
         self.record(root, format!("status {unit}"))?;
         Ok(self
             .states
@@ -188,5 +247,80 @@ impl ServiceBackend for RecordingBackend {
             .ok()
             .and_then(|s| s.get(unit).cloned())
             .unwrap_or(UnitStatus { active_state: "inactive".into(), sub_state: "dead".into() }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_names_with_glob_characters_are_refused() {
+        for unit in ["kubelet.service", "getty@tty1.service", "bosun-agent.service"] {
+            assert!(check_unit_name(unit).is_ok(), "{unit}");
+        }
+        for unit in ["kube*.service", "kubelet.servic?", "kube[a-z]let.service", "kubelet]", "kube\\x2dlet.service"] {
+            let e = check_unit_name(unit).unwrap_err();
+            assert!(e.contains("pattern matching many units"), "{unit}: {e}");
+        }
+        for unit in ["", "-kubelet.service", "a/b.service", "a\nb.service"] {
+            assert!(check_unit_name(unit).is_err(), "{unit:?}");
+        }
+        let grant = |unit: &str| ServiceGrant { unit: unit.into(), actions: vec![ServiceAction::Restart] };
+        assert!(validate_grants(&[grant("kubelet.service")]).is_ok());
+        match validate_grants(&[grant("kubelet.service"), grant("*.service")]) {
+            Err(crate::Error::InvalidGrant { grant, reason }) => {
+                assert_eq!(grant, "service *.service");
+                assert!(reason.contains("`*`"), "{reason}");
+            }
+            other => panic!("a glob unit grant must be invalid, got {other:?}"),
+        }
+    }
+
+    /// A host root whose `/usr/bin/systemctl` appends its verb to `<root>/calls`, exits at
+    /// once for actions and never finishes `show`.
+    fn fake_systemctl() -> (tempfile::TempDir, SystemctlBackend) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("usr/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let script = bin.join("systemctl");
+        std::fs::write(&script, "#!/bin/sh\necho \"$1\" >> calls\n[ \"$1\" = show ] && exec sleep 600\nexit 0\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (dir, SystemctlBackend { isolation: ExecIsolation::ResolveOnly, timeout: Duration::from_secs(30) })
+    }
+
+    #[test]
+    fn systemctl_is_not_started_when_the_call_has_no_time_left() {
+        // A root without systemctl: an attempt to run it would fail as `Failed`, so a
+        // timeout shows that no attempt was made.
+        let dir = tempfile::tempdir().unwrap();
+        let backend = SystemctlBackend { isolation: ExecIsolation::ResolveOnly, timeout: Duration::from_secs(30) };
+        for result in [
+            backend.control(dir.path(), "kubelet.service", ServiceAction::Restart, Duration::ZERO),
+            backend.status(dir.path(), "kubelet.service", Duration::ZERO),
+        ] {
+            match result {
+                Err(e @ ServiceError::Timeout(_)) => assert!(e.to_string().contains("not started"), "{e}"),
+                other => panic!("expected a timeout before starting systemctl, got {other:?}"),
+            }
+        }
+        assert!(matches!(
+            backend.status(dir.path(), "kubelet.service", Duration::from_secs(30)),
+            Err(ServiceError::Failed(_))
+        ));
+    }
+
+    #[test]
+    fn both_systemctl_runs_of_control_share_the_calls_time() {
+        let (dir, backend) = fake_systemctl();
+        let left = Duration::from_secs(1);
+        // The restart returns at once; the status query after it never does, and must be
+        // stopped within what the call had left, not after systemctl's own 120 s.
+        match backend.control(dir.path(), "kubelet.service", ServiceAction::Restart, left) {
+            Err(ServiceError::Timeout(t)) => assert!(t <= left, "systemctl was given {t:?}, the call had {left:?}"),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert_eq!(std::fs::read_to_string(dir.path().join("calls")).unwrap(), "restart\nshow\n");
     }
 }

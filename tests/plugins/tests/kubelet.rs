@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bosun_api::grants::ServiceAction;
 use bosun_host::{RecordingBackend, ServiceBackend, ServiceError, UnitStatus};
@@ -98,6 +99,7 @@ impl ServiceBackend for FailingKubelet {
         _root: &Path,
         _unit: &str,
         _action: ServiceAction,
+        _time_left: Duration,
     ) -> Result<UnitStatus, ServiceError> {
         Ok(UnitStatus {
             active_state: "activating".into(),
@@ -105,7 +107,12 @@ impl ServiceBackend for FailingKubelet {
         })
     }
 
-    fn status(&self, _root: &Path, _unit: &str) -> Result<UnitStatus, ServiceError> {
+    fn status(
+        &self,
+        _root: &Path,
+        _unit: &str,
+        _time_left: Duration,
+    ) -> Result<UnitStatus, ServiceError> {
         let mut polls = self.polls.lock().unwrap();
         *polls += 1;
         Ok(match *polls {
