@@ -467,7 +467,11 @@ impl Host {
             + meta.version.len()
             + meta.abi_version.len()
             + meta.description.len()
-            + meta.actions.iter().map(|a| a.name.len() + a.description.len() + a.params_schema.len()).sum::<usize>();
+            + meta.actions.iter().map(|a| ENTRY_OVERHEAD + a.name.len() + a.description.len() + a.params_schema.len()).sum::<usize>()
+            + meta.capabilities.filesystem.iter().map(|p| ENTRY_OVERHEAD + p.path.len()).sum::<usize>()
+            + meta.capabilities.exec.iter().map(|c| ENTRY_OVERHEAD + c.command.len() + c.args.iter().map(|a| ENTRY_OVERHEAD + a.len()).sum::<usize>()).sum::<usize>()
+            + meta.capabilities.services.iter().map(|u| ENTRY_OVERHEAD + u.unit.len() + ENTRY_OVERHEAD * u.actions.len()).sum::<usize>()
+            + meta.capabilities.http.iter().map(|h| ENTRY_OVERHEAD + h.len()).sum::<usize>();
         check_output_size(size, limits.max_output_bytes)?;
         if meta.abi_version != ABI_VERSION {
             return Err(Error::AbiMismatch { expected: ABI_VERSION, found: format!("bosun:plugin@{}", meta.abi_version) });
@@ -516,7 +520,7 @@ impl Host {
         })?;
         let result = match result {
             Ok(checks) => {
-                let size: usize = checks.iter().map(|c| c.name.len() + c.message.len()).sum();
+                let size: usize = checks.iter().map(|c| ENTRY_OVERHEAD + c.name.len() + c.message.len()).sum();
                 check_output_size(size, self.config.limits.max_output_bytes)
                     .map_err(|error| CallFailure { error, captured: Box::new(captured.clone()) })?;
                 Ok(checks
@@ -564,7 +568,7 @@ impl Host {
         })?;
         let result = match result {
             Ok(o) => {
-                let size = o.message.len() + o.outputs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+                let size = o.message.len() + o.outputs.iter().map(|(k, v)| ENTRY_OVERHEAD + k.len() + v.len()).sum::<usize>();
                 check_output_size(size, self.config.limits.max_output_bytes)
                     .map_err(|error| CallFailure { error, captured: Box::new(captured.clone()) })?;
                 Ok(Outcome { changed: o.changed && !options.dry_run, message: o.message, outputs: o.outputs })
@@ -712,6 +716,11 @@ fn classify(e: wasmtime::Error, instantiating: bool, deadline: Duration, stderr:
         }
     }
 }
+
+/// What each entry of a result (an output, a check, an action, a capability) counts
+/// against `max_output_bytes` besides its text, so that a million empty entries are
+/// refused like a million bytes.
+const ENTRY_OVERHEAD: usize = 32;
 
 fn check_output_size(size: usize, limit: u64) -> Result<(), Error> {
     if size as u64 > limit {
