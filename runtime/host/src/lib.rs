@@ -664,6 +664,7 @@ impl Host {
             grants: Arc::new(grants.clone()),
             env,
             deadline: started + deadline,
+            clock_cut: false,
             log_bytes: 0,
             lines: Vec::new(),
             progress: None,
@@ -681,6 +682,12 @@ impl Host {
             .map_err(|e| (true, e))
             .and_then(|instance| f(&mut store, &instance).map_err(|e| (false, e)));
         let state = store.into_data();
+        // Woken from a wait the host cut at the deadline and back past it: the deadline
+        // decided the end, whatever the guest did in the moment before the epoch caught up.
+        let result = match result {
+            Ok(_) if state.clock_cut && Instant::now() >= state.deadline => Err((false, wasmtime::Error::new(Trap::Interrupt))),
+            other => other,
+        };
         let captured = Captured {
             lines: state.lines,
             progress: state.progress,

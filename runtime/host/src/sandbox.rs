@@ -83,6 +83,8 @@ pub(crate) struct RunState {
     pub grants: Arc<Grants>,
     pub env: Arc<CallEnv>,
     pub deadline: Instant,
+    /// A clock subscription of this call was cut at the deadline ([`CappedClock`]).
+    pub clock_cut: bool,
     pub log_bytes: u64,
     pub lines: Vec<LogLine>,
     pub progress: Option<Progress>,
@@ -149,7 +151,11 @@ pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linke
     clocks::wall_clock::add_to_linker::<RunState, WasiClocks>(&mut l, RunState::clocks)?;
     clocks::monotonic_clock::add_to_linker::<RunState, CappedClock>(&mut l, |s| {
         let remaining = s.remaining();
-        CappedClockView { inner: s.clocks(), remaining }
+        CappedClockView {
+            inner: wasmtime_wasi::clocks::WasiClocksCtxView { ctx: s.wasi.clocks(), table: &mut s.table },
+            remaining,
+            cut: &mut s.clock_cut,
+        }
     })?;
     filesystem::preopens::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
     sync::filesystem::types::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
@@ -186,8 +192,9 @@ pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linke
 /// The epoch deadline stops a call only while its wasm runs; a guest blocked in the host
 /// on a pollable (`std::thread::sleep(Duration::MAX)`, or `subscribe-duration(u64::MAX)`
 /// and `pollable.block`) would otherwise hold its thread and pool slot for ever. Cut at
-/// the deadline, the sleep ends, the guest resumes, and the epoch check stops it with
-/// [`Error::DeadlineExceeded`](crate::Error).
+/// the deadline, the sleep ends and the guest resumes; the epoch check stops it with
+/// [`Error::DeadlineExceeded`](crate::Error), and so does the host when the guest returns
+/// past its deadline after a cut (the epoch ticker may lag on a busy machine).
 pub(crate) struct CappedClock;
 
 impl HasData for CappedClock {
@@ -198,6 +205,8 @@ pub(crate) struct CappedClockView<'a> {
     inner: wasmtime_wasi::clocks::WasiClocksCtxView<'a>,
     /// Time left until the call's deadline when the guest made the call.
     remaining: Duration,
+    /// Set when a subscription was cut (the guest asked to wait past its deadline).
+    cut: &'a mut bool,
 }
 
 /// Past the deadline by this much a subscription still ends, so that the guest is back
@@ -220,6 +229,9 @@ impl wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host for CappedClockV
 
     fn subscribe_duration(&mut self, nanos: u64) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi_io::poll::DynPollable>> {
         let cap = u64::try_from((self.remaining + CLOCK_GRACE).as_nanos()).unwrap_or(u64::MAX);
+        if nanos > cap {
+            *self.cut = true;
+        }
         wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::subscribe_duration(&mut self.inner, nanos.min(cap))
     }
 }

@@ -433,6 +433,16 @@ fn a_sleep_in_the_host_is_cut_at_the_deadline() {
     let f = failure(r);
     assert!(matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(300)), "{f}");
     assert_happy(&node, &host);
+
+    // With an epoch tick far longer than the deadline (as when the ticker lags on a busy
+    // machine) the guest wakes and returns before any epoch check: the host still reports
+    // the deadline, not the guest's "woke up".
+    let mut config = node.config();
+    config.epoch_tick = Duration::from_secs(30);
+    let host = Host::new(config).unwrap();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = failure(host.run(&bad, &Grants::default(), &node_ctx(), "sleep-forever", "{}", RunOptions { dry_run: false, deadline: Some(Duration::from_millis(300)) }));
+    assert!(matches!(f.error, Error::DeadlineExceeded { .. }), "{f}");
 }
 
 #[test]
