@@ -653,8 +653,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("daemon.pid");
         // The daemon leaves the command's process group (setsid) with stdout and stderr
-        // still open; the command itself exits at once.
-        let script = "setsid /bin/sh -c 'echo $$ > \"$0\"; exec sleep 60' \"$0\" & echo started";
+        // still open; the command exits as soon as the daemon has left the group (it writes
+        // its pid once setsid is done; exiting earlier would let the group kill take it).
+        let script = "setsid /bin/sh -c 'echo $$ > \"$0\"; exec sleep 60' \"$0\" & while [ ! -s \"$0\" ]; do sleep 0.01; done; echo started";
         let args = v(&["-c", script, pidfile.to_str().unwrap()]);
         let out = run(spec(Path::new("/"), "/bin/sh", &args, Duration::from_secs(300)));
         // Clean up the daemon whatever happened.
