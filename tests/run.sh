@@ -22,4 +22,4 @@ lab() { cargo run --quiet --locked -p bosun-lab --bin lab -- "$@"; }
 if lab status >/dev/null 2>&1; then lab_was_running=1; else lab_was_running=0; fi
 trap 'if [ "$lab_was_running" = 0 ]; then lab down || true; fi' EXIT
 
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"
