@@ -5,26 +5,16 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use bosun_api::grants::{ExecGrant, Grants, ServiceAction, ServiceGrant};
-use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, RunOptions, RunReport};
-use std::time::Duration;
-use support::{node, plugins};
-
-fn exec_grant(command: &str, args: &[&[&str]]) -> ExecGrant {
-    ExecGrant {
-        command: command.into(),
-        args: args.iter().map(|l| l.iter().map(|s| (*s).to_owned()).collect()).collect(),
-        timeout_seconds: Some(60),
-        max_output_bytes: Some(4096),
-    }
-}
+use bosun_api::grants::{Grants, ServiceAction, ServiceGrant};
+use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, RunReport};
+use support::{exec_grant, node, plugins, run_on};
 
 fn ctx() -> NodeContext {
     NodeContext { node_name: "cp-1".into(), roles: vec!["control-plane".into()], kubelet_version: None }
 }
 
 fn run(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str) -> Result<RunReport, CallFailure> {
-    host.run(p, grants, &ctx(), action, params, RunOptions { dry_run: false, deadline: Some(Duration::from_secs(60)) })
+    run_on(host, p, grants, &ctx(), action, params)
 }
 
 /// Runs the `bad` plugin's `exec` action with `args` and returns its result.

@@ -9,22 +9,17 @@
 mod support;
 
 use std::os::unix::fs::symlink;
-use std::time::Duration;
 
 use bosun_api::grants::{Access, FilesystemGrant, Grants};
-use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, RunOptions, RunReport};
-use support::{Node, node, plugins};
-
-fn fs(path: &str, access: Access) -> FilesystemGrant {
-    FilesystemGrant { path: path.into(), access }
-}
+use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, RunReport};
+use support::{Node, fs, node, plugins, run_on};
 
 fn grants(filesystem: Vec<FilesystemGrant>) -> Grants {
     Grants { filesystem, ..Grants::default() }
 }
 
 fn run(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str) -> Result<RunReport, CallFailure> {
-    host.run(p, grants, &NodeContext::default(), action, params, RunOptions { dry_run: false, deadline: Some(Duration::from_secs(60)) })
+    run_on(host, p, grants, &NodeContext::default(), action, params)
 }
 
 /// The reason of the `InvalidGrant` the host stops the run with; panics on anything else.

@@ -5,23 +5,14 @@
 
 mod support;
 
-use bosun_api::grants::{Access, ExecGrant, FilesystemGrant, Grants, HttpGrant, ServiceAction, ServiceGrant};
+use bosun_api::grants::{Access, ExecGrant, Grants, HttpGrant, ServiceAction, ServiceGrant};
 use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, RunOptions, RunReport};
 use bosun_trust::{Digest, TrustError};
 use std::time::Duration;
-use support::{Node, is_root, node, plugins};
-
-fn fs(path: &str, access: Access) -> FilesystemGrant {
-    FilesystemGrant { path: path.into(), access }
-}
+use support::{Node, exec_grant, fs, is_root, node, plugins, run_on};
 
 fn greet_grant(args: &[&[&str]]) -> ExecGrant {
-    ExecGrant {
-        command: "/usr/bin/greet".into(),
-        args: args.iter().map(|l| l.iter().map(|s| (*s).to_owned()).collect()).collect(),
-        timeout_seconds: Some(60),
-        max_output_bytes: Some(4096),
-    }
+    exec_grant("/usr/bin/greet", args)
 }
 
 /// The grants of the happy path: read /data, run greet with one argument.
@@ -42,7 +33,7 @@ fn node_ctx() -> NodeContext {
 }
 
 fn run(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str) -> Result<RunReport, CallFailure> {
-    host.run(p, grants, &node_ctx(), action, params, RunOptions { dry_run: false, deadline: Some(Duration::from_secs(60)) })
+    run_on(host, p, grants, &node_ctx(), action, params)
 }
 
 /// Runs a `bad` action that must be refused by the plugin's own error path (the host

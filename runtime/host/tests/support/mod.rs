@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
-use bosun_host::{Host, HostConfig, LoadedPlugin, PluginPin, RecordingBackend};
+use bosun_api::grants::{Access, ExecGrant, FilesystemGrant, Grants};
+use bosun_host::{CallFailure, Host, HostConfig, LoadedPlugin, NodeContext, PluginPin, RecordingBackend, RunOptions, RunReport};
 use bosun_trust::{Digest, SigningKey, Statement, TrustRoots};
 
 /// The compiled test plugins (see plugins/testing/README.md).
@@ -185,4 +186,24 @@ pub fn node() -> Node {
     }
     install_shell(&root);
     Node { dir, signer: Signer::new(), services: Arc::new(RecordingBackend::logging_to_host_root()) }
+}
+
+/// A filesystem grant of `path`.
+pub fn fs(path: &str, access: Access) -> FilesystemGrant {
+    FilesystemGrant { path: path.into(), access }
+}
+
+/// An exec grant of `command` with argument-pattern lists `args` (60 s, 4 KiB of output).
+pub fn exec_grant(command: &str, args: &[&[&str]]) -> ExecGrant {
+    ExecGrant {
+        command: command.into(),
+        args: args.iter().map(|l| l.iter().map(|s| (*s).to_owned()).collect()).collect(),
+        timeout_seconds: Some(60),
+        max_output_bytes: Some(4096),
+    }
+}
+
+/// Runs `action` of `p` for real (not a dry run) with a 60 s deadline on node `ctx`.
+pub fn run_on(host: &Host, p: &LoadedPlugin, grants: &Grants, ctx: &NodeContext, action: &str, params: &str) -> Result<RunReport, CallFailure> {
+    host.run(p, grants, ctx, action, params, RunOptions { dry_run: false, deadline: Some(std::time::Duration::from_secs(60)) })
 }
