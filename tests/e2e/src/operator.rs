@@ -126,12 +126,7 @@ impl Operator {
     /// Operations behind. A failing test returns before it gets here and leaves its objects
     /// for inspection (`kubectl get operations -l bosun.dev/instance=<name>`).
     pub async fn finish(self) -> Result<()> {
-        let ops: Api<Operation> = Api::all(self.client.clone());
-        let selector = format!("{INSTANCE_LABEL}={}", self.instance);
-        ops.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&selector))
-            .await
-            .with_context(|| format!("deleting the Operations labelled {selector}"))?;
-        Ok(())
+        delete_instance_operations(&self.client, &self.instance).await
     }
 
     /// The Operation object for `spec`, named `name` and labelled with this instance.
@@ -248,6 +243,17 @@ impl std::fmt::Debug for Operator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Operator").field("instance", &self.instance).field("dir", &self.dir).finish_non_exhaustive()
     }
+}
+
+/// Deletes every Operation labelled with `instance` (the lab's garbage collector then
+/// removes their NodeTasks, which they own).
+pub async fn delete_instance_operations(client: &Client, instance: &str) -> Result<()> {
+    let ops: Api<Operation> = Api::all(client.clone());
+    let selector = format!("{INSTANCE_LABEL}={instance}");
+    ops.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&selector))
+        .await
+        .with_context(|| format!("deleting the Operations labelled {selector}"))?;
+    Ok(())
 }
 
 /// The process name of `node`'s agent.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
 use bosun_api::operation::{Operation, OperationPhase};
-use bosun_e2e::operator::{describe_tasks, phase_of, tasks_of};
+use bosun_e2e::operator::{delete_instance_operations, describe_tasks, phase_of, tasks_of};
 use bosun_e2e::{DEADLINE, MANAGER, Processes, binary, target_dir, unique};
 use bosun_lab::LabHandle;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -250,12 +250,8 @@ impl World {
             let api: Api<Namespace> = Api::all(client.clone());
             let _ = api.delete(ns, &DeleteParams::default()).await;
         }
-        if passed {
-            let ops: Api<Operation> = Api::all(client.clone());
-            let selector = format!("{INSTANCE_LABEL}={instance}");
-            if let Err(e) = ops.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&selector)).await {
-                eprintln!("deleting the Operations labelled {selector}: {e}");
-            }
+        if passed && let Err(e) = delete_instance_operations(&client, &instance).await {
+            eprintln!("{e:#}");
         }
     }
 }
