@@ -12,6 +12,7 @@ use wasmtime_wasi::cli::WasiCliView as _;
 use wasmtime_wasi::clocks::WasiClocksView as _;
 use wasmtime_wasi::filesystem::WasiFilesystemView as _;
 use wasmtime_wasi::random::WasiRandomView as _;
+use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::bosun::plugin::{exec, facts, http, log, service, types};
@@ -213,17 +214,17 @@ pub(crate) struct CappedClockView<'a> {
 /// in wasm after the epoch deadline has passed (the next epoch check then stops it).
 const CLOCK_GRACE: Duration = Duration::from_millis(50);
 
-impl wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host for CappedClockView<'_> {
+impl monotonic_clock::Host for CappedClockView<'_> {
     fn now(&mut self) -> wasmtime::Result<u64> {
-        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::now(&mut self.inner)
+        monotonic_clock::Host::now(&mut self.inner)
     }
 
     fn resolution(&mut self) -> wasmtime::Result<u64> {
-        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::resolution(&mut self.inner)
+        monotonic_clock::Host::resolution(&mut self.inner)
     }
 
     fn subscribe_instant(&mut self, when: u64) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi_io::poll::DynPollable>> {
-        let now = wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::now(&mut self.inner)?;
+        let now = monotonic_clock::Host::now(&mut self.inner)?;
         self.subscribe_duration(when.saturating_sub(now))
     }
 
@@ -232,7 +233,7 @@ impl wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host for CappedClockV
         if nanos > cap {
             *self.cut = true;
         }
-        wasmtime_wasi::p2::bindings::clocks::monotonic_clock::Host::subscribe_duration(&mut self.inner, nanos.min(cap))
+        monotonic_clock::Host::subscribe_duration(&mut self.inner, nanos.min(cap))
     }
 }
 
