@@ -2,10 +2,32 @@
 # Runs every Bosun test: unit tests, the plugin host's sandbox tests (which build the test
 # plugins for wasm32-wasip2) and the end-to-end tests against the lab's real control plane
 # (started, or reused, by the tests themselves through tests/lab).
+#
+# Works on a brand-new machine: it installs the host tools the tests drive (as root), adds
+# the wasm32-wasip2 target, builds the lab's Kubernetes binaries and Bosun's binaries, then
+# tests. Arguments go to `cargo test` (e.g. `-p bosun-host`, `--test sandbox`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/bosun/target}"
+
+# Host tools the tests drive for real: dpkg-deb/apt (apt backend test), and Debian's dnf,
+# its versionlock plugin, rpm/rpmbuild and createrepo_c (dnf backend test, which builds an
+# RPM repository and runs dnf chrooted into a Rocky node root). Installed once; a no-op after.
+need=()
+for pkg in dpkg apt dnf dnf-plugins-core rpm createrepo-c; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ "${#need[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing test tools from Debian's packages: ${need[*]}"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}"
+  else
+    echo "warning: the package-backend tests need Debian packages that are missing: ${need[*]}" >&2
+    echo "         install them as root (apt-get install ${need[*]}); those tests fail naming them otherwise" >&2
+  fi
+fi
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   rustup target add wasm32-wasip2
@@ -21,5 +43,10 @@ export BOSUN_LAB_BIN
 lab() { cargo run --quiet --locked -p bosun-lab --bin lab -- "$@"; }
 if lab status >/dev/null 2>&1; then lab_was_running=1; else lab_was_running=0; fi
 trap 'if [ "$lab_was_running" = 0 ]; then lab down || true; fi' EXIT
+
+# The end-to-end tests run the controller, agent, CLI and lab binaries and refuse stale ones.
+# `cargo test` alone builds only the binaries of crates that have integration tests; build
+# every binary explicitly so the run never depends on what an earlier command left behind.
+cargo build --workspace --locked --bins
 
 cargo test --workspace --locked --no-fail-fast "$@"

@@ -31,7 +31,8 @@ export BOSUN_LAB_BIN
 KUBECTL="$BOSUN_LAB_BIN/kubectl"
 
 step "Bosun binaries and the hello plugin"
-cargo build --quiet --locked -p bosun-lab --bin lab -p bosun-controller -p bosun-agent -p kubectl-bosun
+# No `--bin`: it would select that binary in every package named, and build only `lab`.
+cargo build --quiet --locked -p bosun-lab -p bosun-controller -p bosun-agent -p kubectl-bosun
 B="$CARGO_TARGET_DIR/debug"
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
 PLUGIN_TARGET="$CARGO_TARGET_DIR/cli-test-plugins"   # shared with the tests

@@ -18,12 +18,54 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
 }
 
-/// The source files cargo recorded as inputs of a built binary (its dep-info file,
-/// `<binary>.d`: `target: dep dep ...`, spaces in paths escaped as `\ `).
+/// The dep-info file (`target: dep dep ...`) of the compilation that produced `binary`.
+///
+/// rustc writes one next to every artifact it builds in `deps/` (`<crate>-<hash>.d`), for
+/// `cargo build` and `cargo test` alike; cargo then hard-links the artifact up to
+/// `debug/<name>`. The binary's own is found by that shared inode. `debug/<name>.d` is only
+/// a fallback: cargo writes it for `cargo build` alone and does not refresh it when a
+/// `cargo test` rebuilds the binary, so it may describe an older build.
+fn dep_info_of(binary: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let stem = binary
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{} has no UTF-8 file name", binary.display()))?
+        .replace('-', "_");
+    let deps = binary.with_file_name("deps");
+    let prefix = format!("{stem}-");
+    if let Ok(entries) = std::fs::read_dir(&deps) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some(hash) = name.strip_prefix(&prefix) else { continue };
+            if hash.contains('.') {
+                continue; // the `.d`, `.rlib`, ... files beside the artifacts
+            }
+            let same = entry.metadata().is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino());
+            let dep_info = entry.path().with_extension("d");
+            if same && dep_info.is_file() {
+                return Ok(dep_info);
+            }
+        }
+    }
+    let uplifted = binary.with_extension("d");
+    ensure!(
+        uplifted.is_file(),
+        "found no dep-info for {} (neither a {}/{prefix}<hash>.d with the same inode nor {})",
+        binary.display(),
+        deps.display(),
+        uplifted.display()
+    );
+    Ok(uplifted)
+}
+
+/// The source files rustc recorded as inputs of a built binary (its dep-info file:
+/// `target: dep dep ...`, spaces in paths escaped as `\ `).
 fn dep_info_sources(binary: &Path) -> Result<Vec<PathBuf>> {
-    let dep_info = binary.with_extension("d");
-    let text = std::fs::read_to_string(&dep_info)
-        .with_context(|| format!("reading {} (cargo writes it next to the binary)", dep_info.display()))?;
+    let dep_info = dep_info_of(binary)?;
+    let text = std::fs::read_to_string(&dep_info).with_context(|| format!("reading {}", dep_info.display()))?;
     let line = text.lines().next().unwrap_or_default();
     let (_, deps) = line.split_once(": ").with_context(|| format!("{} has no `target: deps` line", dep_info.display()))?;
     let mut out = Vec::new();
@@ -47,29 +89,38 @@ fn dep_info_sources(binary: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// A workspace binary in `$CARGO_TARGET_DIR/debug`, refused when missing or when any
-/// workspace source file it was built from (as cargo's dep-info lists them) changed since:
+/// workspace source file it was built from (as rustc's dep-info lists them) changed since:
 /// a test of stale code proves nothing.
 ///
 /// The binary is not built here: a nested `cargo build` would wait forever on the lock
-/// held by the `cargo test` running the test. `cargo test --workspace` builds the
-/// binaries of every crate with integration tests first; alone, run
-/// `cargo build -p bosun-controller -p bosun-agent` before the e2e test.
+/// held by the `cargo test` running the test. `cargo test --workspace` (and so
+/// `tests/run.sh`) builds the binaries of every crate with integration tests first; alone,
+/// run `cargo build -p bosun-controller -p bosun-agent -p kubectl-bosun` before the e2e test.
 pub fn binary(name: &str) -> Result<PathBuf> {
     let path = target_dir().join("debug").join(name);
-    let hint = "build it first: `cargo build -p bosun-controller -p bosun-agent` (cargo test --workspace does this)";
-    let built = std::fs::metadata(&path)
+    ensure_fresh(&path, &workspace_root())?;
+    Ok(path)
+}
+
+/// Refuses `binary` when it is missing or older than any source under `root` that its
+/// dep-info names. Relative dep-info paths are relative to `root`: cargo runs rustc from the
+/// workspace root and names member crates' sources that way.
+fn ensure_fresh(binary: &Path, root: &Path) -> Result<()> {
+    let hint = "build it first: `cargo build -p bosun-controller -p bosun-agent -p kubectl-bosun` \
+                (tests/run.sh does this)";
+    let built = std::fs::metadata(binary)
         .and_then(|m| m.modified())
-        .with_context(|| format!("{} not found; {hint}", path.display()))?;
-    let root = workspace_root();
-    for source in dep_info_sources(&path)? {
-        if !source.starts_with(&root) {
+        .with_context(|| format!("{} not found; {hint}", binary.display()))?;
+    for source in dep_info_sources(binary)? {
+        let source = root.join(source); // an absolute path stays as it is
+        if !source.starts_with(root) {
             continue; // registry crates do not change under a built binary
         }
         // A source that vanished was renamed or removed: the binary is stale too.
         let changed = std::fs::metadata(&source).and_then(|m| m.modified()).map_or(true, |t| t > built);
-        ensure!(!changed, "{} is older than {}; {hint}", path.display(), source.display());
+        ensure!(!changed, "{} is older than {}; {hint}", binary.display(), source.display());
     }
-    Ok(path)
+    Ok(())
 }
 
 /// Builds a plugin package for wasm32-wasip2 in its own target directory
@@ -93,4 +144,74 @@ pub fn build_plugin(package: &str) -> Result<Vec<u8>> {
     );
     let path = dir.join("wasm32-wasip2/release").join(format!("{}.wasm", package.replace('-', "_")));
     std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::{self, File};
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    /// A target directory as `cargo test` leaves it: the binary hard-linked from `deps/`,
+    /// rustc's dep-info beside it naming the source relative to the workspace root, no
+    /// `debug/<name>.d`, and a decoy (the crate's unit-test binary) with its own dep-info.
+    fn layout(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+        let root = dir.join("ws");
+        let deps = dir.join("target/debug/deps");
+        fs::create_dir_all(root.join("src")).unwrap();
+        fs::create_dir_all(&deps).unwrap();
+        let source = root.join("src/main.rs");
+        fs::write(&source, "fn main() {}").unwrap();
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        File::options().write(true).open(&source).unwrap().set_modified(old).unwrap();
+        let artifact = deps.join("my_tool-1111");
+        fs::write(&artifact, "binary").unwrap();
+        fs::write(deps.join("my_tool-1111.d"), format!("{}.d: src/main.rs\n\nsrc/main.rs:\n", artifact.display()))
+            .unwrap();
+        fs::write(deps.join("my_tool-2222"), "unit tests").unwrap();
+        fs::write(deps.join("my_tool-2222.d"), "x: src/other.rs\n").unwrap();
+        let binary = dir.join("target/debug/my-tool");
+        fs::hard_link(&artifact, &binary).unwrap();
+        (root, binary, source)
+    }
+
+    #[test]
+    fn a_binary_built_by_cargo_test_is_checked_against_its_own_relative_dep_info() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, binary, source) = layout(dir.path());
+        assert_eq!(dep_info_of(&binary).unwrap(), binary.with_file_name("deps/my_tool-1111.d"));
+        ensure_fresh(&binary, &root).unwrap();
+
+        // Editing the source after the build makes the binary stale.
+        let later = SystemTime::now() + Duration::from_secs(60);
+        File::options().write(true).open(&source).unwrap().set_modified(later).unwrap();
+        let err = ensure_fresh(&binary, &root).unwrap_err().to_string();
+        assert!(err.contains("is older than") && err.contains("src/main.rs"), "{err}");
+    }
+
+    #[test]
+    fn a_binary_whose_source_vanished_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, binary, source) = layout(dir.path());
+        fs::remove_file(&source).unwrap();
+        let err = ensure_fresh(&binary, &root).unwrap_err().to_string();
+        assert!(err.contains("is older than"), "{err}");
+    }
+
+    #[test]
+    fn a_binary_without_any_dep_info_is_refused_with_what_was_looked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, binary, _) = layout(dir.path());
+        fs::remove_file(binary.with_file_name("deps/my_tool-1111.d")).unwrap();
+        let err = ensure_fresh(&binary, &root).unwrap_err().to_string();
+        assert!(err.contains("found no dep-info") && err.contains("my_tool-<hash>.d"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_binary_says_how_to_build_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = ensure_fresh(&dir.path().join("nope"), dir.path()).unwrap_err().to_string();
+        assert!(err.contains("not found") && err.contains("cargo build"), "{err}");
+    }
 }
