@@ -37,6 +37,15 @@ for tool in git cargo rustup go; do
   command -v "$tool" >/dev/null || { echo "fresh.sh: $tool is not on PATH; install it first" >&2; exit 2; }
 done
 
+# Two cold Cargo target directories, the Go caches and the labs take about 20 GiB; a full
+# disk shows up as linker bus errors and "database or disk is full" deep inside a build.
+need_kib=$((25 * 1024 * 1024))
+free_kib=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR==2 {print $4}')
+if [ "${free_kib:-0}" -lt "$need_kib" ]; then
+  echo "fresh.sh: only $((free_kib / 1024 / 1024)) GiB free under ${TMPDIR:-/tmp}; it needs about 25 GiB (set TMPDIR to a roomier disk)" >&2
+  exit 2
+fi
+
 work="$(mktemp -d "${TMPDIR:-/tmp}/bosun-fresh.XXXXXX")"
 echo "fresh.sh: working in $work"
 git clone --quiet "$src" "$work/bosun"
@@ -90,6 +99,7 @@ for name in "${order[@]}"; do
   set -e
   secs[$name]=$(($(date +%s) - start))
   stop_lab "$name"
+  rm -rf "$work/target-$name" # about 10 GiB each; the next command builds its own
   echo "fresh.sh: '${cmd[*]}' exited ${rc[$name]} after ${secs[$name]} s; its last lines:"
   tail -n 15 "$log" | sed 's/^/    /'
 done
