@@ -2,9 +2,10 @@
 # Builds, as OCI image archives, every image `kubeadm config images list` names for the pinned
 # Kubernetes version, from the Go-built binaries (nothing is pulled): kube-apiserver,
 # kube-controller-manager, kube-scheduler, kube-proxy (with the node's iptables and conntrack
-# and their libraries), etcd, coredns and pause (pause.c, static). Each is a single-layer image
-# made with umoci; `lab cluster up` imports them into each node's containerd with
-# `ctr -n k8s.io images import --base-name <repository>`.
+# and their libraries), etcd, coredns and pause (pause.c, static), plus
+# localhost/bosun/busybox:lab (Debian's busybox-static) for test workloads. Each is a
+# single-layer image made with umoci; `cluster.sh up` imports them into each node's containerd
+# with `ctr -n k8s.io images import --base-name <repository>`.
 # Usage: build-images.sh <go bin dir> <node image>. Prints the image directory as its last line.
 set -euo pipefail
 
@@ -62,16 +63,17 @@ while read -r ref; do
       cp "$GOBIN_DIR/kube-proxy" "$c/usr/local/bin/"
       # iptables (nft backend, as on the node), conntrack and every library they load, copied
       # out of the node image so both sides use the same iptables.
-      podman run --rm --network none --entrypoint /bin/sh -v "$c:/out" "$NODE_IMAGE" -c '
+      podman run --rm --network none --ulimit nofile=20000:20000 --ulimit nproc=32768:32768 \
+        --entrypoint /bin/sh -v "$c:/out" "$NODE_IMAGE" -c '
         set -e
         files="/usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi /usr/sbin/conntrack"
         for f in $files; do
-          for l in $(ldd "$f" | grep -o "/[^ ]*"); do mkdir -p "/out$(dirname "$l")"; cp -L "$l" "/out$l"; done
+          for l in $(ldd "$f" | awk "/=> \\// {print \$3} /^\t\// {print \$1}"); do mkdir -p "/out$(dirname "$l")"; cp -L "$l" "/out$l"; done
           mkdir -p "/out$(dirname "$f")"; cp "$f" "/out$f"
         done
         mkdir -p /out/usr/lib/x86_64-linux-gnu
         cp -a /usr/lib/x86_64-linux-gnu/xtables /out/usr/lib/x86_64-linux-gnu/
-        for l in $(ldd /usr/lib/x86_64-linux-gnu/xtables/*.so | grep -o "/[^ ]*\.so[^ ]*" | sort -u); do
+        for l in $(ldd /usr/lib/x86_64-linux-gnu/xtables/*.so | awk "/=> \\// {print \$3}" | sort -u); do
           [ -e "/out$l" ] || { mkdir -p "/out$(dirname "$l")"; cp -L "$l" "/out$l"; }
         done
         cd /out/usr/sbin
@@ -96,6 +98,12 @@ while read -r ref; do
   esac
   rm -rf "$c"
 done <"$OUT/wanted.list"
+# Not from kubeadm's list: a busybox image for test workloads (shell, httpd, wget, nslookup).
+c="$work/busybox-content"; mkdir -p "$c/bin" "$c/tmp" "$c/etc"; chmod 1777 "$c/tmp"
+cp /bin/busybox "$c/bin/busybox"
+for t in sh httpd wget nslookup sleep cat echo ip hostname; do ln -s busybox "$c/bin/$t"; done
+echo 'root:x:0:0:root:/root:/bin/sh' >"$c/etc/passwd"
+mk_image "localhost/bosun/busybox:lab" /bin/sh "$c"
 rm -rf "$work"
 mv "$OUT/images.list.tmp" "$OUT/images.list"
 echo "cluster images: built $(wc -l <"$OUT/images.list") images in $(( $(date +%s) - t0 ))s" | tee -a "$LOG" >&2

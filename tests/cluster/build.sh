@@ -16,7 +16,7 @@ t0=$(date +%s)
 need=()
 for pair in podman:podman runc:runc debootstrap:debootstrap umoci:umoci \
             /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables \
-            openssl:openssl gcc:gcc dpkg-deb:dpkg flock:util-linux; do
+            openssl:openssl gcc:gcc /bin/busybox:busybox-static dpkg-deb:dpkg flock:util-linux; do
   tool="${pair%%:*}"; pkg="${pair#*:}"
   if [ "${tool#/}" != "$tool" ]; then [ -e "$tool" ] || need+=("$pkg")
   else command -v "$tool" >/dev/null 2>&1 || need+=("$pkg"); fi

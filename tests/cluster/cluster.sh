@@ -21,7 +21,6 @@ SUBNET="${BOSUN_CLUSTER_SUBNET:-10.231.0.0/24}"
 POD_SUBNET="${BOSUN_CLUSTER_POD_SUBNET:-10.244.0.0/16}"
 SERVICE_SUBNET="10.96.0.0/12"
 NET="bosun-cluster-$NAME"
-BRIDGE="bosun-$(echo "$NAME" | cut -c1-9)"   # interface names have at most 15 characters
 LABEL="bosun.cluster=$NAME"
 PREFIX="${SUBNET%.*}"                          # 10.231.0
 GATEWAY="$PREFIX.1"
@@ -36,6 +35,9 @@ case "$SUBNET" in *.0/24) ;; *) die "BOSUN_CLUSTER_SUBNET must be a /24 ending i
 
 kubectl_() { "$BOSUN_CLUSTER_BIN/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
 node_exec() { local n="$1"; shift; podman exec "$n" "$@"; }
+node_put() { # node_put <node> <host file> <path in node>
+  podman exec -i "$1" sh -c "mkdir -p \"\$(dirname '$3')\" && cat >'$3'" <"$2"
+}
 lab_containers() { podman ps -a --filter "label=$LABEL" --format '{{.Names}}'; }
 
 load_build() {
@@ -76,9 +78,9 @@ cmd_up() {
   cat /proc/sys/net/ipv4/ip_forward >"$DIR/host-ip_forward"
   echo "$cps $workers" >"$DIR/shape"
 
-  say "network $NET ($SUBNET, bridge $BRIDGE)"
   podman network create --label "$LABEL" --subnet "$SUBNET" --gateway "$GATEWAY" \
-    --interface-name "$BRIDGE" --disable-dns "$NET" >/dev/null
+    --disable-dns "$NET" >/dev/null
+  say "network $NET ($SUBNET, bridge $(podman network inspect --format '{{.NetworkInterface}}' "$NET"))"
 
   local nodes=() ips=() i
   for i in $(seq 1 "$cps"); do nodes+=("$NAME-cp$i"); ips+=("$PREFIX.$((10 + i))"); done
@@ -154,7 +156,7 @@ conntrack:
   maxPerCore: 0
 YAML
   } >"$DIR/kubeadm-init.yaml"
-  podman cp "$DIR/kubeadm-init.yaml" "$cp1:/etc/kubernetes/bosun-kubeadm.yaml"
+  node_put "$cp1" "$DIR/kubeadm-init.yaml" /etc/kubernetes/bosun-kubeadm.yaml
   say "kubeadm init on $cp1 ($cp1_ip)"
   local ti; ti=$(now)
   local upload=(); [ -n "$cert_key" ] && upload=(--upload-certs)
@@ -197,7 +199,7 @@ controlPlane:
 YAML
       fi
     } >"$DIR/kubeadm-join-$n.yaml"
-    podman cp "$DIR/kubeadm-join-$n.yaml" "$n:/etc/kubernetes/bosun-kubeadm.yaml"
+    node_put "$n" "$DIR/kubeadm-join-$n.yaml" /etc/kubernetes/bosun-kubeadm.yaml
     say "kubeadm join on $n ($ip)"
     node_exec "$n" kubeadm join --config /etc/kubernetes/bosun-kubeadm.yaml >"$DIR/kubeadm-join-$n.log" 2>&1 \
       || { tail -n 30 "$DIR/kubeadm-join-$n.log" >&2; die "kubeadm join on $n failed; full log: $DIR/kubeadm-join-$n.log"; }
@@ -236,8 +238,7 @@ YAML
   ]
 }
 JSON
-    node_exec "$n" mkdir -p /etc/cni/net.d
-    podman cp "$DIR/cni-$n.conflist" "$n:/etc/cni/net.d/10-bosun.conflist"
+    node_put "$n" "$DIR/cni-$n.conflist" /etc/cni/net.d/10-bosun.conflist
     for j in "${!nodes[@]}"; do
       [ "$i" = "$j" ] && continue
       node_exec "$n" ip route replace "${cidrs[$j]}" via "${ips[$j]}"
@@ -275,25 +276,41 @@ cmd_status() {
   kubectl_ get pods -A -o wide
 }
 
+# The host interface that holds the lab network's gateway address (podman 4.3 names CNI bridges
+# cni-podmanN itself), if any.
+lab_bridge() { ip -o -4 addr show | awk -v gw="$GATEWAY" '$4 ~ "^"gw"/" {print $2}'; }
+
+# Container cgroups (libpod-<id>, in every hierarchy) whose container no longer exists.
+orphan_cgroups() {
+  local ids d id
+  ids=" $(podman ps -aq --no-trunc | xargs) "
+  find /sys/fs/cgroup/ -maxdepth 4 -type d -name 'libpod-*' 2>/dev/null | while read -r d; do
+    id=$(basename "$d" | sed -E 's/^libpod-(conmon-)?([0-9a-f]{64}).*/\2/')
+    [[ "$ids" == *" $id "* ]] || echo "$d"
+  done
+}
+
 # Everything of this lab that still exists on the host, one line each; empty when clean.
 leftovers() {
   local c
   c=$(lab_containers | xargs)
   [ -z "$c" ] || echo "containers: $c"
   podman network exists "$NET" && echo "podman network: $NET"
-  ip link show "$BRIDGE" >/dev/null 2>&1 && echo "bridge interface: $BRIDGE"
+  local br; br=$(lab_bridge)
+  [ -z "$br" ] || echo "bridge interface: $br (holds $GATEWAY)"
   local rules
-  rules=$(iptables-save 2>/dev/null | grep -E -e "${PREFIX//./\\.}\\.|$BRIDGE|$NET" || true)
+  rules=$(iptables-save 2>/dev/null | grep -E -e "${PREFIX//./\\.}\\.|$NET|CNI-" || true)
   [ -z "$rules" ] || echo "iptables rules: $(echo "$rules" | wc -l) ($(echo "$rules" | head -n 3 | xargs))"
-  if [ -f "$DIR/container-ids" ]; then
-    local id d
-    while read -r id; do
-      for d in /sys/fs/cgroup/*/ /sys/fs/cgroup/unified/; do
-        find "$d" -maxdepth 3 -type d -name "*$id*" 2>/dev/null | sed 's/^/cgroup: /'
-      done
-    done <"$DIR/container-ids"
+  orphan_cgroups | sed 's/^/cgroup: /'
+  if [ -z "$(podman ps -aq)" ]; then
+    find /sys/fs/cgroup/ -maxdepth 2 -type d -name libpod_parent | sed 's/^/cgroup (podman, no container left): /'
   fi
-  grep -F -e "$DIR/" -e "/opt/bosun/images" /proc/self/mountinfo | awk '{print "mount: " $5}' || true
+  grep -F -e "$DIR/" -e "/opt/bosun/images" -e "libpod" /proc/self/mountinfo \
+    | awk '{print "mount: " $5}' || true
+  if [ -f "$DIR/host-ip_forward" ] && [ -z "$(podman ps -q)" ] \
+    && [ "$(cat /proc/sys/net/ipv4/ip_forward)" != "$(cat "$DIR/host-ip_forward")" ]; then
+    echo "net.ipv4.ip_forward: $(cat /proc/sys/net/ipv4/ip_forward), was $(cat "$DIR/host-ip_forward") before up"
+  fi
 }
 
 cmd_down() {
@@ -301,33 +318,40 @@ cmd_down() {
   c=$(lab_containers)
   mkdir -p "$DIR"
   if [ -n "$c" ]; then
-    podman inspect --format '{{.Id}}' $c >>"$DIR/container-ids"
     say "removing $(echo "$c" | xargs)"
     # SIGRTMIN+3 first: systemd stops kubelet, containerd and the pods' shims in order.
     podman rm -f -t 20 $c >/dev/null
   fi
+  local br
   if podman network exists "$NET"; then podman network rm -f "$NET" >/dev/null; fi
-  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE"; fi
+  br=$(lab_bridge)
+  if [ -n "$br" ]; then ip link del "$br"; fi
   # Rules the CNI plugins of podman's network left: masquerade of the node subnet and the
-  # CNI-FORWARD accepts. Delete each of them; then the chains podman made that are now empty.
+  # CNI-FORWARD accepts. Delete each of them.
   local table rule
   for table in nat filter; do
-    iptables-save -t "$table" | grep -E "^-A .*(${PREFIX//./\\.}\\.|$BRIDGE)" | while read -r rule; do
-      # iptables-save quotes comments the way a shell does, so eval splits the rule correctly.
-      eval "iptables -t $table ${rule/-A /-D }" || say "could not delete iptables rule '$rule' in $table"
-    done
-  done
-  # Kubelet and pod cgroups inside the nodes' private cgroup namespaces outlive the container if
-  # a process was still in them; remove them depth first.
-  if [ -f "$DIR/container-ids" ]; then
-    local id d
-    while read -r id; do
-      for d in /sys/fs/cgroup/*/; do
-        find "$d" -depth -type d -name "*$id*" 2>/dev/null | while read -r top; do
-          find "$top" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-        done
+    { iptables-save -t "$table" | grep -E "^-A .*(${PREFIX//./\\.}\\.|$NET)" || true; } \
+      | while read -r rule; do
+        # iptables-save quotes comments the way a shell does, so eval splits the rule correctly.
+        eval "iptables -t $table ${rule/-A /-D }" || say "could not delete iptables rule '$rule' in $table"
       done
-    done <"$DIR/container-ids"
+  done
+  # The CNI firewall plugin's chains, once no podman network uses them any more: CNI-FORWARD
+  # then holds only its jump to CNI-ADMIN, and CNI-ADMIN is empty.
+  if [ -z "$(podman ps -q)" ] && iptables -S CNI-FORWARD >/dev/null 2>&1 \
+    && [ "$(iptables -S CNI-FORWARD | grep -vc -e '^-N' -e '-j CNI-ADMIN')" = 0 ] \
+    && [ "$(iptables -S CNI-ADMIN 2>/dev/null | grep -vc '^-N')" = 0 ]; then
+    iptables -D FORWARD -m comment --comment "CNI firewall plugin rules" -j CNI-FORWARD 2>/dev/null || true
+    iptables -F CNI-FORWARD && iptables -X CNI-FORWARD && iptables -X CNI-ADMIN
+  fi
+  # Kubelet and pod cgroups inside the nodes' private cgroup namespaces outlive the container if
+  # a process was still in them; remove them depth first. podman's empty libpod_parent too.
+  local top
+  while read -r top; do
+    [ -n "$top" ] && find "$top" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done <<<"$(orphan_cgroups)"
+  if [ -z "$(podman ps -aq)" ]; then
+    find /sys/fs/cgroup/*/libpod_parent -depth -type d -exec rmdir {} \; 2>/dev/null || true
   fi
   if [ -f "$DIR/host-ip_forward" ] && [ -z "$(podman ps -q)" ]; then
     cat "$DIR/host-ip_forward" >/proc/sys/net/ipv4/ip_forward
