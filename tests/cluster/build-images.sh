@@ -98,10 +98,10 @@ while read -r ref; do
   esac
   rm -rf "$c"
 done <"$OUT/wanted.list"
-# Not from kubeadm's list: a busybox image for test workloads (shell, httpd, wget, nslookup).
+# Not from kubeadm's list: a busybox image for test workloads (shell, httpd, nc, nslookup).
 c="$work/busybox-content"; mkdir -p "$c/bin" "$c/tmp" "$c/etc"; chmod 1777 "$c/tmp"
 cp /bin/busybox "$c/bin/busybox"
-for t in sh httpd wget nslookup sleep cat echo ip hostname; do ln -s busybox "$c/bin/$t"; done
+for t in sh httpd nc nslookup sleep cat echo ip hostname; do ln -s busybox "$c/bin/$t"; done
 echo 'root:x:0:0:root:/root:/bin/sh' >"$c/etc/passwd"
 mk_image "localhost/bosun/busybox:lab" /bin/sh "$c"
 rm -rf "$work"

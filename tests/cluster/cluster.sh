@@ -148,6 +148,15 @@ kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
+# The nodes share the host's disk with everything else on it: the default thresholds
+# (nodefs.available<10%) put a node under DiskPressure, and evict its pods, as soon as the host
+# disk is 90% full. Images cannot be pulled again here (they are imported), so image garbage
+# collection must never remove them either. The same choice as kind's nodes.
+evictionHard:
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+imageGCHighThresholdPercent: 100
 ---
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration

@@ -39,7 +39,8 @@ spec:
     imagePullPolicy: Never
     command: [sh, -c, 'echo hello-from-$first > /tmp/index.html && exec httpd -f -p 8080 -h /tmp']
 YAML
-k wait --for=condition=Ready pod/web --timeout=120s >/dev/null || fail "pod web on $first did not become Ready"
+k wait --for=condition=Ready pod/web --timeout=120s >/dev/null \
+  || { k describe pod web | tail -n 15 >&2; fail "pod web on $first did not become Ready"; }
 ip=$(k get pod web -o jsonpath='{.status.podIP}')
 cat <<YAML | k apply -f - >/dev/null
 apiVersion: v1
@@ -53,10 +54,11 @@ spec:
   - name: client
     image: localhost/bosun/busybox:lab
     imagePullPolicy: Never
-    command: [sh, -c, 'wget -q -T 10 -O - http://$ip:8080/ && nslookup kubernetes.default.svc.cluster.local']
+    # busybox's nc, not wget: Debian's static busybox wget crashes in glibc without NSS files.
+    command: [sh, -c, 'printf "GET / HTTP/1.0\\r\\n\\r\\n" | nc -w 10 $ip 8080 && nslookup kubernetes.default.svc.cluster.local']
 YAML
 k wait --for=jsonpath='{.status.phase}'=Succeeded pod/client --timeout=120s >/dev/null \
-  || { k logs client >&2 || true; fail "pod client on $last could not reach $ip:8080 on $first or resolve kubernetes.default"; }
+  || { k describe pod client | tail -n 15 >&2; k logs client >&2 || true; fail "pod client on $last could not reach $ip:8080 on $first or resolve kubernetes.default"; }
 out=$(k logs client)
 echo "$out"
 echo "$out" | grep -qx "hello-from-$first" || fail "client on $last got '$out' from $ip, expected hello-from-$first"
