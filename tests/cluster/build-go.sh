@@ -105,11 +105,16 @@ for b in "${missing[@]}"; do
       (cd "$src" && go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3) >>"$LOG" 2>&1 || fail "building etcd"
       mv "$BIN/etcd.tmp" "$BIN/etcd" ;;
     crictl|coredns)
-      if [ "$b" = crictl ]; then pkg="sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
-      else pkg="github.com/coredns/coredns@$COREDNS_VERSION"; fi
+      # crictl's version is set at link time, as its Makefile does (else it says "unknown").
+      if [ "$b" = crictl ]; then
+        pkg="sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+        ld="-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION"
+      else
+        pkg="github.com/coredns/coredns@$COREDNS_VERSION"; ld="-s -w"
+      fi
       tmp="$OUT/tmp-bin-$b"; rm -rf "$tmp"; mkdir -p "$tmp"
       echo "cluster build: go install $pkg ..." >&2
-      GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "$pkg" >>"$LOG" 2>&1 || fail "building $pkg"
+      GOBIN="$tmp" go install -trimpath -ldflags "$ld" "$pkg" >>"$LOG" 2>&1 || fail "building $pkg"
       mv "$tmp/$b" "$BIN/$b"; rm -rf "$tmp" ;;
     *) continue ;;
   esac

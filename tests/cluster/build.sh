@@ -4,8 +4,9 @@
 #   1. host packages (podman, runc, debootstrap, umoci, CNI plugins, iptables, ...) with apt-get
 #      when missing (root only);
 #   2. the Go binaries (build-go.sh): Kubernetes, etcd, crictl, CoreDNS at pinned versions;
-#   3. the node image (build-node.sh): Debian minbase + systemd + containerd + runc + kubelet;
-#   4. the control-plane/addon images kubeadm wants (build-images.sh), as OCI archives.
+#   3. kubeadm/kubelet/kubectl/cri-tools .debs and a flat apt repository (build-debs.sh);
+#   4. the node image (build-node.sh): Debian minbase + systemd + containerd + runc + the .debs;
+#   5. the control-plane/addon images kubeadm wants (build-images.sh), as OCI archives.
 # Each step rebuilds only what is missing. Writes the results to
 # $BOSUN_CACHE_DIR/cluster/current.env (sourced by cluster.sh) and prints it.
 set -euo pipefail
@@ -16,7 +17,7 @@ t0=$(date +%s)
 need=()
 for pair in podman:podman runc:runc debootstrap:debootstrap umoci:umoci \
             /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables \
-            openssl:openssl gcc:gcc /bin/busybox:busybox-static dpkg-deb:dpkg flock:util-linux; do
+            openssl:openssl gcc:gcc /bin/busybox:busybox-static dpkg-deb:dpkg dpkg-scanpackages:dpkg-dev flock:util-linux; do
   tool="${pair%%:*}"; pkg="${pair#*:}"
   if [ "${tool#/}" != "$tool" ]; then [ -e "$tool" ] || need+=("$pkg")
   else command -v "$tool" >/dev/null 2>&1 || need+=("$pkg"); fi
@@ -32,7 +33,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 gobin=$("$HERE/build-go.sh" | tail -n1)
-node_image=$("$HERE/build-node.sh" "$gobin" | tail -n1)
+repo=$("$HERE/build-debs.sh" "$gobin" | tail -n1)
+node_image=$("$HERE/build-node.sh" "$gobin" "$repo" | tail -n1)
 images=$("$HERE/build-images.sh" "$gobin" "$node_image" | tail -n1)
 version=$("$gobin/kubeadm" version -o short)
 mkdir -p "$CACHE/cluster"
@@ -41,6 +43,7 @@ BOSUN_CLUSTER_VERSION=$version
 BOSUN_CLUSTER_BIN=$gobin
 BOSUN_CLUSTER_NODE_IMAGE=$node_image
 BOSUN_CLUSTER_IMAGES=$images
+BOSUN_CLUSTER_APT=$repo
 ENV
 mv "$CACHE/cluster/current.env.tmp" "$CACHE/cluster/current.env"
 echo "cluster build: done in $(( $(date +%s) - t0 ))s" >&2

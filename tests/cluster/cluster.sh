@@ -11,7 +11,8 @@
 # Environment: BOSUN_CLUSTER_NAME (default bosun; names containers, network and bridge),
 # BOSUN_CLUSTER_DIR (state, default ~/.cache/bosun/cluster-state/<name>),
 # BOSUN_CLUSTER_SUBNET (node network, a /24, default 10.231.0.0/24),
-# BOSUN_CLUSTER_POD_SUBNET (default 10.244.0.0/16), BOSUN_CACHE_DIR. Needs root.
+# BOSUN_CLUSTER_POD_SUBNET (default 10.244.0.0/16), BOSUN_CLUSTER_APT_PORT (the lab apt
+# repository on the bridge's gateway address, default 8780), BOSUN_CACHE_DIR. Needs root.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
@@ -20,6 +21,7 @@ DIR="${BOSUN_CLUSTER_DIR:-$CACHE/cluster-state/$NAME}"
 SUBNET="${BOSUN_CLUSTER_SUBNET:-10.231.0.0/24}"
 POD_SUBNET="${BOSUN_CLUSTER_POD_SUBNET:-10.244.0.0/16}"
 SERVICE_SUBNET="10.96.0.0/12"
+APT_PORT="${BOSUN_CLUSTER_APT_PORT:-8780}"
 NET="bosun-cluster-$NAME"
 LABEL="bosun.cluster=$NAME"
 PREFIX="${SUBNET%.*}"                          # 10.231.0
@@ -45,6 +47,7 @@ load_build() {
   # shellcheck disable=SC1091
   source "$CACHE/cluster/current.env"
   export BOSUN_CLUSTER_VERSION BOSUN_CLUSTER_BIN BOSUN_CLUSTER_NODE_IMAGE BOSUN_CLUSTER_IMAGES
+  export BOSUN_CLUSTER_APT
 }
 
 wait_for() { # wait_for <seconds> <what> <command...>
@@ -106,6 +109,16 @@ cmd_up() {
       node_exec "$n" ctr -n k8s.io images import --base-name "$repo" "/opt/bosun/images/$file" >/dev/null \
         || die "importing $repo:$tag into $n failed"
     done <"$BOSUN_CLUSTER_IMAGES/images.list"
+  done
+  # The lab's apt repository (build-debs.sh), served from the host on the bridge's gateway
+  # address only, and the nodes' apt pointed at it.
+  setsid /bin/busybox httpd -f -p "$GATEWAY:$APT_PORT" -h "$BOSUN_CLUSTER_APT" \
+    </dev/null >"$DIR/apt-httpd.log" 2>&1 &
+  echo $! >"$DIR/apt-httpd.pid"
+  wait_for 10 "the apt repository on $GATEWAY:$APT_PORT" apt_serving
+  echo "deb [trusted=yes] http://$GATEWAY:$APT_PORT/ ./" >"$DIR/bosun-cluster-lab.list"
+  for n in "${nodes[@]}"; do
+    node_put "$n" "$DIR/bosun-cluster-lab.list" /etc/apt/sources.list.d/bosun-cluster-lab.list
   done
   local tn; tn=$(now)
   say "nodes started and images imported in $(since "$tb")s"
@@ -299,6 +312,8 @@ orphan_cgroups() {
   done
 }
 
+apt_serving() { ss -ltnH "( sport = :$APT_PORT )" | grep -qF "$GATEWAY:$APT_PORT"; }
+
 # Everything of this lab that still exists on the host, one line each; empty when clean.
 leftovers() {
   local c
@@ -307,6 +322,7 @@ leftovers() {
   podman network exists "$NET" && echo "podman network: $NET"
   local br; br=$(lab_bridge)
   [ -z "$br" ] || echo "bridge interface: $br (holds $GATEWAY)"
+  apt_serving && echo "apt repository server: listening on $GATEWAY:$APT_PORT"
   local rules
   rules=$(iptables-save 2>/dev/null | grep -E -e "${PREFIX//./\\.}\\.|$NET|CNI-" || true)
   [ -z "$rules" ] || echo "iptables rules: $(echo "$rules" | wc -l) ($(echo "$rules" | head -n 3 | xargs))"
@@ -330,6 +346,14 @@ cmd_down() {
     say "removing $(echo "$c" | xargs)"
     # SIGRTMIN+3 first: systemd stops kubelet, containerd and the pods' shims in order.
     podman rm -f -t 20 $c >/dev/null
+  fi
+  if [ -f "$DIR/apt-httpd.pid" ]; then
+    local pid; pid=$(cat "$DIR/apt-httpd.pid")
+    # Only the server this lab started: its pid, still running busybox httpd on our address.
+    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "httpd -f -p $GATEWAY:$APT_PORT"; then
+      kill "$pid"
+      wait_for 10 "the apt repository server (pid $pid) to stop" test ! -e "/proc/$pid"
+    fi
   fi
   local br
   if podman network exists "$NET"; then podman network rm -f "$NET" >/dev/null; fi

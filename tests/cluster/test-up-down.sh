@@ -4,6 +4,7 @@
 #   - a pod on the last node reaches an HTTP server pod on the first node (cross-node pod
 #     traffic over the per-node pod CIDRs) and resolves kubernetes.default through CoreDNS's
 #     Service (kube-proxy's iptables rules);
+#   - the nodes' apt sees only the lab repository and installs kubectl from it;
 #   - `down` removes everything and `check-clean` finds nothing of the lab on the host.
 # Usage: test-up-down.sh [--control-planes M] [--workers N]  (default 1 and 1). Needs root.
 set -euo pipefail
@@ -64,6 +65,21 @@ echo "$out"
 echo "$out" | grep -qx "hello-from-$first" || fail "client on $last got '$out' from $ip, expected hello-from-$first"
 svc=$(k get svc kubernetes -o jsonpath='{.spec.clusterIP}')
 echo "$out" | grep -q "Address: $svc" || fail "nslookup did not return the kubernetes Service address $svc"
+# The nodes' apt sees only the lab repository, and installs kubeadm's packages from it.
+subnet="${BOSUN_CLUSTER_SUBNET:-10.231.0.0/24}"
+repo_url="http://${subnet%.*}.1:${BOSUN_CLUSTER_APT_PORT:-8780}"
+repo_re="${repo_url//./\\.}"
+apt_out=$(podman exec -e DEBIAN_FRONTEND=noninteractive "$last" sh -c 'apt-get update && apt-cache policy kubeadm kubelet kubectl cri-tools && apt-get install -y --reinstall kubectl' 2>&1) \
+  || { echo "$apt_out" >&2; fail "apt on $last could not use the lab repository"; }
+echo "$apt_out" | grep -E '^(Get|Hit|Ign|Err):' | grep -v "http://10\.231\.0\.1:8780" \
+  && fail "apt on $last reached a source other than the lab repository"
+deb_ver="${want#v}-1.1"
+[ "$(echo "$apt_out" | grep -A2 '^kubeadm:' | grep -c "$deb_ver")" = 2 ] \
+  || { echo "$apt_out" >&2; fail "apt-cache policy kubeadm on $last: expected installed and candidate $deb_ver"; }
+echo "$apt_out" | grep -q "^Get:[0-9]* $repo_re \./ kubectl $deb_ver " \
+  || { echo "$apt_out" >&2; fail "kubectl $deb_ver was not downloaded from the lab repository on $last"; }
+echo "apt on $last: kubeadm/kubelet/kubectl/cri-tools from $repo_url at $deb_ver"
+
 # shellcheck disable=SC2046
 podman stats --no-stream --format '{{.Name}} {{.MemUsage}}' \
   $(podman ps -q --filter "label=bosun.cluster=${BOSUN_CLUSTER_NAME:-bosun}")
