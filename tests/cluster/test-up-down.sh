@@ -71,7 +71,7 @@ repo_url="http://${subnet%.*}.1:${BOSUN_CLUSTER_APT_PORT:-8780}"
 repo_re="${repo_url//./\\.}"
 apt_out=$(podman exec -e DEBIAN_FRONTEND=noninteractive "$last" sh -c 'apt-get update && apt-cache policy kubeadm kubelet kubectl cri-tools && apt-get install -y --reinstall kubectl' 2>&1) \
   || { echo "$apt_out" >&2; fail "apt on $last could not use the lab repository"; }
-echo "$apt_out" | grep -E '^(Get|Hit|Ign|Err):' | grep -v "http://10\.231\.0\.1:8780" \
+echo "$apt_out" | grep -E '^(Get|Hit|Ign|Err):' | grep -v "$repo_re" \
   && fail "apt on $last reached a source other than the lab repository"
 deb_ver="${want#v}-1.1"
 [ "$(echo "$apt_out" | grep -A2 '^kubeadm:' | grep -c "$deb_ver")" = 2 ] \
