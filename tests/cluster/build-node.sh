@@ -71,7 +71,8 @@ tar -C "$stage" --numeric-owner -c . | podman import \
   - "$IMAGE" >>"$LOG" 2>&1 || { echo "cluster node: podman import failed; see $LOG" >&2; exit 1; }
 rm -rf "$stage"
 # Older node images of this lab are not needed any more (each is about 0.5 GB).
-podman images --format '{{.Repository}}:{{.Tag}}' | grep '^localhost/bosun-cluster-node:' \
-  | grep -vx "$IMAGE" | while read -r old; do podman rmi "$old" >/dev/null 2>&1 || true; done
+for old in $(podman images --format '{{.Repository}}:{{.Tag}}'); do
+  case "$old" in localhost/bosun-cluster-node:*) [ "$old" = "$IMAGE" ] || podman rmi "$old" >/dev/null 2>&1 || true ;; esac
+done
 echo "cluster node: image $IMAGE built in $(( $(date +%s) - t0 ))s" >&2
 echo "$IMAGE"
