@@ -29,6 +29,15 @@ version=$("$GOBIN_DIR/kubeadm" version -o short)
 "$GOBIN_DIR/kubeadm" config images list --kubernetes-version "$version" >"$OUT/wanted.list" 2>>"$LOG" \
   || { echo "cluster images: kubeadm config images list failed; see $LOG" >&2; exit 1; }
 
+# The etcd and CoreDNS binaries must be the versions the tags say (build-go.sh pins them for
+# v1.34; another Kubernetes version may want others).
+etcd_tag=$(sed -n 's|^registry.k8s.io/etcd:||p' "$OUT/wanted.list")
+etcd_have=$("$GOBIN_DIR/etcd" --version | sed -n 's/^etcd Version: //p')
+[ "${etcd_tag%-*}" = "$etcd_have" ] || { echo "cluster images: kubeadm $version wants etcd:$etcd_tag but $GOBIN_DIR/etcd is $etcd_have; build it with BOSUN_CLUSTER_ETCD_VERSION=v${etcd_tag%-*} tests/cluster/build-go.sh" >&2; exit 1; }
+coredns_tag=$(sed -n 's|^registry.k8s.io/coredns/coredns:||p' "$OUT/wanted.list")
+coredns_have=$("$GOBIN_DIR/coredns" -version | sed -n 's/^CoreDNS-/v/p')
+[ "$coredns_tag" = "$coredns_have" ] || { echo "cluster images: kubeadm $version wants coredns:$coredns_tag but $GOBIN_DIR/coredns is $coredns_have; build it with BOSUN_COREDNS_VERSION=$coredns_tag tests/cluster/build-go.sh" >&2; exit 1; }
+
 work="$OUT/work"; rm -rf "$work"; mkdir -p "$work"
 # mk_image <repository:tag> <entrypoint> <dir whose content becomes the image's />
 mk_image() {
