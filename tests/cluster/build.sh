@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds everything the real-node cluster lab needs, cached under
+# ${BOSUN_CACHE_DIR:-~/.cache/bosun}/cluster/:
+#   1. host packages (podman, runc, debootstrap, umoci, CNI plugins, iptables, ...) with apt-get
+#      when missing (root only);
+#   2. the Go binaries (build-go.sh): Kubernetes, etcd, crictl, CoreDNS at pinned versions;
+#   3. kubeadm/kubelet/kubectl/cri-tools .debs and a flat apt repository (build-debs.sh);
+#   4. the node image (build-node.sh): Debian minbase + systemd + containerd + runc + the .debs;
+#   5. the control-plane/addon images kubeadm wants (build-images.sh), as OCI archives.
+# Each step rebuilds only what is missing. Writes the results to
+# $BOSUN_CACHE_DIR/cluster/current.env (sourced by cluster.sh) and prints it.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
+t0=$(date +%s)
+
+need=()
+for pair in podman:podman runc:runc debootstrap:debootstrap umoci:umoci \
+            /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables \
+            openssl:openssl gcc:gcc /bin/busybox:busybox-static dpkg-deb:dpkg dpkg-scanpackages:dpkg-dev flock:util-linux; do
+  tool="${pair%%:*}"; pkg="${pair#*:}"
+  if [ "${tool#/}" != "$tool" ]; then [ -e "$tool" ] || need+=("$pkg")
+  else command -v "$tool" >/dev/null 2>&1 || need+=("$pkg"); fi
+done
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "cluster build: missing host packages ${need[*]}; the cluster lab runs as root (privileged node containers). Run this as root, or: apt-get install ${need[*]}" >&2
+    exit 1
+  fi
+  echo "cluster build: apt-get install ${need[*]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >&2
+fi
+
+gobin=$("$HERE/build-go.sh" | tail -n1)
+repo=$("$HERE/build-debs.sh" "$gobin" | tail -n1)
+node_image=$("$HERE/build-node.sh" "$gobin" "$repo" | tail -n1)
+images=$("$HERE/build-images.sh" "$gobin" "$node_image" | tail -n1)
+version=$("$gobin/kubeadm" version -o short)
+mkdir -p "$CACHE/cluster"
+cat >"$CACHE/cluster/current.env.tmp" <<ENV
+BOSUN_CLUSTER_VERSION=$version
+BOSUN_CLUSTER_BIN=$gobin
+BOSUN_CLUSTER_NODE_IMAGE=$node_image
+BOSUN_CLUSTER_IMAGES=$images
+BOSUN_CLUSTER_APT=$repo
+ENV
+mv "$CACHE/cluster/current.env.tmp" "$CACHE/cluster/current.env"
+echo "cluster build: done in $(( $(date +%s) - t0 ))s" >&2
+cat "$CACHE/cluster/current.env"
