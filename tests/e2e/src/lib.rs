@@ -9,6 +9,8 @@
 //! - [`processes`]: child processes killed (SIGKILL) and reaped when the guard drops.
 //! - [`cluster`]: CRDs applied from `deploy/crds`, signed plugins published (ConfigMap +
 //!   Plugin resource with the grants a test gives), unique names.
+//! - [`identity`]: `deploy/`'s ServiceAccounts and RBAC, as clients and kubeconfigs made
+//!   from their tokens, for tests and processes that must run with exactly those rights.
 //! - [`operator`]: the real `bosun-controller` and one `bosun-agent` per lab node, scoped
 //!   to an *instance* so tests running side by side never act on each other's objects;
 //!   Operations created with the instance label; waiting for an Operation or NodeTask
@@ -18,6 +20,7 @@
 //!   run one at a time.
 
 pub mod cluster;
+pub mod identity;
 pub mod operator;
 pub mod paths;
 pub mod processes;

@@ -267,7 +267,16 @@ async fn publish_status_watch_and_logs_of_a_real_operation() -> Result<()> {
         cli(&lab, &args).await?.refused(&[&format!("Operation {name} has already finished (Succeeded)")])?;
     }
     cli(&lab, &["status", "no-such-operation"]).await?.refused(&["Operation no-such-operation not found"])?;
-    assert!(final_op.status.is_some());
+    // What the CLI printed is what the controller recorded: four tasks, all succeeded, the
+    // Operation Complete with its start and completion times.
+    let s = final_op.status.context("the finished Operation has no status")?;
+    let c = &s.counts;
+    assert_eq!((c.planned, c.succeeded, c.blocked, c.skipped, c.pending, c.running), (4, 4, 0, 0, 0, 0), "{s:?}");
+    assert_eq!(s.progress.as_deref(), Some("4/4"));
+    let (started, completed) = (s.start_time.clone().context("no startTime")?, s.completion_time.clone().context("no completionTime")?);
+    ensure!(started.0 <= completed.0, "started {started:?} after completion {completed:?}");
+    let complete = s.conditions.iter().find(|c| c.type_ == "Complete").context("no Complete condition")?;
+    assert_eq!((complete.status.as_str(), complete.reason.as_str()), ("True", "AllTasksFinished"));
     op.finish().await?;
     Ok(())
 }
@@ -355,7 +364,14 @@ async fn retry_and_skip_a_blocked_task_and_refuse_wrong_states() -> Result<()> {
     let status = cli(&lab, &["status", &name]).await?.ok()?;
     ensure!(status.contains(&format!("↷ {w2}  Skipped")) && status.contains(&format!("✓ {w1}  Succeeded  attempt")), "{status}");
     cli(&lab, &["skip", &name, w2]).await?.refused(&["has already finished"])?;
-    assert!(op_blocked.status.is_some());
+    // The Blocked Operation the CLI showed: w1's task blocked by its preflight, the
+    // Operation's message and Blocked condition naming the node and the missing file.
+    let s = op_blocked.status.context("the Blocked Operation has no status")?;
+    assert_eq!((s.counts.planned, s.counts.blocked, s.counts.succeeded), (3, 1, 0), "{s:?}");
+    let message = s.message.clone().unwrap_or_default();
+    ensure!(message.contains(&format!("{w1}: ")) && message.contains(&marker), "Operation message: {message}");
+    let blocked = s.conditions.iter().find(|c| c.type_ == "Blocked").context("no Blocked condition")?;
+    assert_eq!((blocked.status.as_str(), blocked.reason.as_str()), ("True", "PreflightFailed"));
     op.finish().await?;
     Ok(())
 }

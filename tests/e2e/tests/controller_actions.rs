@@ -14,6 +14,11 @@
 //! a pod a PodDisruptionBudget should protect is marked Running and Ready through the status
 //! subresource, since the API server lets Pending pods be evicted regardless of budgets.
 //!
+//! The controllers run as `deploy/controller/rbac.yaml`'s ServiceAccount (a token of
+//! `bosun-system/bosun-controller`, exactly its ClusterRole and leader-election Role), so
+//! drain, health gates, leader election, Events and the TTL delete are shown to work with
+//! the deployed rights; each test also fails if a controller logged a refused (403) call.
+//!
 //! Run `cargo build -p bosun-controller` before `cargo test -p bosun-e2e --test
 //! controller_actions` (`cargo test --workspace` builds it first).
 
@@ -70,9 +75,14 @@ impl World {
             )
             .await
             .context("creating the bosun-system namespace")?;
+        // The controllers run as the deployed controller: deploy/controller/rbac.yaml's
+        // ServiceAccount and rights, not the lab's admin (drain, leader election, Events and
+        // the TTL delete are all refused otherwise; `with_world` checks no call was).
+        let kubeconfig = procs.logs().join("controller.kubeconfig");
+        bosun_e2e::identity::controller_kubeconfig(lab, &kubeconfig).await?;
         Ok(World {
             client: lab.client.clone(),
-            kubeconfig: lab.kubeconfig.clone(),
+            kubeconfig,
             instance,
             procs,
             nodes: Vec::new(),
@@ -342,8 +352,17 @@ where
     let lab = bosun_lab::ensure_lab().await?;
     let world = World::new(&lab, test).await?;
     let (world, result) = body(world).await;
+    let logs = world.procs.logs().to_path_buf();
     world.clean_up(result.is_ok()).await;
-    result
+    result?;
+    // The deployed controller's rights were enough: no call was refused on the way.
+    let refused = bosun_e2e::identity::refusals_in_logs(&logs)?;
+    ensure!(
+        refused.is_empty(),
+        "the controller, running as deploy/'s ServiceAccount, was refused API calls:\n{}",
+        refused.join("\n")
+    );
+    Ok(())
 }
 
 /// A drain evicts through the eviction API: a free pod goes, a pod guarded by a

@@ -411,11 +411,16 @@ fn free_port() -> Result<u16> {
 
 /// `GET path` on the admin server at `port`: status code and body.
 fn get(port: u16, path: &str) -> Result<(u16, String)> {
+    request(port, "GET", path)
+}
+
+/// `method path` on the admin server at `port`: status code and body.
+fn request(port: u16, method: &str, path: &str) -> Result<(u16, String)> {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )?;
     let mut answer = String::new();
     s.read_to_string(&mut answer)?;
@@ -653,6 +658,28 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
         );
     }
     save_sample(&dir, &controller, &agent)?;
+    // Metrics carry no names (docs/observability.md): not the Operation's, the node's, the
+    // plugin's or the instance's, though all of them were in play.
+    for (who, text) in [("controller", &controller), ("agent", &agent)] {
+        for name in [name.as_str(), node.name.as_str(), "hello", instance.as_str()] {
+            ensure!(
+                !text.contains(name),
+                "the {who}'s /metrics names {name:?}; metrics must carry no names:\n{text}"
+            );
+        }
+    }
+    // HEAD is answered as GET is, without a body (probes and load balancers use it).
+    for (who, port) in [("controller", controller_port), ("agent", agent_port)] {
+        for path in ["/live", "/ready", "/metrics"] {
+            let (code, body) = request(port, "HEAD", path)?;
+            ensure!(
+                code == 200 && body.is_empty(),
+                "HEAD {path} on the {who}'s admin server answered {code} with {} body bytes, \
+                 expected 200 and no body",
+                body.len()
+            );
+        }
+    }
     // Nothing the run needed was refused: no 403 in either process's log.
     for who in ["controller", "agent"] {
         let log = std::fs::read_to_string(procs.log_of(who))?;
