@@ -231,6 +231,9 @@ fn run_block(block: &Block) -> Vec<String> {
     std::os::unix::fs::symlink(workspace_root(), home.join("src/bosun")).unwrap();
     let plugin_target = target_dir().join("cli-test-plugins");
     std::fs::create_dir_all(&plugin_target).unwrap();
+    // The build directory is shared: a signature bundle left by an earlier run would be
+    // appended to (`plugin sign` adds to an existing bundle).
+    let _ = std::fs::remove_file(plugin_target.join("wasm32-wasip2/release/disk_report.wasm.sig.json"));
 
     let mut script = String::from("exec 2>&1\n");
     for step in &block.commands {
