@@ -33,9 +33,9 @@ use bosun_controller::gate::{
     operation_ref, roles_of,
 };
 use bosun_host::{LoadedPlugin, NodeContext};
-use bosun_policy::capabilities::{CommandRequest, PathRequest, RequestedCapabilities, UnitRequest};
+use bosun_policy::capabilities::RequestedCapabilities;
 use bosun_policy::input::{
-    CertificateFact, CheckStatus, ClusterState, NodeFacts, OperationKind, OperationRef, OsRelease, PluginInfo,
+    CapabilitiesInput, CertificateFact, CheckStatus, ClusterState, NodeFacts, OperationKind, OperationRef, OsRelease, PluginInfo,
     PreflightResult, StepInput, StepRef, TaskRef,
 };
 use bosun_policy::{Decision, Finding};
@@ -77,6 +77,9 @@ pub struct Prepared {
 struct Decisions {
     capabilities: Option<Decision>,
     step: Option<Decision>,
+    /// The input documents of the two decisions, for [`PolicyDecision::input`].
+    capabilities_input: Option<serde_json::Value>,
+    step_input: Option<serde_json::Value>,
 }
 
 /// Reads what the gates need. Errors (API unreachable, policies not listed yet) leave the
@@ -270,8 +273,17 @@ impl Prepared {
             messages.extend(tagged(&decision.warnings, ApiEnforcement::Warn));
             messages.extend(tagged(&decision.audits, ApiEnforcement::Audit));
         }
+        let capabilities_denied = d.capabilities.as_ref().is_some_and(|c| !c.allowed);
+        let input = if capabilities_denied || d.step_input.is_none() {
+            d.capabilities_input.clone()
+        } else {
+            d.step_input.clone()
+        };
         Some(PolicyDecision {
             allowed: decisions.iter().all(|d| d.allowed),
+            // Only when a policy objected: that is when someone replays it, and a status
+            // need not carry every allowed step's facts.
+            input: if messages.is_empty() { None } else { input },
             messages,
             policy_set_digest: Some(first.policy_set_digest.clone()),
         })
@@ -395,6 +407,13 @@ impl Gate for StepGate {
             )
         });
         if let Ok(mut d) = self.prepared.decisions.lock() {
+            let input = CapabilitiesInput {
+                plugin: info,
+                requested,
+                grants: self.grants.clone(),
+                node: Some(node),
+            };
+            d.capabilities_input = serde_json::to_value(&input).ok();
             d.capabilities = Some(decision);
         }
         result.map_or(Ok(()), |r| Err(Box::new(r)))
@@ -443,6 +462,7 @@ impl Gate for StepGate {
             )
         });
         if let Ok(mut d) = p.decisions.lock() {
+            d.step_input = serde_json::to_value(&input).ok();
             d.step = Some(decision);
         }
         result.map_or(Ok(()), |r| Err(Box::new(r)))
@@ -461,35 +481,10 @@ fn api_check(r: &PreflightResult) -> PreflightCheck {
     }
 }
 
-/// The host's view of what a plugin asked for, as the capabilities input names it.
+/// The host's view of what a plugin asked for, as the capabilities input names it (the
+/// same conversion `kubectl-bosun plugin run` uses).
 pub fn requested_of(c: &bosun_host::Capabilities) -> RequestedCapabilities {
-    RequestedCapabilities {
-        filesystem: c
-            .filesystem
-            .iter()
-            .map(|(path, writable)| PathRequest {
-                path: path.clone(),
-                writable: *writable,
-            })
-            .collect(),
-        exec: c
-            .exec
-            .iter()
-            .map(|(command, args)| CommandRequest {
-                command: command.clone(),
-                args: args.clone(),
-            })
-            .collect(),
-        services: c
-            .services
-            .iter()
-            .map(|(unit, actions)| UnitRequest {
-                unit: unit.clone(),
-                actions: actions.clone(),
-            })
-            .collect(),
-        http: c.http.clone(),
-    }
+    RequestedCapabilities::from_parts(&c.filesystem, &c.exec, &c.services, &c.http)
 }
 
 /// kubeadm's leaf certificates under the host root (`etc/kubernetes/pki/*.crt` and
@@ -553,7 +548,7 @@ mod tests {
         let r = requested_of(&c);
         assert_eq!(
             r.filesystem,
-            vec![PathRequest {
+            vec![bosun_policy::capabilities::PathRequest {
                 path: "/etc".into(),
                 writable: false
             }]

@@ -26,7 +26,7 @@ pub use operation::{
     OperationStatus, Plan, PlannedGroup, RenewCertificatesSpec, Rollout, RunsOn, Step, UpgradeSpec,
     labels,
 };
-pub use plugin::{Plugin, PluginSpec, PluginStatus};
+pub use plugin::{Plugin, PluginSpec};
 pub use policy::{Enforcement, Policy, PolicySpec, PolicyStatus};
 
 /// The API group.

@@ -391,6 +391,15 @@ pub struct PolicyDecision {
     /// the same input give the same decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_set_digest: Option<String>,
+    /// The input document the policies judged, recorded when any policy objected, so the
+    /// decision can be replayed offline:
+    /// `kubectl get nodetask T -o jsonpath='{.status.steps[?(@.name=="S")].policy.input}' > input.json`
+    /// then `kubectl bosun policy eval --input input.json`. It is the capabilities
+    /// decision's input when that one denied (before the plugin's preflight), else the
+    /// step decision's (or the capabilities one's when the step gate was not reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::free_form_object")]
+    pub input: Option<serde_json::Value>,
 }
 
 /// One policy's objection.

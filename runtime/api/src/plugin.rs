@@ -3,9 +3,11 @@
 //!
 //! Agents fetch the bytes from `source`, refuse them unless they hash to `sha256` and one
 //! of `signatures` verifies against a configured trust root, and run them with exactly
-//! `grants`. The status says whether that succeeded and what the plugin declares.
+//! `grants`. A Plugin has no status: verification happens on each node, each time a step
+//! runs, and its outcome is in that step's NodeTask status (`PluginUnavailable` with the
+//! reason when refused); `kubectl bosun plugin verify` and `inspect` show a plugin file's
+//! signature and declarations offline.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -37,7 +39,6 @@ pub mod well_known {
     group = "bosun.dev",
     version = "v1alpha1",
     kind = "Plugin",
-    status = "PluginStatus",
     shortname = "bplugin",
     category = "bosun",
     derive = "PartialEq",
@@ -48,18 +49,16 @@ pub mod well_known {
         json_path = ".spec.sha256",
         priority = 1
     ),
-    printcolumn(name = "Verified", type_ = "boolean", json_path = ".status.verified"),
     printcolumn(
         name = "Version",
         type_ = "string",
-        json_path = ".status.metadata.version"
+        json_path = ".metadata.annotations.bosun\\.dev/plugin-version"
     ),
     printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(name = "Message", type_ = "string", json_path = ".status.message")
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PluginSpec {
@@ -166,49 +165,3 @@ pub enum SignatureAlgorithm {
     EcdsaP256Sha256,
 }
 
-/// What agents found out about the plugin.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PluginStatus {
-    /// True once the bytes matched the digest and a signature verified.
-    #[serde(default)]
-    pub verified: bool,
-    /// Why it is (not) verified, and what to do.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// What the plugin declares about itself (`describe()`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<PluginMetadata>,
-    /// Standard conditions: `Verified`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
-    pub conditions: Vec<Condition>,
-    /// The `metadata.generation` this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-}
-
-/// A plugin's own description of itself.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PluginMetadata {
-    pub name: String,
-    pub version: String,
-    pub abi_version: String,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub actions: Vec<PluginAction>,
-}
-
-/// One action a plugin offers.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct PluginAction {
-    pub name: String,
-    #[serde(default)]
-    pub description: String,
-    /// Re-run after an agent restart instead of blocking as interrupted.
-    #[serde(default)]
-    pub idempotent: bool,
-}

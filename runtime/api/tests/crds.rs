@@ -704,3 +704,48 @@ fn examples_parse_into_the_types_and_pass_the_rules() {
         dir.display()
     );
 }
+
+/// Nothing writes a Plugin's status (verification happens per node, per step, and is
+/// reported in the NodeTask): the CRD has no status and no column reads one, so
+/// `kubectl get bplugin` shows nothing that is always empty.
+#[test]
+fn the_plugin_crd_has_no_status_nobody_writes() {
+    let (_, crd) = crd::all()
+        .into_iter()
+        .find(|(f, _)| f.contains("plugins"))
+        .expect("the Plugin CRD");
+    let version = &crd.spec.versions[0];
+    let subresources = serde_json::to_value(&version.subresources).unwrap();
+    assert!(
+        subresources.get("status").is_none(),
+        "no status subresource: {subresources}"
+    );
+    assert!(at(&schema_of_crd(&crd), "spec").is_object());
+    assert!(
+        schema_of_crd(&crd)["properties"].get("status").is_none(),
+        "no status in the schema"
+    );
+    for column in version.additional_printer_columns.iter().flatten() {
+        assert!(
+            !column.json_path.starts_with(".status"),
+            "column {} reads {}, which nothing writes",
+            column.name,
+            column.json_path
+        );
+    }
+}
+
+fn schema_of_crd(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> Value {
+    serde_json::to_value(
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap()
+}

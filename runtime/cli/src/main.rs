@@ -50,6 +50,7 @@ enum Status {
 }
 
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Plugin(cmd) => ops::publish::execute(cmd),
@@ -64,6 +65,37 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The exit code when the reader of our output went away (`kubectl bosun ... | head`):
+/// 128 + SIGPIPE, what a program killed by SIGPIPE reports.
+const BROKEN_PIPE_EXIT: i32 = 141;
+
+/// Makes every command exit quietly, with [`BROKEN_PIPE_EXIT`], when its stdout or stderr
+/// is a pipe whose reader has gone (EPIPE), instead of panicking with `failed printing to
+/// stdout: Broken pipe`. Rust ignores SIGPIPE and `println!` panics on the write error;
+/// this hook recognises that one panic and ends the process without a message. Every other
+/// panic is reported as usual.
+fn exit_quietly_on_broken_pipe() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if is_broken_pipe_panic(message) {
+            std::process::exit(BROKEN_PIPE_EXIT);
+        }
+        report(info);
+    }));
+}
+
+/// Whether a panic message is std's report of a print to a closed pipe.
+fn is_broken_pipe_panic(message: &str) -> bool {
+    message.starts_with("failed printing to std")
+        && (message.contains("Broken pipe") || message.contains("os error 32"))
 }
 
 /// The error and its causes joined by ": ", leaving out a cause whose text the message

@@ -370,8 +370,11 @@ fn run_hello_with_its_grants_prints_checks_logs_progress_and_outcome() {
     }
 }
 
+/// The agent's capabilities gate, locally: a plugin requesting more than its grants is
+/// refused before its preflight, naming the request, as a node refuses it
+/// (capabilities-denied), not halfway through the action.
 #[test]
-fn run_without_the_exec_grant_fails_naming_the_capability() {
+fn run_without_the_exec_grant_is_refused_before_preflight_naming_the_capability() {
     let dir = tempfile::tempdir().unwrap();
     let (plugin, public) = signed_hello(dir.path());
     let root = host_root(dir.path());
@@ -388,22 +391,104 @@ fn run_without_the_exec_grant_fails_naming_the_capability() {
         .arg(&public));
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("code not-granted"), "{err}");
+    assert!(err.contains("the plugin's capabilities were denied"), "{err}");
     assert!(
-        err.contains("/usr/bin/uname -r"),
+        err.contains("/usr/bin/uname") && err.contains("-r"),
         "the missing capability must be named: {err}"
+    );
+    let text = stdout(&out);
+    assert!(
+        !text.contains("preflight") && !text.contains("run greet"),
+        "nothing of the plugin may run after a capabilities deny:\n{text}"
     );
 }
 
+/// With --policy, the capabilities policies judge the plugin after requested ⊆ granted,
+/// as on a node: capability-limits refuses a read-write grant outside /etc/kubernetes.
 #[test]
-fn run_without_the_file_grant_stops_at_preflight_naming_the_grant() {
+fn run_applies_the_capabilities_policies_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, public) = signed_hello(dir.path());
+    let root = host_root(dir.path());
+    let grants = dir.path().join("grants.yaml");
+    std::fs::write(
+        &grants,
+        "filesystem:\n  - path: /etc\n    access: ReadWrite\nexec:\n  - command: /usr/bin/uname\n    args: [[\"-r\"]]\n",
+    )
+    .unwrap();
+    let policy = workspace_root().join("policies/capability-limits");
+    let args = |with_policy: bool| {
+        let mut cmd = bin();
+        cmd.args(["plugin", "run"])
+            .arg(&plugin)
+            .args(["greet", "--exec-isolation", "resolve-only", "--grants"])
+            .arg(&grants)
+            .arg("--host-root")
+            .arg(&root)
+            .arg("--trust-root")
+            .arg(&public);
+        if with_policy {
+            cmd.arg("--policy").arg(&policy);
+        }
+        cmd
+    };
+    let denied = run(&mut args(true));
+    assert_eq!(denied.status.code(), Some(2));
+    let err = stderr(&denied);
+    assert!(
+        err.contains("capability-limits: filesystem: /etc is granted read-write to plugin hello"),
+        "{err}"
+    );
+    assert!(!stdout(&denied).contains("preflight"), "{}", stdout(&denied));
+    // The same grants without the policy: requested ⊆ granted holds, the plugin runs.
+    let allowed = run(&mut args(false));
+    assert_eq!(allowed.status.code(), Some(0), "{}", stderr(&allowed));
+    assert!(
+        stdout(&allowed).contains("capabilities: every request granted"),
+        "{}",
+        stdout(&allowed)
+    );
+}
+
+/// A Plugin manifest works as --grants: its spec.grants are used.
+#[test]
+fn run_takes_the_grants_of_a_plugin_manifest() {
     let dir = tempfile::tempdir().unwrap();
     let (plugin, public) = signed_hello(dir.path());
     let root = host_root(dir.path());
     let out = run(bin()
         .args(["plugin", "run"])
         .arg(&plugin)
-        .args(["greet", "--exec-isolation", "resolve-only", "--host-root"])
+        .args(["greet", "--exec-isolation", "resolve-only", "--grants"])
+        .arg(workspace_root().join("deploy/examples/plugin-hello.yaml"))
+        .arg("--host-root")
+        .arg(&root)
+        .arg("--trust-root")
+        .arg(&public));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("outcome: unchanged: hello from"), "{}", stdout(&out));
+}
+
+#[test]
+fn run_with_a_file_outside_the_grants_stops_at_preflight_naming_the_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plugin, public) = signed_hello(dir.path());
+    let root = host_root(dir.path());
+    let grants = dir.path().join("grants.yaml");
+    std::fs::write(&grants, HELLO_GRANTS).unwrap();
+    let out = run(bin()
+        .args(["plugin", "run"])
+        .arg(&plugin)
+        .args([
+            "greet",
+            "--params",
+            r#"{"file":"/var/lib/motd"}"#,
+            "--exec-isolation",
+            "resolve-only",
+            "--grants",
+        ])
+        .arg(&grants)
+        .arg("--host-root")
         .arg(&root)
         .arg("--trust-root")
         .arg(&public));
@@ -453,10 +538,14 @@ fn run_refuses_params_outside_the_declared_schema_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let (plugin, public) = signed_hello(dir.path());
     let root = host_root(dir.path());
+    let grants = dir.path().join("grants.yaml");
+    std::fs::write(&grants, HELLO_GRANTS).unwrap();
     let out = run(bin()
         .args(["plugin", "run"])
         .arg(&plugin)
-        .args(["greet", "--params", r#"{"name": 7}"#, "--host-root"])
+        .args(["greet", "--params", r#"{"name": 7}"#, "--grants"])
+        .arg(&grants)
+        .arg("--host-root")
         .arg(&root)
         .arg("--trust-root")
         .arg(&public));

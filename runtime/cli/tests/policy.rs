@@ -130,3 +130,77 @@ fn policy_eval_explains_and_exits_2_on_deny() {
         "{err}"
     );
 }
+
+/// `policy eval -o json | head`: a reader that goes away is no error of ours. Every
+/// command exits quietly (no panic message, exit 141 as for SIGPIPE) when its stdout is a
+/// pipe nobody reads. The pipe's read end is closed before the command starts, so every
+/// write fails with EPIPE, whatever the timing.
+#[test]
+fn every_command_exits_quietly_when_the_reader_of_its_output_is_gone() {
+    for args in [
+        &["policy", "eval", "-o", "json", "--input", "policies/schema/examples/step.json"][..],
+        &["policy", "test", "policies"][..],
+        &["policy", "eval", "--input", "policies/schema/examples/step.json"][..],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = bin()
+            .args(args)
+            .current_dir(root())
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("kubectl-bosun runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: a closed stdout must not be reported: {err}"
+        );
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {err}");
+    }
+}
+
+/// The example Policy manifests under deploy/examples are tested with the library: their
+/// cases files (policies/deploy-examples) name the manifest (`policies:`), and the cases go
+/// through the same decision path. A shipped policy must not read the clock (time.now_ns): decisions replay with
+/// input.now.
+#[test]
+fn the_example_policies_pass_their_cases_and_read_the_time_from_the_input() {
+    let (code, out, err) = run(&["policy", "test", "policies"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(
+        out.matches("PASS case policies/deploy-examples/policy-maintenance-window.cases.yaml")
+            .count(),
+        5,
+        "{out}"
+    );
+    for dir in ["deploy/examples", "policies"] {
+        for entry in walk(&root().join(dir)) {
+            let text = std::fs::read_to_string(&entry).unwrap_or_default();
+            let is_policy = entry.extension().is_some_and(|e| e == "rego")
+                || text.contains("kind: Policy\n");
+            let code = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with('#'))
+                .any(|l| l.contains("time.now_ns"));
+            assert!(
+                !is_policy || !code,
+                "{} reads the clock; use input.now so decisions can be replayed",
+                entry.display()
+            );
+        }
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -70,6 +70,29 @@ pub fn fake_failing_with(task: &NodeTask, fail: fn(&Seen) -> bool, code: u16) ->
     (Client::new(service, "default"), seen)
 }
 
+/// A fake API server answering every request with 200 and the JSON `route` returns for
+/// it (so a test can serve a Node list, a NodeTask list and an Operation from one server).
+/// Records every request.
+pub fn fake_routes(route: fn(&Seen) -> serde_json::Value) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let service = tower::service_fn(move |req: http::Request<Body>| {
+        let log = log.clone();
+        async move {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_owned();
+            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+            let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+            let request = Seen { method, path, body };
+            let reply = route(&request);
+            log.lock().unwrap().push(request);
+            let response = http::Response::builder().status(200).body(Body::from(serde_json::to_vec(&reply).unwrap()));
+            Ok::<_, std::convert::Infallible>(response.unwrap())
+        }
+    });
+    (Client::new(service, "default"), seen)
+}
+
 /// A controller context on `client` (no instance, field manager `bosun-controller`).
 pub fn context(client: Client) -> Context {
     Context {

@@ -57,6 +57,10 @@ pub enum GateError {
     },
 }
 
+/// The log target of the Policy watch's own lines ("policy set compiled", watch errors):
+/// the agent runs this watch too, and its log should not name the controller's module.
+pub const POLICY_LOG_TARGET: &str = "bosun::policies";
+
 /// The cluster's policies, watched and compiled. Share it (`Arc`) between workers.
 pub struct PolicyWatch {
     store: Store<Policy>,
@@ -189,7 +193,7 @@ impl PolicyWatch {
                         ) => Some(()),
                         Ok(_) => None,
                         Err(e) => {
-                            tracing::warn!(error = %e, "watching Policy objects failed; retrying");
+                            tracing::warn!(target: POLICY_LOG_TARGET, error = %e, "watching Policy objects failed; retrying");
                             None
                         }
                     }
@@ -227,7 +231,7 @@ impl PolicyWatch {
         }
         let started = std::time::Instant::now();
         let g = Arc::new(Generation::compile(&sources, self.limits));
-        tracing::info!(digest = %g.digest(), policies = sources.len(), healthy = g.set().is_healthy(), elapsed = ?started.elapsed(), "policy set compiled");
+        tracing::info!(target: POLICY_LOG_TARGET, digest = %g.digest(), policies = sources.len(), healthy = g.set().is_healthy(), elapsed = ?started.elapsed(), "policy set compiled");
         *current = Some(g.clone());
         Ok(g)
     }

@@ -71,11 +71,16 @@ pub async fn reconcile(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action> 
 async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action> {
     let name = op.name_any();
     let operations: Api<Operation> = Api::all(ctx.client.clone());
+    if being_deleted(&op) {
+        tracing::debug!("operation is being deleted: nothing is planned, created or started");
+        return Ok(Action::await_change());
+    }
     let mut op = op;
     if op.status.as_ref().and_then(|s| s.plan.as_ref()).is_none() {
         // The watch cache may not have our own freeze yet: read the Operation itself
         // before planning, so a plan is never computed twice.
         match operations.get_opt(&name).await.map_err(Error::kube(format!("getting Operation {name}")))? {
+            Some(fresh) if being_deleted(&fresh) => return Ok(Action::await_change()),
             Some(fresh) => op = Arc::new(fresh),
             None => return Ok(Action::await_change()),
         }
@@ -141,6 +146,19 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     for t in list {
         if t.spec.operation == name {
             tasks.insert(t.spec.node_name.clone(), t);
+        }
+    }
+    // Tasks of a frozen plan missing from the cluster: the usual cause is a deletion under
+    // way (the garbage collector removes the tasks of an Operation being deleted), which the
+    // cached Operation may not show yet. Read the Operation itself before recreating any.
+    let missing = planned.tasks.iter().any(|t| !tasks.contains_key(&t.spec.node_name));
+    if missing && stored.plan.is_some() {
+        match operations.get_opt(&name).await.map_err(Error::kube(format!("getting Operation {name}")))? {
+            Some(fresh) if !being_deleted(&fresh) => {}
+            _ => {
+                tracing::debug!("operation is being deleted: its missing NodeTasks are not recreated");
+                return Ok(Action::await_change());
+            }
         }
     }
     let owner = owner_reference(&op);
@@ -316,6 +334,13 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(recheck.map_or(ctx.resync, |r| r.min(ctx.resync))))
+}
+
+/// Whether `op` is being deleted (it has a `deletionTimestamp`): such an Operation is
+/// planned, given NodeTasks and has tasks started no more; the garbage collector removes
+/// its tasks, and the controller must not race it by recreating them.
+pub fn being_deleted(op: &Operation) -> bool {
+    op.metadata.deletion_timestamp.is_some()
 }
 
 /// Condition type on an Operation while part of its spec is set aside: True (reason
@@ -653,6 +678,51 @@ mod tests {
         assert!(note.contains("spec.rollout.maxUnavailable is ignored") && note.contains("99999999999"), "{note}");
 
         assert!(matches!(plan_or_keep_frozen("op", &edited, &nodes, None), Err(PlanError::MaxUnavailable(_))));
+    }
+
+    /// An Operation with a `deletionTimestamp`, as the watch delivers it: the reconcile
+    /// asks the API server nothing and writes nothing (no read, no plan, no task).
+    #[tokio::test]
+    async fn an_operation_being_deleted_is_neither_planned_nor_given_tasks() {
+        let mut op = Operation::new("going", custom_op(json!(1)));
+        op.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert!(being_deleted(&op));
+        let (client, seen) = crate::fake_api::fake_routes(|_| json!({}));
+        let action = reconcile(Arc::new(op), Arc::new(context(client))).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        let requests = seen.lock().unwrap().clone();
+        assert!(requests.is_empty(), "an Operation being deleted asks and writes nothing: {requests:#?}");
+    }
+
+    /// The cached Operation does not show the deletion yet, but its NodeTasks are gone (the
+    /// garbage collector removed them): the reconcile reads the Operation itself, sees the
+    /// deletionTimestamp, and creates no task anew (and starts none).
+    #[tokio::test]
+    async fn tasks_removed_by_a_deletion_are_not_recreated_from_a_stale_cache() {
+        let nodes = [worker("w1"), worker("w2")];
+        let (planned, _) = plan_or_keep_frozen("going", &custom_op(json!(1)), &nodes, None).unwrap();
+        let mut cached = Operation::new("going", custom_op(json!(1)));
+        cached.status = Some(OperationStatus { plan: Some(planned.plan), phase: OperationPhase::Running, ..Default::default() });
+        let (client, seen) = crate::fake_api::fake_routes(|req| {
+            if req.path == "/api/v1/nodes" {
+                let node = |n: &str| json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": n }, "status": { "conditions": [{ "type": "Ready", "status": "True" }] } });
+                json!({ "kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [node("w1"), node("w2")] })
+            } else if req.path.ends_with("/nodetasks") && req.method == "GET" {
+                json!({ "kind": "NodeTaskList", "apiVersion": "bosun.dev/v1alpha1", "metadata": {}, "items": [] })
+            } else if req.path.ends_with("/operations/going") && req.method == "GET" {
+                json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+                    "metadata": { "name": "going", "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["foregroundDeletion"] },
+                    "spec": custom_op(json!(1)) })
+            } else {
+                req.body.clone()
+            }
+        });
+        let action = reconcile(Arc::new(cached), Arc::new(context(client))).await.unwrap();
+        assert_eq!(action, Action::await_change());
+        let requests = seen.lock().unwrap().clone();
+        let writes: Vec<_> = requests.iter().filter(|r| r.method != "GET").collect();
+        assert!(writes.is_empty(), "nothing is created or started for an Operation being deleted: {writes:#?}");
+        assert!(requests.iter().any(|r| r.path.ends_with("/operations/going")), "the Operation itself was read: {requests:#?}");
     }
 
     fn holder(phase: NodeTaskPhase) -> Holder {

@@ -37,6 +37,44 @@ pub struct RequestedCapabilities {
     pub http: Vec<String>,
 }
 
+impl RequestedCapabilities {
+    /// The requests as the plugin host reports a plugin's `describe()` (bosun-host's
+    /// `Capabilities`: (path, writable), (command, argument patterns), (unit, actions),
+    /// hosts). The agent and `kubectl-bosun plugin run` both build the capabilities input
+    /// through this, so both judge a plugin by the same requests.
+    pub fn from_parts(
+        filesystem: &[(String, bool)],
+        exec: &[(String, Vec<String>)],
+        services: &[(String, Vec<String>)],
+        http: &[String],
+    ) -> RequestedCapabilities {
+        RequestedCapabilities {
+            filesystem: filesystem
+                .iter()
+                .map(|(path, writable)| PathRequest {
+                    path: path.clone(),
+                    writable: *writable,
+                })
+                .collect(),
+            exec: exec
+                .iter()
+                .map(|(command, args)| CommandRequest {
+                    command: command.clone(),
+                    args: args.clone(),
+                })
+                .collect(),
+            services: services
+                .iter()
+                .map(|(unit, actions)| UnitRequest {
+                    unit: unit.clone(),
+                    actions: actions.clone(),
+                })
+                .collect(),
+            http: http.to_vec(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PathRequest {

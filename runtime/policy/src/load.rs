@@ -156,29 +156,37 @@ fn load_manifests(path: &Path, out: &mut Vec<PolicySource>) -> Result<(), Policy
         if value.is_null() {
             continue;
         }
-        let m: Manifest = serde_yaml::from_value(value).map_err(|e| {
+        // `kubectl get policies.bosun.dev -o yaml` writes a List of the objects.
+        let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+        if kind == "List" || kind == "PolicyList" {
+            let items = value.get("items").and_then(|i| i.as_sequence()).cloned().unwrap_or_default();
+            for (j, item) in items.into_iter().enumerate() {
+                out.push(manifest(path, &format!("document {} item {}", i + 1, j + 1), item)?);
+            }
+            continue;
+        }
+        out.push(manifest(path, &format!("document {}", i + 1), value)?);
+    }
+    Ok(())
+}
+
+/// One Policy manifest (`what` says where it is in the file, for errors).
+fn manifest(path: &Path, what: &str, value: serde_yaml::Value) -> Result<PolicySource, PolicyError> {
+    let m: Manifest = serde_yaml::from_value(value).map_err(|e| {
             invalid(
                 path,
-                format!(
-                    "document {}: not a Policy manifest (kind, metadata.name, spec.rego): {e}",
-                    i + 1
-                ),
+                format!("{what}: not a Policy manifest (kind, metadata.name, spec.rego): {e}"),
             )
         })?;
         if m.kind != "Policy" {
-            return Err(invalid(
-                path,
-                format!("document {} is a {}, not a Policy", i + 1, m.kind),
-            ));
+            return Err(invalid(path, format!("{what} is a {}, not a Policy", m.kind)));
         }
-        out.push(PolicySource {
+        Ok(PolicySource {
             name: m.metadata.name,
             rego: m.spec.rego,
             data: m.spec.data,
             enforcement: m.spec.enforcement,
-        });
-    }
-    Ok(())
+        })
 }
 
 #[cfg(test)]
@@ -228,6 +236,21 @@ mod tests {
                 .map(|p| (p.name.as_str(), p.enforcement))
                 .collect::<Vec<_>>(),
             vec![("a", Enforcement::Warn), ("b", Enforcement::Deny)]
+        );
+
+        // What `kubectl get policies.bosun.dev -o yaml` writes: a List.
+        std::fs::write(
+            d.join("list.yaml"),
+            "apiVersion: v1\nkind: List\nmetadata: {}\nitems:\n- apiVersion: bosun.dev/v1alpha1\n  kind: Policy\n  metadata: {name: c, uid: x}\n  spec: {enforcement: Audit, rego: \"package bosun.step\"}\n  status: {compiled: true}\n",
+        )
+        .unwrap();
+        let listed = load_policies(&d.join("list.yaml")).unwrap();
+        assert_eq!(
+            listed
+                .iter()
+                .map(|p| (p.name.as_str(), p.enforcement))
+                .collect::<Vec<_>>(),
+            vec![("c", Enforcement::Audit)]
         );
 
         std::fs::write(

@@ -93,6 +93,12 @@ struct CasesFile {
     /// path of a JSON file relative to the cases file.
     #[serde(default)]
     base: Option<serde_json::Value>,
+    /// The policies under test, when they are not the `.rego` files beside the cases
+    /// file: a path relative to the cases file, to anything `load_policies` reads (a YAML
+    /// file of Policy manifests, as shipped in deploy/examples, a `.rego` file or a
+    /// directory). A case's `data` is merged over each policy's own data.
+    #[serde(default)]
+    policies: Option<PathBuf>,
     cases: Vec<Case>,
 }
 
@@ -175,11 +181,41 @@ fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> 
             || n.ends_with(".cases.yaml")
             || n.ends_with(".cases.yml")
     });
+    let mut beside = Vec::new();
+    for cases_path in case_files {
+        let file = read_cases(&cases_path)?;
+        match &file.policies {
+            Some(rel) => {
+                let path = cases_path.parent().unwrap_or(dir).join(rel);
+                let sources = crate::load_policies(&path)?;
+                let base = read_base(&cases_path, dir, file.base.clone())?;
+                for case in &file.cases {
+                    let policies: Vec<PolicySource> = sources
+                        .iter()
+                        .map(|p| {
+                            let mut data = p.data.clone().unwrap_or_else(|| serde_json::json!({}));
+                            if let Some(d) = &case.data {
+                                crate::merge(&mut data, d);
+                            }
+                            PolicySource { data: Some(data), ..p.clone() }
+                        })
+                        .collect();
+                    report.results.push(TestResult {
+                        file: cases_path.clone(),
+                        name: case.name.clone(),
+                        kind: TestKind::Case,
+                        failure: run_case(&policies, file.point, base.as_ref(), case),
+                    });
+                }
+            }
+            None => beside.push((cases_path, file)),
+        }
+    }
     if rego_files.is_empty() {
-        if let Some(f) = case_files.first() {
+        if let Some((f, _)) = beside.first() {
             return Err(PolicyError::Invalid {
                 path: f.display().to_string(),
-                message: "a cases file needs the policy's .rego file beside it".into(),
+                message: "a cases file needs the policy's .rego file beside it, or `policies:` naming the policies it tests".into(),
             });
         }
         return Ok(());
@@ -210,26 +246,8 @@ fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> 
         .iter()
         .filter(|(p, _)| !p.to_string_lossy().ends_with("_test.rego"))
         .collect();
-    for cases_path in case_files {
-        let file: CasesFile =
-            serde_yaml::from_str(&read(&cases_path)?).map_err(|e| PolicyError::Invalid {
-                path: cases_path.display().to_string(),
-                message: format!(
-                    "not a cases file (point?, base?, cases: [{{name, input, data?, denies}}]): {e}"
-                ),
-            })?;
-        let base = match file.base {
-            Some(serde_json::Value::String(rel)) => {
-                let path = cases_path.parent().unwrap_or(dir).join(rel);
-                Some(
-                    serde_json::from_str(&read(&path)?).map_err(|e| PolicyError::Invalid {
-                        path: path.display().to_string(),
-                        message: format!("base input is not JSON: {e}"),
-                    })?,
-                )
-            }
-            other => other,
-        };
+    for (cases_path, file) in beside {
+        let base = read_base(&cases_path, dir, file.base)?;
         for case in file.cases {
             let mut case_data = data.clone().unwrap_or_else(|| serde_json::json!({}));
             if let Some(d) = &case.data {
@@ -261,6 +279,35 @@ fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> 
         }
     }
     Ok(())
+}
+
+fn read_cases(cases_path: &Path) -> Result<CasesFile, PolicyError> {
+    serde_yaml::from_str(&read(cases_path)?).map_err(|e| PolicyError::Invalid {
+        path: cases_path.display().to_string(),
+        message: format!(
+            "not a cases file (point?, base?, policies?, cases: [{{name, input, data?, denies}}]): {e}"
+        ),
+    })
+}
+
+/// The cases file's `base`: a document, or the path of a JSON file relative to it.
+fn read_base(
+    cases_path: &Path,
+    dir: &Path,
+    base: Option<serde_json::Value>,
+) -> Result<Option<serde_json::Value>, PolicyError> {
+    Ok(match base {
+        Some(serde_json::Value::String(rel)) => {
+            let path = cases_path.parent().unwrap_or(dir).join(rel);
+            Some(
+                serde_json::from_str(&read(&path)?).map_err(|e| PolicyError::Invalid {
+                    path: path.display().to_string(),
+                    message: format!("base input is not JSON: {e}"),
+                })?,
+            )
+        }
+        other => other,
+    })
 }
 
 fn run_case(

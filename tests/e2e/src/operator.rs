@@ -198,6 +198,25 @@ impl Operator {
         }
     }
 
+    /// Waits until Operation `name` no longer exists (a foreground deletion finishes once
+    /// the garbage collector removed its NodeTasks); fails like
+    /// [`wait_operation`](Self::wait_operation).
+    pub async fn wait_gone(&mut self, name: &str) -> Result<()> {
+        let ops: Api<Operation> = Api::all(self.client.clone());
+        let started = Instant::now();
+        loop {
+            self.procs.check_alive()?;
+            let op = ops.get_opt(name).await.with_context(|| format!("getting Operation {name}"))?;
+            if op.is_none() {
+                return Ok(());
+            }
+            if started.elapsed() >= DEADLINE {
+                bail!("{}", self.timeout_report(&format!("Operation {name}: deleted"), name, op.as_ref()).await);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// Waits until the Operation is Succeeded, Failed or Blocked.
     pub async fn wait_settled(&mut self, name: &str) -> Result<Operation> {
         self.wait_operation(name, "phase Succeeded, Failed or Blocked", |o| {

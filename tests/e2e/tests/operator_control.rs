@@ -564,3 +564,79 @@ async fn failure_policy_retry_succeeds_once_the_cause_is_gone() -> Result<()> {
     operator.finish().await?;
     Ok(())
 }
+
+/// Deleting an Operation while its tasks wait (`kubectl delete --cascade=foreground`): the
+/// controller plans, creates and starts nothing for it any more. Every NodeTask event of the
+/// Operation is watched from before the delete until the Operation is gone; no task appears
+/// that was not there before (a recreated one has a new uid), and none starts. A sentinel
+/// NodeTask created after the Operation is gone marks the end of the watch: events arrive in
+/// order, so once the sentinel is seen every earlier event was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_operation_gets_no_task_recreated_or_started() -> Result<()> {
+    use futures::StreamExt;
+    use kube::api::{DeleteParams, PostParams};
+    use kube::runtime::watcher;
+
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    let (lab, mut operator) = setup("deleted").await?;
+    let op = operator
+        .create_operation(
+            "deleted",
+            json!({ "executionMode": "Controlled", "rollout": { "maxUnavailable": 1 }, "custom": { "groups": [
+                { "name": "all", "steps": [ step("nap", "sleep", json!({ "millis": 1 })) ] } ] } }),
+        )
+        .await?;
+    // Every task exists once the first one waits for approval (tasks are created before any
+    // is started).
+    operator.wait_task(&op, &lab.cp, "AwaitingApproval", |t| task_phase(t) == NodeTaskPhase::AwaitingApproval).await?;
+    let before = operator.tasks(&op).await?;
+    ensure!(before.len() == lab.lab.nodes.len(), "expected a task per node, found {:?}", before.keys());
+    let known: std::collections::BTreeSet<String> = before.values().filter_map(|t| t.uid()).collect();
+
+    let tasks: Api<NodeTask> = Api::all(operator.client.clone());
+    let selector = format!("bosun.dev/operation={op}");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<NodeTask>::new()));
+    let log = seen.clone();
+    let watch = tokio::spawn(watcher(tasks.clone(), watcher::Config::default().labels(&selector)).for_each(move |event| {
+        let log = log.clone();
+        async move {
+            if let Ok(watcher::Event::Apply(t) | watcher::Event::InitApply(t)) = event {
+                log.lock().unwrap().push(t);
+            }
+        }
+    }));
+
+    let ops: Api<bosun_api::operation::Operation> = Api::all(operator.client.clone());
+    ops.delete(&op, &DeleteParams::foreground()).await.with_context(|| format!("deleting Operation {op}"))?;
+    operator.wait_gone(&op).await?;
+
+    let sentinel_name = format!("{op}-sentinel");
+    let mut sentinel = NodeTask::new(
+        &sentinel_name,
+        serde_json::from_value(json!({ "operation": op, "nodeName": "no-such-node", "group": "sentinel", "steps": [] }))?,
+    );
+    sentinel.metadata.labels = Some(BTreeMap::from([("bosun.dev/operation".to_string(), op.clone())]));
+    tasks.create(&PostParams::default(), &sentinel).await.context("creating the sentinel NodeTask")?;
+    let started = std::time::Instant::now();
+    while !seen.lock().unwrap().iter().any(|t| t.name_any() == sentinel_name) {
+        ensure!(started.elapsed() < bosun_e2e::DEADLINE, "the watch never saw the sentinel NodeTask");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    watch.abort();
+    tasks.delete(&sentinel_name, &DeleteParams::default()).await.context("deleting the sentinel NodeTask")?;
+
+    let events = seen.lock().unwrap().clone();
+    for t in events.iter().filter(|t| t.name_any() != sentinel_name) {
+        let uid = t.uid().unwrap_or_default();
+        assert!(known.contains(&uid), "NodeTask {} (uid {uid}) was created after its Operation's deletion began", t.name_any());
+        assert!(
+            matches!(task_phase(t), NodeTaskPhase::Pending | NodeTaskPhase::AwaitingApproval),
+            "NodeTask {} moved to {:?} while its Operation was being deleted",
+            t.name_any(),
+            task_phase(t)
+        );
+    }
+    operator.procs.check_alive()?;
+    operator.finish().await?;
+    Ok(())
+}

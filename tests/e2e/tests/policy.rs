@@ -240,6 +240,38 @@ async fn a_deny_policy_blocks_the_step_and_retry_after_the_fix_succeeds() -> Res
     assert_eq!(decision.messages[0].message, expected);
     let set_digest = decision.policy_set_digest.clone().unwrap_or_default();
     assert!(set_digest.starts_with("sha256:"), "{set_digest:?}");
+    // The decision's input is recorded, and replays offline to the same deny
+    // (troubleshooting.md: save it, then `kubectl bosun policy eval --input`).
+    let input = decision
+        .input
+        .clone()
+        .context("no input recorded with the denied step's policy decision")?;
+    let replay = std::env::temp_dir().join(bosun_e2e::unique("policy-replay"));
+    std::fs::create_dir_all(&replay)?;
+    let input_file = replay.join("input.json");
+    std::fs::write(&input_file, serde_json::to_vec_pretty(&input)?)?;
+    let manifest = replay.join("policy.json");
+    let policy_doc = json!({
+        "apiVersion": "bosun.dev/v1alpha1", "kind": "Policy", "metadata": { "name": policy },
+        "spec": { "rego": DENY_HELLO, "data": { "e2e": { "hold_hello": true } }, "enforcement": "Deny" },
+    });
+    std::fs::write(&manifest, serde_json::to_vec(&policy_doc)?)?;
+    let out = std::process::Command::new(bosun_e2e::binary("kubectl-bosun")?)
+        .args(["policy", "eval", "-o", "json", "--input"])
+        .arg(&input_file)
+        .arg("--policy")
+        .arg(&manifest)
+        .output()?;
+    std::fs::remove_dir_all(&replay)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "the replay denies: {stderr}");
+    let explained: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(explained["decision"]["point"], json!("step"), "{explained}");
+    assert_eq!(
+        explained["decision"]["denies"][0]["message"],
+        json!(expected),
+        "{explained}"
+    );
     // The plugin's preflight ran before the gate, and the agent's built-in checks passed.
     assert!(
         greet.preflight.iter().any(|c| c.name == "file-readable"),

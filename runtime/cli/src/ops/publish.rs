@@ -254,7 +254,9 @@ fn checked_signatures(
     Ok((name.to_owned(), version.to_owned(), signatures))
 }
 
-/// Reads a grants file; absent means nothing granted.
+/// Reads a grants file, or the `spec.grants` of a Plugin manifest (such as
+/// deploy/examples/plugins/certs.yaml); absent means nothing granted. `plugin run` and
+/// `plugin publish` both read grants through this.
 pub fn read_grants(path: Option<&PathBuf>) -> Result<Grants> {
     let Some(path) = path else {
         return Ok(Grants::default());
@@ -266,6 +268,21 @@ pub fn read_grants(path: Option<&PathBuf>) -> Result<Grants> {
             "grants file {} is empty; write `{{}}` to grant nothing",
             path.display()
         );
+    }
+    if let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(&text)
+        && doc.get("kind").and_then(|k| k.as_str()) == Some("Plugin")
+    {
+        let grants = doc
+            .get("spec")
+            .and_then(|s| s.get("grants"))
+            .cloned()
+            .unwrap_or(serde_yaml::Value::Mapping(Default::default()));
+        return serde_yaml::from_value(grants).with_context(|| {
+            format!(
+                "the Plugin manifest {} has spec.grants that are not a Plugin's grants (filesystem, exec, services, http)",
+                path.display()
+            )
+        });
     }
     serde_yaml::from_str(&text).with_context(|| {
         format!(
@@ -408,7 +425,6 @@ async fn write_plugin(
                 .annotations
                 .get_or_insert_with(BTreeMap::new)
                 .insert(VERSION_ANNOTATION.into(), version.to_owned());
-            existing.status = None;
             plugins
                 .replace(name, &params, &existing)
                 .await

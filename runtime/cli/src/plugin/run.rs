@@ -6,12 +6,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use bosun_api::grants::Grants;
 use bosun_host::{
     Captured, CheckStatus, ExecIsolation, Host, HostConfig, LoadedPlugin, NodeContext, PluginPin,
     RecordingBackend, RunOptions,
 };
+use bosun_policy::capabilities::RequestedCapabilities;
+use bosun_policy::input::PluginInfo;
+use bosun_policy::{Limits, PolicySet, PolicySource, load_policies};
 use bosun_trust::{SignatureBundle, TrustRoots};
 use clap::{Args, ValueEnum};
 
@@ -47,9 +50,17 @@ pub struct RunArgs {
     /// Params as a JSON document, or @FILE to read them from a file.
     #[arg(long, default_value = "{}", value_name = "JSON|@FILE")]
     pub params: String,
-    /// Grants (YAML, the `grants` of a Plugin resource). Without it nothing is granted.
+    /// Grants: a YAML file holding the `grants` of a Plugin resource, or a Plugin manifest
+    /// (its `spec.grants` are used, for example deploy/examples/plugins/certs.yaml).
+    /// Without it nothing is granted.
     #[arg(long, value_name = "FILE")]
     pub grants: Option<PathBuf>,
+    /// Capabilities policies to judge the plugin by, as the agent does after requested ⊆
+    /// granted (`data.bosun.capabilities.deny`): a directory of policy directories, a
+    /// .rego file, or a YAML file of Policy manifests. Repeatable. Without it only
+    /// requested ⊆ granted is checked.
+    #[arg(long = "policy", value_name = "PATH")]
+    pub policies: Vec<PathBuf>,
     /// The directory standing in for the node's root file system.
     #[arg(long, value_name = "DIR")]
     pub host_root: PathBuf,
@@ -89,7 +100,7 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> Result<Status> {
     let file = PluginFile::read(&args.file)?;
     let params = read_params(&args.params)?;
-    let grants = read_grants(args.grants.as_ref())?;
+    let grants = crate::ops::publish::read_grants(args.grants.as_ref())?;
     let bundle_path = args
         .bundle
         .clone()
@@ -102,6 +113,12 @@ pub fn run(args: &RunArgs) -> Result<Status> {
         )
     })?;
     let roots = TrustRoots::load(&args.trust_roots)?;
+    let mut policies = Vec::new();
+    for p in &args.policies {
+        policies.extend(
+            load_policies(p).with_context(|| format!("loading policies from {}", p.display()))?,
+        );
+    }
 
     let mut config = HostConfig::new(&args.host_root, roots);
     config.exec_isolation = match args.exec_isolation {
@@ -114,6 +131,9 @@ pub fn run(args: &RunArgs) -> Result<Status> {
     let host = Host::new(config).context("starting the plugin host")?;
     let plugin = host.load(&file.bytes, &PluginPin::from(&bundle))?;
     print_header(&plugin);
+    if !capabilities_allowed(&plugin, &grants, &policies, &args.node_name) {
+        return Ok(Status::Denied);
+    }
 
     let node = NodeContext {
         node_name: args.node_name.clone(),
@@ -207,6 +227,50 @@ pub fn run(args: &RunArgs) -> Result<Status> {
     }
 }
 
+/// The agent's capabilities gate (`bosun_policy::Evaluator::capabilities`): every request
+/// covered by a grant, then the capabilities policies. Prints the decision; `false` when it
+/// denies (nothing of the plugin runs then, as on a node).
+fn capabilities_allowed(
+    plugin: &LoadedPlugin,
+    grants: &Grants,
+    policies: &[PolicySource],
+    node: &str,
+) -> bool {
+    let c = &plugin.metadata().capabilities;
+    let requested = RequestedCapabilities::from_parts(&c.filesystem, &c.exec, &c.services, &c.http);
+    let meta = plugin.metadata();
+    let info = PluginInfo {
+        name: meta.name.clone(),
+        version: meta.version.clone(),
+        digest: plugin.digest().to_string(),
+        signer: plugin.verified().map(|v| format!("{:#}", v.key_id)),
+    };
+    let set = PolicySet::compile(policies, Limits::default());
+    let decision = set
+        .evaluator()
+        .capabilities(&info, &requested, grants, Some(node));
+    for f in &decision.warnings {
+        println!("  WARN {}: {}", f.policy, f.message);
+    }
+    if !decision.allowed {
+        eprintln!(
+            "error: the plugin's capabilities were denied: {}; the agent refuses this plugin the same way (capabilities-denied) before its preflight; grant what it requests (--grants) or change the policy",
+            decision.deny_messages().join("; ")
+        );
+        return false;
+    }
+    if policies.is_empty() {
+        println!("capabilities: every request granted");
+    } else {
+        println!(
+            "capabilities: every request granted, allowed by {} policies (policy set {})",
+            policies.len(),
+            decision.policy_set_digest
+        );
+    }
+    true
+}
+
 fn retry_note(retryable: bool) -> &'static str {
     if retryable {
         ", retryable"
@@ -226,26 +290,6 @@ fn read_params(arg: &str) -> Result<String> {
     serde_json::from_str::<serde_json::Value>(&text)
         .with_context(|| format!("--params must be a JSON document (or @FILE); got {text:?}"))?;
     Ok(text)
-}
-
-fn read_grants(path: Option<&PathBuf>) -> Result<Grants> {
-    let Some(path) = path else {
-        return Ok(Grants::default());
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading grants file {}", path.display()))?;
-    if text.trim().is_empty() {
-        bail!(
-            "grants file {} is empty; write `{{}}` to grant nothing",
-            path.display()
-        );
-    }
-    serde_yaml::from_str(&text).with_context(|| {
-        format!(
-            "grants file {} is not valid grants YAML (keys: filesystem, exec, services, http)",
-            path.display()
-        )
-    })
 }
 
 fn print_header(plugin: &LoadedPlugin) {

@@ -7,7 +7,7 @@
 //!   an input document and explains it: the decision, then per policy which rules fired
 //!   and with which value. Exit 0 when allowed, 2 when denied.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use bosun_policy::{DecisionPoint, Explanation, explain, load_policies, test_dir};
@@ -41,7 +41,7 @@ pub struct EvalArgs {
     pub input: PathBuf,
     /// Policies: a directory of policy directories, a .rego file, or a YAML file of Policy
     /// manifests. Repeatable.
-    #[arg(long = "policy", default_value = "policies")]
+    #[arg(long = "policy", default_value = DEFAULT_POLICIES)]
     pub policies: Vec<PathBuf>,
     /// The decision point. Default: the one whose input schema the document matches.
     #[arg(long, value_enum)]
@@ -53,6 +53,9 @@ pub struct EvalArgs {
     #[arg(short, long, value_enum, default_value_t = Format::Text)]
     pub output: Format,
 }
+
+/// Where `policy eval` takes policies from without --policy: `./policies`.
+const DEFAULT_POLICIES: &str = "policies";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -163,6 +166,11 @@ fn eval(args: &EvalArgs) -> Result<Status> {
         .map(|d| read_document(d, "data"))
         .transpose()?;
     let mut policies = Vec::new();
+    if args.policies == [PathBuf::from(DEFAULT_POLICIES)] && !Path::new(DEFAULT_POLICIES).exists() {
+        bail!(
+            "no ./{DEFAULT_POLICIES} directory here to take the policies from; pass --policy DIR|FILE (a policy directory tree such as policies/ of a Bosun checkout, a .rego file, or a YAML file of Policy manifests)"
+        );
+    }
     for p in &args.policies {
         policies.extend(
             load_policies(p).with_context(|| format!("loading policies from {}", p.display()))?,
