@@ -51,7 +51,7 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
         bosun_e2e::publish_plugin(&lab.client, name, version, bytes.clone(), serde_json::to_value(example_grants(file))?).await?;
     }
 
-    let before: Vec<_> = lab.nodes.iter().map(|n| bosun_e2e::hash_tree(&n.host_root)).collect::<Result<_>>()?;
+    let before: Vec<_> = lab.nodes.iter().map(|n| bosun_e2e::operator::hash_tree(&n.host_root)).collect::<Result<_>>()?;
 
     let mut operator = Operator::start_with_agent_args(&lab, "upgrade-dry", &["--service-backend".into(), "simulated".into()])?;
     let name = operator
@@ -118,7 +118,7 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
     }
 
     for (node, before) in lab.nodes.iter().zip(before) {
-        let after = bosun_e2e::hash_tree(&node.host_root).with_context(|| format!("hashing {}", node.host_root.display()))?;
+        let after = bosun_e2e::operator::hash_tree(&node.host_root).with_context(|| format!("hashing {}", node.host_root.display()))?;
         let changed: Vec<_> = before
             .iter()
             .filter(|(path, digest)| after.get(*path) != Some(digest))

@@ -1245,8 +1245,8 @@ error preflight-failed: /etc/missing not found
             last_transition_time: ts("2026-11-30T03:00:02Z"),
             observed_generation: None,
         }];
-        let mut tasks = tasks();
-        let got = blocked_summary(&op, &tasks).expect("a blocked Operation ends the watch");
+        let mut ts = tasks();
+        let got = blocked_summary(&op, &ts).expect("a blocked Operation ends the watch");
         assert_eq!(
             got,
             "Operation hello-everyone is Blocked (PreflightFailed): lab-worker-2: preflight failed: /etc/missing not found\n  \
@@ -1254,8 +1254,8 @@ error preflight-failed: /etc/missing not found
              `kubectl bosun skip hello-everyone lab-worker-2`\nThe watch ends here: nothing changes until someone resolves it.\n"
         );
         // A recovery requested: the controller will act, so the watch goes on.
-        tasks[2].spec.recovery = Some(bosun_api::Recovery::Retry);
-        assert_eq!(blocked_summary(&op, &tasks), None);
+        ts[2].spec.recovery = Some(bosun_api::Recovery::Retry);
+        assert_eq!(blocked_summary(&op, &ts), None);
         // Not blocked: nothing to say.
         op.status.as_mut().unwrap().phase = OperationPhase::Running;
         assert_eq!(blocked_summary(&op, &tasks()), None);
