@@ -4,8 +4,14 @@
 //! The node's current version is what its control plane runs (the image tag of
 //! `/etc/kubernetes/manifests/kube-apiserver.yaml`) on a control-plane node, and the
 //! kubelet's version (from the node facts) on a worker. Preflight refuses what kubeadm
-//! does not support: a downgrade, a skipped minor version, and a kubeadm binary that is not
-//! at the target version (the `packages` step before installs it).
+//! does not support: a downgrade or a skipped minor version. A kubeadm binary that is not
+//! at the target version is only a warning in preflight, because the upgrade's `packages`
+//! step before this one installs it (and in a dry run installs nothing); `apply` and `node`
+//! refuse to run with it, and a dry run says what it would run once kubeadm is there.
+//!
+//! In a dry run the host runs only `kubeadm upgrade plan` (its grant is marked `dryRun`):
+//! `apply` runs the plan when kubeadm is already at the target, and otherwise reports the
+//! command it would run; `node` reports the command it would run.
 //!
 //! `apply` and `node` are idempotent: a control-plane node already at the target reports no
 //! change without running kubeadm, and `kubeadm upgrade node` converges when re-run.
@@ -151,14 +157,14 @@ impl Plugin for KubeadmUpgrade {
             }),
             Err(m) => checks.push(Check::fail("version-step", m)),
         }
-        checks.push(match facts.kubeadm_version.as_deref().map(Version::parse) {
-            Some(Ok(v)) if v == target => Check::pass("kubeadm-version", format!("{KUBEADM} is {v}")),
-            Some(Ok(v)) => Check::fail(
+        // Checked for real in `run`: the packages step that installs kubeadm runs between
+        // this preflight's task start and the run, and in a dry run installs nothing.
+        checks.push(match kubeadm_at(&facts, target) {
+            Ok(v) => Check::pass("kubeadm-version", format!("{KUBEADM} is {v}")),
+            Err(m) => Check::warn(
                 "kubeadm-version",
-                format!("{KUBEADM} is {v}, expected {target}: install kubeadm {target} first (the upgrade's `upgrade-kubeadm` packages step does)"),
+                format!("{m}; the upgrade's `upgrade-kubeadm` packages step installs it before this step runs"),
             ),
-            Some(Err(m)) => Check::fail("kubeadm-version", format!("{KUBEADM} reports {m}")),
-            None => Check::fail("kubeadm-version", format!("{KUBEADM} is missing or does not run: install kubeadm {target} first")),
         });
         Ok(checks)
     }
@@ -167,6 +173,14 @@ impl Plugin for KubeadmUpgrade {
         let (name, p) = split(&action);
         let target =
             Version::parse(&p.kubernetes_version).map_err(|m| PluginError::new("bad-params", m))?;
+        // `apply` and `node` run kubeadm at the target version only.
+        let kubeadm = if name == "plan" { Ok(target) } else { kubeadm_at(&facts::node()?, target) };
+        if let (Err(m), false) = (&kubeadm, ctx.dry_run) {
+            return Err(PluginError::new(
+                "kubeadm-version",
+                format!("{m}: install kubeadm {target} first (the upgrade's `upgrade-kubeadm` packages step does), then retry"),
+            ));
+        }
         match name {
             "plan" => {
                 let out = Command::new(KUBEADM)
@@ -189,9 +203,7 @@ impl Plugin for KubeadmUpgrade {
                     )));
                 }
                 if ctx.dry_run {
-                    return Ok(Outcome::unchanged(format!(
-                        "would run `kubeadm upgrade apply --yes {target}`"
-                    )));
+                    return dry_apply(target, kubeadm);
                 }
                 let out = Command::new(KUBEADM)
                     .args(["upgrade", "apply", "--yes"])
@@ -222,9 +234,12 @@ impl Plugin for KubeadmUpgrade {
                     )));
                 }
                 if ctx.dry_run {
-                    return Ok(Outcome::unchanged(format!(
-                        "would run `kubeadm upgrade node` (kubeadm {target})"
-                    )));
+                    return Ok(Outcome::unchanged(match kubeadm {
+                        Ok(_) => format!("would run `kubeadm upgrade node` (kubeadm {target})"),
+                        Err(m) => format!(
+                            "would run `kubeadm upgrade node` with kubeadm {target} once the upgrade's packages step installed it ({m})"
+                        ),
+                    }));
                 }
                 let out = Command::new(KUBEADM).args(["upgrade", "node"]).run()?;
                 info!("{}", tail(&out.stdout_text(), 4096));
@@ -235,6 +250,34 @@ impl Plugin for KubeadmUpgrade {
             }
         }
     }
+}
+
+/// `Ok(version)` when the node's kubeadm is at `target`, otherwise what it is instead.
+fn kubeadm_at(facts: &facts::NodeFacts, target: Version) -> Result<Version, String> {
+    match facts.kubeadm_version.as_deref().map(Version::parse) {
+        Some(Ok(v)) if v == target => Ok(v),
+        Some(Ok(v)) => Err(format!("{KUBEADM} is {v}, not {target}")),
+        Some(Err(m)) => Err(format!("{KUBEADM} reports {m}")),
+        None => Err(format!("{KUBEADM} is missing or does not run")),
+    }
+}
+
+/// The dry run of `apply`: kubeadm's own plan when kubeadm is at the target already
+/// (`kubeadm upgrade plan` only reads, and is the one kubeadm command a dry run may run),
+/// otherwise the command that would run once it is.
+fn dry_apply(target: Version, kubeadm: Result<Version, String>) -> Result<Outcome, PluginError> {
+    if let Err(m) = kubeadm {
+        return Ok(Outcome::unchanged(format!(
+            "would run `kubeadm upgrade apply --yes {target}` with kubeadm {target} once the upgrade's packages step installed it ({m})"
+        )));
+    }
+    let out = Command::new(KUBEADM).args(["upgrade", "plan"]).arg(target.to_string()).run()?;
+    let text = out.stdout_text();
+    info!("{}", tail(&text, 4096));
+    Ok(Outcome::unchanged(format!(
+        "would run `kubeadm upgrade apply --yes {target}`; `kubeadm upgrade plan {target}` passed (its plan is in the log)"
+    ))
+    .output("plan", tail(&text, 8192)))
 }
 
 fn split(action: &Action) -> (&'static str, &UpgradeParams) {

@@ -10,7 +10,10 @@
 //!   for `rollback`.
 //!
 //! The family comes from the node's os-release (facts); a node of another family fails
-//! preflight saying so, unless the step asks for the binary backend.
+//! preflight saying so, unless the step asks for the binary backend. One Plugin serves a
+//! mixed fleet: its grants name every backend's commands as `optional` (a Debian node has
+//! no dnf), and the preflight check `backend-commands` requires exactly the commands of
+//! the backend chosen for this node.
 //!
 //! `install` is idempotent: packages already at the wanted version and hold state are left
 //! alone, and the step reports no change. The planner's upgrade steps call it as
@@ -179,10 +182,15 @@ impl Plugin for Packages {
                         "backend",
                         "hold/unhold apply to apt and dnf/yum packages; a binary is never changed except by install",
                     ),
-                    Ok(c) => Check::pass(
-                        "backend",
-                        format!("{} on {}", c.name(), facts.os.pretty_name),
-                    ),
+                    Ok(c) => {
+                        return Ok(vec![
+                            Check::pass(
+                                "backend",
+                                format!("{} on {}", c.name(), facts.os.pretty_name),
+                            ),
+                            backend_commands(&c),
+                        ]);
+                    }
                     Err(m) => Check::fail("backend", m),
                 }])
             }
@@ -237,6 +245,17 @@ pub enum Chosen {
 }
 
 impl Chosen {
+    /// The node commands this backend runs (the preflight requires each of them).
+    #[must_use]
+    pub fn commands(&self) -> &'static [&'static str] {
+        match self {
+            Chosen::Apt => &[APT_GET, APT_CACHE, APT_MARK, DPKG_QUERY],
+            Chosen::Dnf => &[DNF, RPM],
+            Chosen::Yum => &[YUM, RPM],
+            Chosen::Binary => &[binary::CHMOD],
+        }
+    }
+
     fn name(&self) -> &'static str {
         match self {
             Chosen::Apt => "apt",
@@ -399,10 +418,13 @@ fn install_preflight(
         Ok(c) => c,
         Err(m) => return Ok(vec![Check::fail("backend", m)]),
     };
-    let mut checks = vec![Check::pass(
-        "backend",
-        format!("{} on {}", chosen.name(), facts.os.pretty_name),
-    )];
+    let mut checks = vec![
+        Check::pass(
+            "backend",
+            format!("{} on {}", chosen.name(), facts.os.pretty_name),
+        ),
+        backend_commands(&chosen),
+    ];
     let Some(b) = chosen.backend() else {
         match binaries_for(p, &facts.arch)
             .and_then(|specs| specs.iter().try_for_each(binary::validate))
@@ -439,6 +461,32 @@ fn install_preflight(
         });
     }
     Ok(checks)
+}
+
+/// The chosen backend's commands are on the node (the grants mark every backend's commands
+/// optional, so the agent does not require them all).
+fn backend_commands(chosen: &Chosen) -> Check {
+    let missing: Vec<&str> = chosen
+        .commands()
+        .iter()
+        .copied()
+        .filter(|c| std::fs::metadata(c).map_or(true, |m| !m.is_file()))
+        .collect();
+    if missing.is_empty() {
+        Check::pass(
+            "backend-commands",
+            format!("{} has {}", chosen.name(), chosen.commands().join(", ")),
+        )
+    } else {
+        Check::fail(
+            "backend-commands",
+            format!(
+                "the {} backend chosen for this node needs {}, missing on the node: install the package manager, or set `backend` to one the node has",
+                chosen.name(),
+                missing.join(", ")
+            ),
+        )
+    }
 }
 
 fn install(

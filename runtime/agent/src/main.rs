@@ -65,6 +65,12 @@ struct Args {
     /// built-in `agent/disk-space` preflight check).
     #[arg(long, default_value_t = 1024)]
     min_free_disk_mib: u64,
+    /// How `service` grants reach systemd units: `systemd` runs the node's systemctl;
+    /// `simulated` acts on no unit and only remembers what was asked (a started or
+    /// restarted unit then reports active/running), for the lab's simulated nodes, which
+    /// have no systemd. `simulated` is refused when the host root is `/` (a real node).
+    #[arg(long, value_enum, default_value_t = ServiceBackendArg::Systemd)]
+    service_backend: ServiceBackendArg,
     /// Log filter (tracing-subscriber EnvFilter syntax).
     #[arg(long, env = "BOSUN_LOG", default_value = "info")]
     log: String,
@@ -72,9 +78,23 @@ struct Args {
     telemetry: bosun_telemetry::TelemetryArgs,
 }
 
+/// `--service-backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ServiceBackendArg {
+    Systemd,
+    Simulated,
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let simulated_services = args.service_backend == ServiceBackendArg::Simulated;
+    if simulated_services && args.host_root.canonicalize().is_ok_and(|p| p == std::path::Path::new("/")) {
+        anyhow::bail!(
+            "--service-backend=simulated with --host-root /: simulated services are for the lab's simulated \
+             nodes (a directory per node); on a real node units are driven by systemd, so drop the flag"
+        );
+    }
     bosun_telemetry::init_logging(&args.log, args.telemetry.log_format)?;
     let admin = match args.telemetry.admin_addr {
         Some(addr) => Some(bosun_telemetry::AdminServer::start(addr).await?),
@@ -83,6 +103,10 @@ async fn main() -> anyhow::Result<()> {
     let roots = TrustRoots::load(&args.trust_roots).context("loading the trust roots")?;
     let mut config = HostConfig::new(&args.host_root, roots);
     config.cache_dir = args.cache_dir.clone();
+    if simulated_services {
+        tracing::warn!("services are simulated (--service-backend=simulated): no systemd unit is ever touched");
+        config.service_backend = Arc::new(bosun_host::RecordingBackend::in_memory());
+    }
     let host = Host::new(config).context("starting the plugin host")?;
     let store = Store::new(&args.plugin_dir).context("opening the plugin store")?;
     let fetcher = Fetcher::new(&FetchConfig {
@@ -104,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
     let mut agent = Agent::new(client, args.node_name, Arc::new(host), store, fetcher, manager);
     agent.instance = args.instance;
     agent.preflight.min_free_bytes = args.min_free_disk_mib.saturating_mul(1024 * 1024);
+    agent.preflight.simulated_services = simulated_services;
     let agent = Arc::new(agent);
     bosun_agent::run(agent).await;
     tracing::info!("bosun-agent stopped");

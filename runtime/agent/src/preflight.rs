@@ -5,7 +5,10 @@
 //!   [`Settings::min_free_bytes`];
 //! - `agent/host-binaries`: every command the plugin's exec grants name exists under the
 //!   host root as an executable file (a plugin granted `/usr/bin/kubeadm` on a node
-//!   without kubeadm would fail half-way otherwise);
+//!   without kubeadm would fail half-way otherwise), except commands granted
+//!   `optional: true` (those of other OS families' package managers), which are only
+//!   listed; and `/usr/bin/systemctl` when the plugin has service grants and the agent
+//!   drives systemd;
 //! - `agent/node-ready`: the Node's Ready condition is True;
 //! - `agent/kubelet-skew`: the kubelet is not newer than the API server and at most
 //!   [`MAX_KUBELET_MINOR_SKEW`] minor versions older (the Kubernetes version-skew policy).
@@ -32,12 +35,16 @@ pub const MAX_KUBELET_MINOR_SKEW: u64 = 3;
 pub struct Settings {
     /// Least free space under the host root for a step to start.
     pub min_free_bytes: u64,
+    /// The agent simulates systemd units (`--service-backend=simulated`, the lab): service
+    /// grants need no systemctl on the node.
+    pub simulated_services: bool,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             min_free_bytes: 1024 * 1024 * 1024,
+            simulated_services: false,
         }
     }
 }
@@ -57,7 +64,7 @@ pub struct Facts<'a> {
 pub fn run_all(settings: Settings, facts: &Facts<'_>) -> Vec<PreflightResult> {
     vec![
         disk_space(facts.host_root, settings.min_free_bytes),
-        host_binaries(facts.host_root, facts.grants),
+        host_binaries(facts.host_root, facts.grants, settings.simulated_services),
         node_ready(facts.node_ready),
         kubelet_skew(facts.kubelet_version, facts.api_server_version),
     ]
@@ -117,40 +124,71 @@ fn disk_verdict(root: &Path, free: u64, min: u64) -> PreflightResult {
     }
 }
 
-/// Every exec-granted command exists under `root` as an executable file.
-pub fn host_binaries(root: &Path, grants: &Grants) -> PreflightResult {
-    if grants.exec.is_empty() {
+/// The command systemd units are driven with when the agent does not simulate them.
+pub const SYSTEMCTL: &str = "/usr/bin/systemctl";
+
+/// Every exec-granted command that is not `optional` exists under `root` as an executable
+/// file, and so does systemctl when the plugin has service grants (unless the agent
+/// simulates services).
+pub fn host_binaries(root: &Path, grants: &Grants, simulated_services: bool) -> PreflightResult {
+    // (command, why it is needed, optional)
+    let mut needed: Vec<(&str, &str, bool)> =
+        grants.exec.iter().map(|g| (g.command.as_str(), "exec grant", g.optional)).collect();
+    if !grants.services.is_empty() && !simulated_services {
+        needed.push((SYSTEMCTL, "service grants", false));
+    }
+    if needed.is_empty() {
+        let services = if grants.services.is_empty() {
+            ""
+        } else {
+            " (its service grants are simulated by this agent: --service-backend=simulated)"
+        };
         return result(
             "host-binaries",
             CheckStatus::Pass,
-            "the plugin is granted no host commands".into(),
+            format!("the plugin is granted no host commands{services}"),
         );
     }
     let mut missing = Vec::new();
-    for g in &grants.exec {
-        let Some(relative) = under_root(&g.command) else {
-            missing.push(format!("{} (not an absolute path without `..`)", g.command));
-            continue;
+    let mut present = Vec::new();
+    let mut optional_absent = Vec::new();
+    for (command, why, optional) in needed {
+        let problem = match under_root(command) {
+            None => Some(format!("{command} (not an absolute path without `..`)")),
+            Some(relative) => match std::fs::metadata(root.join(relative)) {
+                Ok(m) if m.is_file() && is_executable(&m) => None,
+                Ok(_) => Some(format!("{command} (not an executable file)")),
+                Err(_) if why == "service grants" => Some(format!("{command} (needed for the service grants)")),
+                Err(_) => Some(command.to_owned()),
+            },
         };
-        match std::fs::metadata(root.join(relative)) {
-            Ok(m) if m.is_file() && is_executable(&m) => {}
-            Ok(_) => missing.push(format!("{} (not an executable file)", g.command)),
-            Err(_) => missing.push(g.command.clone()),
+        match problem {
+            None => present.push(command),
+            Some(p) if optional => optional_absent.push(p),
+            Some(p) => missing.push(p),
         }
     }
+    let absent = if optional_absent.is_empty() {
+        String::new()
+    } else {
+        format!("; absent but optional (the plugin checks what it uses): {}", optional_absent.join(", "))
+    };
     if missing.is_empty() {
-        let names: Vec<&str> = grants.exec.iter().map(|g| g.command.as_str()).collect();
         result(
             "host-binaries",
             CheckStatus::Pass,
-            format!("present: {}", names.join(", ")),
+            format!(
+                "present: {}{absent}",
+                if present.is_empty() { "none".to_owned() } else { present.join(", ") }
+            ),
         )
     } else {
         result(
             "host-binaries",
             CheckStatus::Fail,
             format!(
-                "granted commands missing on the node: {}; install them (or remove the grant), then retry",
+                "granted commands missing on the node: {}; install them (or remove the grant, or mark it \
+                 `optional: true` if the node does not need it by design), then retry{absent}",
                 missing.join(", ")
             ),
         )
@@ -263,6 +301,8 @@ mod tests {
             args: vec![],
             timeout_seconds: None,
             max_output_bytes: None,
+            dry_run: false,
+            optional: false,
         }
     }
 
@@ -302,11 +342,11 @@ mod tests {
             ..Grants::default()
         };
         assert_eq!(
-            host_binaries(dir.path(), &Grants::default()).status,
+            host_binaries(dir.path(), &Grants::default(), false).status,
             CheckStatus::Pass
         );
         assert_eq!(
-            host_binaries(dir.path(), &grants(&["/usr/bin/kubeadm"])).status,
+            host_binaries(dir.path(), &grants(&["/usr/bin/kubeadm"]), false).status,
             CheckStatus::Pass
         );
         let r = host_binaries(
@@ -317,6 +357,7 @@ mod tests {
                 "/usr/bin/notes",
                 "/usr/../etc/passwd",
             ]),
+            false,
         );
         assert_eq!(r.status, CheckStatus::Fail);
         assert!(r.message.contains("/usr/bin/kubectl"), "{}", r.message);
@@ -333,6 +374,47 @@ mod tests {
             r.message
         );
         assert!(!r.message.contains("/usr/bin/kubeadm,"), "{}", r.message);
+    }
+
+    #[test]
+    fn optional_commands_may_be_missing_and_service_grants_need_systemctl() {
+        use bosun_api::grants::{ServiceAction, ServiceGrant};
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("usr/bin")).unwrap();
+        let apt = dir.path().join("usr/bin/apt-get");
+        std::fs::write(&apt, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&apt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A Debian node: apt present, dnf absent; both optional (one Plugin, a mixed fleet).
+        let optional = |c: &str| ExecGrant { optional: true, ..exec(c) };
+        let packages = Grants {
+            exec: vec![optional("/usr/bin/apt-get"), optional("/usr/bin/dnf")],
+            ..Grants::default()
+        };
+        let r = host_binaries(dir.path(), &packages, false);
+        assert_eq!(r.status, CheckStatus::Pass, "{}", r.message);
+        assert!(
+            r.message.contains("present: /usr/bin/apt-get")
+                && r.message.contains("absent but optional (the plugin checks what it uses): /usr/bin/dnf"),
+            "{}",
+            r.message
+        );
+        // Not optional: the same absence fails.
+        let strict = Grants { exec: vec![exec("/usr/bin/dnf")], ..Grants::default() };
+        assert_eq!(host_binaries(dir.path(), &strict, false).status, CheckStatus::Fail);
+
+        // A service grant needs systemctl, unless the agent simulates services.
+        let kubelet = Grants {
+            services: vec![ServiceGrant { unit: "kubelet.service".into(), actions: vec![ServiceAction::Restart] }],
+            ..Grants::default()
+        };
+        let r = host_binaries(dir.path(), &kubelet, false);
+        assert_eq!(r.status, CheckStatus::Fail, "{}", r.message);
+        assert!(r.message.contains("/usr/bin/systemctl (needed for the service grants)"), "{}", r.message);
+        assert!(!r.message.contains("granted no host commands"), "{}", r.message);
+        let r = host_binaries(dir.path(), &kubelet, true);
+        assert_eq!(r.status, CheckStatus::Pass, "{}", r.message);
+        assert!(r.message.contains("simulated by this agent"), "{}", r.message);
     }
 
     #[test]

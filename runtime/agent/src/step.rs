@@ -71,7 +71,7 @@ pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCa
     }
     let mut lines = Vec::new();
     let preflight_clock = std::time::Instant::now();
-    let preflight_report = host.preflight(&loaded, call.grants, node, call.action, &call.params_json);
+    let preflight_report = host.preflight_with(&loaded, call.grants, node, call.action, &call.params_json, call.dry_run);
     bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Preflight, preflight_clock.elapsed());
     let checks = match preflight_report {
         Ok(report) => {

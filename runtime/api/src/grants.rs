@@ -36,9 +36,16 @@ pub struct FilesystemGrant {
     /// Absolute path as seen on the node, for example `/etc/kubernetes/pki`. It is resolved
     /// under the agent's host root; `..` components are refused.
     pub path: String,
-    /// `ReadOnly` (the default) or `ReadWrite`.
+    /// `ReadOnly` (the default) or `ReadWrite`. In a dry run every grant is read-only,
+    /// whatever this says.
     #[serde(default)]
     pub access: Access,
+    /// The directory may be missing on some nodes (for example
+    /// `/etc/kubernetes/manifests`, which only control-plane nodes have). A missing optional
+    /// directory is not preopened, so the plugin sees it as absent; a missing directory
+    /// that is not optional refuses the whole run. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// How a granted directory may be used.
@@ -84,6 +91,19 @@ pub struct ExecGrant {
     /// Cap on captured stdout and stderr, each, in bytes. Default 1 MiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_bytes: Option<u64>,
+    /// The argument lists of this grant only read the node (for example
+    /// `kubeadm upgrade plan`), so they may also run in a dry run. In a dry run the host runs
+    /// only commands whose grant says `dryRun: true`; everything else is refused with
+    /// `not-granted`. Grant the same command twice to mark some of its argument lists safe
+    /// and not others. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    /// The command may be missing on some nodes (the commands of the package managers of
+    /// other OS families). The agent's `host-binaries` preflight check fails only for
+    /// missing commands that are not optional; a plugin that runs a missing optional
+    /// command gets `failed` from the host. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// A systemd unit and the actions allowed on it.

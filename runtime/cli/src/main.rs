@@ -47,6 +47,8 @@ enum Status {
     PluginFailed,
     /// `policy eval`: the decision denied (exit code 2).
     Denied,
+    /// `status --watch`: the Operation is Blocked and waits for a person (exit code 3).
+    Blocked,
 }
 
 fn main() -> ExitCode {
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
     match result {
         Ok(Status::Success) => ExitCode::SUCCESS,
         Ok(Status::PluginFailed | Status::Denied) => ExitCode::from(2),
+        Ok(Status::Blocked) => ExitCode::from(3),
         Err(e) => {
             eprintln!("error: {}", error_chain(&e));
             ExitCode::from(1)

@@ -292,7 +292,7 @@ fn signed_hello(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 const HELLO_GRANTS: &str =
-    "filesystem:\n  - path: /etc\nexec:\n  - command: /usr/bin/uname\n    args: [[\"-r\"]]\n";
+    "filesystem:\n  - path: /etc\nexec:\n  - command: /usr/bin/uname\n    args: [[\"-r\"]]\n    dryRun: true\n";
 
 #[test]
 fn inspect_shows_what_hello_declares() {

@@ -6,7 +6,11 @@
 //! the node; Blocked because the node may be half-changed, cordoned or drained and a person
 //! must decide (retry or skip) before anyone else touches it; AwaitingApproval because its
 //! approval would otherwise start work on a node another Operation is changing. Pending and
-//! finished tasks (Succeeded, Skipped, Invalid) hold nothing.
+//! finished tasks (Succeeded, Skipped, Invalid) hold nothing, and neither does a Blocked
+//! task of a DryRun Operation: a dry run changed nothing (the host enforces it), so the
+//! node is as it was and the next real Operation need not wait for someone to resolve it.
+//! Retrying such a task later runs it again without taking the node back: a dry run beside
+//! a real Operation on one node changes nothing either.
 //!
 //! Only the Operations of the controller's own instance (`--instance`) are considered: an
 //! install acts only on its own objects and cannot see another install's agents, so it
@@ -66,7 +70,7 @@ pub fn holders<'a>(
     let mut out: BTreeMap<String, Holder> = BTreeMap::new();
     for task in tasks {
         let phase = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
-        if task.spec.operation == operation || !holds_node(phase) {
+        if task.spec.operation == operation || !holds_node(phase) || released_by_dry_run(task, phase) {
             continue;
         }
         let holder = Holder {
@@ -83,6 +87,12 @@ pub fn holders<'a>(
         }
     }
     out
+}
+
+/// A Blocked dry-run task: it holds its rollout slot (its Operation waits for a person) but
+/// not its node (see the module docs).
+fn released_by_dry_run(task: &NodeTask, phase: NodeTaskPhase) -> bool {
+    task.spec.dry_run && phase == NodeTaskPhase::Blocked
 }
 
 /// Whether moving a task from `from` needs the node to be free: a task that already holds
@@ -131,6 +141,20 @@ mod tests {
             let held = holders("b", [&task("a", "w1", phase)]);
             assert_eq!(held.contains_key("w1"), holds, "{phase:?}");
         }
+    }
+
+    #[test]
+    fn a_blocked_dry_run_holds_no_node_but_a_running_one_does() {
+        let dry = |phase| {
+            let mut t = task("dry", "w1", phase);
+            t.spec.dry_run = true;
+            t
+        };
+        assert!(holders("real", [&dry(NodeTaskPhase::Blocked)]).is_empty());
+        assert!(holders("real", [&dry(NodeTaskPhase::Running)]).contains_key("w1"));
+        assert!(holders("real", [&dry(NodeTaskPhase::AwaitingApproval)]).contains_key("w1"));
+        // A real Operation's blocked task still holds it.
+        assert!(holders("real", [&task("other", "w1", NodeTaskPhase::Blocked)]).contains_key("w1"));
     }
 
     #[test]

@@ -302,6 +302,16 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     let done = status.phase == OperationPhase::Succeeded;
     set_condition(&mut status.conditions, "Progressing", !done && !is_blocked && status.phase != OperationPhase::Paused, &format!("{:?}", status.phase), &decision.progress, gen_, now);
     set_condition(&mut status.conditions, "Complete", done, if done { "AllTasksFinished" } else { "InProgress" }, "", gen_, now);
+    if done {
+        // Succeeded with no node succeeded (every one skipped or gone): nothing was done.
+        let nothing = status.counts.succeeded == 0;
+        let (reason, message) = if nothing {
+            (REASON_NOTHING_DONE, "no node succeeded: every NodeTask was skipped or invalid, so nothing was done")
+        } else {
+            (REASON_WORK_DONE, "")
+        };
+        set_condition(&mut status.conditions, NOTHING_DONE, nothing, reason, message, gen_, now);
+    }
     let is_waiting = !waiting.is_empty();
     let held_reason = if is_waiting { crate::exclusion::REASON_HELD } else { crate::exclusion::REASON_FREE };
     set_condition(&mut status.conditions, crate::exclusion::CONDITION, is_waiting, held_reason, &waiting.join("; "), gen_, now);
@@ -342,6 +352,15 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
 pub fn being_deleted(op: &Operation) -> bool {
     op.metadata.deletion_timestamp.is_some()
 }
+
+/// Condition type on a Succeeded Operation: True (reason [`REASON_NOTHING_DONE`]) when no
+/// NodeTask succeeded (each was skipped or invalid), False (reason [`REASON_WORK_DONE`])
+/// otherwise. Absent until the Operation has succeeded.
+pub const NOTHING_DONE: &str = "NothingDone";
+/// [`NOTHING_DONE`] is True.
+pub const REASON_NOTHING_DONE: &str = "AllNodesSkipped";
+/// [`NOTHING_DONE`] is False.
+pub const REASON_WORK_DONE: &str = "NodesSucceeded";
 
 /// Condition type on an Operation while part of its spec is set aside: True (reason
 /// [`REASON_UNREADABLE`]) while `rollout.maxUnavailable` cannot be read after the plan was

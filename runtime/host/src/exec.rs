@@ -522,6 +522,8 @@ mod tests {
             args: args.iter().map(|l| l.iter().map(|s| (*s).to_owned()).collect()).collect(),
             timeout_seconds: None,
             max_output_bytes: None,
+            dry_run: false,
+            optional: false,
         }
     }
 

@@ -64,7 +64,10 @@ pub(crate) fn resolve(root: &Path, grants: &[FilesystemGrant]) -> Result<Vec<Pre
     let mut resolved: Vec<(&FilesystemGrant, Preopen)> = Vec::with_capacity(grants.len());
     for grant in grants {
         normalized_absolute(&grant.path).map_err(|e| invalid(grant, e))?;
-        let host = resolve_one(&root, &root_dir, grant)?;
+        // A missing optional directory is simply not preopened: the guest sees no such path.
+        let Some(host) = resolve_one(&root, &root_dir, grant)? else {
+            continue;
+        };
         let perms = match grant.access {
             Access::ReadOnly => FsPerms::ReadOnly,
             Access::ReadWrite => FsPerms::ReadWrite,
@@ -103,19 +106,32 @@ pub(crate) fn resolve(root: &Path, grants: &[FilesystemGrant]) -> Result<Vec<Pre
 /// The host path of one grant: `root` joined with the granted path, after checking,
 /// component by component and without following anything, that each component is a
 /// directory and not a symlink. `root` is canonical and `root_dir` is it opened.
-fn resolve_one(root: &Path, root_dir: &Dir, grant: &FilesystemGrant) -> Result<PathBuf, Error> {
+/// `None` when the grant is optional and a component of the path does not exist.
+fn resolve_one(root: &Path, root_dir: &Dir, grant: &FilesystemGrant) -> Result<Option<PathBuf>, Error> {
     let rel = Path::new(grant.path.trim_start_matches('/'));
     if rel.as_os_str().is_empty() {
-        return Ok(root.to_path_buf());
+        return Ok(Some(root.to_path_buf()));
     }
     let mut prefix = PathBuf::new();
     for component in rel.components() {
         prefix.push(component);
         // Every earlier component was checked to be a real directory, so this lstat sees
         // exactly `root/prefix`; cap-std keeps it inside the root regardless.
-        let meta = root_dir.symlink_metadata(&prefix).map_err(|e| {
+        let meta = match root_dir.symlink_metadata(&prefix) {
+            Err(e) if e.kind() == ErrorKind::NotFound && grant.optional => return Ok(None),
+            other => other,
+        };
+        let meta = meta.map_err(|e| {
             if e.kind() == ErrorKind::NotFound {
-                invalid(grant, format!("/{} does not exist under the host root {}", prefix.display(), root.display()))
+                invalid(
+                    grant,
+                    format!(
+                        "/{} does not exist under the host root {}; create it, or mark the grant `optional: true` \
+                         if the directory is missing on some nodes by design",
+                        prefix.display(),
+                        root.display()
+                    ),
+                )
             } else {
                 invalid(grant, format!("/{} under the host root {}: {e}", prefix.display(), root.display()))
             }
@@ -157,7 +173,7 @@ fn resolve_one(root: &Path, root_dir: &Dir, grant: &FilesystemGrant) -> Result<P
             ),
         ));
     }
-    Ok(host)
+    Ok(Some(host))
 }
 
 #[cfg(test)]
@@ -165,7 +181,7 @@ mod tests {
     use super::*;
 
     fn g(path: &str, access: Access) -> FilesystemGrant {
-        FilesystemGrant { path: path.into(), access }
+        FilesystemGrant { path: path.into(), access, optional: false }
     }
 
     #[test]
@@ -208,5 +224,24 @@ mod tests {
         std::fs::create_dir_all(root.path().join("varx")).unwrap();
         resolve(root.path(), &[g("/var", Access::ReadWrite), g("/varx", Access::ReadOnly)]).unwrap();
         resolve(root.path(), &[g("/var", Access::ReadOnly), g("/var/lib", Access::ReadWrite)]).unwrap();
+    }
+
+    #[test]
+    fn a_missing_optional_grant_is_left_out_and_a_missing_required_one_refused() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("etc/kubernetes")).unwrap();
+        let optional = |path: &str| FilesystemGrant { optional: true, ..g(path, Access::ReadOnly) };
+        let p = resolve(root.path(), &[g("/etc/kubernetes", Access::ReadOnly), optional("/etc/kubernetes/manifests")]).unwrap();
+        assert_eq!(p.iter().map(|p| p.guest.as_str()).collect::<Vec<_>>(), ["/etc/kubernetes"]);
+        // Present: preopened like any other grant.
+        std::fs::create_dir_all(root.path().join("etc/kubernetes/manifests")).unwrap();
+        let p = resolve(root.path(), &[optional("/etc/kubernetes/manifests")]).unwrap();
+        assert_eq!(p[0].host, root.path().canonicalize().unwrap().join("etc/kubernetes/manifests"));
+        // Required and missing: refused, saying how to mark it optional.
+        let e = resolve(root.path(), &[g("/etc/missing", Access::ReadOnly)]).unwrap_err();
+        assert!(e.to_string().contains("does not exist") && e.to_string().contains("optional: true"), "{e}");
+        // Optional does not excuse a symlink: it is not a missing directory.
+        std::os::unix::fs::symlink("etc", root.path().join("link")).unwrap();
+        assert!(matches!(resolve(root.path(), &[optional("/link/kubernetes")]), Err(Error::InvalidGrant { .. })));
     }
 }

@@ -118,7 +118,10 @@ impl From<&SignatureBundle> for PluginPin {
 /// How the caller wants an action run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunOptions {
-    /// Passed to the plugin: it must not change the node.
+    /// Passed to the plugin (it must not change the node) and enforced by the host: every
+    /// filesystem grant is read-only, only commands whose exec grant says `dryRun: true`
+    /// run, and no service action but `status` is allowed. A refused call fails with
+    /// `not-granted` and a [`Denial`] whose message starts with `dry run:`.
     pub dry_run: bool,
     /// Wall clock for this run; [`Limits::default_deadline`] when `None`.
     pub deadline: Option<Duration>,
@@ -459,7 +462,7 @@ impl Host {
         let node = NodeContext::default();
         let limits = &self.config.limits;
         let (meta, _) = self
-            .call(compiled, &Grants::default(), &node, limits.describe_deadline, true, |store, instance| {
+            .call(compiled, &Grants::default(), &node, limits.describe_deadline, true, false, |store, instance| {
                 call_export::<(), (guest::Metadata,)>(store, instance, &compiled.exports.describe, ()).map(|(m,)| m)
             })
             .map_err(|f| f.error)?;
@@ -506,10 +509,24 @@ impl Host {
         action: &str,
         params_json: &str,
     ) -> Result<PreflightReport, CallFailure> {
+        self.preflight_with(plugin, grants, node, action, params_json, false)
+    }
+
+    /// [`preflight`](Host::preflight) before a run with [`RunOptions::dry_run`]: with
+    /// `dry_run` the host enforces the same dry-run restrictions as for that run.
+    pub fn preflight_with(
+        &self,
+        plugin: &LoadedPlugin,
+        grants: &Grants,
+        node: &NodeContext,
+        action: &str,
+        params_json: &str,
+        dry_run: bool,
+    ) -> Result<PreflightReport, CallFailure> {
         self.check_call(plugin, action, params_json)?;
         let deadline = self.config.limits.describe_deadline;
         let exports = &plugin.compiled.exports;
-        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, |store, instance| {
+        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, dry_run, |store, instance| {
             call_export::<(&str, &str), (Result<Vec<guest::Check>, guest::PluginError>,)>(
                 store,
                 instance,
@@ -557,7 +574,7 @@ impl Host {
         let deadline = options.deadline.unwrap_or(self.config.limits.default_deadline);
         let ctx = guest::RunContext { dry_run: options.dry_run };
         let exports = &plugin.compiled.exports;
-        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, |store, instance| {
+        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, options.dry_run, |store, instance| {
             call_export::<(&str, &str, guest::RunContext), (Result<guest::Outcome, guest::PluginError>,)>(
                 store,
                 instance,
@@ -608,6 +625,8 @@ impl Host {
 
     /// One call in a fresh store: resolve grants, build the WASI context, instantiate,
     /// run `f`, and turn traps into typed errors.
+    // One flag more than clippy's limit: describe/preflight/run differ in exactly these.
+    #[allow(clippy::too_many_arguments)]
     fn call<R>(
         &self,
         compiled: &Compiled,
@@ -615,10 +634,17 @@ impl Host {
         node: &NodeContext,
         deadline: Duration,
         describing: bool,
+        dry_run: bool,
         f: impl FnOnce(&mut Store<RunState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<(R, Captured), CallFailure> {
         let limits = &self.config.limits;
-        let preopens = fs::resolve(&self.config.host_root, &grants.filesystem)?;
+        let mut preopens = fs::resolve(&self.config.host_root, &grants.filesystem)?;
+        if dry_run {
+            // Enforced here, not trusted to the plugin: a dry run cannot write a byte.
+            for p in &mut preopens {
+                p.perms = wasmtime_wasi::FsPerms::ReadOnly;
+            }
+        }
         for g in &grants.exec {
             exec::validate_grant(g)
                 .map_err(|reason| Error::InvalidGrant { grant: format!("exec {}", g.command), reason })?;
@@ -662,6 +688,7 @@ impl Host {
             },
             limiter: RunLimiter { max_memory: limits.max_memory_bytes, max_table_elements: limits.max_table_elements },
             grants: Arc::new(grants.clone()),
+            dry_run,
             env,
             deadline: started + deadline,
             clock_cut: false,

@@ -82,6 +82,9 @@ pub(crate) struct RunState {
     pub table: ResourceTable,
     pub limiter: RunLimiter,
     pub grants: Arc<Grants>,
+    /// The call is part of a dry run: exec only `dryRun` grants, no service changes
+    /// (the filesystem preopens are read-only already).
+    pub dry_run: bool,
     pub env: Arc<CallEnv>,
     pub deadline: Instant,
     /// A clock subscription of this call was cut at the deadline ([`CappedClock`]).
@@ -342,6 +345,25 @@ impl RunState {
             Err(Refusal::Invalid(m)) => return Err(types::HostError::InvalidArgument(m)),
             Err(Refusal::NotGranted(m)) => return Err(self.deny("exec", m)),
         };
+        // In a dry run the arguments must be admitted by a grant marked `dryRun` (another
+        // grant of the same command may mark them so while the first match does not).
+        let grant = if self.dry_run && !grant.dry_run {
+            match grants.exec.iter().filter(|g| g.dry_run).find(|g| crate::exec::authorize(std::slice::from_ref(*g), &command, &args).is_ok()) {
+                Some(g) => g,
+                None => {
+                    return Err(self.deny(
+                        "exec",
+                        format!(
+                            "dry run: {command} {} is granted, but not by a grant marked `dryRun: true`, so it \
+                             does not run in a dry run (mark only argument lists that just read the node)",
+                            args.join(" ")
+                        ),
+                    ));
+                }
+            }
+        } else {
+            grant
+        };
         let grant_timeout = grant.timeout_seconds.map_or(crate::exec::DEFAULT_TIMEOUT, |s| Duration::from_secs(s.into()));
         // The command may not outlive the call that started it.
         let timeout = grant_timeout.min(self.remaining());
@@ -401,6 +423,12 @@ impl service::Host for RunState {
         };
         if let Err(e) = self.unit_grant(&unit, Some(action)) {
             return Ok(Err(e));
+        }
+        if self.dry_run {
+            return Ok(Err(self.deny(
+                "service",
+                format!("dry run: {} {unit} is granted, but a dry run changes no service (status only)", action.as_str()),
+            )));
         }
         Ok(self
             .env

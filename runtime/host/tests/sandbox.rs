@@ -720,7 +720,7 @@ fn exec_that_outlives_its_grant_timeout_is_killed() {
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     let grants = Grants {
-        exec: vec![ExecGrant { command: "/usr/bin/spin".into(), args: vec![], timeout_seconds: Some(1), max_output_bytes: None }],
+        exec: vec![ExecGrant { command: "/usr/bin/spin".into(), args: vec![], timeout_seconds: Some(1), max_output_bytes: None , dry_run: false, optional: false}],
         ..Grants::default()
     };
     let (e, _) = refused(&host, &bad, &grants, "exec", r#"{"command":"/usr/bin/spin"}"#);

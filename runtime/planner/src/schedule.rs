@@ -174,10 +174,18 @@ pub fn schedule(
         .map(|(n, _)| *n)
         .collect();
     (out.phase, out.message) = if current.is_none() {
-        let mut message = format!(
-            "finished: {} succeeded, {} skipped, {} invalid",
-            counts.succeeded, counts.skipped, counts.invalid
-        );
+        let mut message = if counts.succeeded == 0 {
+            // Succeeded only in the sense that nothing is left to do: say so first.
+            format!(
+                "finished with nothing done: no node succeeded ({} skipped, {} invalid)",
+                counts.skipped, counts.invalid
+            )
+        } else {
+            format!(
+                "finished: {} succeeded, {} skipped, {} invalid",
+                counts.succeeded, counts.skipped, counts.invalid
+            )
+        };
         if !invalid.is_empty() {
             message.push_str(&format!(" (nodes {invalid:?} left the cluster)"));
         }

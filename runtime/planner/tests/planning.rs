@@ -675,6 +675,32 @@ fn a_vanished_node_makes_its_task_invalid_and_the_rollout_goes_on() {
 }
 
 #[test]
+fn an_operation_whose_every_node_was_skipped_says_nothing_was_done() {
+    let p = plan(
+        "u",
+        &upgrade_spec(IntOrString::Int(1)),
+        &cluster(1, 3),
+        None,
+    )
+    .unwrap()
+    .plan;
+    let present = everyone(&p);
+    let skipped = views(&p, NodeTaskPhase::Skipped);
+    let s = schedule(&p, &skipped, &present, false, ExecutionMode::Auto);
+    assert_eq!(s.phase, OperationPhase::Succeeded);
+    assert_eq!(s.counts.skipped, 4);
+    assert_eq!(
+        s.message,
+        "finished with nothing done: no node succeeded (4 skipped, 0 invalid)"
+    );
+    // One node succeeded: the usual account.
+    let mut one = skipped.clone();
+    one.get_mut("cp-0").unwrap().phase = NodeTaskPhase::Succeeded;
+    let s = schedule(&p, &one, &present, false, ExecutionMode::Auto);
+    assert_eq!(s.message, "finished: 1 succeeded, 3 skipped, 0 invalid");
+}
+
+#[test]
 fn control_plane_nodes_never_run_together_even_in_a_wide_custom_group() {
     let groups = vec![CustomGroup {
         name: "all".into(),

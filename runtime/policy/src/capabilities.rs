@@ -298,10 +298,12 @@ mod tests {
                 FilesystemGrant {
                     path: "/etc/kubernetes".into(),
                     access: Access::ReadOnly,
+                    optional: false,
                 },
                 FilesystemGrant {
                     path: "/etc/kubernetes/pki".into(),
                     access: Access::ReadWrite,
+                    optional: false,
                 },
             ],
             ..Grants::default()
@@ -338,6 +340,8 @@ mod tests {
                 args: vec![v(&["version", "-o", "short"])],
                 timeout_seconds: None,
                 max_output_bytes: None,
+                dry_run: false,
+                optional: false,
             }],
             services: vec![ServiceGrant {
                 unit: "kubelet.service".into(),

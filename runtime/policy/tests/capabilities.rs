@@ -10,12 +10,15 @@ fn api_grants() -> api::Grants {
         filesystem: vec![api::FilesystemGrant {
             path: "/etc/kubernetes/pki".into(),
             access: api::Access::ReadWrite,
+            optional: false,
         }],
         exec: vec![api::ExecGrant {
             command: "/usr/bin/kubeadm".into(),
             args: vec![vec!["certs".into(), "renew".into(), "*".into()]],
             timeout_seconds: Some(60),
             max_output_bytes: None,
+            dry_run: false,
+            optional: false,
         }],
         services: vec![api::ServiceGrant {
             unit: "kubelet.service".into(),
@@ -93,6 +96,8 @@ fn requests_must_be_granted_before_policies_run() {
         args: vec![vec!["-c".into(), "**".into()]],
         timeout_seconds: None,
         max_output_bytes: None,
+        dry_run: false,
+        optional: false,
     });
     let d = ev.capabilities(&plugin(), &within, &shell, None);
     assert_eq!(

@@ -179,7 +179,7 @@ pub async fn publish_hello(lab: &LabHandle) -> Result<()> {
         wasm,
         json!({
             "filesystem": [{ "path": "/etc", "access": "ReadOnly" }],
-            "exec": [{ "command": "/usr/bin/uname", "args": [["-r"]] }],
+            "exec": [{ "command": "/usr/bin/uname", "args": [["-r"]], "dryRun": true }],
         }),
     )
     .await

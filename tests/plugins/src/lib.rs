@@ -670,3 +670,115 @@ pub fn lab_control_plane() -> (bosun_lab::LabHandle, bosun_lab::LabNode) {
         .expect("a control-plane node");
     (lab, cp)
 }
+
+/// Where [`simulated_package_manager`] keeps its package database in a node root: one line
+/// per package, `NAME|INSTALLED-VERSION|held (yes/no)|AVAILABLE VERSIONS, space-separated`.
+pub const SIMULATED_PACKAGES_DB: &str = "var/lib/bosun-sim/packages";
+
+/// The package family a node root's os-release belongs to, as the `packages` plugin
+/// chooses it: `apt` for Debian-like roots, `dnf` for the RHEL family.
+pub fn package_family(root: &Path) -> &'static str {
+    let os = std::fs::read_to_string(root.join("etc/os-release")).unwrap_or_default();
+    if os.lines().any(|l| {
+        (l.starts_with("ID=") || l.starts_with("ID_LIKE="))
+            && (l.contains("debian") || l.contains("ubuntu"))
+    }) {
+        "apt"
+    } else {
+        "dnf"
+    }
+}
+
+/// Gives a lab node root a simulated package manager of its family that answers the
+/// queries the `packages` plugin makes (`apt-cache madison`, `dpkg-query -W` for apt;
+/// `dnf list --showduplicates`, `dnf versionlock list`, `rpm -q` for dnf) from
+/// [`SIMULATED_PACKAGES_DB`], and refuses every change with exit code 100. The tools are
+/// `/bin/sh` scripts using shell builtins only (this machine's `/bin/sh` and its libraries
+/// are copied in), so they run chrooted in the root as the agent runs granted commands.
+/// `packages` is `(name, installed, held, available)`; versions are the upstream
+/// Kubernetes version, packaged as pkgs.k8s.io packages it (`-1.1` for deb, `-150500.1.1`
+/// for rpm). The lab's roots have no package database of their own (docs/lab.md).
+pub fn simulated_package_manager(root: &Path, packages: &[(&str, &str, bool, &[&str])]) {
+    install_programs(root, &["/bin/sh"]);
+    let family = package_family(root);
+    let release = if family == "apt" { "-1.1" } else { "-150500.1.1" };
+    let db: String = packages
+        .iter()
+        .map(|(name, installed, held, available)| {
+            let avail: Vec<String> = available.iter().map(|v| format!("{v}{release}")).collect();
+            format!(
+                "{name}|{installed}{release}|{}|{}\n",
+                if *held { "yes" } else { "no" },
+                avail.join(" ")
+            )
+        })
+        .collect();
+    write(root, SIMULATED_PACKAGES_DB, &db);
+    let db = format!("/{SIMULATED_PACKAGES_DB}");
+    let refuse = |tool: &str| {
+        format!(
+            "#!/bin/sh\necho \"{tool} (simulated by the Bosun tests) answers queries only: $*\" >&2\nexit 100\n"
+        )
+    };
+    let scripts: Vec<(&str, String)> = if family == "apt" {
+        vec![
+            ("usr/bin/apt-cache", format!(r#"#!/bin/sh
+[ "$1" = madison ] && [ $# -eq 2 ] || {{ echo "apt-cache (simulated): only madison NAME" >&2; exit 100; }}
+while IFS='|' read -r name installed held available; do
+  if [ "$name" = "$2" ]; then
+    for v in $available; do echo " $name | $v | https://pkgs.k8s.io/core:/stable:/v1.34/deb  Packages"; done
+  fi
+done < {db}
+"#)),
+            ("usr/bin/dpkg-query", format!(r#"#!/bin/sh
+[ "$1" = -W ] && [ $# -eq 3 ] || {{ echo "dpkg-query (simulated): only -W -f=FORMAT NAME" >&2; exit 2; }}
+while IFS='|' read -r name installed held available; do
+  if [ "$name" = "$3" ] && [ -n "$installed" ]; then
+    if [ "$held" = yes ]; then printf 'hold ok installed|%s' "$installed"; else printf 'install ok installed|%s' "$installed"; fi
+    exit 0
+  fi
+done < {db}
+echo "dpkg-query: no packages found matching $3" >&2
+exit 1
+"#)),
+            ("usr/bin/apt-get", refuse("apt-get")),
+            ("usr/bin/apt-mark", refuse("apt-mark")),
+        ]
+    } else {
+        vec![
+            ("usr/bin/dnf", format!(r#"#!/bin/sh
+if [ "$1 $2 $3 $4" = "-q list --showduplicates --disableexcludes=all" ] && [ $# -eq 5 ]; then
+  while IFS='|' read -r name installed held available; do
+    if [ "$name" = "$5" ]; then
+      for v in $available; do echo "$name.x86_64  $v  kubernetes"; done
+    fi
+  done < {db}
+  exit 0
+fi
+if [ "$*" = "-q versionlock list" ]; then
+  while IFS='|' read -r name installed held available; do
+    if [ "$held" = yes ]; then echo "$name-0:$installed.*"; fi
+  done < {db}
+  exit 0
+fi
+echo "dnf (simulated by the Bosun tests) answers queries only: $*" >&2
+exit 100
+"#)),
+            ("usr/bin/rpm", format!(r#"#!/bin/sh
+[ "$1 $2" = "-q --qf" ] && [ $# -eq 4 ] || {{ echo "rpm (simulated): only -q --qf FORMAT NAME" >&2; exit 100; }}
+while IFS='|' read -r name installed held available; do
+  if [ "$name" = "$4" ] && [ -n "$installed" ]; then printf '%s' "$installed"; exit 0; fi
+done < {db}
+echo "package $4 is not installed"
+exit 1
+"#)),
+        ]
+    };
+    for (path, text) in scripts {
+        write(root, path, &text);
+        let full = root.join(path);
+        let mut perms = std::fs::metadata(&full).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&full, perms).unwrap();
+    }
+}

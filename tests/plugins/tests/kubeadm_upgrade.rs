@@ -54,10 +54,31 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
         failed(&run("apply", "v1.36.0", false), "version-step").contains("skips a minor version")
     );
     assert!(failed(&run("apply", "v1.33.9", false), "version-step").contains("does not downgrade"));
-    let k = failed(&run("apply", "v1.35.0", false), "kubeadm-version");
+    // kubeadm not at the target: only a warning in preflight (the upgrade's packages step
+    // installs it between the task's start and this step, and installs nothing in a dry
+    // run), but `apply` refuses to run with it, and a dry run says what it would run.
+    let behind = run("apply", "v1.35.0", false);
+    let warned = behind
+        .checks
+        .iter()
+        .find(|c| c.name == "kubeadm-version")
+        .expect("a kubeadm-version check");
+    assert_eq!(warned.status, bosun_host::CheckStatus::Warn, "{warned:?}");
+    let e = behind.error();
+    assert_eq!(e.code, "kubeadm-version");
     assert!(
-        k.contains(&format!("/usr/bin/kubeadm is {version}, expected v1.35.0")),
-        "{k}"
+        e.message.contains(&format!("/usr/bin/kubeadm is {version}, not v1.35.0"))
+            && e.message.contains("install kubeadm v1.35.0 first"),
+        "{}",
+        e.message
+    );
+    let dry_behind = run("apply", "v1.35.0", true);
+    assert_eq!(
+        dry_behind.outcome().message,
+        format!(
+            "would run `kubeadm upgrade apply --yes v1.35.0` with kubeadm v1.35.0 once the upgrade's packages step \
+             installed it (/usr/bin/kubeadm is {version}, not v1.35.0)"
+        )
     );
 
     // `plan` runs the real `kubeadm upgrade plan` through the exec grant, against the lab's
@@ -84,8 +105,10 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
         e.message
     );
 
-    // One minor behind: the step to the lab's version is allowed and a dry run says what
-    // it would run.
+    // One minor behind: the step to the lab's version is allowed, and with kubeadm at the
+    // target the dry run runs `kubeadm upgrade plan` (the one kubeadm command its grant
+    // marks `dryRun`) and reports what kubeadm says: here its own preflight refuses (the
+    // lab has no CoreDNS), which the real `apply` would hit too.
     let manifest = root.join("etc/kubernetes/manifests/kube-apiserver.yaml");
     let text = std::fs::read_to_string(&manifest).unwrap().replace(
         &format!("kube-apiserver:{version}"),
@@ -99,11 +122,14 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
         "{:?}",
         dry.checks
     );
-    assert_eq!(
-        dry.outcome().message,
-        format!("would run `kubeadm upgrade apply --yes {version}`")
+    let e = dry.error();
+    assert_eq!(e.code, "command-failed", "{}", e.message);
+    assert!(
+        e.message.contains(&format!("/usr/bin/kubeadm upgrade plan {version}"))
+            && e.message.contains("preflight checks failed"),
+        "{}",
+        e.message
     );
-    assert!(!dry.outcome().changed);
 
     // `apply` belongs on a control-plane node.
     let worker = Node::new(&root, &["worker"]);

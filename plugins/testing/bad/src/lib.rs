@@ -12,7 +12,7 @@ wit_bindgen::generate!({
 use bosun::plugin::types::HostError;
 use bosun::plugin::{exec, log};
 use exports::bosun::plugin::plugin::{
-    ActionInfo, Capabilities, Check, Guest, Metadata, Outcome, PluginError, RunContext,
+    ActionInfo, Capabilities, Check, CheckStatus, Guest, Metadata, Outcome, PluginError, RunContext,
 };
 use serde_json::Value;
 use std::fs::OpenOptions;
@@ -72,9 +72,19 @@ impl Guest for Bad {
         }
     }
 
-    fn preflight(action: String, _params: String) -> Result<Vec<Check>, PluginError> {
+    fn preflight(action: String, params: String) -> Result<Vec<Check>, PluginError> {
         if action == "spin" {
             spin();
+        }
+        if action == "write" {
+            // A preflight must not change the node; this one tries, and reports what happened.
+            let p: Value = serde_json::from_str(&params).map_err(|e| err("bad-params", e.to_string()))?;
+            let path = s(&p, "path")?;
+            let (status, message) = match std::fs::write(path, b"pwned by preflight") {
+                Ok(()) => (CheckStatus::Pass, format!("ESCAPED: wrote {path} in preflight")),
+                Err(e) => (CheckStatus::Fail, format!("io:{:?}: {e}", e.kind())),
+            };
+            return Ok(vec![Check { name: "preflight-write".into(), status, message }]);
         }
         Ok(vec![])
     }

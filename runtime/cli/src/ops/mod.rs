@@ -103,7 +103,8 @@ pub struct StatusArgs {
     /// The Operation's name.
     pub operation: String,
     /// Re-render whenever the Operation or one of its NodeTasks changes; ends when the
-    /// Operation has finished (Succeeded or Failed).
+    /// Operation has finished (Succeeded or Failed, exit code 0) or is Blocked with no
+    /// recovery requested (exit code 3, after the reason and the commands that resolve it).
     #[arg(short, long)]
     pub watch: bool,
     /// Print the Operation and its NodeTasks as JSON or YAML instead of the tree.
@@ -282,6 +283,13 @@ async fn status(args: StatusArgs) -> Result<Status> {
         }
         if op.status.as_ref().is_some_and(|s| s.phase.is_finished()) {
             return Ok(Status::Success);
+        }
+        // Blocked stays Blocked until a person acts: say why and how, and stop watching.
+        if args.output.is_none()
+            && let Some(summary) = render::blocked_summary(&op, &tasks)
+        {
+            print!("\n{summary}");
+            return Ok(Status::Blocked);
         }
         tokio::select! {
             event = events.next() => match event {

@@ -598,6 +598,47 @@ fn days(d: SignedDuration) -> String {
     }
 }
 
+/// When the Operation is Blocked and no blocked task has a recovery requested yet (so it
+/// stays Blocked until someone acts): the lines a watch ends with, naming why and the
+/// commands that resolve it. `None` otherwise (not blocked, or the controller is about to
+/// act on a requested recovery, so watching on makes sense).
+pub fn blocked_summary(op: &Operation, tasks: &[NodeTask]) -> Option<String> {
+    let status = op.status.as_ref()?;
+    if status.phase != OperationPhase::Blocked {
+        return None;
+    }
+    let name = op.metadata.name.as_deref().unwrap_or("?");
+    let blocked: Vec<&NodeTask> = tasks
+        .iter()
+        .filter(|t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Blocked))
+        .collect();
+    if blocked.iter().any(|t| t.spec.recovery.is_some()) {
+        return None;
+    }
+    let reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Blocked" && c.status == "True")
+        .map(|c| c.reason.clone());
+    let mut out = format!(
+        "Operation {name} is Blocked{}: {}\n",
+        reason.map(|r| format!(" ({r})")).unwrap_or_default(),
+        status.message.as_deref().unwrap_or("a node task is blocked")
+    );
+    for t in &blocked {
+        let node = &t.spec.node_name;
+        let _ = writeln!(
+            out,
+            "  {node}: fix the cause, then `kubectl bosun retry {name} {node}`, or move on with `kubectl bosun skip {name} {node}`"
+        );
+    }
+    if blocked.is_empty() {
+        let _ = writeln!(out, "  see `kubectl bosun status {name}` and the Operation's conditions");
+    }
+    out.push_str("The watch ends here: nothing changes until someone resolves it.\n");
+    Some(out)
+}
+
 /// The log tails of a task's steps, in spec order, each under a header with its phase,
 /// attempts and duration. `only` restricts it to one step. Steps that have not run say so.
 pub fn logs(task: &NodeTask, only: Option<&str>, now: Timestamp) -> String {
@@ -629,11 +670,19 @@ pub fn logs(task: &NodeTask, only: Option<&str>, now: Timestamp) -> String {
                     } else {
                         out.push_str("(a controller step: see bosun-controller's log)\n");
                     }
-                } else if st.log_tail.is_empty() {
-                    out.push_str("(no log lines)\n");
                 } else {
+                    if st.log_tail.is_empty() {
+                        out.push_str("(no log lines)\n");
+                    }
                     for line in &st.log_tail {
                         let _ = writeln!(out, "{line}");
+                    }
+                    // What the plugin answered (its outcome message): often the only
+                    // account of a step that logged nothing. An error says it below.
+                    if let Some(m) = st.message.as_deref().filter(|m| {
+                        !m.is_empty() && st.error.as_ref().is_none_or(|e| e.message != *m)
+                    }) {
+                        let _ = writeln!(out, "result: {m}");
                     }
                 }
                 for check in &st.preflight {
@@ -1179,5 +1228,53 @@ error preflight-failed: /etc/missing not found
         let only = logs(t, Some("greet"), NOW.parse().unwrap());
         assert!(only.starts_with("=== greet (Failed"), "{only}");
         assert!(!only.contains("cordon"), "{only}");
+    }
+
+    #[test]
+    fn a_blocked_operation_ends_a_watch_with_the_reason_and_the_commands() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        let mut op = operation();
+        let status = op.status.as_mut().unwrap();
+        status.phase = OperationPhase::Blocked;
+        status.message = Some("lab-worker-2: preflight failed: /etc/missing not found".into());
+        status.conditions = vec![Condition {
+            type_: "Blocked".into(),
+            status: "True".into(),
+            reason: "PreflightFailed".into(),
+            message: String::new(),
+            last_transition_time: ts("2026-11-30T03:00:02Z"),
+            observed_generation: None,
+        }];
+        let mut ts = tasks();
+        let got = blocked_summary(&op, &ts).expect("a blocked Operation ends the watch");
+        assert_eq!(
+            got,
+            "Operation hello-everyone is Blocked (PreflightFailed): lab-worker-2: preflight failed: /etc/missing not found\n  \
+             lab-worker-2: fix the cause, then `kubectl bosun retry hello-everyone lab-worker-2`, or move on with \
+             `kubectl bosun skip hello-everyone lab-worker-2`\nThe watch ends here: nothing changes until someone resolves it.\n"
+        );
+        // A recovery requested: the controller will act, so the watch goes on.
+        ts[2].spec.recovery = Some(bosun_api::Recovery::Retry);
+        assert_eq!(blocked_summary(&op, &ts), None);
+        // Not blocked: nothing to say.
+        op.status.as_mut().unwrap().phase = OperationPhase::Running;
+        assert_eq!(blocked_summary(&op, &tasks()), None);
+    }
+
+    #[test]
+    fn logs_show_the_outcome_message_of_a_step_that_logged_nothing() {
+        let mut t = tasks()[1].clone();
+        let st = t.status.as_mut().unwrap();
+        st.steps[1].message = Some("would run `kubeadm upgrade node` (kubeadm v1.34.5)".into());
+        let got = logs(&t, Some("greet"), NOW.parse().unwrap());
+        assert_eq!(
+            got,
+            "=== greet (Succeeded, attempt 1, 2.4s)\n(no log lines)\nresult: would run `kubeadm upgrade node` (kubeadm v1.34.5)\n",
+            "\n--- got ---\n{got}"
+        );
+        // With log lines, the message comes after them.
+        t.status.as_mut().unwrap().steps[1].log_tail = vec!["planning".into()];
+        let got = logs(&t, Some("greet"), NOW.parse().unwrap());
+        assert!(got.ends_with("planning\nresult: would run `kubeadm upgrade node` (kubeadm v1.34.5)\n"), "{got}");
     }
 }

@@ -143,7 +143,7 @@ pub fn run(args: &RunArgs) -> Result<Status> {
     if !args.skip_preflight {
         println!("preflight {}:", args.action);
         let report = host
-            .preflight(&plugin, &grants, &node, &args.action, &params)
+            .preflight_with(&plugin, &grants, &node, &args.action, &params, args.dry_run)
             .inspect_err(|f| print_captured(&f.captured))
             .context("preflight")?;
         print_captured(&report.captured);

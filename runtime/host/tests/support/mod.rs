@@ -190,7 +190,7 @@ pub fn node() -> Node {
 
 /// A filesystem grant of `path`.
 pub fn fs(path: &str, access: Access) -> FilesystemGrant {
-    FilesystemGrant { path: path.into(), access }
+    FilesystemGrant { path: path.into(), access, optional: false }
 }
 
 /// An exec grant of `command` with argument-pattern lists `args` (60 s, 4 KiB of output).
@@ -200,6 +200,8 @@ pub fn exec_grant(command: &str, args: &[&[&str]]) -> ExecGrant {
         args: args.iter().map(|l| l.iter().map(|s| (*s).to_owned()).collect()).collect(),
         timeout_seconds: Some(60),
         max_output_bytes: Some(4096),
+        dry_run: false,
+        optional: false,
     }
 }
 
