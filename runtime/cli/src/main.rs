@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 mod ops;
 mod plugin;
 mod policy;
+mod terminal;
 
 /// Bosun: kubeadm lifecycle work across a cluster's nodes, run as signed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -60,7 +61,8 @@ fn main() -> ExitCode {
         Ok(Status::Success) => ExitCode::SUCCESS,
         Ok(Status::PluginFailed | Status::Denied) => ExitCode::from(2),
         Err(e) => {
-            eprintln!("error: {}", error_chain(&e));
+            // Errors may quote a plugin (its metadata, its stderr): no raw control characters.
+            eprintln!("error: {}", terminal::clean(&error_chain(&e)));
             ExitCode::from(1)
         }
     }
