@@ -7,7 +7,8 @@
 //!   value the built-in `agent/kubelet-skew` preflight check also reads);
 //! - kubeadm's version, os-release, architecture and kernel through
 //!   [`bosun_host::Host::node_facts`], the same provider a plugin's `facts.node` call uses
-//!   (it runs the node's own `/usr/bin/kubeadm version -o short` under the host root);
+//!   (it reads kubeadm's version without executing anything: the dpkg database, else the
+//!   version string embedded in the node's `/usr/bin/kubeadm`);
 //! - certificate expiry from every `*.crt` in `<host root>/etc/kubernetes/pki` and
 //!   `pki/etcd`, parsed as X.509 ([`read_certificates`]; the step gate's
 //!   `node.certificates` is built from the same list).

@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 mod ops;
 mod plugin;
 mod policy;
+mod terminal;
 
 /// Bosun: kubeadm lifecycle work across a cluster's nodes, run as signed WebAssembly plugins.
 #[derive(Debug, Parser)]
@@ -64,7 +65,8 @@ fn main() -> ExitCode {
         Ok(Status::PluginFailed | Status::Denied) => ExitCode::from(2),
         Ok(Status::Blocked) => ExitCode::from(3),
         Err(e) => {
-            eprintln!("error: {}", error_chain(&e));
+            // Errors may quote a plugin (its metadata, its stderr): no raw control characters.
+            eprintln!("error: {}", terminal::clean(&error_chain(&e)));
             ExitCode::from(1)
         }
     }

@@ -25,10 +25,11 @@ pub enum ExecIsolation {
 /// the host, not trusted to the plugin.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Largest linear memory one instance may have, in bytes. Also sizes the pooling
+    /// Bytes of linear memory a call may have in all: every memory of every core instance
+    /// of the component counts against this one budget. Also sizes the pooling
     /// allocator's memory slots. Default 256 MiB.
     pub max_memory_bytes: u64,
-    /// Largest table, in elements. Default 100 000.
+    /// Table elements a call may have in all tables together. Default 100 000.
     pub max_table_elements: u64,
     /// Wall clock for a run when the caller gives none. Default 5 minutes.
     pub default_deadline: Duration,

@@ -160,6 +160,69 @@ pub(crate) fn validate_grant(grant: &ExecGrant) -> Result<(), String> {
     Ok(())
 }
 
+/// The path an argument names, if it names one: an argument with a `/` in it (absolute,
+/// or relative to the command's working directory, which is the host root), or the value
+/// of an option written `--name=value` whose value has a `/`.
+fn path_in(arg: &str) -> Option<&str> {
+    let value = if arg.starts_with('-') { arg.split_once('=').map(|(_, v)| v)? } else { arg };
+    value.contains('/').then_some(value)
+}
+
+/// Checks that the command and every argument that names a path ([`path_in`]) reach
+/// their file beneath `root` without going through a symlink in any component, so that
+/// what the grant's patterns matched (the text) is what the command acts on (the path).
+///
+/// A plugin with a read-write grant can make symlinks (WASI refuses only absolute
+/// targets), and a granted command resolves them as the agent: with `cat` granted on
+/// `/var/lib/foo/*`, a link `/var/lib/foo/x -> ../../../etc/shadow` would print the node's
+/// shadow file. Each component is inspected with `lstat` through a cap-std handle of the
+/// root, in order, so every component checked lies beneath the root and none is followed;
+/// components past one that does not exist are not checked (nothing there to follow; the
+/// command creates or fails on it). Returns the message the plugin sees.
+pub(crate) fn check_paths(root: &Path, command: &str, args: &[String]) -> Result<(), String> {
+    let dir = cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority())
+        .map_err(|e| format!("exec: cannot open the host root {} to check paths: {e}", root.display()))?;
+    let what = |i: Option<usize>| match i {
+        None => "the command".to_owned(),
+        Some(i) => format!("argument {} (`{}`)", i + 1, args[i]),
+    };
+    let paths = std::iter::once((None, command)).chain(args.iter().enumerate().filter_map(|(i, a)| path_in(a).map(|p| (Some(i), p))));
+    for (i, path) in paths {
+        let mut prefix = PathBuf::new();
+        for c in Path::new(path).components() {
+            match c {
+                Component::RootDir | Component::CurDir => continue,
+                Component::ParentDir | Component::Prefix(_) => {
+                    return Err(format!(
+                        "exec: {command}: {} has a `..` component; name paths without `..`",
+                        what(i)
+                    ));
+                }
+                Component::Normal(n) => prefix.push(n),
+            }
+            let meta = match dir.symlink_metadata(&prefix) {
+                Ok(m) => m,
+                // Nothing further exists, so nothing further can be followed.
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => break,
+                Err(e) => return Err(format!("exec: {command}: {}: cannot inspect /{} ({e})", what(i), prefix.display())),
+            };
+            if meta.file_type().is_symlink() {
+                let target = dir.read_link_contents(&prefix).map_or_else(|_| "?".to_owned(), |t| t.display().to_string());
+                return Err(format!(
+                    "exec: {command}: {} goes through the symlink /{} -> {target}; paths given to commands \
+                     are never resolved through symlinks (a plugin may have made them): name the real path",
+                    what(i),
+                    prefix.display()
+                ));
+            }
+            if !meta.is_dir() {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What a finished command produced.
 #[derive(Debug)]
 pub(crate) struct CommandOutput {
@@ -228,11 +291,7 @@ pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> 
         cmd
     } else {
         match spec.isolation {
-            ExecIsolation::Chroot => {
-                let mut cmd = Command::new(spec.command);
-                chroot_before_exec(&mut cmd, spec.root)?;
-                cmd
-            }
+            ExecIsolation::Chroot => Command::new(spec.command),
             ExecIsolation::ResolveOnly => {
                 let resolved = resolve_under(spec.root, rel)?;
                 let mut cmd = Command::new(resolved);
@@ -248,14 +307,18 @@ pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> 
         .stderr(Stdio::piped())
         .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let chroot = match spec.isolation {
+        ExecIsolation::Chroot if !real_root => Some(root_cstring(spec.root)?),
+        _ => None,
+    };
+    confine_before_exec(&mut cmd, chroot);
     let deadline = Instant::now() + spec.timeout.min(MAX_TIMEOUT);
     let mut child = cmd
         .spawn()
         .map_err(|e| CommandError::Failed(format!("could not start {}: {e}", spec.command)))?;
     let pid = child.id();
     let give_up = |child: &mut std::process::Child, e: CommandError| {
-        kill_group(pid);
-        let _ = child.wait();
+        terminate(child, pid);
         Err(e)
     };
     let mut io = match Pipes::take(&mut child, spec.stdin, spec.max_output) {
@@ -476,28 +539,186 @@ fn resolve_under(root: &Path, rel: &str) -> Result<PathBuf, CommandError> {
     Ok(path)
 }
 
-/// Makes the child `chroot(2)` into `root` and `chdir("/")` between fork and exec.
-#[allow(unsafe_code)]
-fn chroot_before_exec(cmd: &mut Command, root: &Path) -> Result<(), CommandError> {
+/// The host root as a C string for chroot(2).
+fn root_cstring(root: &Path) -> Result<std::ffi::CString, CommandError> {
     use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(root.as_os_str().as_bytes()).map_err(|_| CommandError::Failed("host root path contains a NUL byte".into()))
+}
+
+/// Set by the SIGTERM handler of a command's keeper (see [`confine_before_exec`]).
+static TERMINATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_terminate(_signal: libc::c_int) {
+    TERMINATE.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// How long the host lets a command's keeper clean up after asking it to (at a timeout)
+/// before killing the whole process group.
+const TERM_GRACE: Duration = Duration::from_secs(1);
+
+/// Confines the command between fork and exec. The forked child becomes the command's
+/// *keeper*; it forks the command and stays behind:
+///
+/// - `no_new_privs` for both: exec never grants privileges (setuid/setgid bits and file
+///   capabilities are ignored), so a plugin-written setuid binary gains nothing;
+/// - a PID namespace whose init is the command, where the agent may create one
+///   (`CAP_SYS_ADMIN`): when the command ends, the kernel kills everything left in it;
+/// - the keeper is a child subreaper: whatever the command leaves running (a daemon
+///   started with `setsid` leaves the process group, so the group kill alone misses
+///   it) is re-parented to the keeper when its parent exits, and when the command has
+///   ended the keeper kills and reaps all of its remaining children, round after round,
+///   until none is left (listed in `/proc/thread-self/children`; without that file, as
+///   before, only the process group is killed). This needs no privilege;
+/// - with `chroot`, the command (only) is chrooted into the host root and starts in `/`.
+///
+/// The keeper closes every descriptor (so the command alone holds the output pipes and
+/// the spawn's exec-error pipe), waits for the command and exits with its status (by the
+/// same signal when it was killed). On SIGTERM (a timeout, see [`terminate`]) it kills the
+/// command, sweeps, and exits. The keeper and the command share the process group the
+/// host kills last.
+#[allow(unsafe_code)]
+fn confine_before_exec(cmd: &mut Command, chroot: Option<std::ffi::CString>) {
     use std::os::unix::process::CommandExt;
-    let root_c = std::ffi::CString::new(root.as_os_str().as_bytes())
-        .map_err(|_| CommandError::Failed("host root path contains a NUL byte".into()))?;
-    // SAFETY: the closure runs in the forked child before exec. It only calls the
-    // async-signal-safe syscalls chroot(2) and chdir(2) on C strings prepared before the
-    // fork, and allocates nothing.
+    // SAFETY: runs in the forked child before exec, single-threaded. It makes only
+    // async-signal-safe system calls (prctl, unshare, sigaction, fork, chroot, chdir,
+    // close_range, close, open, read, kill, waitpid, signal, getpid, _exit) on C strings
+    // prepared before the fork, plain integers and stack buffers; it allocates nothing and
+    // takes no lock. The keeper never returns into the standard library: it leaves with
+    // `_exit`. The handler only stores to an atomic.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::chroot(root_c.as_ptr()) != 0 {
+            let (zero, one): (libc::c_ulong, libc::c_ulong) = (0, 1);
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if libc::chdir(c"/".as_ptr()) != 0 {
+            // Not permitted without CAP_SYS_ADMIN: then the subreaper alone cleans up.
+            let _ = libc::unshare(libc::CLONE_NEWPID);
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, one, zero, zero, zero) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            Ok(())
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_terminate as *const () as libc::sighandler_t;
+            libc::sigemptyset(&mut action.sa_mask);
+            if libc::sigaction(libc::SIGTERM, &action, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            match libc::fork() {
+                -1 => Err(std::io::Error::last_os_error()),
+                0 => {
+                    libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                    if let Some(root) = &chroot {
+                        if libc::chroot(root.as_ptr()) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        if libc::chdir(c"/".as_ptr()) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                }
+                command => keep(command),
+            }
         });
     }
-    Ok(())
+}
+
+/// The keeper's life after forking `command` (see [`confine_before_exec`]).
+#[allow(unsafe_code)]
+unsafe fn keep(command: libc::pid_t) -> ! {
+    // SAFETY: see confine_before_exec; called only in the forked keeper.
+    unsafe {
+        if libc::close_range(0, libc::c_uint::MAX, 0) != 0 {
+            for fd in 0..1024 {
+                libc::close(fd);
+            }
+        }
+        let mut status: libc::c_int = 0;
+        let mut terminated = false;
+        loop {
+            if TERMINATE.load(std::sync::atomic::Ordering::SeqCst) && !terminated {
+                libc::kill(command, libc::SIGKILL);
+                terminated = true;
+            }
+            let r = libc::waitpid(command, &mut status, 0);
+            if r == command {
+                break;
+            }
+            if r == -1 && *libc::__errno_location() != libc::EINTR {
+                libc::_exit(127);
+            }
+        }
+        sweep();
+        if terminated {
+            libc::_exit(128 + libc::SIGTERM);
+        }
+        if libc::WIFSIGNALED(status) {
+            let sig = libc::WTERMSIG(status);
+            libc::signal(sig, libc::SIG_DFL);
+            libc::kill(libc::getpid(), sig);
+            libc::_exit(128 + sig);
+        }
+        libc::_exit(libc::WEXITSTATUS(status))
+    }
+}
+
+/// Kills and reaps every child of the calling process, including the orphans re-parented
+/// to it as a subreaper, until it has none. Does nothing without
+/// `/proc/thread-self/children`.
+#[allow(unsafe_code)]
+unsafe fn sweep() {
+    // SAFETY: see confine_before_exec; called only in the forked keeper.
+    unsafe {
+        let mut status: libc::c_int = 0;
+        for _round in 0..100_000 {
+            let fd = libc::open(c"/proc/thread-self/children".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return;
+            }
+            let mut buf = [0u8; 4096];
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            libc::close(fd);
+            let Ok(n) = usize::try_from(n) else { return };
+            let mut killed = 0;
+            let mut pid: libc::pid_t = 0;
+            for &b in buf[..n].iter().chain(std::iter::once(&b' ')) {
+                if b.is_ascii_digit() {
+                    pid = pid.saturating_mul(10).saturating_add(libc::pid_t::from(b - b'0'));
+                } else if pid > 0 {
+                    libc::kill(pid, libc::SIGKILL);
+                    killed += 1;
+                    pid = 0;
+                }
+            }
+            if killed == 0 {
+                while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
+                return;
+            }
+            // Wait for one of them, then reap whatever else has ended.
+            while libc::waitpid(-1, &mut status, 0) == -1 && *libc::__errno_location() == libc::EINTR {}
+            while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
+        }
+    }
+}
+
+/// Stops a command at its timeout: asks its keeper to kill it and everything it left
+/// (SIGTERM), gives it [`TERM_GRACE`], then kills the process group and reaps the keeper.
+#[allow(unsafe_code)]
+fn terminate(child: &mut std::process::Child, pid: u32) {
+    if let Ok(p) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill(2) on our own child, not yet reaped, so the pid is still ours.
+        unsafe {
+            libc::kill(p, libc::SIGTERM);
+        }
+        let until = Instant::now() + TERM_GRACE;
+        while Instant::now() < until {
+            if !matches!(child.try_wait(), Ok(None)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    kill_group(pid);
+    let _ = child.wait();
 }
 
 /// Sends SIGKILL to the process group led by `pid` (the command and anything it forked).
@@ -650,32 +871,88 @@ mod tests {
         }
     }
 
+    /// Whether this process may create namespaces (CAP_SYS_ADMIN in its effective set).
+    fn may_unshare() -> bool {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_owned())))
+            .and_then(|v| u64::from_str_radix(&v, 16).ok())
+            .is_some_and(|caps| caps & (1 << 21) != 0)
+    }
+
+    /// Outer pids of the processes whose command line contains `marker`.
+    fn processes_with(marker: &str) -> Vec<libc::pid_t> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
+            .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker)))
+            .collect()
+    }
+
     #[test]
     fn a_daemon_keeping_the_output_open_does_not_hold_the_call() {
         let dir = tempfile::tempdir().unwrap();
-        let pidfile = dir.path().join("daemon.pid");
+        let ready = dir.path().join("daemon.ready");
+        let marker = format!("3600.{}1", std::process::id());
         // The daemon leaves the command's process group (setsid) with stdout and stderr
-        // still open; the command exits as soon as the daemon has left the group (it writes
-        // its pid once setsid is done; exiting earlier would let the group kill take it).
-        let script = "setsid /bin/sh -c 'echo $$ > \"$0\"; exec sleep 60' \"$0\" & while [ ! -s \"$0\" ]; do sleep 0.01; done; echo started";
-        let args = v(&["-c", script, pidfile.to_str().unwrap()]);
+        // still open; the command exits as soon as the daemon has left the group (exiting
+        // earlier would let the group kill take it). The daemon is found by its unique
+        // sleep duration: inside a PID namespace its own `$$` is not an outer pid.
+        let script = "setsid /bin/sh -c 'echo ready > \"$0\"; exec sleep \"$1\"' \"$0\" \"$1\" & while [ ! -s \"$0\" ]; do sleep 0.01; done; echo started";
+        let args = v(&["-c", script, ready.to_str().unwrap(), &marker]);
         let out = run(spec(Path::new("/"), "/bin/sh", &args, Duration::from_secs(300)));
-        // Clean up the daemon whatever happened.
-        for _ in 0..100 {
-            if let Some(pid) = std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse::<libc::pid_t>().ok()) {
-                // SAFETY: signals the daemon this test started.
-                #[allow(unsafe_code)]
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-                break;
+        let left = processes_with(&marker);
+        for pid in &left {
+            // SAFETY: signals the daemon this test started, by its outer pid.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(*pid, libc::SIGKILL);
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
         let out = out.unwrap();
         assert_eq!(out.exit_code, 0);
         assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
-        assert!(out.truncated, "output still open after the exit must be reported as cut");
+        if may_unshare() {
+            // The command was PID 1 of its own namespace: the daemon died with it, and
+            // its copies of the pipes closed then.
+            assert!(left.is_empty(), "the daemon outlived the command: {left:?}");
+            assert!(!out.truncated);
+        } else {
+            assert!(out.truncated, "output still open after the exit must be reported as cut");
+        }
+    }
+
+    #[test]
+    fn exit_codes_and_timeouts_pass_through_the_namespace_init() {
+        let out = run(spec(Path::new("/"), "/bin/sh", &v(&["-c", "exit 7"]), Duration::from_secs(60))).unwrap();
+        assert_eq!(out.exit_code, 7);
+        match run(spec(Path::new("/"), "/bin/sh", &v(&["-c", "sleep 30"]), Duration::from_millis(300))) {
+            Err(CommandError::Timeout(_)) => {}
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn arguments_naming_paths_through_symlinks_are_refused() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("usr/bin")).unwrap();
+        std::fs::create_dir_all(root.path().join("var/lib/foo")).unwrap();
+        std::fs::write(root.path().join("usr/bin/cmd"), "").unwrap();
+        std::fs::write(root.path().join("var/lib/foo/plain"), "").unwrap();
+        std::os::unix::fs::symlink("../../../etc/shadow", root.path().join("var/lib/foo/x")).unwrap();
+        std::os::unix::fs::symlink("foo", root.path().join("var/lib/bar")).unwrap();
+        let check = |args: &[&str]| check_paths(root.path(), "/usr/bin/cmd", &v(args));
+        for ok in [&["/var/lib/foo/plain"][..], &["/var/lib/foo/new/deeper"], &["all", "v1.34.4"], &["--opt=value"], &["https://x/y"]] {
+            assert_eq!(check(ok), Ok(()), "{ok:?}");
+        }
+        for bad in [&["/var/lib/foo/x"][..], &["var/lib/foo/x"], &["--config=/var/lib/foo/x"], &["/var/lib/bar/plain"]] {
+            let e = check(bad).unwrap_err();
+            assert!(e.contains("goes through the symlink"), "{bad:?}: {e}");
+        }
+        assert!(check(&["/var/lib/foo/../x"]).unwrap_err().contains("`..`"));
+        std::os::unix::fs::symlink("cmd", root.path().join("usr/bin/link")).unwrap();
+        let e = check_paths(root.path(), "/usr/bin/link", &[]).unwrap_err();
+        assert!(e.contains("the command goes through the symlink /usr/bin/link -> cmd"), "{e}");
     }
 
     #[test]

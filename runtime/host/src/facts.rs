@@ -1,5 +1,13 @@
 //! Node facts read from the host root: os-release, architecture, kernel, and the
-//! kubeadm version (by running the node's own kubeadm, only if it is present).
+//! kubeadm version.
+//!
+//! Nothing here executes anything: the host root holds files a plugin with a read-write
+//! grant may have written, and facts need no grant, so running the node's
+//! `/usr/bin/kubeadm` to ask its version would run whatever a plugin put there, as the
+//! agent (root). The kubeadm version is read as data instead (see [`kubeadm_version`]):
+//! from the dpkg database, else from the version string the Kubernetes build embeds in
+//! the binary. A plugin that can write those files can make the fact lie, but not run
+//! code.
 //!
 //! Files of the host root are read through a cap-std [`Dir`] of the root, never by
 //! joining paths: a plugin with write access to `/etc` could otherwise turn
@@ -7,13 +15,11 @@
 //! agent's own files. See [`read_root_file`].
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Component, Path};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use cap_std::fs::{Dir, FileType, FileTypeExt, OpenOptions, OpenOptionsExt};
-
-use crate::config::ExecIsolation;
-use crate::exec::CommandSpec;
 
 /// What the caller knows about the node that the host root cannot tell: its Kubernetes
 /// name, roles and kubelet version (from the Node object).
@@ -94,6 +100,20 @@ pub(crate) const MAX_FACT_FILE_BYTES: u64 = 64 << 10;
 /// rather than parsed half. A refusal is logged as a warning and reads like a missing file;
 /// a missing file is not logged.
 pub(crate) fn read_root_file(root: &Path, rel: &str) -> Option<String> {
+    let bytes = read_root_bytes(root, rel, MAX_FACT_FILE_BYTES, false)?;
+    match String::from_utf8(bytes) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            tracing::warn!(root = %root.display(), file = rel, "node facts: ignoring /{rel}: it is not UTF-8 ({e})");
+            None
+        }
+    }
+}
+
+/// Opens `rel` under `root` as a regular file, non-blocking, resolved inside the root
+/// only; with `no_symlinks`, refuses a path with a symlink in any component (see
+/// [`open_dir_nofollow`]). `None` when missing or refused (refusals are logged).
+fn open_root_regular(root: &Path, rel: &str, no_symlinks: bool) -> Option<std::fs::File> {
     let dir = match Dir::open_ambient_dir(root, cap_std::ambient_authority()) {
         Ok(d) => d,
         Err(e) => {
@@ -107,27 +127,101 @@ pub(crate) fn read_root_file(root: &Path, rel: &str) -> Option<String> {
     };
     let mut options = OpenOptions::new();
     options.read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
-    let file = match dir.open_with(rel, &options) {
+    let opened = if no_symlinks {
+        let path = Path::new(rel);
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return refuse("not a file path".into());
+        };
+        match open_dir_nofollow(&dir, parent, false) {
+            Ok(parent) => match parent.symlink_metadata(name) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    return refuse("it is a symlink, which is not followed for this fact".into());
+                }
+                Ok(_) => {
+                    options.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_NOFOLLOW);
+                    parent.open_with(name, &options)
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    } else {
+        dir.open_with(rel, &options)
+    };
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => return refuse(format!("cannot open it inside the host root ({e}); a symlink leading out of the root is not followed")),
     };
     match file.metadata() {
-        Ok(m) if m.is_file() => {}
-        Ok(m) => return refuse(format!("expected a regular file, found {}", kind(m.file_type()))),
-        Err(e) => return refuse(format!("cannot stat it ({e})")),
+        Ok(m) if m.is_file() => Some(file.into_std()),
+        Ok(m) => refuse(format!("expected a regular file, found {}", kind(m.file_type()))),
+        Err(e) => refuse(format!("cannot stat it ({e})")),
     }
+}
+
+/// Reads at most `max` bytes of the regular file `rel` under `root` (see
+/// [`open_root_regular`]); a larger file is refused.
+fn read_root_bytes(root: &Path, rel: &str, max: u64, no_symlinks: bool) -> Option<Vec<u8>> {
+    let file = open_root_regular(root, rel, no_symlinks)?;
     let mut bytes = Vec::new();
-    if let Err(e) = file.take(MAX_FACT_FILE_BYTES + 1).read_to_end(&mut bytes) {
-        return refuse(format!("reading it failed ({e})"));
+    if let Err(e) = file.take(max + 1).read_to_end(&mut bytes) {
+        tracing::warn!(root = %root.display(), file = rel, "node facts: ignoring /{rel}: reading it failed ({e})");
+        return None;
     }
-    if bytes.len() as u64 > MAX_FACT_FILE_BYTES {
-        return refuse(format!("it is larger than {MAX_FACT_FILE_BYTES} bytes"));
+    if bytes.len() as u64 > max {
+        tracing::warn!(root = %root.display(), file = rel, "node facts: ignoring /{rel}: it is larger than {max} bytes");
+        return None;
     }
-    match String::from_utf8(bytes) {
-        Ok(text) => Some(text),
-        Err(e) => refuse(format!("it is not UTF-8 ({e})")),
+    Some(bytes)
+}
+
+/// Opens the directory `rel` (relative, plain components) under the directory `dir` one
+/// component at a time, refusing a component that is a symlink (whatever its target) or
+/// not a directory; with `create`, missing components are created (mode 0755 less the
+/// umask). Every component was checked not to be a symlink before it is entered, so the
+/// directory returned is exactly `dir/rel`.
+pub(crate) fn open_dir_nofollow(dir: &Dir, rel: &Path, create: bool) -> std::io::Result<Dir> {
+    let mut current = dir.try_clone()?;
+    let mut walked = std::path::PathBuf::new();
+    for c in rel.components() {
+        let name = match c {
+            Component::Normal(n) => n,
+            Component::CurDir => continue,
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{} has a `..`, root or prefix component", rel.display()),
+                ));
+            }
+        };
+        walked.push(name);
+        let meta = match current.symlink_metadata(name) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+                match current.create_dir(name) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+                current.symlink_metadata(name)?
+            }
+            other => other?,
+        };
+        if meta.file_type().is_symlink() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("/{} is a symlink, which is never followed here", walked.display()),
+            ));
+        }
+        if !meta.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                format!("/{} is not a directory", walked.display()),
+            ));
+        }
+        current = current.open_dir(name)?;
     }
+    Ok(current)
 }
 
 /// A file type in words, for warnings.
@@ -149,33 +243,188 @@ fn kind(t: FileType) -> &'static str {
     }
 }
 
+/// Largest dpkg status database read for the kubeadm fact (a node's is a few MiB).
+const MAX_DPKG_STATUS_BYTES: u64 = 64 << 20;
+/// Largest kubeadm binary scanned for its version (a release build is about 70 MiB).
+const MAX_KUBEADM_BYTES: u64 = 512 << 20;
+/// The kubeadm binary whose version is the fact.
+const KUBEADM: &str = "usr/bin/kubeadm";
+const DPKG_STATUS: &str = "var/lib/dpkg/status";
+
+/// What identifies one version of a file for the cache: device, inode, size, mtime and
+/// ctime (any write or replacement changes at least one).
+type FileKey = (u64, u64, u64, i64, i64, i64, i64);
+
+fn file_key(root: &Path, rel: &str) -> Option<FileKey> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(root.join(rel)).ok()?;
+    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+}
+
+/// The kubeadm version last read, by the identity of the files it was read from, so that
+/// a plugin asking for facts in a loop costs a `stat` each, not a read of the binary.
+#[derive(Default)]
+pub(crate) struct FactsCache {
+    kubeadm: Mutex<Option<((std::path::PathBuf, Option<FileKey>, Option<FileKey>), Option<String>)>>,
+}
+
+impl FactsCache {
+    fn kubeadm_version(&self, root: &Path) -> Option<String> {
+        let key = (root.to_path_buf(), file_key(root, DPKG_STATUS), file_key(root, KUBEADM));
+        if let Ok(cached) = self.kubeadm.lock()
+            && let Some((k, v)) = cached.as_ref()
+            && *k == key
+        {
+            return v.clone();
+        }
+        let version = kubeadm_version(root);
+        if let Ok(mut cached) = self.kubeadm.lock() {
+            *cached = Some((key, version.clone()));
+        }
+        version
+    }
+}
+
+/// Whether `token` reads as a Kubernetes version: `v` MAJOR.MINOR.PATCH and an optional
+/// `-pre` / `+build` suffix of `[0-9A-Za-z.+-]`, at most 64 bytes.
+fn is_version(token: &[u8]) -> bool {
+    if token.len() > 64 || token.first() != Some(&b'v') {
+        return false;
+    }
+    let body = &token[1..];
+    let end = body.iter().position(|b| *b == b'-' || *b == b'+').unwrap_or(body.len());
+    let (core, suffix) = body.split_at(end);
+    let parts: Vec<&[u8]> = core.split(|b| *b == b'.').collect();
+    parts.len() == 3
+        && parts.iter().all(|p| !p.is_empty() && p.len() <= 9 && p.iter().all(u8::is_ascii_digit))
+        && suffix.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
+}
+
+/// The kubeadm version of the node under `root`, read without executing anything:
+///
+/// 1. the dpkg database (`/var/lib/dpkg/status`): an installed `kubeadm` package's
+///    version, `1.34.4-1.1` read as `v1.34.4`;
+/// 2. the binary `/usr/bin/kubeadm` (a regular file, reached without any symlink): the
+///    version the Kubernetes build sets with `-X .../version.gitVersion=v1.34.4`, which
+///    the Go linker stores NUL-terminated and, being set in two packages
+///    (`k8s.io/component-base/version` and `k8s.io/client-go/pkg/version`), twice in a
+///    row; else the Go build information's `k8s.io/kubernetes` module version.
+///
+/// `None` when kubeadm is absent or no version can be read (rpm databases are not read).
+pub(crate) fn kubeadm_version(root: &Path) -> Option<String> {
+    if let Some(v) = read_root_bytes(root, DPKG_STATUS, MAX_DPKG_STATUS_BYTES, false)
+        .and_then(|b| dpkg_version(&String::from_utf8_lossy(&b), "kubeadm"))
+    {
+        return Some(v);
+    }
+    let file = open_root_regular(root, KUBEADM, true)?;
+    scan_go_version(file.take(MAX_KUBEADM_BYTES)).ok().flatten()
+}
+
+/// The version of the installed package `package` in a dpkg status database, as
+/// `vMAJOR.MINOR.PATCH` (epoch and Debian revision dropped).
+pub(crate) fn dpkg_version(status: &str, package: &str) -> Option<String> {
+    for stanza in status.split("\n\n") {
+        let field = |name: &str| {
+            stanza.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')).map(str::trim))
+        };
+        if field("Package") != Some(package) || !field("Status").is_some_and(|s| s.ends_with(" installed")) {
+            continue;
+        }
+        let version = field("Version")?;
+        let version = version.split_once(':').map_or(version, |(_, v)| v);
+        let upstream = version.rsplit_once('-').map_or(version, |(u, _)| u);
+        let v = format!("v{upstream}");
+        return is_version(v.as_bytes()).then_some(v);
+    }
+    None
+}
+
+/// Scans a Go binary for its Kubernetes version (see [`kubeadm_version`]), reading it in
+/// chunks of 1 MiB.
+pub(crate) fn scan_go_version(mut r: impl Read) -> std::io::Result<Option<String>> {
+    const CHUNK: usize = 1 << 20;
+    // Longer than any match: a twin is at most 2 × 65 bytes plus 16 of padding.
+    const KEEP: usize = 256;
+    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK + KEEP);
+    let mut from_build_info: Option<String> = None;
+    // After the first chunk, the byte before the kept tail was scanned already and is
+    // kept too (as index 0), so that a match right at the tail still sees its NUL.
+    let mut first = 0;
+    loop {
+        let start = buf.len();
+        buf.resize(start + CHUNK, 0);
+        let mut filled = start;
+        while filled < buf.len() {
+            match r.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let eof = filled < buf.len();
+        buf.truncate(filled);
+        let limit = if eof { buf.len() } else { buf.len().saturating_sub(KEEP) };
+        for p in first..limit {
+            match buf[p] {
+                b'v' if p > 0 && buf[p - 1] == 0 => {
+                    if let Some(v) = twin_at(&buf, p) {
+                        return Ok(Some(v));
+                    }
+                }
+                b'\t' if from_build_info.is_none() => from_build_info = build_info_at(&buf, p),
+                _ => {}
+            }
+        }
+        if eof {
+            return Ok(from_build_info);
+        }
+        buf.drain(..limit - 1);
+        first = 1;
+    }
+}
+
+/// A NUL-terminated version string at `p`, followed (after at most 16 NUL bytes of
+/// alignment) by the same string NUL-terminated again.
+fn twin_at(buf: &[u8], p: usize) -> Option<String> {
+    let len = buf[p..].iter().take(66).position(|b| *b == 0)?;
+    let token = &buf[p..p + len];
+    if !is_version(token) {
+        return None;
+    }
+    let mut q = p + len + 1;
+    let pad_end = (q + 16).min(buf.len());
+    while q < pad_end && buf[q] == 0 {
+        q += 1;
+    }
+    (buf.get(q..q + len) == Some(token) && buf.get(q + len) == Some(&0))
+        .then(|| String::from_utf8_lossy(token).into_owned())
+}
+
+/// The version in a Go build information line `mod|dep <TAB> k8s.io/kubernetes <TAB>
+/// vX.Y.Z <TAB|NL>` whose first tab is at `p`.
+fn build_info_at(buf: &[u8], p: usize) -> Option<String> {
+    const MODULE: &[u8] = b"\tk8s.io/kubernetes\t";
+    if !buf[p..].starts_with(MODULE) || !(p >= 3 && (&buf[p - 3..p] == b"mod" || &buf[p - 3..p] == b"dep")) {
+        return None;
+    }
+    let rest = &buf[p + MODULE.len()..];
+    let end = rest.iter().take(66).position(|b| *b == b'\t' || *b == b'\n')?;
+    let token = &rest[..end];
+    is_version(token).then(|| String::from_utf8_lossy(token).into_owned())
+}
+
 /// Reads the facts. os-release comes from `<root>/etc/os-release` (falling back to
-/// `<root>/usr/lib/os-release`); the kernel is the running kernel's (shared by every
-/// root on a machine); kubeadm's version comes from running `/usr/bin/kubeadm version -o
-/// short` under the root when that file exists. os-release is read by
-/// [`read_root_file`]: a refused file counts as missing.
-pub(crate) fn gather(root: &Path, node: &NodeContext, isolation: ExecIsolation, timeout: Duration) -> NodeFacts {
+/// `<root>/usr/lib/os-release`), read by [`read_root_file`] (a refused file counts as
+/// missing); the kernel is the running kernel's (shared by every root on a machine);
+/// the kubeadm version is read without executing anything ([`kubeadm_version`]), through
+/// `cache`.
+pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> NodeFacts {
     let os_text = read_root_file(root, "etc/os-release")
         .or_else(|| read_root_file(root, "usr/lib/os-release"))
         .unwrap_or_default();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
-    let kubeadm_version = if root.join("usr/bin/kubeadm").is_file() {
-        crate::exec::run(CommandSpec {
-            root,
-            isolation,
-            command: "/usr/bin/kubeadm",
-            args: &["version".to_owned(), "-o".to_owned(), "short".to_owned()],
-            stdin: None,
-            timeout,
-            max_output: 4096,
-        })
-        .ok()
-        .filter(|o| o.exit_code == 0)
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .filter(|v| !v.is_empty())
-    } else {
-        None
-    };
     NodeFacts {
         node_name: node.node_name.clone(),
         roles: node.roles.clone(),
@@ -183,23 +432,79 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, isolation: ExecIsolation, 
         arch: go_arch().to_owned(),
         kernel,
         kubelet_version: node.kubelet_version.clone(),
-        kubeadm_version,
+        kubeadm_version: cache.kubeadm_version(root),
     }
 }
 
 impl crate::Host {
     /// The node's facts exactly as a plugin's `facts.node` call sees them (os-release from
-    /// the host root, architecture, running kernel, and the node's own `/usr/bin/kubeadm
-    /// version -o short` run with this host's exec isolation, for at most `timeout`). For
+    /// the host root, architecture, running kernel, and the kubeadm version read from the
+    /// dpkg database or the node's `/usr/bin/kubeadm` binary without executing it). For
     /// the agent's own reports, so plugins, policies and status read a fact the same way.
-    pub fn node_facts(&self, node: &NodeContext, timeout: Duration) -> NodeFacts {
-        gather(&self.config().host_root, node, self.config().exec_isolation, timeout)
+    /// Nothing is executed, so `_timeout` (kept for callers) bounds nothing.
+    pub fn node_facts(&self, node: &NodeContext, _timeout: Duration) -> NodeFacts {
+        gather(&self.config().host_root, node, &self.facts_cache)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_go_version_is_the_twin_gitversion_or_else_the_build_info() {
+        let scan = |bytes: &[u8]| scan_go_version(bytes).unwrap();
+        // `-X` strings are NUL-terminated and aligned: a 9-byte one is padded to 16.
+        assert_eq!(scan(b"junk\0v1.34.10\0\0\0\0\0\0\0\0v1.34.10\0tail"), Some("v1.34.10".into()));
+        assert_eq!(scan(b"\0v1.35.0-rc.1\0v1.35.0-rc.1\0"), Some("v1.35.0-rc.1".into()));
+        // A lone literal, two different versions, or no NUL before: not a version fact.
+        assert_eq!(scan(b"\0v1.33.0\0"), None);
+        assert_eq!(scan(b"\0v1.33.0\0v1.34.0\0"), None);
+        assert_eq!(scan(b"xv1.33.0\0v1.33.0\0"), None);
+        assert_eq!(scan(b"\0v1.33\0v1.33\0"), None);
+        // Go build information (what `-trimpath` builds keep): the k8s.io/kubernetes module.
+        let info = b"path\tk8s.io/kubernetes/cmd/kubeadm\nmod\tbosun.dev/lab\t(devel)\t\ndep\tk8s.io/kubernetes\tv1.34.4\th1:x=\n";
+        assert_eq!(scan(info), Some("v1.34.4".into()));
+        // The twin wins over the build information, wherever each is.
+        let mut both = info.to_vec();
+        both.extend_from_slice(b"\0v1.34.5\0v1.34.5\0");
+        assert_eq!(scan(&both), Some("v1.34.5".into()));
+        // Across the 1 MiB chunk boundary.
+        let mut big = vec![b'x'; (1 << 20) - 5];
+        big.extend_from_slice(b"\0v1.34.4\0v1.34.4\0");
+        big.extend(vec![b'y'; 3 << 20]);
+        assert_eq!(scan(&big), Some("v1.34.4".into()));
+    }
+
+    #[test]
+    fn the_dpkg_version_is_the_installed_packages_upstream_version() {
+        let status = "Package: kubeadm\nStatus: deinstall ok config-files\nVersion: 1.30.0-1.1\n\n\
+                      Package: kubectl\nStatus: install ok installed\nVersion: 1.34.1-1.1\n\n\
+                      Package: kubeadm\nStatus: install ok installed\nArchitecture: amd64\nVersion: 1.34.4-1.1\n";
+        assert_eq!(dpkg_version(status, "kubeadm").as_deref(), Some("v1.34.4"));
+        assert_eq!(dpkg_version("Package: kubeadm\nStatus: install ok installed\nVersion: 2:1.35.0~rc.1-0\n", "kubeadm"), None);
+        assert_eq!(dpkg_version(status, "kubelet"), None);
+    }
+
+    #[test]
+    fn nothing_under_the_root_is_executed_for_facts() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = root_with_fallback();
+        std::fs::create_dir_all(root.path().join("usr/bin")).unwrap();
+        let marker = root.path().join("ran");
+        let script = format!("#!/bin/sh\necho ran > {}\necho v9.9.9\n", marker.display());
+        let kubeadm = root.path().join("usr/bin/kubeadm");
+        std::fs::write(&kubeadm, script).unwrap();
+        std::fs::set_permissions(&kubeadm, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cache = FactsCache::default();
+        for _ in 0..3 {
+            assert_eq!(gather(root.path(), &NodeContext::default(), &cache).kubeadm_version, None);
+        }
+        assert!(!marker.exists(), "kubeadm was executed");
+        // A changed binary is read again, an unchanged one comes from the cache.
+        std::fs::write(&kubeadm, b"\0v1.34.4\0v1.34.4\0").unwrap();
+        assert_eq!(gather(root.path(), &NodeContext::default(), &cache).kubeadm_version.as_deref(), Some("v1.34.4"));
+    }
 
     #[test]
     fn os_release_is_parsed_with_and_without_quotes() {
@@ -215,7 +520,7 @@ mod tests {
     #[test]
     fn os_release_is_read_from_the_host_root_with_the_usr_lib_fallback() {
         let dir = tempfile::tempdir().unwrap();
-        let read = |root: &Path| gather(root, &NodeContext::default(), ExecIsolation::ResolveOnly, Duration::from_secs(5)).os;
+        let read = |root: &Path| gather(root, &NodeContext::default(), &FactsCache::default()).os;
         std::fs::create_dir_all(dir.path().join("etc")).unwrap();
         std::fs::write(
             dir.path().join("etc/os-release"),
@@ -235,7 +540,7 @@ mod tests {
     }
 
     fn os_id(root: &Path) -> String {
-        gather(root, &NodeContext::default(), ExecIsolation::ResolveOnly, Duration::from_secs(5)).os.id
+        gather(root, &NodeContext::default(), &FactsCache::default()).os.id
     }
 
     /// A root whose `usr/lib/os-release` says `ID=fallback`, so a refused
@@ -322,7 +627,7 @@ mod tests {
         let root = root_with_fallback();
         std::fs::write(root.path().join("usr/lib/os-release"), "ID=debian\nVERSION_ID=\"12\"\n").unwrap();
         std::os::unix::fs::symlink("../usr/lib/os-release", root.path().join("etc/os-release")).unwrap();
-        let os = gather(root.path(), &NodeContext::default(), ExecIsolation::ResolveOnly, Duration::from_secs(5)).os;
+        let os = gather(root.path(), &NodeContext::default(), &FactsCache::default()).os;
         assert_eq!((os.id.as_str(), os.version_id.as_str()), ("debian", "12"));
     }
 }

@@ -24,6 +24,7 @@ mod error;
 mod exec;
 mod facts;
 mod fs;
+mod guarded_fs;
 mod http;
 mod params;
 mod report;
@@ -255,6 +256,8 @@ pub struct Host {
     compiled: Mutex<HashMap<Digest, Arc<Compiled>>>,
     /// Plugins [`Host::load`] verified, by the exact pin they were verified against.
     verified: Mutex<HashMap<PluginPin, LoadedPlugin>>,
+    /// The kubeadm version fact, by the identity of the files it was read from.
+    facts_cache: Arc<facts::FactsCache>,
     _ticker: Ticker,
 }
 
@@ -311,6 +314,7 @@ impl Host {
             cache,
             compiled: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
+            facts_cache: Arc::new(facts::FactsCache::default()),
             _ticker: ticker,
         })
     }
@@ -674,6 +678,8 @@ impl Host {
             service: Arc::clone(&self.config.service_backend),
             node: node.clone(),
             limits: limits.clone(),
+            facts_cache: Arc::clone(&self.facts_cache),
+            describing,
         });
         let started = Instant::now();
         let state = RunState {
@@ -686,7 +692,7 @@ impl Host {
                 table.set_max_capacity(limits.max_resources);
                 table
             },
-            limiter: RunLimiter { max_memory: limits.max_memory_bytes, max_table_elements: limits.max_table_elements },
+            limiter: RunLimiter::new(limits.max_memory_bytes, limits.max_table_elements),
             grants: Arc::new(grants.clone()),
             dry_run,
             env,
@@ -696,6 +702,7 @@ impl Host {
             lines: Vec::new(),
             progress: None,
             denied: Vec::new(),
+            facts: None,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);

@@ -15,6 +15,82 @@ use crate::report::ActionInfo;
 /// Upper bound on the problems quoted in one error message.
 const MAX_PROBLEMS: usize = 8;
 
+/// Largest params schema of one action, in bytes. A plugin's schemas are bounded by
+/// `describe`'s output cap too; this keeps one action's well below it.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 64 << 10;
+/// Regular expressions (`pattern` values and `patternProperties` names) across all of a
+/// plugin's schemas.
+pub(crate) const MAX_PATTERNS: usize = 64;
+/// Longest regular expression, in bytes.
+pub(crate) const MAX_PATTERN_BYTES: usize = 1024;
+/// Most memory one regular expression may compile to (the `regex` crate's size limit).
+/// With [`MAX_PATTERNS`] this bounds what compiling a plugin's patterns can take at
+/// 16 MiB; a schema of 25,000 `\p{L}{200}` patterns took 14 GB before these bounds.
+pub(crate) const MAX_PATTERN_COMPILED_BYTES: usize = 256 << 10;
+
+/// Checks a schema's size before it is parsed.
+fn check_size(text: &str) -> Result<(), String> {
+    if text.len() > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "the schema is {} bytes, more than the host's limit of {MAX_SCHEMA_BYTES}; declare a smaller schema",
+            text.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a schema's regular expressions against the bounds above before anything
+/// compiles them; `patterns` counts across the plugin's actions.
+fn check_patterns(value: &Value, patterns: &mut usize) -> Result<(), String> {
+    let mut found: Vec<&str> = Vec::new();
+    collect_patterns(value, &mut found);
+    for p in found {
+        *patterns += 1;
+        if *patterns > MAX_PATTERNS {
+            return Err(format!(
+                "the plugin's schemas hold more than {MAX_PATTERNS} regular expressions (`pattern`, `patternProperties`), \
+                 the host's limit"
+            ));
+        }
+        if p.len() > MAX_PATTERN_BYTES {
+            return Err(format!(
+                "a regular expression is {} bytes, more than the host's limit of {MAX_PATTERN_BYTES}",
+                p.len()
+            ));
+        }
+        // Only the compiled size is judged here; a pattern that is not valid Rust regex
+        // syntax is left to boon, which converts ECMA-262 syntax first and reports it.
+        if let Err(regex::Error::CompiledTooBig(limit)) =
+            regex::RegexBuilder::new(p).size_limit(MAX_PATTERN_COMPILED_BYTES).build()
+        {
+            let mut shown = p.to_owned();
+            crate::sandbox::truncate_utf8(&mut shown, 64);
+            return Err(format!(
+                "the regular expression `{shown}` compiles to more than {limit} bytes, the host's limit; use a simpler pattern"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every `pattern` string and `patternProperties` name in `value`, at any depth.
+fn collect_patterns<'v>(value: &'v Value, out: &mut Vec<&'v str>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("pattern", Value::String(p)) => out.push(p),
+                    ("patternProperties", Value::Object(props)) => out.extend(props.keys().map(String::as_str)),
+                    _ => {}
+                }
+                collect_patterns(v, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_patterns(v, out)),
+        _ => {}
+    }
+}
+
 /// Refuses every external schema reference (the default loader reads `file://` URLs).
 struct NoExternalRefs;
 
@@ -33,19 +109,24 @@ pub(crate) struct ParamSchemas {
 impl ParamSchemas {
     /// Compiles each action's schema. An action whose schema is empty accepts any params.
     /// Fails with the action's name and the compiler's message when a schema is not valid
-    /// JSON or not a valid JSON Schema.
+    /// JSON or not a valid JSON Schema, and before compiling anything when a schema is
+    /// larger than [`MAX_SCHEMA_BYTES`] or its regular expressions exceed the bounds
+    /// ([`MAX_PATTERNS`], [`MAX_PATTERN_BYTES`], [`MAX_PATTERN_COMPILED_BYTES`]).
     pub(crate) fn compile(actions: &[ActionInfo]) -> Result<ParamSchemas, (String, String)> {
         let mut schemas = boon::Schemas::new();
         let mut compiler = boon::Compiler::new();
         compiler.use_loader(Box::new(NoExternalRefs));
         let mut by_action = HashMap::new();
+        let mut patterns = 0;
         for (i, action) in actions.iter().enumerate() {
             if action.params_schema.trim().is_empty() {
                 continue;
             }
             let fail = |message: String| (action.name.clone(), message);
+            check_size(&action.params_schema).map_err(fail)?;
             let value: Value =
                 serde_json::from_str(&action.params_schema).map_err(|e| fail(format!("not JSON: {e}")))?;
+            check_patterns(&value, &mut patterns).map_err(fail)?;
             // Synthetic, never fetched: the loader above refuses anything not added here.
             let url = format!("urn:bosun-plugin-params:{i}");
             compiler.add_resource(&url, value).map_err(|e| fail(e.to_string()))?;
@@ -138,6 +219,35 @@ mod tests {
         let (name, message) = ParamSchemas::compile(&[action("nojson", "{")]).err().unwrap();
         assert_eq!(name, "nojson");
         assert!(message.contains("not JSON"), "{message}");
+    }
+
+    #[test]
+    fn schema_bombs_are_refused_before_compiling() {
+        // The review's bomb, smaller: many patterns that each compile to a large automaton.
+        let many: serde_json::Map<String, Value> =
+            (0..25_000).map(|i| (format!("p{i}"), json!({"type": "string", "pattern": "\\p{L}{200}"}))).collect();
+        let bomb = json!({"type": "object", "properties": many}).to_string();
+        let (name, message) = ParamSchemas::compile(&[action("bomb", &bomb)]).err().unwrap();
+        assert_eq!(name, "bomb");
+        assert!(message.contains("limit of 65536"), "{message}");
+        // Under the byte cap: one expensive pattern is refused by its compiled size ...
+        let one = json!({"type": "string", "pattern": "\\p{L}{200}"}).to_string();
+        let (_, message) = ParamSchemas::compile(&[action("one", &one)]).err().unwrap();
+        assert!(message.contains("compiles to more than") && message.contains("p{L}{200}"), "{message}");
+        // ... too many cheap ones (across actions) by their count ...
+        let cheap: serde_json::Map<String, Value> =
+            (0..40).map(|i| (format!("p{i}"), json!({"type": "string", "pattern": "^a+$"}))).collect();
+        let cheap = json!({"type": "object", "properties": cheap}).to_string();
+        let (name, message) = ParamSchemas::compile(&[action("a", &cheap), action("b", &cheap)]).err().unwrap();
+        assert_eq!(name, "b");
+        assert!(message.contains("more than 64 regular expressions"), "{message}");
+        // ... and a long one by its length, also as a patternProperties name.
+        let long = json!({"type": "object", "patternProperties": {"a".repeat(2000): {}}}).to_string();
+        let (_, message) = ParamSchemas::compile(&[action("long", &long)]).err().unwrap();
+        assert!(message.contains("2000 bytes"), "{message}");
+        // What a real plugin declares still compiles.
+        let cheap_one = json!({"type": "object", "properties": {"v": {"type": "string", "pattern": "^v1\\.[0-9]+\\.[0-9]+$"}}}).to_string();
+        ParamSchemas::compile(&[action("a", &cheap), action("b", &cheap_one)]).unwrap();
     }
 
     #[test]

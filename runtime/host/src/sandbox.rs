@@ -36,23 +36,44 @@ pub(crate) enum Stop {
 /// The store's resource limiter: memory and table growth beyond the limits stops the
 /// call with a typed [`Stop`] instead of returning -1 to the guest (a Rust guest would
 /// only abort on that, which would look like any other trap).
+///
+/// The limits are budgets for the whole call, not per memory or table: a component may
+/// hold several core instances, each with its own linear memory and tables, and a limit
+/// per memory let four of them take four times the limit. Every growth is charged to one
+/// running total (what the memory or table had is credited back first, so each is
+/// counted at its current size); memories count bytes against `max_memory`, tables count
+/// elements against `max_table_elements`.
 pub(crate) struct RunLimiter {
     pub max_memory: u64,
     pub max_table_elements: u64,
+    /// Bytes of every linear memory of the call, as last grown.
+    pub memory_used: u64,
+    /// Elements of every table of the call, as last grown.
+    pub table_used: u64,
+}
+
+impl RunLimiter {
+    pub(crate) fn new(max_memory: u64, max_table_elements: u64) -> Self {
+        RunLimiter { max_memory, max_table_elements, memory_used: 0, table_used: 0 }
+    }
 }
 
 impl ResourceLimiter for RunLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired as u64 > self.max_memory {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.memory_used.saturating_sub(current as u64).saturating_add(desired as u64);
+        if total > self.max_memory {
             return Err(wasmtime::Error::new(Stop::Memory { what: "memory", limit: self.max_memory }));
         }
+        self.memory_used = total;
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired as u64 > self.max_table_elements {
+    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let total = self.table_used.saturating_sub(current as u64).saturating_add(desired as u64);
+        if total > self.max_table_elements {
             return Err(wasmtime::Error::new(Stop::Memory { what: "table", limit: self.max_table_elements }));
         }
+        self.table_used = total;
         Ok(true)
     }
 
@@ -74,6 +95,10 @@ pub(crate) struct CallEnv {
     pub service: Arc<dyn ServiceBackend>,
     pub node: NodeContext,
     pub limits: Limits,
+    /// Shared by the host's calls: the kubeadm version by the identity of its files.
+    pub facts_cache: Arc<crate::facts::FactsCache>,
+    /// The call is `describe`, made on bytes that may not be verified yet: no node facts.
+    pub describing: bool,
 }
 
 /// The data of one store: WASI state, the plugin's grants and everything captured.
@@ -93,6 +118,9 @@ pub(crate) struct RunState {
     pub lines: Vec<LogLine>,
     pub progress: Option<Progress>,
     pub denied: Vec<Denial>,
+    /// The node's facts, read at the first `facts.node` of the call and answered from
+    /// here after that.
+    pub facts: Option<crate::facts::NodeFacts>,
 }
 
 impl WasiView for RunState {
@@ -162,7 +190,10 @@ pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linke
         }
     })?;
     filesystem::preopens::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
-    sync::filesystem::types::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
+    // wasmtime-wasi's filesystem with one check in front of `open-at` (guarded_fs.rs).
+    sync::filesystem::types::add_to_linker::<RunState, crate::guarded_fs::GuardedFilesystem>(&mut l, |s| {
+        crate::guarded_fs::GuardedFs(s.filesystem())
+    })?;
     random::random::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
     random::insecure::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
     random::insecure_seed::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
@@ -364,6 +395,9 @@ impl RunState {
         } else {
             grant
         };
+        if let Err(m) = crate::exec::check_paths(&self.env.root, &command, &args) {
+            return Err(self.deny("exec", m));
+        }
         let grant_timeout = grant.timeout_seconds.map_or(crate::exec::DEFAULT_TIMEOUT, |s| Duration::from_secs(s.into()));
         // The command may not outlive the call that started it.
         let timeout = grant_timeout.min(self.remaining());
@@ -453,8 +487,15 @@ impl service::Host for RunState {
 
 impl facts::Host for RunState {
     fn node(&mut self) -> wasmtime::Result<Result<facts::NodeFacts, types::HostError>> {
-        let timeout = Duration::from_secs(10).min(self.remaining());
-        let f = crate::facts::gather(&self.env.root, &self.env.node, self.env.isolation, timeout);
+        if self.env.describing {
+            return Ok(Err(types::HostError::NotGranted(
+                "facts: node facts are not available to `describe`, which must not depend on the node \
+                 (it also runs on unverified bytes, e.g. for `kubectl-bosun plugin inspect`)"
+                    .into(),
+            )));
+        }
+        let env = Arc::clone(&self.env);
+        let f = self.facts.get_or_insert_with(|| crate::facts::gather(&env.root, &env.node, &env.facts_cache)).clone();
         Ok(Ok(facts::NodeFacts {
             node_name: f.node_name,
             roles: f.roles,
@@ -487,5 +528,61 @@ impl http::Host for RunState {
             Err(HttpRefusal::TooLarge(m)) => Err(types::HostError::TooLarge(m)),
             Err(HttpRefusal::Timeout(m)) => Err(types::HostError::Timeout(m)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A component of four core instances of one module, each growing its own linear
+    /// memory by `pages` 64 KiB pages when it starts.
+    fn four_memories(pages: u32) -> Vec<u8> {
+        wat::parse_str(format!(
+            r#"(component
+                 (core module $m
+                   (memory 1)
+                   (func $grow (drop (memory.grow (i32.const {pages}))))
+                   (start $grow))
+                 (core instance (instantiate $m))
+                 (core instance (instantiate $m))
+                 (core instance (instantiate $m))
+                 (core instance (instantiate $m)))"#
+        ))
+        .unwrap()
+    }
+
+    fn instantiate(pages: u32, limit: u64) -> wasmtime::Result<()> {
+        let root = tempfile::tempdir().unwrap();
+        let mut config = crate::HostConfig::new(root.path(), bosun_trust::TrustRoots::new());
+        config.limits.max_memory_bytes = limit;
+        let host = crate::Host::new(config).unwrap();
+        let component = wasmtime::component::Component::new(host.engine(), four_memories(pages)).unwrap();
+        let mut store = wasmtime::Store::new(host.engine(), RunLimiter::new(limit, 10_000));
+        store.limiter(|l| l);
+        store.set_epoch_deadline(u64::MAX / 2);
+        Linker::<RunLimiter>::new(host.engine()).instantiate(&mut store, &component).map(|_| ())
+    }
+
+    #[test]
+    fn the_memory_limit_is_one_budget_for_all_memories_of_a_call() {
+        // The review's bypass: four core instances, each below the limit, together four
+        // times over it. 40 MiB each against 64 MiB: the second one is stopped.
+        let e = instantiate(640, 64 << 20).unwrap_err();
+        match e.downcast_ref::<Stop>() {
+            Some(Stop::Memory { what: "memory", limit }) => assert_eq!(*limit, 64 << 20),
+            other => panic!("expected the memory limit, got {other:?}: {e:#}"),
+        }
+        // The same component within the budget: four times 10 MiB.
+        instantiate(160, 64 << 20).unwrap();
+    }
+
+    #[test]
+    fn the_table_limit_is_one_budget_for_all_tables_of_a_call() {
+        let mut l = RunLimiter::new(1 << 20, 100);
+        assert!(l.table_growing(0, 60, None).unwrap());
+        assert!(l.table_growing(60, 70, None).unwrap());
+        assert!(l.table_growing(0, 31, None).is_err(), "70 + 31 > 100 across two tables");
+        assert!(l.table_growing(0, 30, None).unwrap());
     }
 }

@@ -207,23 +207,41 @@ impl RecordingBackend {
 
     fn record(&self, root: &Path, line: String) -> Result<(), ServiceError> {
         if self.log_to_root {
-            use std::io::Write;
-            let path = Self::log_path(root);
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| ServiceError::Failed(format!("{}: {e}", dir.display())))?;
-            }
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .map_err(|e| ServiceError::Failed(format!("{}: {e}", path.display())))?;
-            writeln!(f, "{line}").map_err(|e| ServiceError::Failed(format!("{}: {e}", path.display())))?;
+            append_beneath(root, Path::new(LOG_DIR), LOG_FILE, &line).map_err(|e| {
+                ServiceError::Failed(format!("recording `{line}` in /{LOG_DIR}/{LOG_FILE} under {}: {e}", root.display()))
+            })?;
         }
         if let Ok(mut calls) = self.calls.lock() {
             calls.push(line);
         }
         Ok(())
     }
+}
+
+const LOG_DIR: &str = "var/log";
+const LOG_FILE: &str = "bosun-services.log";
+
+/// Appends `line` and a newline to `dir/file` beneath `root`, creating both if missing,
+/// without following a symlink anywhere: a plugin with a read-write `/var/log` grant can
+/// replace the log (or `log` itself) with a symlink, and the backend must neither append
+/// to nor create the file it points to. The directories are walked one component at a
+/// time through cap-std ([`open_dir_nofollow`](crate::facts::open_dir_nofollow)); the file
+/// is opened `O_NOFOLLOW | O_NONBLOCK` and must be a regular file.
+fn append_beneath(root: &Path, dir: &Path, file: &str, line: &str) -> std::io::Result<()> {
+    use cap_std::fs::{OpenOptions, OpenOptionsExt};
+    use std::io::Write;
+    let root = cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
+    let dir = crate::facts::open_dir_nofollow(&root, dir, true)?;
+    if dir.symlink_metadata(file).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "the log is a symlink, which is never followed"));
+    }
+    let mut options = OpenOptions::new();
+    options.create(true).append(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+    let mut f = dir.open_with(file, &options)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the log is not a regular file"));
+    }
+    writeln!(f, "{line}")
 }
 
 impl ServiceBackend for RecordingBackend {
@@ -275,6 +293,40 @@ mod tests {
             }
             other => panic!("a glob unit grant must be invalid, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_recording_log_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("root"), dir.path().join("outside"));
+        std::fs::create_dir_all(root.join("var/log")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let backend = RecordingBackend::logging_to_host_root();
+        let restart = |b: &RecordingBackend| b.control(&root, "kubelet.service", ServiceAction::Restart, Duration::from_secs(5));
+        // A plugin with a read-write /var/log grant points the log at a file outside the
+        // root (relative, so that WASI lets it make the link) ...
+        std::fs::write(outside.join("target"), "untouched\n").unwrap();
+        std::os::unix::fs::symlink("../../../outside/target", root.join("var/log/bosun-services.log")).unwrap();
+        assert!(matches!(restart(&backend), Err(ServiceError::Failed(m)) if m.contains("symlink")));
+        assert_eq!(std::fs::read_to_string(outside.join("target")).unwrap(), "untouched\n");
+        // ... at a file that does not exist yet ...
+        std::fs::remove_file(root.join("var/log/bosun-services.log")).unwrap();
+        std::os::unix::fs::symlink("../../../outside/created", root.join("var/log/bosun-services.log")).unwrap();
+        assert!(restart(&backend).is_err());
+        assert!(!outside.join("created").exists(), "the dangling link's target was created");
+        // ... or replaces /var/log itself.
+        std::fs::remove_dir_all(root.join("var/log")).unwrap();
+        std::os::unix::fs::symlink("../../outside", root.join("var/log")).unwrap();
+        assert!(matches!(restart(&backend), Err(ServiceError::Failed(m)) if m.contains("symlink")));
+        assert!(!outside.join("bosun-services.log").exists());
+        // A real directory and file are appended to, and made when missing.
+        std::fs::remove_file(root.join("var/log")).unwrap();
+        restart(&backend).unwrap();
+        backend.status(&root, "kubelet.service", Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(RecordingBackend::log_path(&root)).unwrap(),
+            "restart kubelet.service\nstatus kubelet.service\n"
+        );
     }
 
     /// A host root whose `/usr/bin/systemctl` appends its verb to `<root>/calls`, exits at

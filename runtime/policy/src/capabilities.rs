@@ -219,11 +219,53 @@ fn pattern_covers(granted: &str, requested: &str) -> bool {
     glob::Pattern::new(granted).is_ok_and(|p| p.matches(requested))
 }
 
+/// The commands the host itself runs for a plugin besides its exec grants: `systemctl`
+/// for its service grants (the systemctl backend starts `/usr/bin/systemctl` under the
+/// host root as the agent).
+const SYSTEMCTL: &str = "/usr/bin/systemctl";
+
+/// Grant sets that amount to root on the node: a read-write filesystem grant that covers
+/// a command the same plugin may run (an exec grant's command, or `systemctl` when it
+/// has service grants). The plugin can replace the binary and then have the host run its
+/// replacement as the agent, whatever the argument patterns say. One message each.
+///
+/// The capabilities decision reports these as warnings from policy `bosun` (work goes
+/// on); the shipped policy `policies/root-equivalent-grants` denies them.
+pub fn root_equivalent(grants: &Grants) -> Vec<String> {
+    let mut commands: Vec<&str> = grants.exec.iter().map(|g| g.command.as_str()).collect();
+    if !grants.services.is_empty() {
+        commands.push(SYSTEMCTL);
+    }
+    commands.sort_unstable();
+    commands.dedup();
+    let mut out = Vec::new();
+    for command in commands {
+        let Some(cmd) = normal_path(command) else { continue };
+        for g in grants.filesystem.iter().filter(|g| g.access == Access::ReadWrite) {
+            if normal_path(&g.path).is_some_and(|dir| cmd.starts_with(&dir)) {
+                let why = if command == SYSTEMCTL && !grants.exec.iter().any(|e| e.command == command) {
+                    "the host runs it for the plugin's service grants"
+                } else {
+                    "the plugin may execute it"
+                };
+                out.push(format!(
+                    "root-equivalent grants: filesystem {} is read-write and covers {command}, which {why}; \
+                     the plugin can replace {command} and have it run as the agent (root). Grant the directory \
+                     read-only or more narrowly, or accept the plugin as fully trusted",
+                    g.path
+                ));
+            }
+        }
+    }
+    out
+}
+
 impl Evaluator {
     /// The capabilities decision: first every request must be covered by a grant (a
     /// finding from policy `bosun` per uncovered request, and then no policy runs), then
     /// `data.bosun.capabilities.deny` of every policy judges the plugin, its requests and
-    /// its grants.
+    /// its grants. Root-equivalent grant sets ([`root_equivalent`]) are added as
+    /// warnings from policy `bosun`.
     pub fn capabilities(
         &mut self,
         plugin: &PluginInfo,
@@ -250,7 +292,12 @@ impl Evaluator {
             grants: grants.clone(),
             node: node.map(str::to_owned),
         };
-        self.evaluate_input(DecisionPoint::Capabilities, &input)
+        let mut decision = self.evaluate_input(DecisionPoint::Capabilities, &input);
+        decision.warnings.extend(root_equivalent(grants).into_iter().map(|message| Finding {
+            policy: "bosun".into(),
+            message,
+        }));
+        decision
     }
 }
 
@@ -260,6 +307,67 @@ mod tests {
 
     fn v(xs: &[&str]) -> Vec<String> {
         xs.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn exec(command: &str) -> ExecGrant {
+        ExecGrant {
+            command: command.into(),
+            args: vec![],
+            timeout_seconds: None,
+            max_output_bytes: None,
+        }
+    }
+
+    fn dir(path: &str, access: Access) -> FilesystemGrant {
+        FilesystemGrant {
+            path: path.into(),
+            access,
+        }
+    }
+
+    #[test]
+    fn a_writable_grant_over_a_command_the_plugin_runs_is_root_equivalent() {
+        // The packages plugin's shape: /usr/bin read-write and kubeadm executable.
+        let grants = Grants {
+            filesystem: vec![
+                dir("/usr/bin", Access::ReadWrite),
+                dir("/etc/kubernetes", Access::ReadWrite),
+            ],
+            exec: vec![exec("/usr/bin/kubeadm"), exec("/usr/sbin/other")],
+            ..Grants::default()
+        };
+        let found = root_equivalent(&grants);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("filesystem /usr/bin is read-write and covers /usr/bin/kubeadm"),
+            "{}",
+            found[0]
+        );
+        // Service grants make the host run systemctl.
+        let services = Grants {
+            filesystem: vec![dir("/usr", Access::ReadWrite)],
+            services: vec![ServiceGrant {
+                unit: "kubelet.service".into(),
+                actions: vec![ServiceAction::Restart],
+            }],
+            ..Grants::default()
+        };
+        let found = root_equivalent(&services);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("/usr/bin/systemctl, which the host runs"), "{}", found[0]);
+        // Read-only, a sibling directory, or a prefix that is not a path component: none.
+        for fs in [
+            dir("/usr/bin", Access::ReadOnly),
+            dir("/usr/bin2", Access::ReadWrite),
+            dir("/usr/b", Access::ReadWrite),
+        ] {
+            let g = Grants {
+                filesystem: vec![fs.clone()],
+                exec: vec![exec("/usr/bin/kubeadm")],
+                ..Grants::default()
+            };
+            assert!(root_equivalent(&g).is_empty(), "{fs:?}");
+        }
     }
 
     #[test]

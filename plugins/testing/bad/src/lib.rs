@@ -10,7 +10,7 @@ wit_bindgen::generate!({
 });
 
 use bosun::plugin::types::HostError;
-use bosun::plugin::{exec, log};
+use bosun::plugin::{exec, facts, log};
 use exports::bosun::plugin::plugin::{
     ActionInfo, Capabilities, Check, CheckStatus, Guest, Metadata, Outcome, PluginError, RunContext,
 };
@@ -58,7 +58,15 @@ impl Guest for Bad {
             name: "bad".into(),
             version: "1.0.0".into(),
             abi_version: "0.1.0".into(),
-            description: "misbehaving host test plugin".into(),
+            // Asks for node facts while describing, which may run on unverified bytes: the
+            // host must refuse (and before it did, reading them ran the node's kubeadm).
+            description: format!(
+                "misbehaving host test plugin; facts in describe: {}",
+                match facts::node() {
+                    Ok(f) => format!("answered (kubeadm {:?})", f.kubeadm_version),
+                    Err(_) => "refused".to_owned(),
+                }
+            ),
             actions: ACTIONS
                 .iter()
                 .map(|a| ActionInfo {

@@ -25,6 +25,7 @@ use kube::{Client, Config};
 use serde_json::json;
 
 use crate::Status;
+use crate::terminal;
 
 pub mod checks;
 pub mod publish;
@@ -235,7 +236,11 @@ async fn status(args: StatusArgs) -> Result<Status> {
     let show = |op: &Operation, tasks: &[NodeTask]| -> Result<String> {
         match args.output {
             Some(f) => machine_output(f, op, tasks),
-            None => Ok(render::status(op, tasks, Timestamp::now(), style)),
+            None => {
+                // Plugins write the messages, logs and outputs shown here.
+                let (op, tasks) = (terminal::cleaned(op)?, terminal::cleaned(&tasks.to_vec())?);
+                Ok(render::status(&op, &tasks, Timestamp::now(), style))
+            }
         }
     };
     if !args.watch {
@@ -460,9 +465,11 @@ async fn logs(args: LogsArgs) -> Result<Status> {
             names.join(", ")
         );
     }
+    // The log lines are the plugin's own.
+    let task = terminal::cleaned(task)?;
     print!(
         "{}",
-        render::logs(task, args.step.as_deref(), Timestamp::now())
+        render::logs(&task, args.step.as_deref(), Timestamp::now())
     );
     Ok(Status::Success)
 }

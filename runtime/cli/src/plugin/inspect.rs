@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::PluginFile;
 use crate::Status;
+use crate::terminal::clean;
 
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -88,12 +89,12 @@ fn print_text(
     bundle: Option<&SignatureBundle>,
     bundle_path: &std::path::Path,
 ) {
-    println!("name:        {}", meta.name);
-    println!("version:     {}", meta.version);
-    println!("abi:         bosun:plugin@{}", meta.abi_version);
+    println!("name:        {}", clean(&meta.name));
+    println!("version:     {}", clean(&meta.version));
+    println!("abi:         bosun:plugin@{}", clean(&meta.abi_version));
     println!("digest:      {} ({} bytes)", file.digest, file.bytes.len());
     if !meta.description.is_empty() {
-        println!("description: {}", meta.description);
+        println!("description: {}", clean(&meta.description));
     }
     match bundle {
         Some(b) if b.sha256 == file.digest => println!(
@@ -112,20 +113,20 @@ fn print_text(
     for a in &meta.actions {
         println!(
             "  {}{} - {}",
-            a.name,
+            clean(&a.name),
             if a.idempotent {
                 " (idempotent)"
             } else {
                 " (not idempotent)"
             },
-            a.description
+            clean(&a.description)
         );
         let schema = serde_json::from_str::<serde_json::Value>(&a.params_schema)
             .and_then(|v| serde_json::to_string_pretty(&v))
             .unwrap_or_else(|_| a.params_schema.clone());
         println!("    params schema:");
         for line in schema.lines() {
-            println!("      {line}");
+            println!("      {}", clean(line));
         }
     }
     let caps = &meta.capabilities;
@@ -139,17 +140,18 @@ fn print_text(
     }
     for (path, writable) in &caps.filesystem {
         println!(
-            "  filesystem {path} ({})",
+            "  filesystem {} ({})",
+            clean(path),
             if *writable { "ReadWrite" } else { "ReadOnly" }
         );
     }
     for (command, args) in &caps.exec {
-        println!("  exec {command} {}", args.join(" "));
+        println!("  exec {} {}", clean(command), clean(&args.join(" ")));
     }
     for (unit, actions) in &caps.services {
-        println!("  service {unit}: {}", actions.join(", "));
+        println!("  service {}: {}", clean(unit), clean(&actions.join(", ")));
     }
     for host in &caps.http {
-        println!("  http {host}");
+        println!("  http {}", clean(host));
     }
 }

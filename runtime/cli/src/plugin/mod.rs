@@ -69,8 +69,17 @@ impl PluginFile {
     /// Calls the plugin's `describe` in the sandbox with no grants and without signature
     /// verification. Used only to read what the plugin says about itself (for `inspect`
     /// and to default `sign`'s name and version); nothing here is trusted or runs actions.
+    ///
+    /// The bytes are unverified, so the call gets nothing of the machine: the host root is
+    /// a fresh empty directory only this process can reach (never a shared one such as
+    /// `$TMPDIR`, where another user could plant files), and the host refuses node facts
+    /// to every `describe`.
     fn describe(&self) -> Result<Metadata> {
-        let mut config = HostConfig::new(std::env::temp_dir(), TrustRoots::new());
+        let empty_root = tempfile::Builder::new()
+            .prefix("bosun-describe-")
+            .tempdir()
+            .context("creating an empty host root for describe")?;
+        let mut config = HostConfig::new(empty_root.path(), TrustRoots::new());
         config.allow_unverified = true;
         let host = Host::new(config).context("starting the plugin host")?;
         let loaded = host

@@ -20,6 +20,7 @@ use clap::{Args, ValueEnum};
 
 use super::PluginFile;
 use crate::Status;
+use crate::terminal::clean;
 
 /// How granted commands are started (see the host's `ExecIsolation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -155,7 +156,7 @@ pub fn run(args: &RunArgs) -> Result<Status> {
                         CheckStatus::Warn => "WARN",
                         CheckStatus::Fail => "FAIL",
                     };
-                    println!("  {status:<4} {}: {}", c.name, c.message);
+                    println!("  {status:<4} {}: {}", clean(&c.name), clean(&c.message));
                 }
                 if checks.is_empty() {
                     println!("  (no checks)");
@@ -168,7 +169,7 @@ pub fn run(args: &RunArgs) -> Result<Status> {
                 if !failed.is_empty() {
                     eprintln!(
                         "error: preflight check(s) failed: {}; the action did not run",
-                        failed.join(", ")
+                        clean(&failed.join(", "))
                     );
                     return Ok(Status::PluginFailed);
                 }
@@ -176,8 +177,8 @@ pub fn run(args: &RunArgs) -> Result<Status> {
             Err(e) => {
                 eprintln!(
                     "error: preflight failed: {} (code {}{})",
-                    e.message,
-                    e.code,
+                    clean(&e.message),
+                    clean(&e.code),
                     retry_note(e.retryable)
                 );
                 return Ok(Status::PluginFailed);
@@ -208,18 +209,18 @@ pub fn run(args: &RunArgs) -> Result<Status> {
                 } else {
                     "unchanged"
                 },
-                outcome.message
+                clean(&outcome.message)
             );
             for (k, v) in &outcome.outputs {
-                println!("  {k} = {v}");
+                println!("  {} = {}", clean(k), clean(v));
             }
             Ok(Status::Success)
         }
         Err(e) => {
             eprintln!(
                 "error: the plugin failed: {} (code {}{})",
-                e.message,
-                e.code,
+                clean(&e.message),
+                clean(&e.code),
                 retry_note(e.retryable)
             );
             Ok(Status::PluginFailed)
@@ -296,8 +297,8 @@ fn print_header(plugin: &LoadedPlugin) {
     let meta = plugin.metadata();
     println!(
         "plugin {} {} ({})",
-        meta.name,
-        meta.version,
+        clean(&meta.name),
+        clean(&meta.version),
         plugin.digest()
     );
     if let Some(v) = plugin.verified() {
@@ -315,22 +316,24 @@ fn print_captured(c: &Captured) {
         let fields: String = line
             .fields
             .iter()
-            .map(|(k, v)| format!(" {k}={v}"))
+            .map(|(k, v)| format!(" {}={}", clean(k), clean(v)))
             .collect();
         let cut = if line.truncated { " [truncated]" } else { "" };
         println!(
             "  [{}] {}{fields}{cut}",
             format!("{:?}", line.level).to_lowercase(),
-            line.message
+            clean(&line.message)
         );
     }
     if let Some(p) = &c.progress {
-        println!("  progress {}/{}: {}", p.done, p.total, p.message);
+        println!("  progress {}/{}: {}", p.done, p.total, clean(&p.message));
     }
     for d in &c.denied {
-        println!("  denied {}: {}", d.capability, d.message);
+        println!("  denied {}: {}", clean(&d.capability), clean(&d.message));
     }
     if !c.stderr.trim().is_empty() {
-        println!("  stderr: {}", c.stderr.trim_end());
+        for line in c.stderr.trim_end().lines() {
+            println!("  stderr: {}", clean(line));
+        }
     }
 }

@@ -1,0 +1,171 @@
+//! `wasi:filesystem/types` as wasmtime-wasi implements it, with one change: a plugin
+//! cannot open anything but a regular file or a directory.
+//!
+//! Opening a FIFO for reading blocks until a writer appears, in the host, on the call's
+//! thread, where neither the epoch deadline nor the capped clock can reach it: a named
+//! pipe in a granted directory hung the run for ever. Devices are no better (a tty, a
+//! tape, `/dev/zero` read to the end). So `open-at` first asks what the path names (with
+//! the same symlink rule as the open) and refuses a FIFO, socket, character or block
+//! device with `not-permitted`, before wasmtime-wasi opens anything. The check and the
+//! open are two steps; the plugin itself is single-threaded and waits in this call, so
+//! only another process writing into the granted directory between them could swap the
+//! file (see docs/security.md).
+//!
+//! Every other function is wasmtime-wasi's own, called unchanged.
+
+use wasmtime::component::{HasData, Resource};
+use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
+use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
+use wasmtime_wasi::p2::bindings::sync::filesystem::types as fs;
+use wasmtime_wasi::p2::bindings::sync::io::streams;
+use wasmtime_wasi::p2::{FsError, FsResult};
+
+/// The `HasData` marker of [`GuardedFs`].
+pub(crate) struct GuardedFilesystem;
+
+impl HasData for GuardedFilesystem {
+    type Data<'a> = GuardedFs<'a>;
+}
+
+/// wasmtime-wasi's filesystem view with the open check.
+pub(crate) struct GuardedFs<'a>(pub WasiFilesystemCtxView<'a>);
+
+/// Whether a plugin may open a file of this type.
+pub(crate) fn openable(t: fs::DescriptorType) -> bool {
+    matches!(t, fs::DescriptorType::RegularFile | fs::DescriptorType::Directory | fs::DescriptorType::SymbolicLink)
+}
+
+impl fs::Host for GuardedFs<'_> {
+    fn convert_error_code(&mut self, err: FsError) -> wasmtime::Result<fs::ErrorCode> {
+        fs::Host::convert_error_code(&mut self.0, err)
+    }
+    fn filesystem_error_code(&mut self, err: Resource<streams::Error>) -> wasmtime::Result<Option<fs::ErrorCode>> {
+        fs::Host::filesystem_error_code(&mut self.0, err)
+    }
+}
+
+impl fs::HostDescriptor for GuardedFs<'_> {
+    fn open_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        path_flags: fs::PathFlags,
+        path: String,
+        oflags: fs::OpenFlags,
+        flags: fs::DescriptorFlags,
+    ) -> FsResult<Resource<fs::Descriptor>> {
+        // A missing file (to be created) or any error is left to the open itself.
+        let probe = Resource::<fs::Descriptor>::new_borrow(fd.rep());
+        if let Ok(stat) = fs::HostDescriptor::stat_at(&mut self.0, probe, path_flags, path.clone())
+            && !openable(stat.type_)
+        {
+            tracing::info!(path = %path, kind = ?stat.type_, "plugin open refused: not a regular file or directory");
+            return Err(FsError::from(ErrorCode::NotPermitted));
+        }
+        fs::HostDescriptor::open_at(&mut self.0, fd, path_flags, path, oflags, flags)
+    }
+
+    fn advise(&mut self, fd: Resource<fs::Descriptor>, offset: fs::Filesize, len: fs::Filesize, advice: fs::Advice) -> FsResult<()> {
+        fs::HostDescriptor::advise(&mut self.0, fd, offset, len, advice)
+    }
+    fn sync_data(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<()> {
+        fs::HostDescriptor::sync_data(&mut self.0, fd)
+    }
+    fn get_flags(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorFlags> {
+        fs::HostDescriptor::get_flags(&mut self.0, fd)
+    }
+    fn get_type(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorType> {
+        fs::HostDescriptor::get_type(&mut self.0, fd)
+    }
+    fn set_size(&mut self, fd: Resource<fs::Descriptor>, size: fs::Filesize) -> FsResult<()> {
+        fs::HostDescriptor::set_size(&mut self.0, fd, size)
+    }
+    fn set_times(&mut self, fd: Resource<fs::Descriptor>, atim: fs::NewTimestamp, mtim: fs::NewTimestamp) -> FsResult<()> {
+        fs::HostDescriptor::set_times(&mut self.0, fd, atim, mtim)
+    }
+    fn read(&mut self, fd: Resource<fs::Descriptor>, len: fs::Filesize, offset: fs::Filesize) -> FsResult<(Vec<u8>, bool)> {
+        fs::HostDescriptor::read(&mut self.0, fd, len, offset)
+    }
+    fn write(&mut self, fd: Resource<fs::Descriptor>, buf: Vec<u8>, offset: fs::Filesize) -> FsResult<fs::Filesize> {
+        fs::HostDescriptor::write(&mut self.0, fd, buf, offset)
+    }
+    fn read_directory(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<Resource<fs::DirectoryEntryStream>> {
+        fs::HostDescriptor::read_directory(&mut self.0, fd)
+    }
+    fn sync(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<()> {
+        fs::HostDescriptor::sync(&mut self.0, fd)
+    }
+    fn create_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
+        fs::HostDescriptor::create_directory_at(&mut self.0, fd, path)
+    }
+    fn stat(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorStat> {
+        fs::HostDescriptor::stat(&mut self.0, fd)
+    }
+    fn stat_at(&mut self, fd: Resource<fs::Descriptor>, path_flags: fs::PathFlags, path: String) -> FsResult<fs::DescriptorStat> {
+        fs::HostDescriptor::stat_at(&mut self.0, fd, path_flags, path)
+    }
+    fn set_times_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        path_flags: fs::PathFlags,
+        path: String,
+        atim: fs::NewTimestamp,
+        mtim: fs::NewTimestamp,
+    ) -> FsResult<()> {
+        fs::HostDescriptor::set_times_at(&mut self.0, fd, path_flags, path, atim, mtim)
+    }
+    fn link_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        old_path_flags: fs::PathFlags,
+        old_path: String,
+        new_descriptor: Resource<fs::Descriptor>,
+        new_path: String,
+    ) -> FsResult<()> {
+        fs::HostDescriptor::link_at(&mut self.0, fd, old_path_flags, old_path, new_descriptor, new_path)
+    }
+    fn drop(&mut self, fd: Resource<fs::Descriptor>) -> wasmtime::Result<()> {
+        fs::HostDescriptor::drop(&mut self.0, fd)
+    }
+    fn readlink_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<String> {
+        fs::HostDescriptor::readlink_at(&mut self.0, fd, path)
+    }
+    fn remove_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
+        fs::HostDescriptor::remove_directory_at(&mut self.0, fd, path)
+    }
+    fn rename_at(&mut self, fd: Resource<fs::Descriptor>, old_path: String, new_fd: Resource<fs::Descriptor>, new_path: String) -> FsResult<()> {
+        fs::HostDescriptor::rename_at(&mut self.0, fd, old_path, new_fd, new_path)
+    }
+    fn symlink_at(&mut self, fd: Resource<fs::Descriptor>, src_path: String, dest_path: String) -> FsResult<()> {
+        fs::HostDescriptor::symlink_at(&mut self.0, fd, src_path, dest_path)
+    }
+    fn unlink_file_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
+        fs::HostDescriptor::unlink_file_at(&mut self.0, fd, path)
+    }
+    fn read_via_stream(&mut self, fd: Resource<fs::Descriptor>, offset: fs::Filesize) -> FsResult<Resource<streams::InputStream>> {
+        fs::HostDescriptor::read_via_stream(&mut self.0, fd, offset)
+    }
+    fn write_via_stream(&mut self, fd: Resource<fs::Descriptor>, offset: fs::Filesize) -> FsResult<Resource<streams::OutputStream>> {
+        fs::HostDescriptor::write_via_stream(&mut self.0, fd, offset)
+    }
+    fn append_via_stream(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<Resource<streams::OutputStream>> {
+        fs::HostDescriptor::append_via_stream(&mut self.0, fd)
+    }
+    fn is_same_object(&mut self, a: Resource<fs::Descriptor>, b: Resource<fs::Descriptor>) -> wasmtime::Result<bool> {
+        fs::HostDescriptor::is_same_object(&mut self.0, a, b)
+    }
+    fn metadata_hash(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::MetadataHashValue> {
+        fs::HostDescriptor::metadata_hash(&mut self.0, fd)
+    }
+    fn metadata_hash_at(&mut self, fd: Resource<fs::Descriptor>, path_flags: fs::PathFlags, path: String) -> FsResult<fs::MetadataHashValue> {
+        fs::HostDescriptor::metadata_hash_at(&mut self.0, fd, path_flags, path)
+    }
+}
+
+impl fs::HostDirectoryEntryStream for GuardedFs<'_> {
+    fn read_directory_entry(&mut self, stream: Resource<fs::DirectoryEntryStream>) -> FsResult<Option<fs::DirectoryEntry>> {
+        fs::HostDirectoryEntryStream::read_directory_entry(&mut self.0, stream)
+    }
+    fn drop(&mut self, stream: Resource<fs::DirectoryEntryStream>) -> wasmtime::Result<()> {
+        fs::HostDirectoryEntryStream::drop(&mut self.0, stream)
+    }
+}
