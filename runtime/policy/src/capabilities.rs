@@ -315,6 +315,8 @@ mod tests {
             args: vec![],
             timeout_seconds: None,
             max_output_bytes: None,
+            dry_run: false,
+            optional: false,
         }
     }
 
@@ -322,6 +324,7 @@ mod tests {
         FilesystemGrant {
             path: path.into(),
             access,
+            optional: false,
         }
     }
 
