@@ -107,16 +107,20 @@ fn dry_run_never_reports_a_change() {
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
     let grants = Grants { filesystem: vec![fs("/rw", Access::ReadWrite)], ..Grants::default() };
-    let params = r#"{"path":"/rw/out.txt","content":"x"}"#;
-    let wet = run(&host, &good, &grants, "write", params).unwrap().result.unwrap();
+    let wet = run(&host, &good, &grants, "write", r#"{"path":"/rw/out.txt","content":"x"}"#).unwrap().result.unwrap();
     assert!(wet.changed);
     assert_eq!(std::fs::read_to_string(node.root().join("rw/out.txt")).unwrap(), "x");
+    // The test plugin writes whatever the mode: in a dry run the host makes every grant
+    // read-only, so the write is refused and the file keeps its content.
+    let params = r#"{"path":"/rw/out.txt","content":"written by a dry run"}"#;
     let dry = host
         .run(&good, &grants, &node_ctx(), "write", params, RunOptions { dry_run: true, deadline: None })
         .unwrap()
-        .result
-        .unwrap();
-    assert!(!dry.changed);
+        .result;
+    let err = dry.expect_err("a dry run's write must be refused by the host");
+    assert_eq!(err.code, "io", "{err:?}");
+    assert!(err.message.contains("Operation not permitted"), "{err:?}");
+    assert_eq!(std::fs::read_to_string(node.root().join("rw/out.txt")).unwrap(), "x");
 }
 
 #[test]

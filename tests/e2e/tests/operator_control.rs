@@ -613,7 +613,9 @@ async fn a_deleted_operation_gets_no_task_recreated_or_started() -> Result<()> {
     let sentinel_name = format!("{op}-sentinel");
     let mut sentinel = NodeTask::new(
         &sentinel_name,
-        serde_json::from_value(json!({ "operation": op, "nodeName": "no-such-node", "group": "sentinel", "steps": [] }))?,
+        serde_json::from_value(json!({ "operation": op, "nodeName": "no-such-node", "group": "sentinel",
+            // The CRD requires a step; no agent serves `no-such-node`, so it never runs.
+            "steps": [ step("nap", "sleep", json!({ "millis": 1 })) ] }))?,
     );
     sentinel.metadata.labels = Some(BTreeMap::from([("bosun.dev/operation".to_string(), op.clone())]));
     tasks.create(&PostParams::default(), &sentinel).await.context("creating the sentinel NodeTask")?;
