@@ -21,12 +21,12 @@ use anyhow::{Context, Result, bail, ensure};
 use bosun_api::node_task::NodeTask;
 use bosun_api::operation::{Operation, OperationPhase};
 use bosun_e2e::cluster::publish_hello;
+use bosun_e2e::identity::{agent_pod, client_with_token, kubectl, token_kubeconfig, token_of};
 use bosun_e2e::{
-    DEADLINE, MANAGER, Processes, apply_crds, binary, target_dir, unique, workspace_root,
+    DEADLINE, MANAGER, Processes, apply_crds, binary, target_dir, unique,
 };
 use bosun_lab::LabHandle;
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -36,15 +36,6 @@ const AGENT_SA: &str = "bosun-agent";
 const POLICY: &str = "bosun-agent-own-node";
 const POLL: Duration = Duration::from_millis(250);
 
-/// `kubectl` from the lab's binaries, against the lab, from the workspace root.
-fn kubectl(lab: &LabHandle, args: &[&str]) -> Result<std::process::Output> {
-    Command::new(lab.bin_dir.join("kubectl"))
-        .env("KUBECONFIG", &lab.kubeconfig)
-        .current_dir(workspace_root())
-        .args(args)
-        .output()
-        .with_context(|| format!("running kubectl {}", args.join(" ")))
-}
 
 /// The namespace `deploy/` installs into. A server-side dry run creates nothing, so the
 /// namespaced objects of the same dry run would be refused with "namespaces not found" on
@@ -104,86 +95,9 @@ async fn deploy_kustomization_passes_a_server_side_dry_run() -> Result<()> {
     Ok(())
 }
 
-/// A client that authenticates with `token` only (the lab's CA, no client certificate).
-async fn client_with_token(lab: &LabHandle, token: &str) -> Result<Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&lab.kubeconfig)?;
-    let mut config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.to_string().into()),
-        ..Default::default()
-    };
-    Ok(Client::try_from(config)?)
-}
 
-/// Writes a kubeconfig for the lab's API server that authenticates with `token` only, for
-/// a process (the lab's CA; no client certificate).
-fn token_kubeconfig(lab: &LabHandle, token: &str, path: &Path) -> Result<()> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(&lab.kubeconfig)?;
-    let cluster = kubeconfig
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.clone())
-        .context("the lab's kubeconfig has no cluster")?;
-    let config = json!({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{ "name": "lab", "cluster": {
-            "server": cluster.server, "certificate-authority-data": cluster.certificate_authority_data } }],
-        "users": [{ "name": "token", "user": { "token": token } }],
-        "contexts": [{ "name": "token", "context": { "cluster": "lab", "user": "token" } }],
-        "current-context": "token",
-    });
-    std::fs::write(path, serde_yaml::to_string(&config)?)
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
 
-/// A token of `service_account` in bosun-system, bound to `pod` when given (as the kubelet's
-/// projected token of a Pod is), else bound to nothing.
-async fn token_of(client: &Client, service_account: &str, pod: Option<&Pod>) -> Result<String> {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
-    let bound = pod.map(|p| BoundObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Pod".into()),
-        name: Some(p.name_any()),
-        uid: p.uid(),
-    });
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            bound_object_ref: bound,
-            expiration_seconds: Some(3600),
-        },
-        ..Default::default()
-    };
-    let answer = sas
-        .create_token_request(service_account, &PostParams::default(), &request)
-        .await
-        .with_context(|| format!("requesting a {service_account} token"))?;
-    Ok(answer
-        .status
-        .context("a TokenRequest without status")?
-        .token)
-}
 
-/// A stand-in for the agent DaemonSet's Pod on `node` (spec.nodeName set, as the scheduler
-/// would): the lab runs no kubelet, so it never starts; only the identity its tokens carry
-/// matters.
-async fn agent_pod(client: &Client, name: &str, node: &str) -> Result<Pod> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": { "name": name },
-        "spec": { "serviceAccountName": AGENT_SA, "nodeName": node, "automountServiceAccountToken": false,
-                  "containers": [{ "name": "agent", "image": "bosun-agent:never-pulled" }] },
-    }))?;
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .with_context(|| format!("creating the agent Pod on {node}"))
-}
 
 /// A token of the agent's ServiceAccount (see [`token_of`]).
 async fn agent_token(client: &Client, pod: Option<&Pod>) -> Result<String> {
