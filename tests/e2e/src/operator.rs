@@ -225,6 +225,23 @@ impl Operator {
         .await
     }
 
+    /// Waits until Operation `name` settles and requires it Succeeded; otherwise fails with
+    /// its phase and message, every task's status and where the logs are.
+    pub async fn wait_succeeded(&mut self, name: &str) -> Result<Operation> {
+        let op = self.wait_settled(name).await?;
+        if phase_of(&op) != OperationPhase::Succeeded {
+            let message = op.status.as_ref().and_then(|s| s.message.clone());
+            bail!(
+                "Operation {name} ended {:?}: {:?}\n{}logs in {}",
+                phase_of(&op),
+                message,
+                describe_tasks(&self.client, name).await,
+                self.dir.display()
+            );
+        }
+        Ok(op)
+    }
+
     /// Waits until the NodeTask of Operation `op` on `node` satisfies `done`; fails like
     /// [`wait_operation`](Self::wait_operation).
     pub async fn wait_task(&mut self, op: &str, node: &str, what: &str, done: impl Fn(&NodeTask) -> bool) -> Result<NodeTask> {

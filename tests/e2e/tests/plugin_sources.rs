@@ -290,15 +290,7 @@ async fn url_and_oci_sources_run_a_custom_operation_to_succeeded() -> Result<()>
             ] }] } }),
         )
         .await?;
-    let done = operator.wait_settled(&op).await?;
-    ensure!(
-        phase_of(&done) == OperationPhase::Succeeded,
-        "Operation {op} ended {:?}: {:?}\n{}logs in {}",
-        phase_of(&done),
-        done.status.as_ref().and_then(|s| s.message.clone()),
-        bosun_e2e::describe_tasks(&operator.client, &op).await,
-        operator.dir.display()
-    );
+    operator.wait_succeeded(&op).await?;
     let tasks = operator.tasks(&op).await?;
     assert_eq!(tasks.len(), lab.nodes.len());
     for node in &lab.nodes {

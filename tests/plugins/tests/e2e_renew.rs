@@ -13,7 +13,6 @@ use std::path::Path;
 
 use anyhow::{Context, Result, ensure};
 use bosun_api::node_task::{NodeTaskPhase, StepPhase};
-use bosun_api::operation::OperationPhase;
 use bosun_e2e::Operator;
 use bosun_plugins_tests::{example_grants, install_programs, plugins};
 use serde_json::json;
@@ -79,16 +78,7 @@ async fn renew_certificates_operation_renews_every_control_plane_node() -> Resul
             json!({ "renewCertificates": { "certificates": ["all"] } }),
         )
         .await?;
-    let op = operator.wait_settled(&name).await?;
-    let status = op.status.clone().unwrap_or_default();
-    ensure!(
-        status.phase == OperationPhase::Succeeded,
-        "Operation {name} ended {:?}: {:?}\n{}logs in {}",
-        status.phase,
-        status.message,
-        bosun_e2e::describe_tasks(&lab.client, &name).await,
-        operator.dir.display()
-    );
+    operator.wait_succeeded(&name).await?;
 
     // What a user sees: `kubectl-bosun status` shows each certificate's old and new expiry
     // under the renew step (the real CLI binary, against the lab).

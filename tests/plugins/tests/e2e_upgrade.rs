@@ -17,7 +17,6 @@
 
 use anyhow::{Context, Result, ensure};
 use bosun_api::node_task::{NodeTaskPhase, StepPhase};
-use bosun_api::operation::OperationPhase;
 use bosun_e2e::Operator;
 use bosun_plugins_tests::{example_grants, package_family, plugins, simulated_package_manager};
 use serde_json::json;
@@ -64,16 +63,7 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
             }),
         )
         .await?;
-    let op = operator.wait_settled(&name).await?;
-    let status = op.status.clone().unwrap_or_default();
-    ensure!(
-        status.phase == OperationPhase::Succeeded,
-        "Operation {name} ended {:?}: {:?}\n{}logs in {}",
-        status.phase,
-        status.message,
-        bosun_e2e::describe_tasks(&lab.client, &name).await,
-        operator.dir.display()
-    );
+    operator.wait_succeeded(&name).await?;
 
     let tasks = operator.tasks(&name).await?;
     ensure!(tasks.len() == lab.nodes.len(), "one NodeTask per node expected, found {:?}", tasks.keys());
