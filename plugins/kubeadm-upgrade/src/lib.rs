@@ -174,11 +174,17 @@ impl Plugin for KubeadmUpgrade {
         let target =
             Version::parse(&p.kubernetes_version).map_err(|m| PluginError::new("bad-params", m))?;
         // `apply` and `node` run kubeadm at the target version only.
-        let kubeadm = if name == "plan" { Ok(target) } else { kubeadm_at(&facts::node()?, target) };
+        let kubeadm = if name == "plan" {
+            Ok(target)
+        } else {
+            kubeadm_at(&facts::node()?, target)
+        };
         if let (Err(m), false) = (&kubeadm, ctx.dry_run) {
             return Err(PluginError::new(
                 "kubeadm-version",
-                format!("{m}: install kubeadm {target} first (the upgrade's `upgrade-kubeadm` packages step does), then retry"),
+                format!(
+                    "{m}: install kubeadm {target} first (the upgrade's `upgrade-kubeadm` packages step does), then retry"
+                ),
             ));
         }
         match name {
@@ -271,7 +277,10 @@ fn dry_apply(target: Version, kubeadm: Result<Version, String>) -> Result<Outcom
             "would run `kubeadm upgrade apply --yes {target}` with kubeadm {target} once the upgrade's packages step installed it ({m})"
         )));
     }
-    let out = Command::new(KUBEADM).args(["upgrade", "plan"]).arg(target.to_string()).run()?;
+    let out = Command::new(KUBEADM)
+        .args(["upgrade", "plan"])
+        .arg(target.to_string())
+        .run()?;
     let text = out.stdout_text();
     info!("{}", tail(&text, 4096));
     Ok(Outcome::unchanged(format!(

@@ -92,13 +92,19 @@ impl Default for FetchConfig {
 pub enum ConfigError {
     #[error("--plugin-ca-file {path}: {reason}: give a PEM file of one or more CA certificates")]
     CaFile { path: PathBuf, reason: String },
-    #[error("--insecure-registry {value:?} is not HOST:PORT (for example registry.lab:5000): list registries by host and port")]
+    #[error(
+        "--insecure-registry {value:?} is not HOST:PORT (for example registry.lab:5000): list registries by host and port"
+    )]
     InsecureRegistry { value: String },
     #[error("setting up TLS: {0}")]
     Tls(#[from] rustls::Error),
-    #[error("no trust roots for https: the system has no CA bundle and no --plugin-ca-file was given")]
+    #[error(
+        "no trust roots for https: the system has no CA bundle and no --plugin-ca-file was given"
+    )]
     NoRoots,
-    #[error("--registry-auth-file {path}: {reason}: give a Docker config file ({{\"auths\": {{\"REGISTRY\": {{\"auth\": \"base64(user:password)\"}}}}}}), such as the .dockerconfigjson key of a kubernetes.io/dockerconfigjson Secret")]
+    #[error(
+        "--registry-auth-file {path}: {reason}: give a Docker config file ({{\"auths\": {{\"REGISTRY\": {{\"auth\": \"base64(user:password)\"}}}}}}), such as the .dockerconfigjson key of a kubernetes.io/dockerconfigjson Secret"
+    )]
     RegistryAuth { path: PathBuf, reason: String },
 }
 
@@ -109,16 +115,34 @@ pub enum FetchError {
     PlainHttp { url: String, hint: &'static str },
     #[error("{url} is not a usable URL: {reason}")]
     BadUrl { url: String, reason: String },
-    #[error("could not GET {url}: {detail}: check the address and that the server's certificate chains to a trusted root (the platform's CAs, or the agent's --plugin-ca-file)")]
+    #[error(
+        "could not GET {url}: {detail}: check the address and that the server's certificate chains to a trusted root (the platform's CAs, or the agent's --plugin-ca-file)"
+    )]
     Connect { url: String, detail: String },
-    #[error("GET {url} did not finish within {after:?}: check the server, or raise the agent's --plugin-fetch-timeout-seconds")]
+    #[error(
+        "GET {url} did not finish within {after:?}: check the server, or raise the agent's --plugin-fetch-timeout-seconds"
+    )]
     Timeout { url: String, after: Duration },
-    #[error("{url} serves {found} bytes, more than the agent's limit of {limit} bytes: raise the agent's --plugin-max-mib, or publish a smaller plugin")]
-    TooLarge { url: String, limit: u64, found: String },
-    #[error("{url} redirected more than {MAX_REDIRECTS} times: point the source at the final location")]
+    #[error(
+        "{url} serves {found} bytes, more than the agent's limit of {limit} bytes: raise the agent's --plugin-max-mib, or publish a smaller plugin"
+    )]
+    TooLarge {
+        url: String,
+        limit: u64,
+        found: String,
+    },
+    #[error(
+        "{url} redirected more than {MAX_REDIRECTS} times: point the source at the final location"
+    )]
     TooManyRedirects { url: String },
-    #[error("{url} answered {status} with no usable Location header ({location:?}): fix the server or point the source at the final location")]
-    BadRedirect { url: String, status: StatusCode, location: String },
+    #[error(
+        "{url} answered {status} with no usable Location header ({location:?}): fix the server or point the source at the final location"
+    )]
+    BadRedirect {
+        url: String,
+        status: StatusCode,
+        location: String,
+    },
     #[error("reading the body of {url}: {detail}")]
     Body { url: String, detail: String },
 }
@@ -152,7 +176,10 @@ pub struct Credentials {
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials").field("username", &self.username).field("password", &"<redacted>").finish()
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
     }
 }
 
@@ -160,7 +187,11 @@ impl Credentials {
     /// The `Authorization: Basic ...` value.
     pub fn basic(&self) -> String {
         use base64::Engine as _;
-        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", self.username, self.password)))
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD
+                .encode(format!("{}:{}", self.username, self.password))
+        )
     }
 }
 
@@ -172,7 +203,9 @@ pub fn normalize_registry(key: &str) -> String {
     let key = key.split_once("://").map_or(key, |(_, rest)| rest);
     let host = key.split('/').next().unwrap_or(key).to_ascii_lowercase();
     match host.as_str() {
-        "docker.io" | "index.docker.io" | "registry.hub.docker.com" => "registry-1.docker.io".to_string(),
+        "docker.io" | "index.docker.io" | "registry.hub.docker.com" => {
+            "registry-1.docker.io".to_string()
+        }
         _ => host,
     }
 }
@@ -180,7 +213,9 @@ pub fn normalize_registry(key: &str) -> String {
 /// Parses a Docker config file's `auths`: registry → credentials. An entry has `auth`
 /// (base64 of `user:password`) or `username` and `password`; entries with neither (an
 /// `identitytoken` only, a credential helper) are skipped with a warning.
-pub fn parse_docker_config(text: &str) -> Result<std::collections::BTreeMap<String, Credentials>, String> {
+pub fn parse_docker_config(
+    text: &str,
+) -> Result<std::collections::BTreeMap<String, Credentials>, String> {
     use base64::Engine as _;
     #[derive(serde::Deserialize)]
     struct Config {
@@ -193,22 +228,33 @@ pub fn parse_docker_config(text: &str) -> Result<std::collections::BTreeMap<Stri
         username: Option<String>,
         password: Option<String>,
     }
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     if !value.is_object() {
         return Err("not a Docker config: the document must be a JSON object".into());
     }
-    let config: Config = serde_json::from_value(value).map_err(|e| format!("not a Docker config JSON document: {e}"))?;
+    let config: Config = serde_json::from_value(value)
+        .map_err(|e| format!("not a Docker config JSON document: {e}"))?;
     let mut out = std::collections::BTreeMap::new();
     for (key, entry) in config.auths {
-        let credentials = match (entry.auth.filter(|a| !a.is_empty()), entry.username, entry.password) {
+        let credentials = match (
+            entry.auth.filter(|a| !a.is_empty()),
+            entry.username,
+            entry.password,
+        ) {
             (Some(auth), _, _) => {
                 let decoded = base64::engine::general_purpose::STANDARD
                     .decode(auth.trim())
                     .ok()
                     .and_then(|b| String::from_utf8(b).ok())
                     .ok_or_else(|| format!("the auth of {key:?} is not base64 of user:password"))?;
-                let (username, password) = decoded.split_once(':').ok_or_else(|| format!("the auth of {key:?} has no ':' between user and password"))?;
-                Credentials { username: username.into(), password: password.into() }
+                let (username, password) = decoded.split_once(':').ok_or_else(|| {
+                    format!("the auth of {key:?} has no ':' between user and password")
+                })?;
+                Credentials {
+                    username: username.into(),
+                    password: password.into(),
+                }
             }
             (None, Some(username), Some(password)) => Credentials { username, password },
             _ => {
@@ -233,18 +279,32 @@ impl Fetcher {
         if added == 0 {
             // A minimal container image has no CA bundle: use the bundled Mozilla roots
             // rather than trusting nothing.
-            let (bundled, _) = roots.add_parsable_certificates(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned());
-            tracing::info!(roots = bundled, "no system CA certificates found; using the bundled Mozilla roots for https plugin sources");
+            let (bundled, _) = roots.add_parsable_certificates(
+                webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned(),
+            );
+            tracing::info!(
+                roots = bundled,
+                "no system CA certificates found; using the bundled Mozilla roots for https plugin sources"
+            );
         }
         for path in &config.ca_files {
             let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
                 .and_then(|it| it.collect::<Result<_, _>>())
-                .map_err(|e| ConfigError::CaFile { path: path.clone(), reason: e.to_string() })?;
+                .map_err(|e| ConfigError::CaFile {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
             if certs.is_empty() {
-                return Err(ConfigError::CaFile { path: path.clone(), reason: "no CERTIFICATE block in it".into() });
+                return Err(ConfigError::CaFile {
+                    path: path.clone(),
+                    reason: "no CERTIFICATE block in it".into(),
+                });
             }
             for cert in certs {
-                roots.add(cert).map_err(|e| ConfigError::CaFile { path: path.clone(), reason: e.to_string() })?;
+                roots.add(cert).map_err(|e| ConfigError::CaFile {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
             }
         }
         if roots.is_empty() {
@@ -255,26 +315,39 @@ impl Fetcher {
             Some(path) => std::fs::read_to_string(path)
                 .map_err(|e| e.to_string())
                 .and_then(|text| parse_docker_config(&text))
-                .map_err(|reason| ConfigError::RegistryAuth { path: path.clone(), reason })?,
+                .map_err(|reason| ConfigError::RegistryAuth {
+                    path: path.clone(),
+                    reason,
+                })?,
         };
         let mut insecure = BTreeSet::new();
         for value in &config.insecure_registries {
-            let ok = value.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok());
+            let ok = value.rsplit_once(':').is_some_and(|(host, port)| {
+                !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()
+            });
             if !ok {
-                return Err(ConfigError::InsecureRegistry { value: value.clone() });
+                return Err(ConfigError::InsecureRegistry {
+                    value: value.clone(),
+                });
             }
             insecure.insert(value.to_ascii_lowercase());
         }
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));
         // The connector may speak both schemes; which URL may use plain http is decided per
         // request in `get` (deny by default).
-        let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().wrap_connector(http);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new()).build(https);
         Ok(Fetcher {
             client,
@@ -303,21 +376,42 @@ impl Fetcher {
 
     /// Whether `host_port` (as `HOST:PORT`) is listed with `--insecure-registry`.
     pub fn is_insecure_registry(&self, host_port: &str) -> bool {
-        self.insecure_registries.contains(&host_port.to_ascii_lowercase())
+        self.insecure_registries
+            .contains(&host_port.to_ascii_lowercase())
     }
 
     /// GETs `url` with `headers`, following at most [`MAX_REDIRECTS`] redirects, and reads
     /// the body up to `limit` bytes. Plain http is allowed only when `plain_http_hosts` is
     /// true and the URL's `HOST:PORT` is an `--insecure-registry` (each redirect target is
     /// checked again). Any status is returned: the caller decides what it means.
-    pub async fn get(&self, url: &Url, headers: &[(HeaderName, String)], limit: u64, plain_http_hosts: bool) -> Result<Response, FetchError> {
-        match tokio::time::timeout(self.timeout, self.get_inner(url, headers, limit, plain_http_hosts)).await {
+    pub async fn get(
+        &self,
+        url: &Url,
+        headers: &[(HeaderName, String)],
+        limit: u64,
+        plain_http_hosts: bool,
+    ) -> Result<Response, FetchError> {
+        match tokio::time::timeout(
+            self.timeout,
+            self.get_inner(url, headers, limit, plain_http_hosts),
+        )
+        .await
+        {
             Ok(result) => result,
-            Err(_) => Err(FetchError::Timeout { url: url.to_string(), after: self.timeout }),
+            Err(_) => Err(FetchError::Timeout {
+                url: url.to_string(),
+                after: self.timeout,
+            }),
         }
     }
 
-    async fn get_inner(&self, start: &Url, headers: &[(HeaderName, String)], limit: u64, plain_http_hosts: bool) -> Result<Response, FetchError> {
+    async fn get_inner(
+        &self,
+        start: &Url,
+        headers: &[(HeaderName, String)],
+        limit: u64,
+        plain_http_hosts: bool,
+    ) -> Result<Response, FetchError> {
         let mut url = start.clone();
         let origin = host_port(start);
         for _ in 0..=MAX_REDIRECTS {
@@ -329,34 +423,80 @@ impl Fetcher {
                 if *name == AUTHORIZATION && host_port(&url) != origin {
                     continue;
                 }
-                let value = HeaderValue::from_str(value).map_err(|e| FetchError::BadUrl { url: url.to_string(), reason: format!("header {name}: {e}") })?;
+                let value = HeaderValue::from_str(value).map_err(|e| FetchError::BadUrl {
+                    url: url.to_string(),
+                    reason: format!("header {name}: {e}"),
+                })?;
                 request = request.header(name, value);
             }
-            let request = request.body(Empty::new()).map_err(|e| FetchError::BadUrl { url: url.to_string(), reason: e.to_string() })?;
-            let response = self.client.request(request).await.map_err(|e| FetchError::Connect { url: url.to_string(), detail: chain(&e) })?;
+            let request = request.body(Empty::new()).map_err(|e| FetchError::BadUrl {
+                url: url.to_string(),
+                reason: e.to_string(),
+            })?;
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| FetchError::Connect {
+                    url: url.to_string(),
+                    detail: chain(&e),
+                })?;
             let status = response.status();
             if status.is_redirection() && status != StatusCode::NOT_MODIFIED {
-                let location = response.headers().get(LOCATION).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+                let location = response
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
                 let next = url.join(&location).ok().filter(|_| !location.is_empty());
-                url = next.ok_or_else(|| FetchError::BadRedirect { url: url.to_string(), status, location })?;
+                url = next.ok_or_else(|| FetchError::BadRedirect {
+                    url: url.to_string(),
+                    status,
+                    location,
+                })?;
                 continue;
             }
-            let declared = response.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+            let declared = response
+                .headers()
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
             if let Some(n) = declared.filter(|n| *n > limit) {
-                return Err(FetchError::TooLarge { url: url.to_string(), limit, found: n.to_string() });
+                return Err(FetchError::TooLarge {
+                    url: url.to_string(),
+                    limit,
+                    found: n.to_string(),
+                });
             }
             let (parts, body) = response.into_parts();
             let limit_usize = usize::try_from(limit).unwrap_or(usize::MAX);
             let body = match Limited::new(body, limit_usize).collect().await {
                 Ok(collected) => collected.to_bytes(),
                 Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                    return Err(FetchError::TooLarge { url: url.to_string(), limit, found: format!("more than {limit}") });
+                    return Err(FetchError::TooLarge {
+                        url: url.to_string(),
+                        limit,
+                        found: format!("more than {limit}"),
+                    });
                 }
-                Err(e) => return Err(FetchError::Body { url: url.to_string(), detail: e.to_string() }),
+                Err(e) => {
+                    return Err(FetchError::Body {
+                        url: url.to_string(),
+                        detail: e.to_string(),
+                    });
+                }
             };
-            return Ok(Response { status: parts.status, headers: parts.headers, body, url });
+            return Ok(Response {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+                url,
+            });
         }
-        Err(FetchError::TooManyRedirects { url: start.to_string() })
+        Err(FetchError::TooManyRedirects {
+            url: start.to_string(),
+        })
     }
 
     fn check_scheme(&self, url: &Url, plain_http_hosts: bool) -> Result<(), FetchError> {
@@ -371,7 +511,10 @@ impl Fetcher {
                     ""
                 },
             }),
-            other => Err(FetchError::BadUrl { url: url.to_string(), reason: format!("scheme {other} is not https") }),
+            other => Err(FetchError::BadUrl {
+                url: url.to_string(),
+                reason: format!("scheme {other} is not https"),
+            }),
         }
     }
 }
@@ -406,7 +549,11 @@ mod tests {
     use super::*;
 
     fn fetcher(insecure: &[&str]) -> Fetcher {
-        Fetcher::new(&FetchConfig { insecure_registries: insecure.iter().map(|s| s.to_string()).collect(), ..Default::default() }).unwrap()
+        Fetcher::new(&FetchConfig {
+            insecure_registries: insecure.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        })
+        .unwrap()
     }
 
     #[test]
@@ -418,16 +565,35 @@ mod tests {
         let err = f.check_scheme(&other, true).unwrap_err();
         assert!(err.to_string().contains("--insecure-registry"), "{err}");
         // A URL source never takes the registry exception, even for a listed host.
-        assert!(matches!(f.check_scheme(&listed, false), Err(FetchError::PlainHttp { .. })));
-        f.check_scheme(&Url::parse("https://anything.example/x").unwrap(), false).unwrap();
-        assert!(matches!(f.check_scheme(&Url::parse("ftp://x/y").unwrap(), false), Err(FetchError::BadUrl { .. })));
+        assert!(matches!(
+            f.check_scheme(&listed, false),
+            Err(FetchError::PlainHttp { .. })
+        ));
+        f.check_scheme(&Url::parse("https://anything.example/x").unwrap(), false)
+            .unwrap();
+        assert!(matches!(
+            f.check_scheme(&Url::parse("ftp://x/y").unwrap(), false),
+            Err(FetchError::BadUrl { .. })
+        ));
     }
 
     #[test]
     fn insecure_registries_must_be_host_and_port() {
-        for bad in ["registry.lab", "http://registry.lab:5000", "registry.lab:port", ":5000"] {
-            let err = Fetcher::new(&FetchConfig { insecure_registries: vec![bad.into()], ..Default::default() }).unwrap_err();
-            assert!(matches!(err, ConfigError::InsecureRegistry { .. }), "{bad}: {err}");
+        for bad in [
+            "registry.lab",
+            "http://registry.lab:5000",
+            "registry.lab:port",
+            ":5000",
+        ] {
+            let err = Fetcher::new(&FetchConfig {
+                insecure_registries: vec![bad.into()],
+                ..Default::default()
+            })
+            .unwrap_err();
+            assert!(
+                matches!(err, ConfigError::InsecureRegistry { .. }),
+                "{bad}: {err}"
+            );
         }
         assert!(fetcher(&["Registry.Lab:5000"]).is_insecure_registry("registry.lab:5000"));
     }
@@ -437,9 +603,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.pem");
         std::fs::write(&path, "not a certificate\n").unwrap();
-        let err = Fetcher::new(&FetchConfig { ca_files: vec![path.clone()], ..Default::default() }).unwrap_err();
+        let err = Fetcher::new(&FetchConfig {
+            ca_files: vec![path.clone()],
+            ..Default::default()
+        })
+        .unwrap_err();
         assert!(matches!(err, ConfigError::CaFile { .. }), "{err}");
-        let err = Fetcher::new(&FetchConfig { ca_files: vec![dir.path().join("missing.pem")], ..Default::default() }).unwrap_err();
+        let err = Fetcher::new(&FetchConfig {
+            ca_files: vec![dir.path().join("missing.pem")],
+            ..Default::default()
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("missing.pem"), "{err}");
     }
 
@@ -451,17 +625,39 @@ mod tests {
             "helper-only.example.com": {"identitytoken": "x"}
         }}"#;
         let auths = parse_docker_config(text).unwrap();
-        assert_eq!(auths["registry-1.docker.io"], Credentials { username: "user".into(), password: "pass:with:colons".into() });
-        assert_eq!(auths["registry.example.com:5000"].basic(), "Basic cm9ib3Q6czNjcmV0");
+        assert_eq!(
+            auths["registry-1.docker.io"],
+            Credentials {
+                username: "user".into(),
+                password: "pass:with:colons".into()
+            }
+        );
+        assert_eq!(
+            auths["registry.example.com:5000"].basic(),
+            "Basic cm9ib3Q6czNjcmV0"
+        );
         assert_eq!(auths.len(), 2, "{auths:?}");
-        assert!(!format!("{:?}", auths["registry.example.com:5000"]).contains("s3cret"), "Debug hides the password");
-        assert!(parse_docker_config(r#"{"auths": {"r": {"auth": "bm9jb2xvbg=="}}}"#).unwrap_err().contains("no ':'"));
+        assert!(
+            !format!("{:?}", auths["registry.example.com:5000"]).contains("s3cret"),
+            "Debug hides the password"
+        );
+        assert!(
+            parse_docker_config(r#"{"auths": {"r": {"auth": "bm9jb2xvbg=="}}}"#)
+                .unwrap_err()
+                .contains("no ':'")
+        );
         assert!(parse_docker_config("[]").is_err());
     }
 
     #[test]
     fn host_port_fills_in_the_default_port() {
-        assert_eq!(host_port(&Url::parse("https://ghcr.io/v2/").unwrap()), "ghcr.io:443");
-        assert_eq!(host_port(&Url::parse("http://127.0.0.1:20001/v2/").unwrap()), "127.0.0.1:20001");
+        assert_eq!(
+            host_port(&Url::parse("https://ghcr.io/v2/").unwrap()),
+            "ghcr.io:443"
+        );
+        assert_eq!(
+            host_port(&Url::parse("http://127.0.0.1:20001/v2/").unwrap()),
+            "127.0.0.1:20001"
+        );
     }
 }

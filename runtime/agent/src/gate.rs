@@ -35,8 +35,8 @@ use bosun_controller::gate::{
 use bosun_host::{LoadedPlugin, NodeContext};
 use bosun_policy::capabilities::RequestedCapabilities;
 use bosun_policy::input::{
-    CapabilitiesInput, CertificateFact, CheckStatus, ClusterState, NodeFacts, OperationKind, OperationRef, OsRelease, PluginInfo,
-    PreflightResult, StepInput, StepRef, TaskRef,
+    CapabilitiesInput, CertificateFact, CheckStatus, ClusterState, NodeFacts, OperationKind,
+    OperationRef, OsRelease, PluginInfo, PreflightResult, StepInput, StepRef, TaskRef,
 };
 use bosun_policy::{Decision, Finding};
 use k8s_openapi::api::core::v1::Node;
@@ -495,7 +495,10 @@ pub fn certificates(root: &Path) -> Vec<CertificateFact> {
     crate::facts::read_certificates(root)
         .into_iter()
         .filter(|c| c.name != "ca" && !c.name.ends_with("-ca"))
-        .map(|c| CertificateFact { name: c.name, not_after: c.not_after.to_string() })
+        .map(|c| CertificateFact {
+            name: c.name,
+            not_after: c.not_after.to_string(),
+        })
         .collect()
 }
 
@@ -510,7 +513,19 @@ mod tests {
         std::fs::create_dir_all(pki.join("etcd")).unwrap();
         let make = |path: &Path, days: &str| {
             let ok = std::process::Command::new("openssl")
-                .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=test", "-days", days])
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1",
+                    "-nodes",
+                    "-subj",
+                    "/CN=test",
+                    "-days",
+                    days,
+                ])
                 .arg("-keyout")
                 .arg(path.with_extension("key"))
                 .arg("-out")

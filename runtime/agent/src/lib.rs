@@ -108,14 +108,37 @@ pub struct Agent {
 
 impl Agent {
     /// An agent for `node_name`.
-    pub fn new(client: Client, node_name: String, host: Arc<Host>, store: Store, fetcher: fetch::Fetcher, manager: String) -> Agent {
-        Agent { client, node_name, host, store, fetcher, manager, runs: Default::default(), instance: None, policies: Default::default(), preflight: Default::default(), facts_written: Default::default() }
+    pub fn new(
+        client: Client,
+        node_name: String,
+        host: Arc<Host>,
+        store: Store,
+        fetcher: fetch::Fetcher,
+        manager: String,
+    ) -> Agent {
+        Agent {
+            client,
+            node_name,
+            host,
+            store,
+            fetcher,
+            manager,
+            runs: Default::default(),
+            instance: None,
+            policies: Default::default(),
+            preflight: Default::default(),
+            facts_written: Default::default(),
+        }
     }
 
     /// The runs table (a panic elsewhere while holding it leaves it usable: every entry is
     /// written whole).
-    fn runs(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), StepRun>> {
-        self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn runs(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), StepRun>> {
+        self.runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// This process's latest attempt of `step` of `task`: its number, and whether its result
@@ -183,12 +206,17 @@ const RESULT_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// The wait after the `failures`-th failed write of a step result.
 fn result_backoff(failures: u32) -> Duration {
-    RESULT_RETRY_FIRST.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(RESULT_RETRY_MAX)
+    RESULT_RETRY_FIRST
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(RESULT_RETRY_MAX)
 }
 
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Agent").field("node_name", &self.node_name).field("store", &self.store).finish_non_exhaustive()
+        f.debug_struct("Agent")
+            .field("node_name", &self.node_name)
+            .field("store", &self.store)
+            .finish_non_exhaustive()
     }
 }
 
@@ -197,7 +225,12 @@ pub async fn run(agent: Arc<Agent>) {
     let tasks: Api<NodeTask> = Api::all(agent.client.clone());
     let selector = task_selector(&agent.node_name, agent.instance.as_deref());
     // Policies of the same instance as the tasks; until they are listed, no step runs.
-    if let Some(watch) = agent.policies.drive(agent.client.clone(), Some(bosun_controller::instance_selector(agent.instance.as_deref()))) {
+    if let Some(watch) = agent.policies.drive(
+        agent.client.clone(),
+        Some(bosun_controller::instance_selector(
+            agent.instance.as_deref(),
+        )),
+    ) {
         tokio::spawn(watch);
     }
     Controller::new(tasks, watcher::Config::default().labels(&selector))
@@ -253,23 +286,40 @@ pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action,
     if let Some(action) = resend_result(&task, &status, &agent).await {
         return Ok(action);
     }
-    let seen = |index: usize| step_status(&status.steps, &task.spec.steps[index].name).map_or(0, |s| s.attempts);
+    let seen = |index: usize| {
+        step_status(&status.steps, &task.spec.steps[index].name).map_or(0, |s| s.attempts)
+    };
     let ours = |index: usize| agent.our_attempt(&task, &task.spec.steps[index].name);
     match progress(&task.spec.steps, &status.steps) {
         // The cache has not seen our start write yet.
-        Progress::Next { index, runs_on: RunsOn::Agent } if ours(index).is_some_and(|(n, _)| n > seen(index)) => Ok(Action::requeue(STALE_RETRY)),
+        Progress::Next {
+            index,
+            runs_on: RunsOn::Agent,
+        } if ours(index).is_some_and(|(n, _)| n > seen(index)) => Ok(Action::requeue(STALE_RETRY)),
         // The cache has not seen our result write yet. (Our attempt Running with no result:
         // its run ended without one; handled below as interrupted.)
-        Progress::Running { index, runs_on: RunsOn::Agent }
-            if ours(index).is_some_and(|(n, result)| n > seen(index) || (result && n == seen(index))) =>
+        Progress::Running {
+            index,
+            runs_on: RunsOn::Agent,
+        } if ours(index)
+            .is_some_and(|(n, result)| n > seen(index) || (result && n == seen(index))) =>
         {
             Ok(Action::requeue(STALE_RETRY))
         }
         // The Operation is paused: no new step starts (the controller removes the mark on
         // resume, and that change wakes this reconcile).
-        Progress::Next { runs_on: RunsOn::Agent, .. } if bosun_controller::recovery::is_paused(&task) => Ok(Action::await_change()),
-        Progress::Next { index, runs_on: RunsOn::Agent } => run_step(&task, index, &agent).await,
-        Progress::Running { index, runs_on: RunsOn::Agent } => {
+        Progress::Next {
+            runs_on: RunsOn::Agent,
+            ..
+        } if bosun_controller::recovery::is_paused(&task) => Ok(Action::await_change()),
+        Progress::Next {
+            index,
+            runs_on: RunsOn::Agent,
+        } => run_step(&task, index, &agent).await,
+        Progress::Running {
+            index,
+            runs_on: RunsOn::Agent,
+        } => {
             interrupted(&task, index, &agent).await?;
             Ok(Action::await_change())
         }
@@ -291,8 +341,14 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     let name = task.name_any();
     // Policies and facts first: if they cannot be had, the step is not started at all.
     let prepared = Arc::new(gate::prepare(agent, task).await?);
-    let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name).cloned().unwrap_or_default();
-    let phase = step_transition(previous.phase, StepEvent::Start).map_err(|source| Error::Transition { task: name.clone(), source })?;
+    let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name)
+        .cloned()
+        .unwrap_or_default();
+    let phase =
+        step_transition(previous.phase, StepEvent::Start).map_err(|source| Error::Transition {
+            task: name.clone(),
+            source,
+        })?;
     let attempts = previous.attempts + 1;
     let started = precise(Timestamp::now());
     let clock = Instant::now();
@@ -312,17 +368,42 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     tracing::info!("step started");
 
     let result = match step.plugin.as_deref() {
-        None => StepResult::failed(BlockReason::PluginUnavailable, "no-plugin", format!("agent step {} names no plugin", step.name), false),
+        None => StepResult::failed(
+            BlockReason::PluginUnavailable,
+            "no-plugin",
+            format!("agent step {} names no plugin", step.name),
+            false,
+        ),
         Some(plugin) => match resolve(&agent.client, &agent.store, &agent.fetcher, plugin).await {
-            Err(e) => StepResult::failed(BlockReason::PluginUnavailable, "plugin-unavailable", e.to_string(), true),
+            Err(e) => StepResult::failed(
+                BlockReason::PluginUnavailable,
+                "plugin-unavailable",
+                e.to_string(),
+                true,
+            ),
             Ok(resolved) => prepared.clone().run(agent, task, index, resolved).await?,
         },
     };
     let finished = precise(Timestamp::now());
-    bosun_telemetry::metrics().step_finished(bosun_telemetry::Side::Agent, bosun_telemetry::StepOutcome::from_block(result.block), clock.elapsed());
-    let event = if result.phase == StepPhase::Succeeded { StepEvent::Succeeded } else { StepEvent::Failed };
-    let end_phase = step_transition(phase, event).map_err(|source| Error::Transition { task: name.clone(), source })?;
-    let outputs: serde_json::Map<String, serde_json::Value> = result.outputs.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+    bosun_telemetry::metrics().step_finished(
+        bosun_telemetry::Side::Agent,
+        bosun_telemetry::StepOutcome::from_block(result.block),
+        clock.elapsed(),
+    );
+    let event = if result.phase == StepPhase::Succeeded {
+        StepEvent::Succeeded
+    } else {
+        StepEvent::Failed
+    };
+    let end_phase = step_transition(phase, event).map_err(|source| Error::Transition {
+        task: name.clone(),
+        source,
+    })?;
+    let outputs: serde_json::Map<String, serde_json::Value> = result
+        .outputs
+        .iter()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
     let mut entry = json!({
         "name": step.name, "phase": end_phase, "attempts": attempts,
         "startedAt": started, "finishedAt": finished,
@@ -337,7 +418,13 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     }
     let mut body = json!({ "currentStep": step.name, "steps": [entry] });
     if let Some(reason) = result.block {
-        let next = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| Error::Transition { task: name.clone(), source })?;
+        let next =
+            task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| {
+                Error::Transition {
+                    task: name.clone(),
+                    source,
+                }
+            })?;
         body["phase"] = json!(next);
         body["reason"] = json!(reason);
         body["message"] = json!(format!("step {} failed: {}", step.name, result.message));
@@ -358,7 +445,16 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         Err(error) => {
             let wait = result_backoff(1);
             tracing::warn!(%error, retry_in = ?wait, "writing the step's result failed; it is kept and sent again (the plugin does not run again)");
-            agent.record(task, &step.name, StepRun::Unsent(Box::new(Unsent { attempt: attempts, body, failures: 1, next_try: Instant::now() + wait })));
+            agent.record(
+                task,
+                &step.name,
+                StepRun::Unsent(Box::new(Unsent {
+                    attempt: attempts,
+                    body,
+                    failures: 1,
+                    next_try: Instant::now() + wait,
+                })),
+            );
             Ok(Action::requeue(wait))
         }
     }
@@ -375,11 +471,13 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
 async fn resend_result(task: &NodeTask, status: &NodeTaskStatus, agent: &Agent) -> Option<Action> {
     let name = task.name_any();
     for step in &task.spec.steps {
-        let (attempt, body, failures, next_try) = match agent.runs().get(&run_key(task, &step.name)) {
+        let (attempt, body, failures, next_try) = match agent.runs().get(&run_key(task, &step.name))
+        {
             Some(StepRun::Unsent(u)) => (u.attempt, u.body.clone(), u.failures, u.next_try),
             _ => continue,
         };
-        let (seen, running) = step_status(&status.steps, &step.name).map_or((0, false), |s| (s.attempts, s.phase == StepPhase::Running));
+        let (seen, running) = step_status(&status.steps, &step.name)
+            .map_or((0, false), |s| (s.attempts, s.phase == StepPhase::Running));
         if seen < attempt {
             // The cache has not seen our start write yet.
             return Some(Action::requeue(STALE_RETRY));
@@ -394,20 +492,31 @@ async fn resend_result(task: &NodeTask, status: &NodeTaskStatus, agent: &Agent) 
         if !wait.is_zero() {
             return Some(Action::requeue(wait));
         }
-        return Some(match apply_status(agent, &name, &step.name, body.clone()).await {
-            Ok(()) => {
-                tracing::info!(task = %name, step = %step.name, attempt, failures, "step result written after failed writes");
-                agent.record(task, &step.name, StepRun::Written(attempt));
-                Action::await_change()
-            }
-            Err(error) => {
-                let failures = failures + 1;
-                let wait = result_backoff(failures);
-                tracing::warn!(task = %name, step = %step.name, attempt, failures, %error, retry_in = ?wait, "writing the step's result failed again; it is kept and sent again");
-                agent.record(task, &step.name, StepRun::Unsent(Box::new(Unsent { attempt, body, failures, next_try: Instant::now() + wait })));
-                Action::requeue(wait)
-            }
-        });
+        return Some(
+            match apply_status(agent, &name, &step.name, body.clone()).await {
+                Ok(()) => {
+                    tracing::info!(task = %name, step = %step.name, attempt, failures, "step result written after failed writes");
+                    agent.record(task, &step.name, StepRun::Written(attempt));
+                    Action::await_change()
+                }
+                Err(error) => {
+                    let failures = failures + 1;
+                    let wait = result_backoff(failures);
+                    tracing::warn!(task = %name, step = %step.name, attempt, failures, %error, retry_in = ?wait, "writing the step's result failed again; it is kept and sent again");
+                    agent.record(
+                        task,
+                        &step.name,
+                        StepRun::Unsent(Box::new(Unsent {
+                            attempt,
+                            body,
+                            failures,
+                            next_try: Instant::now() + wait,
+                        })),
+                    );
+                    Action::requeue(wait)
+                }
+            },
+        );
     }
     None
 }
@@ -424,7 +533,12 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
                 let action = step.action.clone();
                 tokio::task::spawn_blocking(move || {
                     host.load(&r.bytes, &r.pin)
-                        .map(|l| l.metadata().actions.iter().any(|a| a.name == action && a.idempotent))
+                        .map(|l| {
+                            l.metadata()
+                                .actions
+                                .iter()
+                                .any(|a| a.name == action && a.idempotent)
+                        })
                         .unwrap_or(false)
                 })
                 .await?
@@ -434,17 +548,28 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
         None => false,
     };
     let next = step_transition(StepPhase::Running, StepEvent::AgentRestarted { idempotent })
-        .map_err(|source| Error::Transition { task: name.clone(), source })?;
+        .map_err(|source| Error::Transition {
+            task: name.clone(),
+            source,
+        })?;
     // The entry keeps the interrupted run's attempt and start time: this manager wrote
     // them when the step started, and server-side apply would drop them if left out.
-    let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name).cloned().unwrap_or_default();
+    let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name)
+        .cloned()
+        .unwrap_or_default();
     let mut entry = json!({ "name": step.name, "phase": next, "attempts": previous.attempts });
     if let Some(t) = &previous.started_at {
         entry["startedAt"] = json!(precise(t.0));
     }
     let mut body = json!({ "steps": [entry] });
     if next == StepPhase::Failed {
-        let phase = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| Error::Transition { task: name.clone(), source })?;
+        let phase =
+            task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| {
+                Error::Transition {
+                    task: name.clone(),
+                    source,
+                }
+            })?;
         body["phase"] = json!(phase);
         body["reason"] = json!(BlockReason::Interrupted);
         body["message"] = json!(format!(
@@ -461,13 +586,25 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
 /// Applied with one field manager per step (`<manager>.step.<name>`): server-side apply
 /// removes fields a manager set before and omits now, so a manager per step keeps one
 /// step's write from deleting another step's entry.
-async fn apply_status(agent: &Agent, name: &str, step: &str, status: serde_json::Value) -> Result<(), Error> {
+async fn apply_status(
+    agent: &Agent,
+    name: &str,
+    step: &str,
+    status: serde_json::Value,
+) -> Result<(), Error> {
     let api: Api<NodeTask> = Api::all(agent.client.clone());
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
     let manager = format!("{}.step.{step}", agent.manager);
-    api.patch_status(name, &PatchParams::apply(&manager).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(|source| Error::Kube { what: format!("writing the status of NodeTask {name}"), source })?;
+    api.patch_status(
+        name,
+        &PatchParams::apply(&manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|source| Error::Kube {
+        what: format!("writing the status of NodeTask {name}"),
+        source,
+    })?;
     Ok(())
 }
 
@@ -482,7 +619,9 @@ mod selector_tests {
 
     /// The value a selector term `key=value` of `selector` requires, if any.
     fn required<'a>(selector: &'a str, key: &str) -> Option<&'a str> {
-        selector.split(',').find_map(|term| term.strip_prefix(key)?.strip_prefix('='))
+        selector
+            .split(',')
+            .find_map(|term| term.strip_prefix(key)?.strip_prefix('='))
     }
 
     /// A 70-character node name (over the 63-character label value limit): the label the
@@ -495,17 +634,35 @@ mod selector_tests {
             "custom": {"groups": [{"name": "all", "steps": [{"name": "greet", "plugin": "hello", "action": "greet"}]}]}
         }))
         .unwrap();
-        let nodes = [NodeInfo { name: node.clone(), labels: BTreeMap::new(), ready: true, unschedulable: false }];
+        let nodes = [NodeInfo {
+            name: node.clone(),
+            labels: BTreeMap::new(),
+            ready: true,
+            unschedulable: false,
+        }];
         let planned = bosun_planner::plan("op", &spec, &nodes, None).unwrap();
         let label = planned.tasks[0].labels[labels::NODE].as_str();
-        assert!(label.len() <= 63, "label value {label:?} is over 63 characters");
+        assert!(
+            label.len() <= 63,
+            "label value {label:?} is over 63 characters"
+        );
 
         let selector = task_selector(&node, Some("lab-1"));
-        assert_eq!(required(&selector, labels::NODE), Some(label), "selector {selector:?}");
-        assert_eq!(required(&selector, bosun_controller::INSTANCE_LABEL), Some("lab-1"));
+        assert_eq!(
+            required(&selector, labels::NODE),
+            Some(label),
+            "selector {selector:?}"
+        );
+        assert_eq!(
+            required(&selector, bosun_controller::INSTANCE_LABEL),
+            Some("lab-1")
+        );
 
         // A short name is used as it is.
-        assert_eq!(required(&task_selector("node-1", None), labels::NODE), Some("node-1"));
+        assert_eq!(
+            required(&task_selector("node-1", None), labels::NODE),
+            Some("node-1")
+        );
     }
 }
 
@@ -517,6 +674,10 @@ mod result_retry_tests {
     fn a_step_result_is_resent_with_a_doubling_wait_capped_at_the_maximum() {
         let waits: Vec<u64> = (1..=7).map(|n| result_backoff(n).as_secs()).collect();
         assert_eq!(waits, vec![1, 2, 4, 8, 16, 30, 30]);
-        assert_eq!(result_backoff(u32::MAX), RESULT_RETRY_MAX, "no overflow however many failures");
+        assert_eq!(
+            result_backoff(u32::MAX),
+            RESULT_RETRY_MAX,
+            "no overflow however many failures"
+        );
     }
 }

@@ -89,7 +89,12 @@ enum ServiceBackendArg {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let simulated_services = args.service_backend == ServiceBackendArg::Simulated;
-    if simulated_services && args.host_root.canonicalize().is_ok_and(|p| p == std::path::Path::new("/")) {
+    if simulated_services
+        && args
+            .host_root
+            .canonicalize()
+            .is_ok_and(|p| p == std::path::Path::new("/"))
+    {
         anyhow::bail!(
             "--service-backend=simulated with --host-root /: simulated services are for the lab's simulated \
              nodes (a directory per node); on a real node units are driven by systemd, so drop the flag"
@@ -104,7 +109,9 @@ async fn main() -> anyhow::Result<()> {
     let mut config = HostConfig::new(&args.host_root, roots);
     config.cache_dir = args.cache_dir.clone();
     if simulated_services {
-        tracing::warn!("services are simulated (--service-backend=simulated): no systemd unit is ever touched");
+        tracing::warn!(
+            "services are simulated (--service-backend=simulated): no systemd unit is ever touched"
+        );
         config.service_backend = Arc::new(bosun_host::RecordingBackend::in_memory());
     }
     let host = Host::new(config).context("starting the plugin host")?;
@@ -121,11 +128,23 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
     // Ready (admin server's /ready) once the API server has answered with these credentials.
-    client.apiserver_version().await.context("asking the API server for its version (are the credentials valid?)")?;
+    client
+        .apiserver_version()
+        .await
+        .context("asking the API server for its version (are the credentials valid?)")?;
     admin.iter().for_each(|a| a.readiness.set(true));
-    let manager = args.field_manager.unwrap_or_else(|| format!("bosun-agent-{}", args.node_name));
+    let manager = args
+        .field_manager
+        .unwrap_or_else(|| format!("bosun-agent-{}", args.node_name));
     tracing::info!(node = %args.node_name, host_root = %args.host_root.display(), "bosun-agent starting");
-    let mut agent = Agent::new(client, args.node_name, Arc::new(host), store, fetcher, manager);
+    let mut agent = Agent::new(
+        client,
+        args.node_name,
+        Arc::new(host),
+        store,
+        fetcher,
+        manager,
+    );
     agent.instance = args.instance;
     agent.preflight.min_free_bytes = args.min_free_disk_mib.saturating_mul(1024 * 1024);
     agent.preflight.simulated_services = simulated_services;

@@ -55,42 +55,124 @@ const MAX_TOKEN_BYTES: u64 = 1024 * 1024;
 /// Why a pull failed. Messages name the reference and say what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
-    #[error("{reference:?} is not an OCI reference ({reason}): write it as REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST")]
+    #[error(
+        "{reference:?} is not an OCI reference ({reason}): write it as REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:DIGEST"
+    )]
     BadReference { reference: String, reason: String },
     #[error(transparent)]
     Fetch(#[from] FetchError),
-    #[error("could not reach registry {registry} over https: {detail}: check the reference's host and port, and that the registry's certificate chains to a trusted root (the platform's CAs, or the agent's --plugin-ca-file); a registry that serves plain http must be listed with the agent's --insecure-registry {listing}")]
-    Unreachable { registry: String, listing: String, detail: String },
+    #[error(
+        "could not reach registry {registry} over https: {detail}: check the reference's host and port, and that the registry's certificate chains to a trusted root (the platform's CAs, or the agent's --plugin-ca-file); a registry that serves plain http must be listed with the agent's --insecure-registry {listing}"
+    )]
+    Unreachable {
+        registry: String,
+        listing: String,
+        detail: String,
+    },
     #[error("registry returned {status} for manifest {repository}:{object} at {url}: {hint}")]
-    ManifestStatus { repository: String, object: String, url: String, status: StatusCode, hint: &'static str },
-    #[error("registry returned {status} for blob {digest} of {repository} at {url}: the artifact is incomplete; push it again")]
-    BlobStatus { repository: String, digest: String, url: String, status: StatusCode },
-    #[error("registry at {url} requires credentials ({challenge}) and has none for {registry} in the agent's --registry-auth-file: make the repository publicly readable, or give the agents a login for {registry} (a dockerconfigjson file)")]
-    Unauthorized { url: String, registry: String, challenge: String },
-    #[error("{host}, where registry {registry} redirected the request for {what}, asks for credentials ({challenge}); the agent sends the login for {registry} only to {registry} and the token service it names: have the registry redirect to storage that needs no login (a pre-signed URL), or serve the content itself")]
-    ForeignChallenge { host: String, registry: String, what: String, challenge: String },
-    #[error("{what} from {url} is larger than the {limit} bytes {limit_source}: the registry did not serve what it described; push the artifact again or use another registry")]
-    Oversized { what: String, url: String, limit: u64, limit_source: &'static str },
-    #[error("registry at {url} refused the login for {registry} from the agent's --registry-auth-file ({challenge}): check that the user may pull the repository, and that the password or token is current")]
-    LoginRefused { url: String, registry: String, challenge: String },
-    #[error("the token service {realm} answered {status} for scope {scope:?}: check the repository name and, for a private repository, the login for it in the agent's --registry-auth-file")]
-    TokenStatus { realm: String, status: StatusCode, scope: String },
+    ManifestStatus {
+        repository: String,
+        object: String,
+        url: String,
+        status: StatusCode,
+        hint: &'static str,
+    },
+    #[error(
+        "registry returned {status} for blob {digest} of {repository} at {url}: the artifact is incomplete; push it again"
+    )]
+    BlobStatus {
+        repository: String,
+        digest: String,
+        url: String,
+        status: StatusCode,
+    },
+    #[error(
+        "registry at {url} requires credentials ({challenge}) and has none for {registry} in the agent's --registry-auth-file: make the repository publicly readable, or give the agents a login for {registry} (a dockerconfigjson file)"
+    )]
+    Unauthorized {
+        url: String,
+        registry: String,
+        challenge: String,
+    },
+    #[error(
+        "{host}, where registry {registry} redirected the request for {what}, asks for credentials ({challenge}); the agent sends the login for {registry} only to {registry} and the token service it names: have the registry redirect to storage that needs no login (a pre-signed URL), or serve the content itself"
+    )]
+    ForeignChallenge {
+        host: String,
+        registry: String,
+        what: String,
+        challenge: String,
+    },
+    #[error(
+        "{what} from {url} is larger than the {limit} bytes {limit_source}: the registry did not serve what it described; push the artifact again or use another registry"
+    )]
+    Oversized {
+        what: String,
+        url: String,
+        limit: u64,
+        limit_source: &'static str,
+    },
+    #[error(
+        "registry at {url} refused the login for {registry} from the agent's --registry-auth-file ({challenge}): check that the user may pull the repository, and that the password or token is current"
+    )]
+    LoginRefused {
+        url: String,
+        registry: String,
+        challenge: String,
+    },
+    #[error(
+        "the token service {realm} answered {status} for scope {scope:?}: check the repository name and, for a private repository, the login for it in the agent's --registry-auth-file"
+    )]
+    TokenStatus {
+        realm: String,
+        status: StatusCode,
+        scope: String,
+    },
     #[error("could not understand the registry's answer from {url}: {reason}")]
     Protocol { url: String, reason: String },
-    #[error("{reference} is a manifest of media type {media_type:?}; expected an OCI image manifest or a Docker v2 manifest holding a {WASM_LAYER} layer: push the plugin with `oras push {reference} plugin.wasm:{WASM_LAYER}`")]
-    UnsupportedManifest { reference: String, media_type: String },
-    #[error("{reference} is an index of {count} manifests and not exactly one of them is for the wasm architecture: reference the plugin's own manifest by tag or digest")]
+    #[error(
+        "{reference} is a manifest of media type {media_type:?}; expected an OCI image manifest or a Docker v2 manifest holding a {WASM_LAYER} layer: push the plugin with `oras push {reference} plugin.wasm:{WASM_LAYER}`"
+    )]
+    UnsupportedManifest {
+        reference: String,
+        media_type: String,
+    },
+    #[error(
+        "{reference} is an index of {count} manifests and not exactly one of them is for the wasm architecture: reference the plugin's own manifest by tag or digest"
+    )]
     AmbiguousIndex { reference: String, count: usize },
-    #[error("{reference} has no layer of media type {WASM_LAYER} (its layers: {found:?}): push the component with `oras push {reference} plugin.wasm:{WASM_LAYER}`")]
-    NoWasmLayer { reference: String, found: Vec<String> },
-    #[error("{reference} has {count} layers of media type {WASM_LAYER}; a plugin artifact must have exactly one: push one component per reference")]
+    #[error(
+        "{reference} has no layer of media type {WASM_LAYER} (its layers: {found:?}): push the component with `oras push {reference} plugin.wasm:{WASM_LAYER}`"
+    )]
+    NoWasmLayer {
+        reference: String,
+        found: Vec<String>,
+    },
+    #[error(
+        "{reference} has {count} layers of media type {WASM_LAYER}; a plugin artifact must have exactly one: push one component per reference"
+    )]
     SeveralWasmLayers { reference: String, count: usize },
-    #[error("{what} from {url} hashes to {found}, not the {expected} it is addressed by: the registry served other bytes; push the artifact again or use another registry")]
-    DigestMismatch { what: String, url: String, expected: String, found: Digest },
-    #[error("{what} is addressed by {digest:?}, which is not a sha256 digest: this agent checks sha256 only; push with sha256 (the default of oras and docker)")]
+    #[error(
+        "{what} from {url} hashes to {found}, not the {expected} it is addressed by: the registry served other bytes; push the artifact again or use another registry"
+    )]
+    DigestMismatch {
+        what: String,
+        url: String,
+        expected: String,
+        found: Digest,
+    },
+    #[error(
+        "{what} is addressed by {digest:?}, which is not a sha256 digest: this agent checks sha256 only; push with sha256 (the default of oras and docker)"
+    )]
     UnsupportedDigest { what: String, digest: String },
-    #[error("the {WASM_LAYER} layer of {reference} is {size} bytes, more than the agent's limit of {limit} bytes: raise the agent's --plugin-max-mib, or publish a smaller plugin")]
-    LayerTooLarge { reference: String, size: u64, limit: u64 },
+    #[error(
+        "the {WASM_LAYER} layer of {reference} is {size} bytes, more than the agent's limit of {limit} bytes: raise the agent's --plugin-max-mib, or publish a smaller plugin"
+    )]
+    LayerTooLarge {
+        reference: String,
+        size: u64,
+        limit: u64,
+    },
 }
 
 /// A parsed reference: `registry/repository` with a tag or a digest (or both, in which
@@ -110,14 +192,22 @@ impl Reference {
     /// the registry is Docker Hub (and a one-component repository is under `library/`).
     /// Without tag or digest the tag is `latest`.
     pub fn parse(reference: &str) -> Result<Reference, OciError> {
-        let bad = |reason: &str| OciError::BadReference { reference: reference.into(), reason: reason.into() };
-        if reference.is_empty() || reference.contains(char::is_whitespace) || reference.contains("://") {
+        let bad = |reason: &str| OciError::BadReference {
+            reference: reference.into(),
+            reason: reason.into(),
+        };
+        if reference.is_empty()
+            || reference.contains(char::is_whitespace)
+            || reference.contains("://")
+        {
             return Err(bad("it must be non-empty, without spaces or a scheme"));
         }
         let (rest, digest) = match reference.split_once('@') {
             Some((rest, digest)) => {
                 if !is_sha256_digest(digest) {
-                    return Err(bad("the digest must be sha256: and 64 lowercase hex digits (this agent checks sha256 only)"));
+                    return Err(bad(
+                        "the digest must be sha256: and 64 lowercase hex digits (this agent checks sha256 only)",
+                    ));
                 }
                 (rest, Some(digest.to_string()))
             }
@@ -125,30 +215,58 @@ impl Reference {
         };
         let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
         let (name, tag) = match rest[last_slash..].rfind(':') {
-            Some(i) => (&rest[..last_slash + i], Some(rest[last_slash + i + 1..].to_string())),
+            Some(i) => (
+                &rest[..last_slash + i],
+                Some(rest[last_slash + i + 1..].to_string()),
+            ),
             None => (rest, None),
         };
         if tag.as_deref().is_some_and(|t| !is_tag(t)) {
-            return Err(bad("the tag must be 1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'"));
+            return Err(bad(
+                "the tag must be 1-128 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
+            ));
         }
         let (registry, repository) = match name.split_once('/') {
-            Some((first, path)) if first.contains('.') || first.contains(':') || first == "localhost" => (first.to_string(), path.to_string()),
+            Some((first, path))
+                if first.contains('.') || first.contains(':') || first == "localhost" =>
+            {
+                (first.to_string(), path.to_string())
+            }
             _ if name.contains('/') => ("registry-1.docker.io".to_string(), name.to_string()),
-            _ => ("registry-1.docker.io".to_string(), format!("library/{name}")),
+            _ => (
+                "registry-1.docker.io".to_string(),
+                format!("library/{name}"),
+            ),
         };
-        let registry = if registry == "docker.io" || registry == "index.docker.io" { "registry-1.docker.io".to_string() } else { registry };
+        let registry = if registry == "docker.io" || registry == "index.docker.io" {
+            "registry-1.docker.io".to_string()
+        } else {
+            registry
+        };
         if repository.is_empty() || !repository.split('/').all(is_path_component) {
             return Err(bad(
                 "the repository must be '/'-separated components of lowercase letters and digits, joined inside a component by '.', '_', '__' or dashes",
             ));
         }
-        let tag = if tag.is_none() && digest.is_none() { Some("latest".to_string()) } else { tag };
-        Ok(Reference { registry, repository, tag, digest })
+        let tag = if tag.is_none() && digest.is_none() {
+            Some("latest".to_string())
+        } else {
+            tag
+        };
+        Ok(Reference {
+            registry,
+            repository,
+            tag,
+            digest,
+        })
     }
 
     /// What the manifest is fetched by: the digest when there is one, else the tag.
     pub fn object(&self) -> &str {
-        self.digest.as_deref().or(self.tag.as_deref()).unwrap_or("latest")
+        self.digest
+            .as_deref()
+            .or(self.tag.as_deref())
+            .unwrap_or("latest")
     }
 }
 
@@ -165,7 +283,9 @@ fn is_path_component(c: &str) -> bool {
     let mut separator = String::new();
     for b in bytes {
         if alnum(b) {
-            let ok = separator.is_empty() || matches!(separator.as_str(), "." | "_" | "__") || separator.bytes().all(|s| s == b'-');
+            let ok = separator.is_empty()
+                || matches!(separator.as_str(), "." | "_" | "__")
+                || separator.bytes().all(|s| s == b'-');
             if !ok {
                 return false;
             }
@@ -182,12 +302,18 @@ fn is_path_component(c: &str) -> bool {
 /// A tag of the distribution spec: `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`.
 fn is_tag(t: &str) -> bool {
     let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    t.len() <= 128 && t.chars().next().is_some_and(word) && t.chars().all(|c| word(c) || c == '.' || c == '-')
+    t.len() <= 128
+        && t.chars().next().is_some_and(word)
+        && t.chars().all(|c| word(c) || c == '.' || c == '-')
 }
 
 /// `sha256:` and 64 lowercase hex digits: the only content addresses this agent follows.
 fn is_sha256_digest(d: &str) -> bool {
-    d.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    d.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 impl std::fmt::Display for Reference {
@@ -213,7 +339,10 @@ pub struct Challenge {
 impl Challenge {
     /// The value of parameter `name` (case-insensitive name).
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.params.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -267,7 +396,10 @@ pub fn parse_challenge(header: &str) -> Option<Challenge> {
         }
         params.push((key.trim().to_string(), value.trim_end().to_string()));
     }
-    Some(Challenge { scheme: scheme.to_string(), params })
+    Some(Challenge {
+        scheme: scheme.to_string(),
+        params,
+    })
 }
 
 /// A content descriptor of a manifest (a layer, or a manifest of an index).
@@ -314,26 +446,52 @@ pub enum Manifest {
 /// Parses a manifest document. The media type is the document's own `mediaType`, else the
 /// response's `Content-Type`; an OCI document may carry neither, and is then told apart
 /// by having `layers` or `manifests`.
-pub fn parse_manifest(reference: &str, url: &str, body: &[u8], content_type: Option<&str>) -> Result<Manifest, OciError> {
-    let raw: RawManifest = serde_json::from_slice(body).map_err(|e| OciError::Protocol { url: url.into(), reason: format!("the manifest is not JSON of the expected shape: {e}") })?;
-    let header = content_type.map(|c| c.split(';').next().unwrap_or("").trim().to_string()).filter(|c| !c.is_empty());
+pub fn parse_manifest(
+    reference: &str,
+    url: &str,
+    body: &[u8],
+    content_type: Option<&str>,
+) -> Result<Manifest, OciError> {
+    let raw: RawManifest = serde_json::from_slice(body).map_err(|e| OciError::Protocol {
+        url: url.into(),
+        reason: format!("the manifest is not JSON of the expected shape: {e}"),
+    })?;
+    let header = content_type
+        .map(|c| c.split(';').next().unwrap_or("").trim().to_string())
+        .filter(|c| !c.is_empty());
     let media_type = raw.media_type.clone().or(header);
     match (media_type.as_deref(), raw.layers, raw.manifests) {
         (Some(OCI_MANIFEST | DOCKER_MANIFEST), Some(layers), _) => Ok(Manifest::Image(layers)),
         (Some(OCI_INDEX | DOCKER_LIST), _, Some(manifests)) => Ok(Manifest::Index(manifests)),
-        (None | Some("application/json" | "application/octet-stream"), Some(layers), None) => Ok(Manifest::Image(layers)),
-        (None | Some("application/json" | "application/octet-stream"), None, Some(manifests)) => Ok(Manifest::Index(manifests)),
-        (t, _, _) => Err(OciError::UnsupportedManifest { reference: reference.into(), media_type: t.unwrap_or("(none)").into() }),
+        (None | Some("application/json" | "application/octet-stream"), Some(layers), None) => {
+            Ok(Manifest::Image(layers))
+        }
+        (None | Some("application/json" | "application/octet-stream"), None, Some(manifests)) => {
+            Ok(Manifest::Index(manifests))
+        }
+        (t, _, _) => Err(OciError::UnsupportedManifest {
+            reference: reference.into(),
+            media_type: t.unwrap_or("(none)").into(),
+        }),
     }
 }
 
 /// The one layer holding the component.
 pub fn wasm_layer(reference: &str, layers: &[Descriptor]) -> Result<Descriptor, OciError> {
-    let wasm: Vec<&Descriptor> = layers.iter().filter(|l| l.media_type == WASM_LAYER).collect();
+    let wasm: Vec<&Descriptor> = layers
+        .iter()
+        .filter(|l| l.media_type == WASM_LAYER)
+        .collect();
     match wasm.as_slice() {
         [one] => Ok((*one).clone()),
-        [] => Err(OciError::NoWasmLayer { reference: reference.into(), found: layers.iter().map(|l| l.media_type.clone()).collect() }),
-        several => Err(OciError::SeveralWasmLayers { reference: reference.into(), count: several.len() }),
+        [] => Err(OciError::NoWasmLayer {
+            reference: reference.into(),
+            found: layers.iter().map(|l| l.media_type.clone()).collect(),
+        }),
+        several => Err(OciError::SeveralWasmLayers {
+            reference: reference.into(),
+            count: several.len(),
+        }),
     }
 }
 
@@ -342,10 +500,20 @@ pub fn index_entry(reference: &str, manifests: &[Descriptor]) -> Result<Descript
     if let [one] = manifests {
         return Ok(one.clone());
     }
-    let wasm: Vec<&Descriptor> = manifests.iter().filter(|m| m.platform.as_ref().is_some_and(|p| p.architecture == "wasm")).collect();
+    let wasm: Vec<&Descriptor> = manifests
+        .iter()
+        .filter(|m| {
+            m.platform
+                .as_ref()
+                .is_some_and(|p| p.architecture == "wasm")
+        })
+        .collect();
     match wasm.as_slice() {
         [one] => Ok((*one).clone()),
-        _ => Err(OciError::AmbiguousIndex { reference: reference.into(), count: manifests.len() }),
+        _ => Err(OciError::AmbiguousIndex {
+            reference: reference.into(),
+            count: manifests.len(),
+        }),
     }
 }
 
@@ -354,7 +522,12 @@ fn check_digest(what: &str, url: &str, expected: &str, bytes: &[u8]) -> Result<(
     let pinned = sha256_digest(what, expected)?;
     let found = Digest::of(bytes);
     if found != pinned {
-        return Err(OciError::DigestMismatch { what: what.into(), url: url.into(), expected: expected.into(), found });
+        return Err(OciError::DigestMismatch {
+            what: what.into(),
+            url: url.into(),
+            expected: expected.into(),
+            found,
+        });
     }
     Ok(())
 }
@@ -364,7 +537,10 @@ fn sha256_digest(what: &str, digest: &str) -> Result<Digest, OciError> {
     digest
         .strip_prefix("sha256:")
         .and_then(|_| Digest::parse(digest).ok())
-        .ok_or_else(|| OciError::UnsupportedDigest { what: what.into(), digest: digest.into() })
+        .ok_or_else(|| OciError::UnsupportedDigest {
+            what: what.into(),
+            digest: digest.into(),
+        })
 }
 
 /// One pull: the registry's base URL and the bearer token once one was obtained.
@@ -380,7 +556,12 @@ impl Session<'_> {
     /// GET `url` with the current authorization; on a challenge, answer it once: Bearer
     /// with a token from its realm (asked for with the registry's login if there is one),
     /// Basic with the login.
-    async fn get(&mut self, url: &Url, accept: Option<&str>, limit: u64) -> Result<crate::fetch::Response, OciError> {
+    async fn get(
+        &mut self,
+        url: &Url,
+        accept: Option<&str>,
+        limit: u64,
+    ) -> Result<crate::fetch::Response, OciError> {
         let mut answered = false;
         loop {
             let mut headers: Vec<(HeaderName, String)> = Vec::new();
@@ -390,27 +571,61 @@ impl Session<'_> {
             if let Some(t) = &self.authorization {
                 headers.push((AUTHORIZATION, t.clone()));
             }
-            let response = self.fetcher.get(url, &headers, limit, self.plain_http()).await?;
+            let response = self
+                .fetcher
+                .get(url, &headers, limit, self.plain_http())
+                .await?;
             if response.status != StatusCode::UNAUTHORIZED {
                 return Ok(response);
             }
-            let header = response.headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+            let header = response
+                .headers
+                .get(WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
             let registry = self.reference.registry.clone();
-            let shown = if header.is_empty() { "no WWW-Authenticate header".to_string() } else { header.clone() };
+            let shown = if header.is_empty() {
+                "no WWW-Authenticate header".to_string()
+            } else {
+                header.clone()
+            };
             // Only the registry itself may ask for its login (or send us to its token
             // service): a host it redirected to is answered with nothing.
             if host_port(&response.url) != host_port(url) {
-                return Err(OciError::ForeignChallenge { host: host_port(&response.url), registry, what: url.path().to_string(), challenge: shown });
+                return Err(OciError::ForeignChallenge {
+                    host: host_port(&response.url),
+                    registry,
+                    what: url.path().to_string(),
+                    challenge: shown,
+                });
             }
             let challenge = parse_challenge(&header);
             let login = self.fetcher.credentials(&registry).cloned();
             match (challenge, &login) {
-                (_, Some(_)) if answered => return Err(OciError::LoginRefused { url: url.to_string(), registry, challenge: shown }),
-                (Some(c), _) if c.scheme.eq_ignore_ascii_case("bearer") && !answered => {
-                    self.authorization = Some(format!("Bearer {}", self.token(&c, url, login.as_ref()).await?));
+                (_, Some(_)) if answered => {
+                    return Err(OciError::LoginRefused {
+                        url: url.to_string(),
+                        registry,
+                        challenge: shown,
+                    });
                 }
-                (Some(c), Some(login)) if c.scheme.eq_ignore_ascii_case("basic") => self.authorization = Some(login.basic()),
-                _ => return Err(OciError::Unauthorized { url: url.to_string(), registry, challenge: shown }),
+                (Some(c), _) if c.scheme.eq_ignore_ascii_case("bearer") && !answered => {
+                    self.authorization = Some(format!(
+                        "Bearer {}",
+                        self.token(&c, url, login.as_ref()).await?
+                    ));
+                }
+                (Some(c), Some(login)) if c.scheme.eq_ignore_ascii_case("basic") => {
+                    self.authorization = Some(login.basic())
+                }
+                _ => {
+                    return Err(OciError::Unauthorized {
+                        url: url.to_string(),
+                        registry,
+                        challenge: shown,
+                    });
+                }
             }
             answered = true;
         }
@@ -424,13 +639,25 @@ impl Session<'_> {
     }
 
     /// A token from the challenge's realm: anonymous, or for `login`.
-    async fn token(&self, challenge: &Challenge, url: &Url, login: Option<&Credentials>) -> Result<String, OciError> {
-        let realm = challenge
-            .param("realm")
-            .ok_or_else(|| OciError::Protocol { url: url.to_string(), reason: "the Bearer challenge has no realm".into() })?;
-        let mut realm_url = Url::parse(realm).map_err(|e| OciError::Protocol { url: url.to_string(), reason: format!("the challenge's realm {realm:?} is not a URL: {e}") })?;
+    async fn token(
+        &self,
+        challenge: &Challenge,
+        url: &Url,
+        login: Option<&Credentials>,
+    ) -> Result<String, OciError> {
+        let realm = challenge.param("realm").ok_or_else(|| OciError::Protocol {
+            url: url.to_string(),
+            reason: "the Bearer challenge has no realm".into(),
+        })?;
+        let mut realm_url = Url::parse(realm).map_err(|e| OciError::Protocol {
+            url: url.to_string(),
+            reason: format!("the challenge's realm {realm:?} is not a URL: {e}"),
+        })?;
         let default_scope = format!("repository:{}:pull", self.reference.repository);
-        let scope = challenge.param("scope").unwrap_or(&default_scope).to_string();
+        let scope = challenge
+            .param("scope")
+            .unwrap_or(&default_scope)
+            .to_string();
         {
             let mut query = realm_url.query_pairs_mut();
             if let Some(service) = challenge.param("service") {
@@ -438,37 +665,66 @@ impl Session<'_> {
             }
             query.append_pair("scope", &scope);
         }
-        let headers: Vec<(HeaderName, String)> = login.map(|l| (AUTHORIZATION, l.basic())).into_iter().collect();
-        let response = match self.fetcher.get(&realm_url, &headers, MAX_TOKEN_BYTES, self.plain_http()).await {
+        let headers: Vec<(HeaderName, String)> = login
+            .map(|l| (AUTHORIZATION, l.basic()))
+            .into_iter()
+            .collect();
+        let response = match self
+            .fetcher
+            .get(&realm_url, &headers, MAX_TOKEN_BYTES, self.plain_http())
+            .await
+        {
             Err(FetchError::TooLarge { url, limit, .. }) => {
-                return Err(OciError::Oversized { what: "the token response".into(), url, limit, limit_source: "a token response may have" });
+                return Err(OciError::Oversized {
+                    what: "the token response".into(),
+                    url,
+                    limit,
+                    limit_source: "a token response may have",
+                });
             }
             other => other?,
         };
         if response.status == StatusCode::UNAUTHORIZED && login.is_some() {
-            return Err(OciError::LoginRefused { url: realm.into(), registry: self.reference.registry.clone(), challenge: format!("token service answered {}", response.status) });
+            return Err(OciError::LoginRefused {
+                url: realm.into(),
+                registry: self.reference.registry.clone(),
+                challenge: format!("token service answered {}", response.status),
+            });
         }
         if !response.status.is_success() {
-            return Err(OciError::TokenStatus { realm: realm.into(), status: response.status, scope });
+            return Err(OciError::TokenStatus {
+                realm: realm.into(),
+                status: response.status,
+                scope,
+            });
         }
         #[derive(Deserialize)]
         struct Token {
             token: Option<String>,
             access_token: Option<String>,
         }
-        let token: Token = serde_json::from_slice(&response.body)
-            .map_err(|e| OciError::Protocol { url: realm.into(), reason: format!("the token response is not JSON with a token: {e}") })?;
+        let token: Token =
+            serde_json::from_slice(&response.body).map_err(|e| OciError::Protocol {
+                url: realm.into(),
+                reason: format!("the token response is not JSON with a token: {e}"),
+            })?;
         token
             .token
             .or(token.access_token)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| OciError::Protocol { url: realm.into(), reason: "the token response has neither token nor access_token".into() })
+            .ok_or_else(|| OciError::Protocol {
+                url: realm.into(),
+                reason: "the token response has neither token nor access_token".into(),
+            })
     }
 
     fn url(&self, path: &str) -> Result<Url, OciError> {
         self.base
             .join(&format!("v2/{}/{path}", self.reference.repository))
-            .map_err(|e| OciError::BadReference { reference: self.reference.to_string(), reason: e.to_string() })
+            .map_err(|e| OciError::BadReference {
+                reference: self.reference.to_string(),
+                reason: e.to_string(),
+            })
     }
 
     /// The image manifest's layers, following one index level.
@@ -481,7 +737,12 @@ impl Session<'_> {
             let url = self.url(&format!("manifests/{object}"))?;
             let response = match self.get(&url, Some(&accept), MAX_MANIFEST_BYTES).await {
                 Err(OciError::Fetch(FetchError::TooLarge { url, limit, .. })) => {
-                    return Err(OciError::Oversized { what: format!("manifest {object}"), url, limit, limit_source: "a manifest may have (the distribution spec's 4 MiB)" });
+                    return Err(OciError::Oversized {
+                        what: format!("manifest {object}"),
+                        url,
+                        limit,
+                        limit_source: "a manifest may have (the distribution spec's 4 MiB)",
+                    });
                 }
                 other => other?,
             };
@@ -500,20 +761,34 @@ impl Session<'_> {
                 });
             }
             if by_digest {
-                check_digest(&format!("manifest {object}"), url.as_str(), &object, &response.body)?;
+                check_digest(
+                    &format!("manifest {object}"),
+                    url.as_str(),
+                    &object,
+                    &response.body,
+                )?;
             }
-            let content_type = response.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+            let content_type = response
+                .headers
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok());
             match parse_manifest(&display, url.as_str(), &response.body, content_type)? {
                 Manifest::Image(layers) => return Ok(layers),
                 Manifest::Index(manifests) => {
                     object = index_entry(&display, &manifests)?.digest;
                     // Followed into a URL path: it must be a digest, nothing else.
-                    sha256_digest(&format!("the manifest {display}'s index points to"), &object)?;
+                    sha256_digest(
+                        &format!("the manifest {display}'s index points to"),
+                        &object,
+                    )?;
                     by_digest = true;
                 }
             }
         }
-        Err(OciError::UnsupportedManifest { reference: display, media_type: "an index of indexes".into() })
+        Err(OciError::UnsupportedManifest {
+            reference: display,
+            media_type: "an index of indexes".into(),
+        })
     }
 }
 
@@ -526,26 +801,50 @@ impl Session<'_> {
 pub async fn pull(fetcher: &Fetcher, reference: &str) -> Result<Vec<u8>, OciError> {
     match tokio::time::timeout(fetcher.timeout(), pull_inner(fetcher, reference)).await {
         Ok(result) => result,
-        Err(_) => Err(OciError::Fetch(FetchError::Timeout { url: reference.to_string(), after: fetcher.timeout() })),
+        Err(_) => Err(OciError::Fetch(FetchError::Timeout {
+            url: reference.to_string(),
+            after: fetcher.timeout(),
+        })),
     }
 }
 
 async fn pull_inner(fetcher: &Fetcher, reference: &str) -> Result<Vec<u8>, OciError> {
     let parsed = Reference::parse(reference)?;
-    let scheme = if fetcher.is_insecure_registry(&registry_host_port(&parsed.registry, "http")) { "http" } else { "https" };
-    let base = Url::parse(&format!("{scheme}://{}/", parsed.registry))
-        .map_err(|e| OciError::BadReference { reference: reference.into(), reason: format!("registry {:?}: {e}", parsed.registry) })?;
+    let scheme = if fetcher.is_insecure_registry(&registry_host_port(&parsed.registry, "http")) {
+        "http"
+    } else {
+        "https"
+    };
+    let base = Url::parse(&format!("{scheme}://{}/", parsed.registry)).map_err(|e| {
+        OciError::BadReference {
+            reference: reference.into(),
+            reason: format!("registry {:?}: {e}", parsed.registry),
+        }
+    })?;
     let registry = parsed.registry.clone();
-    let mut session = Session { fetcher, reference: parsed, base, authorization: None };
+    let mut session = Session {
+        fetcher,
+        reference: parsed,
+        base,
+        authorization: None,
+    };
     let layers = match session.layers().await {
         Err(OciError::Fetch(FetchError::Connect { detail, .. })) if scheme == "https" => {
-            return Err(OciError::Unreachable { listing: registry_host_port(&registry, "http"), registry, detail });
+            return Err(OciError::Unreachable {
+                listing: registry_host_port(&registry, "http"),
+                registry,
+                detail,
+            });
         }
         other => other?,
     };
     let layer = wasm_layer(reference, &layers)?;
     if layer.size > fetcher.max_body_bytes() {
-        return Err(OciError::LayerTooLarge { reference: reference.into(), size: layer.size, limit: fetcher.max_body_bytes() });
+        return Err(OciError::LayerTooLarge {
+            reference: reference.into(),
+            size: layer.size,
+            limit: fetcher.max_body_bytes(),
+        });
     }
     // Refused before downloading: a digest this agent cannot check.
     sha256_digest(&format!("the wasm layer of {reference}"), &layer.digest)?;
@@ -553,16 +852,33 @@ async fn pull_inner(fetcher: &Fetcher, reference: &str) -> Result<Vec<u8>, OciEr
     let what = format!("the wasm layer of {reference}");
     let response = match session.get(&url, None, layer.size).await {
         Err(OciError::Fetch(FetchError::TooLarge { url, limit, .. })) => {
-            return Err(OciError::Oversized { what, url: without_query(&url), limit, limit_source: "its manifest declares" });
+            return Err(OciError::Oversized {
+                what,
+                url: without_query(&url),
+                limit,
+                limit_source: "its manifest declares",
+            });
         }
         other => other?,
     };
     let served = without_query(response.url.as_str());
     if !response.status.is_success() {
-        return Err(OciError::BlobStatus { repository: session.reference.repository.clone(), digest: layer.digest, url: served, status: response.status });
+        return Err(OciError::BlobStatus {
+            repository: session.reference.repository.clone(),
+            digest: layer.digest,
+            url: served,
+            status: response.status,
+        });
     }
     if response.body.len() as u64 != layer.size {
-        return Err(OciError::Protocol { url: served, reason: format!("{what} is {} bytes, but its manifest declares {}", response.body.len(), layer.size) });
+        return Err(OciError::Protocol {
+            url: served,
+            reason: format!(
+                "{what} is {} bytes, but its manifest declares {}",
+                response.body.len(),
+                layer.size
+            ),
+        });
     }
     check_digest(&what, &served, &layer.digest, &response.body)?;
     Ok(Vec::from(response.body))
@@ -571,7 +887,10 @@ async fn pull_inner(fetcher: &Fetcher, reference: &str) -> Result<Vec<u8>, OciEr
 /// `host:port` of a registry name as `--insecure-registry` entries are written: the port
 /// as written, else the default port of `scheme`.
 fn registry_host_port(registry: &str, scheme: &str) -> String {
-    if registry.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) {
+    if registry
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
         registry.to_string()
     } else {
         format!("{registry}:{}", if scheme == "http" { 80 } else { 443 })
@@ -591,26 +910,60 @@ mod tests {
     #[test]
     fn references_parse_with_dockers_conventions() {
         let r = Reference::parse("registry.example.com/bosun/certs:0.1.0").unwrap();
-        assert_eq!((r.registry.as_str(), r.repository.as_str(), r.tag.as_deref(), r.digest.as_deref()), ("registry.example.com", "bosun/certs", Some("0.1.0"), None));
+        assert_eq!(
+            (
+                r.registry.as_str(),
+                r.repository.as_str(),
+                r.tag.as_deref(),
+                r.digest.as_deref()
+            ),
+            ("registry.example.com", "bosun/certs", Some("0.1.0"), None)
+        );
         assert_eq!(r.object(), "0.1.0");
         let d = format!("sha256:{}", "a".repeat(64));
         let r = Reference::parse(&format!("127.0.0.1:20001/bosun/hello@{d}")).unwrap();
-        assert_eq!((r.registry.as_str(), r.repository.as_str(), r.tag.as_deref()), ("127.0.0.1:20001", "bosun/hello", None));
+        assert_eq!(
+            (r.registry.as_str(), r.repository.as_str(), r.tag.as_deref()),
+            ("127.0.0.1:20001", "bosun/hello", None)
+        );
         assert_eq!(r.object(), d);
         let r = Reference::parse(&format!("localhost/hello:1@{d}")).unwrap();
-        assert_eq!((r.registry.as_str(), r.tag.as_deref(), r.object()), ("localhost", Some("1"), d.as_str()));
+        assert_eq!(
+            (r.registry.as_str(), r.tag.as_deref(), r.object()),
+            ("localhost", Some("1"), d.as_str())
+        );
         let r = Reference::parse("hello").unwrap();
-        assert_eq!((r.registry.as_str(), r.repository.as_str(), r.tag.as_deref()), ("registry-1.docker.io", "library/hello", Some("latest")));
+        assert_eq!(
+            (r.registry.as_str(), r.repository.as_str(), r.tag.as_deref()),
+            ("registry-1.docker.io", "library/hello", Some("latest"))
+        );
         let r = Reference::parse("docker.io/bosun/hello:2").unwrap();
-        assert_eq!((r.registry.as_str(), r.repository.as_str()), ("registry-1.docker.io", "bosun/hello"));
-        assert_eq!(Reference::parse("ghcr.io/a/b:1").unwrap().to_string(), "ghcr.io/a/b:1");
+        assert_eq!(
+            (r.registry.as_str(), r.repository.as_str()),
+            ("registry-1.docker.io", "bosun/hello")
+        );
+        assert_eq!(
+            Reference::parse("ghcr.io/a/b:1").unwrap().to_string(),
+            "ghcr.io/a/b:1"
+        );
     }
 
     #[test]
     fn malformed_references_are_refused_with_the_expected_form() {
-        for bad in ["", "https://ghcr.io/a/b", "ghcr.io/A/b:1", "ghcr.io/a/b:", "ghcr.io/a/b@sha256", "ghcr.io/a//b:1", "ghcr.io/a/b:x y"] {
+        for bad in [
+            "",
+            "https://ghcr.io/a/b",
+            "ghcr.io/A/b:1",
+            "ghcr.io/a/b:",
+            "ghcr.io/a/b@sha256",
+            "ghcr.io/a//b:1",
+            "ghcr.io/a/b:x y",
+        ] {
             let err = Reference::parse(bad).unwrap_err();
-            assert!(err.to_string().contains("REGISTRY/REPOSITORY:TAG"), "{bad}: {err}");
+            assert!(
+                err.to_string().contains("REGISTRY/REPOSITORY:TAG"),
+                "{bad}: {err}"
+            );
         }
     }
 
@@ -621,11 +974,15 @@ mod tests {
         assert_eq!(c.param("realm"), Some("https://auth.docker.io/token"));
         assert_eq!(c.param("Service"), Some("registry.docker.io"));
         assert_eq!(c.param("scope"), Some("repository:library/hello:pull,push"));
-        let c = parse_challenge(r#"Bearer realm="https://r/t\"x", error=insufficient_scope"#).unwrap();
+        let c =
+            parse_challenge(r#"Bearer realm="https://r/t\"x", error=insufficient_scope"#).unwrap();
         assert_eq!(c.param("realm"), Some("https://r/t\"x"));
         assert_eq!(c.param("error"), Some("insufficient_scope"));
         let c = parse_challenge(r#"Basic realm="Registry Realm""#).unwrap();
-        assert_eq!((c.scheme.as_str(), c.param("realm")), ("Basic", Some("Registry Realm")));
+        assert_eq!(
+            (c.scheme.as_str(), c.param("realm")),
+            ("Basic", Some("Registry Realm"))
+        );
         assert_eq!(parse_challenge(r#"Bearer realm="unterminated"#), None);
         assert_eq!(parse_challenge("Bearer realm"), None);
         assert_eq!(parse_challenge(""), None);
@@ -643,25 +1000,49 @@ mod tests {
                 "config": { "mediaType": "application/vnd.wasm.config.v1+json", "digest": format!("sha256:{}", "0".repeat(64)), "size": 2 },
                 "layers": [layer("application/vnd.oci.image.layer.v1.tar", 1), layer(WASM_LAYER, 2)],
             });
-            let Manifest::Image(layers) = parse_manifest("r", "u", doc.to_string().as_bytes(), None).unwrap() else { panic!("not an image manifest") };
+            let Manifest::Image(layers) =
+                parse_manifest("r", "u", doc.to_string().as_bytes(), None).unwrap()
+            else {
+                panic!("not an image manifest")
+            };
             let l = wasm_layer("r", &layers).unwrap();
             assert_eq!((l.media_type.as_str(), l.size), (WASM_LAYER, 12));
         }
         // No mediaType in the document: the Content-Type header (with parameters) decides.
         let doc = serde_json::json!({ "schemaVersion": 2, "layers": [layer(WASM_LAYER, 3)] });
-        let parsed = parse_manifest("r", "u", doc.to_string().as_bytes(), Some("application/vnd.oci.image.manifest.v1+json; charset=utf-8")).unwrap();
+        let parsed = parse_manifest(
+            "r",
+            "u",
+            doc.to_string().as_bytes(),
+            Some("application/vnd.oci.image.manifest.v1+json; charset=utf-8"),
+        )
+        .unwrap();
         assert!(matches!(parsed, Manifest::Image(ref l) if l.len() == 1));
     }
 
     #[test]
     fn zero_or_several_wasm_layers_are_refused_naming_what_was_found() {
-        let none = [serde_json::from_value::<Descriptor>(layer("application/vnd.oci.image.layer.v1.tar", 1)).unwrap()];
+        let none = [serde_json::from_value::<Descriptor>(layer(
+            "application/vnd.oci.image.layer.v1.tar",
+            1,
+        ))
+        .unwrap()];
         let err = wasm_layer("reg/x:1", &none).unwrap_err();
         assert!(matches!(err, OciError::NoWasmLayer { .. }), "{err}");
         let text = err.to_string();
-        assert!(text.contains("application/vnd.oci.image.layer.v1.tar") && text.contains("oras push reg/x:1"), "{text}");
-        let two: Vec<Descriptor> = [layer(WASM_LAYER, 1), layer(WASM_LAYER, 2)].into_iter().map(|v| serde_json::from_value(v).unwrap()).collect();
-        assert!(matches!(wasm_layer("r", &two), Err(OciError::SeveralWasmLayers { count: 2, .. })));
+        assert!(
+            text.contains("application/vnd.oci.image.layer.v1.tar")
+                && text.contains("oras push reg/x:1"),
+            "{text}"
+        );
+        let two: Vec<Descriptor> = [layer(WASM_LAYER, 1), layer(WASM_LAYER, 2)]
+            .into_iter()
+            .map(|v| serde_json::from_value(v).unwrap())
+            .collect();
+        assert!(matches!(
+            wasm_layer("r", &two),
+            Err(OciError::SeveralWasmLayers { count: 2, .. })
+        ));
     }
 
     #[test]
@@ -681,22 +1062,42 @@ mod tests {
             v
         };
         let doc = serde_json::json!({ "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entry(1, "amd64"), entry(2, "wasm")] });
-        let Manifest::Index(ms) = parse_manifest("r", "u", doc.to_string().as_bytes(), None).unwrap() else { panic!("not an index") };
+        let Manifest::Index(ms) =
+            parse_manifest("r", "u", doc.to_string().as_bytes(), None).unwrap()
+        else {
+            panic!("not an index")
+        };
         assert_eq!(index_entry("r", &ms).unwrap().size, 12);
         let doc = serde_json::json!({ "schemaVersion": 2, "mediaType": DOCKER_LIST, "manifests": [entry(1, "amd64"), entry(2, "arm64")] });
-        let Manifest::Index(ms) = parse_manifest("r", "u", doc.to_string().as_bytes(), None).unwrap() else { panic!("not an index") };
-        assert!(matches!(index_entry("r", &ms), Err(OciError::AmbiguousIndex { count: 2, .. })));
+        let Manifest::Index(ms) =
+            parse_manifest("r", "u", doc.to_string().as_bytes(), None).unwrap()
+        else {
+            panic!("not an index")
+        };
+        assert!(matches!(
+            index_entry("r", &ms),
+            Err(OciError::AmbiguousIndex { count: 2, .. })
+        ));
     }
 
     #[test]
     fn digests_are_checked_and_only_sha256_is_accepted() {
         let d = Digest::of(b"abc").to_string();
         check_digest("blob", "u", &d, b"abc").unwrap();
-        assert!(matches!(check_digest("blob", "u", &d, b"abd"), Err(OciError::DigestMismatch { .. })));
+        assert!(matches!(
+            check_digest("blob", "u", &d, b"abd"),
+            Err(OciError::DigestMismatch { .. })
+        ));
         let sha512 = format!("sha512:{}", "0".repeat(128));
-        assert!(matches!(check_digest("blob", "u", &sha512, b"abc"), Err(OciError::UnsupportedDigest { .. })));
+        assert!(matches!(
+            check_digest("blob", "u", &sha512, b"abc"),
+            Err(OciError::UnsupportedDigest { .. })
+        ));
         let bare = Digest::of(b"abc").to_hex();
-        assert!(matches!(check_digest("blob", "u", &bare, b"abc"), Err(OciError::UnsupportedDigest { .. })));
+        assert!(matches!(
+            check_digest("blob", "u", &bare, b"abc"),
+            Err(OciError::UnsupportedDigest { .. })
+        ));
     }
 
     #[test]
@@ -704,7 +1105,10 @@ mod tests {
         // A portless registry listed as insecure is reached at http://HOST/, port 80.
         assert_eq!(registry_host_port("reg.lab", "http"), "reg.lab:80");
         assert_eq!(registry_host_port("ghcr.io", "https"), "ghcr.io:443");
-        assert_eq!(registry_host_port("127.0.0.1:20001", "http"), "127.0.0.1:20001");
+        assert_eq!(
+            registry_host_port("127.0.0.1:20001", "http"),
+            "127.0.0.1:20001"
+        );
     }
 
     #[test]
@@ -719,7 +1123,10 @@ mod tests {
             "reg.io/a/x:.hidden".to_string(),
             "reg.io/a/x:-1".to_string(),
             "reg.io/a/x@sha256:../../y".to_string(),
-            format!("reg.io/a/x@{}", d.to_uppercase().replace("SHA256", "sha256")),
+            format!(
+                "reg.io/a/x@{}",
+                d.to_uppercase().replace("SHA256", "sha256")
+            ),
             format!("reg.io/a/x@sha512:{}", "a".repeat(128)),
         ] {
             let err = Reference::parse(&bad).unwrap_err();
@@ -732,7 +1139,13 @@ mod tests {
 
     #[test]
     fn error_urls_lose_their_query() {
-        assert_eq!(without_query("https://s3.example/blob?X-Amz-Signature=secret"), "https://s3.example/blob");
-        assert_eq!(without_query("https://reg/v2/a/blobs/sha256:ab"), "https://reg/v2/a/blobs/sha256:ab");
+        assert_eq!(
+            without_query("https://s3.example/blob?X-Amz-Signature=secret"),
+            "https://s3.example/blob"
+        );
+        assert_eq!(
+            without_query("https://reg/v2/a/blobs/sha256:ab"),
+            "https://reg/v2/a/blobs/sha256:ab"
+        );
     }
 }

@@ -40,7 +40,9 @@ pub const VERSION_ANNOTATION: &str = "bosun.dev/plugin-version";
 /// Why a plugin could not be made available. Each message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    #[error("Plugin {name} not found: create the Plugin resource the step names (or fix the step's plugin field)")]
+    #[error(
+        "Plugin {name} not found: create the Plugin resource the step names (or fix the step's plugin field)"
+    )]
     NotFound { name: String },
     #[error("reading {what}: {source}")]
     Kube {
@@ -54,8 +56,15 @@ pub enum ResolveError {
         #[source]
         source: FetchError,
     },
-    #[error("Plugin {name}: GET {url} answered {status}, expected 200 with the plugin's bytes: {hint}")]
-    UrlStatus { name: String, url: String, status: http::StatusCode, hint: &'static str },
+    #[error(
+        "Plugin {name}: GET {url} answered {status}, expected 200 with the plugin's bytes: {hint}"
+    )]
+    UrlStatus {
+        name: String,
+        url: String,
+        status: http::StatusCode,
+        hint: &'static str,
+    },
     #[error("Plugin {name}: pulling spec.source.oci {reference}: {source}")]
     Oci {
         name: String,
@@ -66,13 +75,33 @@ pub enum ResolveError {
     },
     #[error("Plugin {name} names no source: set exactly one of spec.source.oci, url or configMap")]
     NoSource { name: String },
-    #[error("ConfigMap {namespace}/{configmap} has no binaryData key {key} (Plugin {name}): put the plugin's .wasm bytes there")]
-    MissingKey { name: String, namespace: String, configmap: String, key: String },
+    #[error(
+        "ConfigMap {namespace}/{configmap} has no binaryData key {key} (Plugin {name}): put the plugin's .wasm bytes there"
+    )]
+    MissingKey {
+        name: String,
+        namespace: String,
+        configmap: String,
+        key: String,
+    },
     #[error("Plugin {name} spec.sha256 {value:?} is not a sha256 digest: {reason}")]
-    BadDigest { name: String, value: String, reason: String },
-    #[error("Plugin {name} bytes from {origin} hash to {found}, but {pinned} is pinned: republish the exact bytes that were signed, or pin and sign the new ones")]
-    DigestMismatch { name: String, origin: String, found: Digest, pinned: Digest },
-    #[error("Plugin {name} has no {VERSION_ANNOTATION} annotation: set it to the version the signatures were made for (as in the .sig.json bundle)")]
+    BadDigest {
+        name: String,
+        value: String,
+        reason: String,
+    },
+    #[error(
+        "Plugin {name} bytes from {origin} hash to {found}, but {pinned} is pinned: republish the exact bytes that were signed, or pin and sign the new ones"
+    )]
+    DigestMismatch {
+        name: String,
+        origin: String,
+        found: Digest,
+        pinned: Digest,
+    },
+    #[error(
+        "Plugin {name} has no {VERSION_ANNOTATION} annotation: set it to the version the signatures were made for (as in the .sig.json bundle)"
+    )]
     NoVersion { name: String },
     #[error("plugin store {path}: {source}")]
     Store {
@@ -110,7 +139,12 @@ pub fn pin_of(plugin: &Plugin) -> Result<PluginPin, ResolveError> {
             signature: s.signature.clone(),
         })
         .collect();
-    Ok(PluginPin { name, version, sha256, signatures })
+    Ok(PluginPin {
+        name,
+        version,
+        sha256,
+        signatures,
+    })
 }
 
 /// The local content-addressed store of plugin bytes.
@@ -123,7 +157,10 @@ impl Store {
     /// A store in `dir` (created if missing).
     pub fn new(dir: impl Into<PathBuf>) -> Result<Store, ResolveError> {
         let dir = dir.into();
-        std::fs::create_dir_all(&dir).map_err(|source| ResolveError::Store { path: dir.clone(), source })?;
+        std::fs::create_dir_all(&dir).map_err(|source| ResolveError::Store {
+            path: dir.clone(),
+            source,
+        })?;
         Ok(Store { dir })
     }
 
@@ -139,7 +176,8 @@ impl Store {
             Ok(bytes) if Digest::of(&bytes) == *digest => Ok(Some(bytes)),
             Ok(_) => {
                 tracing::warn!(path = %path.display(), "stored plugin no longer matches its digest; removing it");
-                std::fs::remove_file(&path).map_err(|source| ResolveError::Store { path, source })?;
+                std::fs::remove_file(&path)
+                    .map_err(|source| ResolveError::Store { path, source })?;
                 Ok(None)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -148,14 +186,28 @@ impl Store {
     }
 
     /// Stores `bytes` under `digest` after checking they hash to it.
-    pub fn put(&self, name: &str, origin: &str, digest: &Digest, bytes: &[u8]) -> Result<(), ResolveError> {
+    pub fn put(
+        &self,
+        name: &str,
+        origin: &str,
+        digest: &Digest,
+        bytes: &[u8],
+    ) -> Result<(), ResolveError> {
         let found = Digest::of(bytes);
         if found != *digest {
-            return Err(ResolveError::DigestMismatch { name: name.into(), origin: origin.into(), found, pinned: *digest });
+            return Err(ResolveError::DigestMismatch {
+                name: name.into(),
+                origin: origin.into(),
+                found,
+                pinned: *digest,
+            });
         }
         let path = self.path(digest);
         let tmp = self.dir.join(format!(".{}.tmp", digest.to_hex()));
-        std::fs::write(&tmp, bytes).map_err(|source| ResolveError::Store { path: tmp.clone(), source })?;
+        std::fs::write(&tmp, bytes).map_err(|source| ResolveError::Store {
+            path: tmp.clone(),
+            source,
+        })?;
         std::fs::rename(&tmp, &path).map_err(|source| ResolveError::Store { path, source })
     }
 
@@ -176,12 +228,20 @@ pub struct Resolved {
 /// Reads the Plugin resource `name` and gets its bytes (from the store, or from the
 /// source into the store, fetching over the network with `fetcher`). The bytes hash to the
 /// pinned digest; signatures are checked by the host when it loads them.
-pub async fn resolve(client: &Client, store: &Store, fetcher: &Fetcher, name: &str) -> Result<Resolved, ResolveError> {
+pub async fn resolve(
+    client: &Client,
+    store: &Store,
+    fetcher: &Fetcher,
+    name: &str,
+) -> Result<Resolved, ResolveError> {
     let plugins: Api<Plugin> = Api::all(client.clone());
     let plugin = plugins
         .get_opt(name)
         .await
-        .map_err(|source| ResolveError::Kube { what: format!("Plugin {name}"), source })?
+        .map_err(|source| ResolveError::Kube {
+            what: format!("Plugin {name}"),
+            source,
+        })?
         .ok_or_else(|| ResolveError::NotFound { name: name.into() })?;
     let pin = pin_of(&plugin)?;
     if let Some(bytes) = store.get(&pin.sha256)? {
@@ -196,17 +256,35 @@ pub async fn resolve(client: &Client, store: &Store, fetcher: &Fetcher, name: &s
             let map = maps
                 .get(&cm.name)
                 .await
-                .map_err(|source| ResolveError::Kube { what: format!("ConfigMap {}/{}", cm.namespace, cm.name), source })?;
-            let bytes = map.binary_data.as_ref().and_then(|d| d.get(&cm.key)).map(|b| b.0.clone()).ok_or_else(|| {
-                ResolveError::MissingKey { name: name.into(), namespace: cm.namespace.clone(), configmap: cm.name.clone(), key: cm.key.clone() }
-            })?;
-            (bytes, format!("ConfigMap {}/{} key {}", cm.namespace, cm.name, cm.key))
+                .map_err(|source| ResolveError::Kube {
+                    what: format!("ConfigMap {}/{}", cm.namespace, cm.name),
+                    source,
+                })?;
+            let bytes = map
+                .binary_data
+                .as_ref()
+                .and_then(|d| d.get(&cm.key))
+                .map(|b| b.0.clone())
+                .ok_or_else(|| ResolveError::MissingKey {
+                    name: name.into(),
+                    namespace: cm.namespace.clone(),
+                    configmap: cm.name.clone(),
+                    key: cm.key.clone(),
+                })?;
+            (
+                bytes,
+                format!("ConfigMap {}/{} key {}", cm.namespace, cm.name, cm.key),
+            )
         }
         (None, Some(url), _) => (fetch_url(fetcher, name, &url.url).await?, url.url.clone()),
         (None, None, Some(oci)) => {
             let bytes = crate::oci::pull(fetcher, &oci.reference)
                 .await
-                .map_err(|source| ResolveError::Oci { name: name.into(), reference: oci.reference.clone(), source: Box::new(source) })?;
+                .map_err(|source| ResolveError::Oci {
+                    name: name.into(),
+                    reference: oci.reference.clone(),
+                    source: Box::new(source),
+                })?;
             (bytes, format!("OCI artifact {}", oci.reference))
         }
         (None, None, None) => return Err(ResolveError::NoSource { name: name.into() }),
@@ -219,19 +297,34 @@ pub async fn resolve(client: &Client, store: &Store, fetcher: &Fetcher, name: &s
 /// GETs a URL source's bytes (https only, capped at the fetcher's limit). The caller
 /// checks them against the pinned digest ([`Store::put`]).
 pub async fn fetch_url(fetcher: &Fetcher, name: &str, url: &str) -> Result<Vec<u8>, ResolveError> {
-    let parsed = url::Url::parse(url)
-        .map_err(|e| ResolveError::Url { name: name.into(), source: FetchError::BadUrl { url: url.into(), reason: e.to_string() } })?;
+    let parsed = url::Url::parse(url).map_err(|e| ResolveError::Url {
+        name: name.into(),
+        source: FetchError::BadUrl {
+            url: url.into(),
+            reason: e.to_string(),
+        },
+    })?;
     let response = fetcher
         .get(&parsed, &[], fetcher.max_body_bytes(), false)
         .await
-        .map_err(|source| ResolveError::Url { name: name.into(), source })?;
+        .map_err(|source| ResolveError::Url {
+            name: name.into(),
+            source,
+        })?;
     if response.status != http::StatusCode::OK {
         let hint = match response.status.as_u16() {
             404 | 410 => "publish the plugin at that URL or fix spec.source.url",
-            401 | 403 => "the URL must be readable without credentials; use a public or pre-signed URL",
+            401 | 403 => {
+                "the URL must be readable without credentials; use a public or pre-signed URL"
+            }
             _ => "check the server, or fix spec.source.url",
         };
-        return Err(ResolveError::UrlStatus { name: name.into(), url: response.url.to_string(), status: response.status, hint });
+        return Err(ResolveError::UrlStatus {
+            name: name.into(),
+            url: response.url.to_string(),
+            status: response.status,
+            hint,
+        });
     }
     Ok(Vec::from(response.body))
 }
@@ -246,19 +339,32 @@ mod tests {
             "hello",
             PluginSpec {
                 source: PluginSource {
-                    config_map: Some(ConfigMapSource { namespace: "ns".into(), name: "cm".into(), key: "hello.wasm".into() }),
+                    config_map: Some(ConfigMapSource {
+                        namespace: "ns".into(),
+                        name: "cm".into(),
+                        key: "hello.wasm".into(),
+                    }),
                     ..Default::default()
                 },
                 sha256: Digest::of(b"bytes").to_string(),
                 signatures: vec![
-                    Signature { algorithm: SignatureAlgorithm::Ed25519, key_id: Some("sha256:0123456789abcdef".into()), signature: "AAAA".into() },
-                    Signature { algorithm: SignatureAlgorithm::EcdsaP256Sha256, key_id: Some("team-key".into()), signature: "BBBB".into() },
+                    Signature {
+                        algorithm: SignatureAlgorithm::Ed25519,
+                        key_id: Some("sha256:0123456789abcdef".into()),
+                        signature: "AAAA".into(),
+                    },
+                    Signature {
+                        algorithm: SignatureAlgorithm::EcdsaP256Sha256,
+                        key_id: Some("team-key".into()),
+                        signature: "BBBB".into(),
+                    },
                 ],
                 grants: Default::default(),
             },
         );
         if annotated {
-            p.metadata.annotations = Some([(VERSION_ANNOTATION.to_string(), "0.1.0".to_string())].into());
+            p.metadata.annotations =
+                Some([(VERSION_ANNOTATION.to_string(), "0.1.0".to_string())].into());
         }
         p
     }
@@ -270,7 +376,10 @@ mod tests {
         assert_eq!(pin.version, "0.1.0");
         assert_eq!(pin.sha256, Digest::of(b"bytes"));
         assert_eq!(pin.signatures[0].algorithm, Algorithm::Ed25519);
-        assert_eq!(pin.signatures[0].key_id.as_deref(), Some("sha256:0123456789abcdef"));
+        assert_eq!(
+            pin.signatures[0].key_id.as_deref(),
+            Some("sha256:0123456789abcdef")
+        );
         assert_eq!(pin.signatures[1].algorithm, Algorithm::EcdsaP256Sha256);
         assert_eq!(pin.signatures[1].key_id, None, "a label is not a key id");
     }
@@ -292,7 +401,11 @@ mod tests {
         store.put("hello", "test", &digest, b"good").unwrap();
         assert_eq!(store.get(&digest).unwrap().as_deref(), Some(&b"good"[..]));
         // Tampering with the stored file makes it disappear instead of being used.
-        std::fs::write(store.dir().join(format!("{}.wasm", digest.to_hex())), b"evil").unwrap();
+        std::fs::write(
+            store.dir().join(format!("{}.wasm", digest.to_hex())),
+            b"evil",
+        )
+        .unwrap();
         assert!(store.get(&digest).unwrap().is_none());
     }
 }

@@ -132,8 +132,11 @@ pub const SYSTEMCTL: &str = "/usr/bin/systemctl";
 /// simulates services).
 pub fn host_binaries(root: &Path, grants: &Grants, simulated_services: bool) -> PreflightResult {
     // (command, why it is needed, optional)
-    let mut needed: Vec<(&str, &str, bool)> =
-        grants.exec.iter().map(|g| (g.command.as_str(), "exec grant", g.optional)).collect();
+    let mut needed: Vec<(&str, &str, bool)> = grants
+        .exec
+        .iter()
+        .map(|g| (g.command.as_str(), "exec grant", g.optional))
+        .collect();
     if !grants.services.is_empty() && !simulated_services {
         needed.push((SYSTEMCTL, "service grants", false));
     }
@@ -158,7 +161,9 @@ pub fn host_binaries(root: &Path, grants: &Grants, simulated_services: bool) -> 
             Some(relative) => match std::fs::metadata(root.join(relative)) {
                 Ok(m) if m.is_file() && is_executable(&m) => None,
                 Ok(_) => Some(format!("{command} (not an executable file)")),
-                Err(_) if why == "service grants" => Some(format!("{command} (needed for the service grants)")),
+                Err(_) if why == "service grants" => {
+                    Some(format!("{command} (needed for the service grants)"))
+                }
                 Err(_) => Some(command.to_owned()),
             },
         };
@@ -171,7 +176,10 @@ pub fn host_binaries(root: &Path, grants: &Grants, simulated_services: bool) -> 
     let absent = if optional_absent.is_empty() {
         String::new()
     } else {
-        format!("; absent but optional (the plugin checks what it uses): {}", optional_absent.join(", "))
+        format!(
+            "; absent but optional (the plugin checks what it uses): {}",
+            optional_absent.join(", ")
+        )
     };
     if missing.is_empty() {
         result(
@@ -179,7 +187,11 @@ pub fn host_binaries(root: &Path, grants: &Grants, simulated_services: bool) -> 
             CheckStatus::Pass,
             format!(
                 "present: {}{absent}",
-                if present.is_empty() { "none".to_owned() } else { present.join(", ") }
+                if present.is_empty() {
+                    "none".to_owned()
+                } else {
+                    present.join(", ")
+                }
             ),
         )
     } else {
@@ -386,7 +398,10 @@ mod tests {
         std::fs::write(&apt, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&apt, std::fs::Permissions::from_mode(0o755)).unwrap();
         // A Debian node: apt present, dnf absent; both optional (one Plugin, a mixed fleet).
-        let optional = |c: &str| ExecGrant { optional: true, ..exec(c) };
+        let optional = |c: &str| ExecGrant {
+            optional: true,
+            ..exec(c)
+        };
         let packages = Grants {
             exec: vec![optional("/usr/bin/apt-get"), optional("/usr/bin/dnf")],
             ..Grants::default()
@@ -395,26 +410,49 @@ mod tests {
         assert_eq!(r.status, CheckStatus::Pass, "{}", r.message);
         assert!(
             r.message.contains("present: /usr/bin/apt-get")
-                && r.message.contains("absent but optional (the plugin checks what it uses): /usr/bin/dnf"),
+                && r.message
+                    .contains("absent but optional (the plugin checks what it uses): /usr/bin/dnf"),
             "{}",
             r.message
         );
         // Not optional: the same absence fails.
-        let strict = Grants { exec: vec![exec("/usr/bin/dnf")], ..Grants::default() };
-        assert_eq!(host_binaries(dir.path(), &strict, false).status, CheckStatus::Fail);
+        let strict = Grants {
+            exec: vec![exec("/usr/bin/dnf")],
+            ..Grants::default()
+        };
+        assert_eq!(
+            host_binaries(dir.path(), &strict, false).status,
+            CheckStatus::Fail
+        );
 
         // A service grant needs systemctl, unless the agent simulates services.
         let kubelet = Grants {
-            services: vec![ServiceGrant { unit: "kubelet.service".into(), actions: vec![ServiceAction::Restart] }],
+            services: vec![ServiceGrant {
+                unit: "kubelet.service".into(),
+                actions: vec![ServiceAction::Restart],
+            }],
             ..Grants::default()
         };
         let r = host_binaries(dir.path(), &kubelet, false);
         assert_eq!(r.status, CheckStatus::Fail, "{}", r.message);
-        assert!(r.message.contains("/usr/bin/systemctl (needed for the service grants)"), "{}", r.message);
-        assert!(!r.message.contains("granted no host commands"), "{}", r.message);
+        assert!(
+            r.message
+                .contains("/usr/bin/systemctl (needed for the service grants)"),
+            "{}",
+            r.message
+        );
+        assert!(
+            !r.message.contains("granted no host commands"),
+            "{}",
+            r.message
+        );
         let r = host_binaries(dir.path(), &kubelet, true);
         assert_eq!(r.status, CheckStatus::Pass, "{}", r.message);
-        assert!(r.message.contains("simulated by this agent"), "{}", r.message);
+        assert!(
+            r.message.contains("simulated by this agent"),
+            "{}",
+            r.message
+        );
     }
 
     #[test]

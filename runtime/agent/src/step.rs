@@ -8,8 +8,13 @@
 use std::time::Duration;
 
 use bosun_api::grants::Grants;
-use bosun_api::node_task::{BlockReason, CheckStatus as ApiCheck, LOG_TAIL_LINES, PreflightCheck, StepError, StepPhase};
-use bosun_host::{CallFailure, Captured, Check, CheckStatus, Error as HostError, Host, LogLevel, NodeContext, RunOptions};
+use bosun_api::node_task::{
+    BlockReason, CheckStatus as ApiCheck, LOG_TAIL_LINES, PreflightCheck, StepError, StepPhase,
+};
+use bosun_host::{
+    CallFailure, Captured, Check, CheckStatus, Error as HostError, Host, LogLevel, NodeContext,
+    RunOptions,
+};
 
 use crate::gate::Gate;
 use crate::plugins::Resolved;
@@ -40,7 +45,11 @@ impl StepResult {
             outputs: Vec::new(),
             log_tail: Vec::new(),
             preflight: Vec::new(),
-            error: Some(StepError { code: code.into(), message, retryable }),
+            error: Some(StepError {
+                code: code.into(),
+                message,
+                retryable,
+            }),
             block: Some(block),
         }
     }
@@ -61,25 +70,51 @@ pub struct StepCall<'a> {
 /// run (the step policies), and runs the action only if no check failed and no gate
 /// refused. Never panics on plugin misbehaviour: every failure becomes a Failed result
 /// with the reason to block.
-pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCall<'_>, gate: &dyn Gate) -> StepResult {
+pub fn execute(
+    host: &Host,
+    plugin: &Resolved,
+    node: &NodeContext,
+    call: &StepCall<'_>,
+    gate: &dyn Gate,
+) -> StepResult {
     let loaded = match host.load(&plugin.bytes, &plugin.pin) {
         Ok(l) => l,
-        Err(e) => return StepResult::failed(BlockReason::PluginUnavailable, "plugin-refused", e.to_string(), false),
+        Err(e) => {
+            return StepResult::failed(
+                BlockReason::PluginUnavailable,
+                "plugin-refused",
+                e.to_string(),
+                false,
+            );
+        }
     };
     if let Err(refused) = gate.loaded(&loaded) {
         return *refused;
     }
     let mut lines = Vec::new();
     let preflight_clock = std::time::Instant::now();
-    let preflight_report = host.preflight_with(&loaded, call.grants, node, call.action, &call.params_json, call.dry_run);
-    bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Preflight, preflight_clock.elapsed());
+    let preflight_report = host.preflight_with(
+        &loaded,
+        call.grants,
+        node,
+        call.action,
+        &call.params_json,
+        call.dry_run,
+    );
+    bosun_telemetry::metrics()
+        .gate_finished(bosun_telemetry::Gate::Preflight, preflight_clock.elapsed());
     let checks = match preflight_report {
         Ok(report) => {
             lines.extend(tail_of(&report.captured));
             match report.result {
                 Ok(checks) => checks,
                 Err(pe) => {
-                    let mut r = StepResult::failed(BlockReason::PreflightFailed, &pe.code, format!("preflight refused: {}", pe.message), pe.retryable);
+                    let mut r = StepResult::failed(
+                        BlockReason::PreflightFailed,
+                        &pe.code,
+                        format!("preflight refused: {}", pe.message),
+                        pe.retryable,
+                    );
                     r.log_tail = keep_tail(lines);
                     return r;
                 }
@@ -88,13 +123,22 @@ pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCa
         Err(failure) => return with_tail(from_failure(failure, "preflight"), lines),
     };
     let preflight: Vec<PreflightCheck> = checks.iter().map(check_status).collect();
-    let failed: Vec<&Check> = checks.iter().filter(|c| c.status == CheckStatus::Fail).collect();
+    let failed: Vec<&Check> = checks
+        .iter()
+        .filter(|c| c.status == CheckStatus::Fail)
+        .collect();
     if !failed.is_empty() {
-        let what: Vec<String> = failed.iter().map(|c| format!("{}: {}", c.name, c.message)).collect();
+        let what: Vec<String> = failed
+            .iter()
+            .map(|c| format!("{}: {}", c.name, c.message))
+            .collect();
         let mut r = StepResult::failed(
             BlockReason::PreflightFailed,
             "preflight-failed",
-            format!("preflight failed ({}); fix the cause on the node, then retry", what.join("; ")),
+            format!(
+                "preflight failed ({}); fix the cause on the node, then retry",
+                what.join("; ")
+            ),
             true,
         );
         r.preflight = preflight;
@@ -107,8 +151,18 @@ pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCa
         refused.log_tail = keep_tail(lines);
         return refused;
     }
-    let options = RunOptions { dry_run: call.dry_run, deadline: call.timeout };
-    let mut result = match host.run(&loaded, call.grants, node, call.action, &call.params_json, options) {
+    let options = RunOptions {
+        dry_run: call.dry_run,
+        deadline: call.timeout,
+    };
+    let mut result = match host.run(
+        &loaded,
+        call.grants,
+        node,
+        call.action,
+        &call.params_json,
+        options,
+    ) {
         Ok(report) => {
             lines.extend(tail_of(&report.captured));
             match report.result {
@@ -122,7 +176,9 @@ pub fn execute(host: &Host, plugin: &Resolved, node: &NodeContext, call: &StepCa
                     error: None,
                     block: None,
                 },
-                Err(pe) => StepResult::failed(BlockReason::StepFailed, &pe.code, pe.message, pe.retryable),
+                Err(pe) => {
+                    StepResult::failed(BlockReason::StepFailed, &pe.code, pe.message, pe.retryable)
+                }
             }
         }
         Err(failure) => {
@@ -143,11 +199,18 @@ fn with_tail(mut r: StepResult, lines: Vec<String>) -> StepResult {
 /// A call the host refused or stopped, as a failed step.
 fn from_failure(failure: CallFailure, phase: &str) -> StepResult {
     let (block, code, retryable) = match &failure.error {
-        HostError::DeadlineExceeded { .. } => (BlockReason::StepTimedOut, "deadline-exceeded", true),
+        HostError::DeadlineExceeded { .. } => {
+            (BlockReason::StepTimedOut, "deadline-exceeded", true)
+        }
         HostError::NotGranted { .. } => (BlockReason::StepFailed, "not-granted", false),
         _ => (BlockReason::StepFailed, "host-refused", false),
     };
-    let mut r = StepResult::failed(block, code, format!("{phase}: {}", failure.error), retryable);
+    let mut r = StepResult::failed(
+        block,
+        code,
+        format!("{phase}: {}", failure.error),
+        retryable,
+    );
     r.log_tail = keep_tail(tail_of(&failure.captured));
     r
 }
@@ -184,7 +247,12 @@ pub fn tail_of(captured: &Captured) -> Vec<String> {
             s
         })
         .collect();
-    out.extend(captured.denied.iter().map(|d| format!("DENIED {}: {}", d.capability, d.message)));
+    out.extend(
+        captured
+            .denied
+            .iter()
+            .map(|d| format!("DENIED {}: {}", d.capability, d.message)),
+    );
     out
 }
 
@@ -220,19 +288,40 @@ mod tests {
                 fields: vec![("path".into(), "/var".into())],
                 truncated: false,
             }],
-            denied: vec![Denial { capability: "exec /usr/bin/rm".into(), message: "not granted".into() }],
+            denied: vec![Denial {
+                capability: "exec /usr/bin/rm".into(),
+                message: "not granted".into(),
+            }],
             ..Default::default()
         };
-        assert_eq!(tail_of(&captured), vec!["WARN disk almost full path=/var", "DENIED exec /usr/bin/rm: not granted"]);
+        assert_eq!(
+            tail_of(&captured),
+            vec![
+                "WARN disk almost full path=/var",
+                "DENIED exec /usr/bin/rm: not granted"
+            ]
+        );
     }
 
     #[test]
     fn a_deadline_blocks_as_timed_out_and_a_missing_grant_as_failed() {
-        let r = from_failure(HostError::DeadlineExceeded { deadline: Duration::from_secs(3) }.into(), "run");
+        let r = from_failure(
+            HostError::DeadlineExceeded {
+                deadline: Duration::from_secs(3),
+            }
+            .into(),
+            "run",
+        );
         assert_eq!(r.block, Some(BlockReason::StepTimedOut));
         assert_eq!(r.phase, StepPhase::Failed);
         assert!(r.error.as_ref().unwrap().retryable);
-        let r = from_failure(HostError::NotGranted { capability: "exec /bin/sh".into() }.into(), "run");
+        let r = from_failure(
+            HostError::NotGranted {
+                capability: "exec /bin/sh".into(),
+            }
+            .into(),
+            "run",
+        );
         assert_eq!(r.block, Some(BlockReason::StepFailed));
         assert_eq!(r.error.as_ref().unwrap().code, "not-granted");
         assert!(r.message.contains("/bin/sh"), "{}", r.message);

@@ -38,10 +38,22 @@ struct Reply {
 
 impl Reply {
     fn ok(body: impl Into<Vec<u8>>) -> Reply {
-        Reply { status: 200, headers: Vec::new(), body: body.into(), content_length: true, delay: Duration::ZERO }
+        Reply {
+            status: 200,
+            headers: Vec::new(),
+            body: body.into(),
+            content_length: true,
+            delay: Duration::ZERO,
+        }
     }
     fn status(status: u16) -> Reply {
-        Reply { status, headers: Vec::new(), body: Vec::new(), content_length: true, delay: Duration::ZERO }
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+            content_length: true,
+            delay: Duration::ZERO,
+        }
     }
     fn header(mut self, name: &str, value: &str) -> Reply {
         self.headers.push((name.into(), value.into()));
@@ -66,12 +78,19 @@ fn pki() -> Pki {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(rcgen::DnType::CommonName, "bosun test CA");
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "bosun test CA");
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let leaf =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+            .unwrap();
     let cert = leaf.signed_by(&key, &ca_cert, &ca_key).unwrap();
-    Pki { ca_pem: ca_cert.pem(), cert: cert.der().clone(), key: key.serialize_der() }
+    Pki {
+        ca_pem: ca_cert.pem(),
+        cert: cert.der().clone(),
+        key: key.serialize_der(),
+    }
 }
 
 /// Serves `handler` on a loopback port (TLS with `pki` when given) until the test ends.
@@ -81,18 +100,25 @@ async fn serve(pki: Option<&Pki>, handler: Handler) -> (String, Arc<Mutex<Vec<Re
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let acceptor = pki.map(|p| {
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![p.cert.clone()], PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(p.key.clone())))
-            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![p.cert.clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(p.key.clone())),
+        )
+        .unwrap();
         tokio_rustls::TlsAcceptor::from(Arc::new(config))
     });
     let log = seen.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             let handler = handler.clone();
             let log = log.clone();
             let acceptor = acceptor.clone();
@@ -113,7 +139,11 @@ async fn serve(pki: Option<&Pki>, handler: Handler) -> (String, Arc<Mutex<Vec<Re
     (format!("{scheme}://{addr}"), seen)
 }
 
-async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut stream: S, handler: &Handler, log: &Mutex<Vec<Req>>) {
+async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    handler: &Handler,
+    log: &Mutex<Vec<Req>>,
+) {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -121,7 +151,9 @@ async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut str
             // Not a request line (a TLS ClientHello to this plain server): answer 400 and
             // close, as real HTTP servers do.
             Ok(1) if head.is_empty() && !byte[0].is_ascii_uppercase() => {
-                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n").await;
+                let _ = stream
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+                    .await;
                 return;
             }
             Ok(1) => head.push(byte[0]),
@@ -130,8 +162,17 @@ async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut str
     }
     let text = String::from_utf8_lossy(&head).to_string();
     let mut lines = text.split("\r\n");
-    let target = lines.next().unwrap_or_default().split(' ').nth(1).unwrap_or_default().to_string();
-    let headers = lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
+    let target = lines
+        .next()
+        .unwrap_or_default()
+        .split(' ')
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
     let req = Req { target, headers };
     log.lock().unwrap().push(req.clone());
     let reply = handler(&req);
@@ -175,27 +216,64 @@ const PLUGIN: &[u8] = b"\0asm pretend component bytes";
 async fn a_url_source_is_fetched_over_tls_with_the_given_ca_and_stored_under_its_digest() {
     let pki = pki();
     let dir = tempfile::tempdir().unwrap();
-    let (base, _) = serve(Some(&pki), Arc::new(|r: &Req| if r.target == "/hello.wasm" { Reply::ok(PLUGIN) } else { Reply::status(404) })).await;
+    let (base, _) = serve(
+        Some(&pki),
+        Arc::new(|r: &Req| {
+            if r.target == "/hello.wasm" {
+                Reply::ok(PLUGIN)
+            } else {
+                Reply::status(404)
+            }
+        }),
+    )
+    .await;
     let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]);
-    let bytes = fetch_url(&f, "hello", &format!("{base}/hello.wasm")).await.unwrap();
+    let bytes = fetch_url(&f, "hello", &format!("{base}/hello.wasm"))
+        .await
+        .unwrap();
     assert_eq!(bytes, PLUGIN);
     let store = Store::new(dir.path().join("store")).unwrap();
-    store.put("hello", "test", &Digest::of(PLUGIN), &bytes).unwrap();
-    assert_eq!(store.get(&Digest::of(PLUGIN)).unwrap().as_deref(), Some(PLUGIN));
+    store
+        .put("hello", "test", &Digest::of(PLUGIN), &bytes)
+        .unwrap();
+    assert_eq!(
+        store.get(&Digest::of(PLUGIN)).unwrap().as_deref(),
+        Some(PLUGIN)
+    );
 }
 
 #[tokio::test]
 async fn wrong_bytes_from_a_url_are_refused_by_the_digest_and_never_stored() {
     let pki = pki();
     let dir = tempfile::tempdir().unwrap();
-    let (base, _) = serve(Some(&pki), Arc::new(|_: &Req| Reply::ok(&b"\0asm other bytes"[..]))).await;
+    let (base, _) = serve(
+        Some(&pki),
+        Arc::new(|_: &Req| Reply::ok(&b"\0asm other bytes"[..])),
+    )
+    .await;
     let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]);
-    let bytes = fetch_url(&f, "hello", &format!("{base}/hello.wasm")).await.unwrap();
+    let bytes = fetch_url(&f, "hello", &format!("{base}/hello.wasm"))
+        .await
+        .unwrap();
     let store = Store::new(dir.path().join("store")).unwrap();
-    let err = store.put("hello", &format!("{base}/hello.wasm"), &Digest::of(PLUGIN), &bytes).unwrap_err();
+    let err = store
+        .put(
+            "hello",
+            &format!("{base}/hello.wasm"),
+            &Digest::of(PLUGIN),
+            &bytes,
+        )
+        .unwrap_err();
     assert!(matches!(err, ResolveError::DigestMismatch { .. }), "{err}");
-    assert!(err.to_string().contains(&Digest::of(PLUGIN).to_string()), "{err}");
-    assert_eq!(std::fs::read_dir(store.dir()).unwrap().count(), 0, "nothing stored");
+    assert!(
+        err.to_string().contains(&Digest::of(PLUGIN).to_string()),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(store.dir()).unwrap().count(),
+        0,
+        "nothing stored"
+    );
 }
 
 #[tokio::test]
@@ -203,11 +281,32 @@ async fn a_server_whose_certificate_chains_to_an_untrusted_ca_is_refused() {
     let pki = pki();
     let (base, seen) = serve(Some(&pki), Arc::new(|_: &Req| Reply::ok(PLUGIN))).await;
     // No --plugin-ca-file: only the platform's roots, which do not include the test CA.
-    let err = fetch_url(&fetcher(None, 1 << 20, &[]), "hello", &format!("{base}/hello.wasm")).await.unwrap_err();
+    let err = fetch_url(
+        &fetcher(None, 1 << 20, &[]),
+        "hello",
+        &format!("{base}/hello.wasm"),
+    )
+    .await
+    .unwrap_err();
     let text = err.to_string();
-    assert!(matches!(err, ResolveError::Url { source: FetchError::Connect { .. }, .. }), "{text}");
-    assert!(text.contains("certificate") && text.contains("--plugin-ca-file"), "{text}");
-    assert!(seen.lock().unwrap().is_empty(), "no request was sent over the untrusted connection");
+    assert!(
+        matches!(
+            err,
+            ResolveError::Url {
+                source: FetchError::Connect { .. },
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("certificate") && text.contains("--plugin-ca-file"),
+        "{text}"
+    );
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "no request was sent over the untrusted connection"
+    );
 }
 
 #[tokio::test]
@@ -215,10 +314,21 @@ async fn a_404_says_to_publish_the_plugin_or_fix_the_url() {
     let pki = pki();
     let dir = tempfile::tempdir().unwrap();
     let (base, _) = serve(Some(&pki), Arc::new(|_: &Req| Reply::status(404))).await;
-    let err = fetch_url(&fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]), "hello", &format!("{base}/missing.wasm")).await.unwrap_err();
+    let err = fetch_url(
+        &fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]),
+        "hello",
+        &format!("{base}/missing.wasm"),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, ResolveError::UrlStatus { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("404") && text.contains("/missing.wasm") && text.contains("fix spec.source.url"), "{text}");
+    assert!(
+        text.contains("404")
+            && text.contains("/missing.wasm")
+            && text.contains("fix spec.source.url"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -238,13 +348,30 @@ async fn bodies_over_the_limit_are_refused_whether_declared_or_streamed() {
     .await;
     let f = fetcher(Some(ca_file(&dir, &pki)), 1024, &[]);
     for path in ["declared.wasm", "streamed.wasm"] {
-        let err = fetch_url(&f, "hello", &format!("{base}/{path}")).await.unwrap_err();
-        assert!(matches!(err, ResolveError::Url { source: FetchError::TooLarge { limit: 1024, .. }, .. }), "{path}: {err}");
+        let err = fetch_url(&f, "hello", &format!("{base}/{path}"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ResolveError::Url {
+                    source: FetchError::TooLarge { limit: 1024, .. },
+                    ..
+                }
+            ),
+            "{path}: {err}"
+        );
         assert!(err.to_string().contains("--plugin-max-mib"), "{err}");
     }
     // At the limit exactly, it is accepted.
     let f = fetcher(Some(ca_file(&dir, &pki)), 4096, &[]);
-    assert_eq!(fetch_url(&f, "hello", &format!("{base}/streamed.wasm")).await.unwrap().len(), 4096);
+    assert_eq!(
+        fetch_url(&f, "hello", &format!("{base}/streamed.wasm"))
+            .await
+            .unwrap()
+            .len(),
+        4096
+    );
 }
 
 #[tokio::test]
@@ -256,26 +383,72 @@ async fn redirects_are_followed_over_https_only_and_a_few_times_at_most() {
         Arc::new(|r: &Req| match r.target.as_str() {
             "/moved.wasm" => Reply::status(302).header("Location", "/hello.wasm"),
             "/hello.wasm" => Reply::ok(PLUGIN),
-            "/to-http.wasm" => Reply::status(301).header("Location", "http://127.0.0.1:9/hello.wasm"),
-            t if t.starts_with("/loop") => Reply::status(307).header("Location", &format!("/loop{}", t.len())),
+            "/to-http.wasm" => {
+                Reply::status(301).header("Location", "http://127.0.0.1:9/hello.wasm")
+            }
+            t if t.starts_with("/loop") => {
+                Reply::status(307).header("Location", &format!("/loop{}", t.len()))
+            }
             _ => Reply::status(404),
         }),
     )
     .await;
     let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &["127.0.0.1:9"]);
-    assert_eq!(fetch_url(&f, "hello", &format!("{base}/moved.wasm")).await.unwrap(), PLUGIN);
+    assert_eq!(
+        fetch_url(&f, "hello", &format!("{base}/moved.wasm"))
+            .await
+            .unwrap(),
+        PLUGIN
+    );
     // Even a host listed as an insecure registry is not reachable over http from a URL source.
-    let err = fetch_url(&f, "hello", &format!("{base}/to-http.wasm")).await.unwrap_err();
-    assert!(matches!(err, ResolveError::Url { source: FetchError::PlainHttp { .. }, .. }), "{err}");
-    let err = fetch_url(&f, "hello", &format!("{base}/loop")).await.unwrap_err();
-    assert!(matches!(err, ResolveError::Url { source: FetchError::TooManyRedirects { .. }, .. }), "{err}");
+    let err = fetch_url(&f, "hello", &format!("{base}/to-http.wasm"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ResolveError::Url {
+                source: FetchError::PlainHttp { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = fetch_url(&f, "hello", &format!("{base}/loop"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ResolveError::Url {
+                source: FetchError::TooManyRedirects { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn a_plain_http_url_is_refused_before_any_request() {
     let (base, seen) = serve(None, Arc::new(|_: &Req| Reply::ok(PLUGIN))).await;
-    let err = fetch_url(&fetcher(None, 1 << 20, &[]), "hello", &format!("{base}/hello.wasm")).await.unwrap_err();
-    assert!(matches!(err, ResolveError::Url { source: FetchError::PlainHttp { .. }, .. }), "{err}");
+    let err = fetch_url(
+        &fetcher(None, 1 << 20, &[]),
+        "hello",
+        &format!("{base}/hello.wasm"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ResolveError::Url {
+                source: FetchError::PlainHttp { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(seen.lock().unwrap().is_empty());
 }
 
@@ -288,8 +461,10 @@ fn sha(bytes: &[u8]) -> String {
 
 /// A manifest with a config and the given layers ((media type, bytes)).
 fn manifest(layers: &[(&str, &[u8])]) -> String {
-    let layers: Vec<serde_json::Value> =
-        layers.iter().map(|(t, b)| serde_json::json!({ "mediaType": t, "digest": sha(b), "size": b.len() })).collect();
+    let layers: Vec<serde_json::Value> = layers
+        .iter()
+        .map(|(t, b)| serde_json::json!({ "mediaType": t, "digest": sha(b), "size": b.len() }))
+        .collect();
     serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -303,7 +478,11 @@ fn manifest(layers: &[(&str, &[u8])]) -> String {
 /// A registry for repository `bosun/hello` that demands an anonymous bearer token from its
 /// own `/token` endpoint (as Docker Hub and GHCR do), serving `manifests` by tag or
 /// digest and `blobs` by digest.
-async fn registry(pki: Option<&Pki>, manifests: HashMap<String, String>, blobs: HashMap<String, Vec<u8>>) -> (String, Arc<Mutex<Vec<Req>>>) {
+async fn registry(
+    pki: Option<&Pki>,
+    manifests: HashMap<String, String>,
+    blobs: HashMap<String, Vec<u8>>,
+) -> (String, Arc<Mutex<Vec<Req>>>) {
     let base: Arc<Mutex<String>> = Arc::default();
     let realm = base.clone();
     let (url, seen) = serve(
@@ -345,18 +524,43 @@ fn host_of(url: &str) -> String {
 #[tokio::test]
 async fn an_oci_pull_answers_the_token_challenge_and_returns_the_one_wasm_layer() {
     let m = manifest(&[(WASM_LAYER, PLUGIN)]);
-    let (url, seen) = registry(None, HashMap::from([("0.1.0".into(), m.clone())]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
+    let (url, seen) = registry(
+        None,
+        HashMap::from([("0.1.0".into(), m.clone())]),
+        HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())]),
+    )
+    .await;
     let host = host_of(&url);
     let f = fetcher(None, 1 << 20, &[host.as_str()]);
-    assert_eq!(oci::pull(&f, &format!("{host}/bosun/hello:0.1.0")).await.unwrap(), PLUGIN);
+    assert_eq!(
+        oci::pull(&f, &format!("{host}/bosun/hello:0.1.0"))
+            .await
+            .unwrap(),
+        PLUGIN
+    );
     // By digest too (the manifest's bytes are checked against it).
-    assert_eq!(oci::pull(&f, &format!("{host}/bosun/hello@{}", sha(m.as_bytes()))).await.unwrap(), PLUGIN);
+    assert_eq!(
+        oci::pull(&f, &format!("{host}/bosun/hello@{}", sha(m.as_bytes())))
+            .await
+            .unwrap(),
+        PLUGIN
+    );
     let seen = seen.lock().unwrap();
     let first = &seen[0];
-    assert!(first.target.starts_with("/v2/bosun/hello/manifests/0.1.0"), "{first:?}");
+    assert!(
+        first.target.starts_with("/v2/bosun/hello/manifests/0.1.0"),
+        "{first:?}"
+    );
     let accept = first.headers.get("accept").cloned().unwrap_or_default();
-    assert!(accept.contains("application/vnd.oci.image.manifest.v1+json") && accept.contains("application/vnd.docker.distribution.manifest.v2+json"), "{accept}");
-    assert!(seen.iter().any(|r| r.target.starts_with("/token?")), "the token endpoint was used");
+    assert!(
+        accept.contains("application/vnd.oci.image.manifest.v1+json")
+            && accept.contains("application/vnd.docker.distribution.manifest.v2+json"),
+        "{accept}"
+    );
+    assert!(
+        seen.iter().any(|r| r.target.starts_with("/token?")),
+        "the token endpoint was used"
+    );
 }
 
 #[tokio::test]
@@ -364,43 +568,99 @@ async fn an_oci_pull_over_tls_uses_the_ca_file_and_refuses_an_untrusted_registry
     let pki = pki();
     let dir = tempfile::tempdir().unwrap();
     let m = manifest(&[(WASM_LAYER, PLUGIN)]);
-    let (url, _) = registry(Some(&pki), HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
+    let (url, _) = registry(
+        Some(&pki),
+        HashMap::from([("0.1.0".into(), m)]),
+        HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())]),
+    )
+    .await;
     let reference = format!("{}/bosun/hello:0.1.0", host_of(&url));
-    assert_eq!(oci::pull(&fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]), &reference).await.unwrap(), PLUGIN);
-    let err = oci::pull(&fetcher(None, 1 << 20, &[]), &reference).await.unwrap_err();
+    assert_eq!(
+        oci::pull(
+            &fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[]),
+            &reference
+        )
+        .await
+        .unwrap(),
+        PLUGIN
+    );
+    let err = oci::pull(&fetcher(None, 1 << 20, &[]), &reference)
+        .await
+        .unwrap_err();
     assert!(matches!(err, OciError::Unreachable { .. }), "{err}");
 }
 
 #[tokio::test]
 async fn a_plain_http_registry_not_listed_as_insecure_is_refused() {
     let m = manifest(&[(WASM_LAYER, PLUGIN)]);
-    let (url, seen) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
+    let (url, seen) = registry(
+        None,
+        HashMap::from([("0.1.0".into(), m)]),
+        HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())]),
+    )
+    .await;
     let host = host_of(&url);
     // Another host:port is listed; this one is not, so https is spoken to it and fails.
-    let err = oci::pull(&fetcher(None, 1 << 20, &["127.0.0.1:1"]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    let err = oci::pull(
+        &fetcher(None, 1 << 20, &["127.0.0.1:1"]),
+        &format!("{host}/bosun/hello:0.1.0"),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, OciError::Unreachable { .. }), "{err}");
-    assert!(err.to_string().contains(&format!("--insecure-registry {host}")), "{err}");
-    assert!(seen.lock().unwrap().is_empty(), "no plain http request was made");
+    assert!(
+        err.to_string()
+            .contains(&format!("--insecure-registry {host}")),
+        "{err}"
+    );
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "no plain http request was made"
+    );
 }
 
 #[tokio::test]
 async fn a_missing_tag_says_to_push_the_artifact() {
     let (url, _) = registry(None, HashMap::new(), HashMap::new()).await;
     let host = host_of(&url);
-    let err = oci::pull(&fetcher(None, 1 << 20, &[host.as_str()]), &format!("{host}/bosun/hello:0.2.0")).await.unwrap_err();
+    let err = oci::pull(
+        &fetcher(None, 1 << 20, &[host.as_str()]),
+        &format!("{host}/bosun/hello:0.2.0"),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, OciError::ManifestStatus { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("404") && text.contains("bosun/hello:0.2.0") && text.contains("push the artifact"), "{text}");
+    assert!(
+        text.contains("404")
+            && text.contains("bosun/hello:0.2.0")
+            && text.contains("push the artifact"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
 async fn a_manifest_without_a_wasm_layer_is_refused_naming_its_layers() {
     let m = manifest(&[("application/vnd.oci.image.layer.v1.tar", PLUGIN)]);
-    let (url, _) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())])).await;
+    let (url, _) = registry(
+        None,
+        HashMap::from([("0.1.0".into(), m)]),
+        HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())]),
+    )
+    .await;
     let host = host_of(&url);
-    let err = oci::pull(&fetcher(None, 1 << 20, &[host.as_str()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    let err = oci::pull(
+        &fetcher(None, 1 << 20, &[host.as_str()]),
+        &format!("{host}/bosun/hello:0.1.0"),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, OciError::NoWasmLayer { .. }), "{err}");
-    assert!(err.to_string().contains("application/vnd.oci.image.layer.v1.tar"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("application/vnd.oci.image.layer.v1.tar"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -409,9 +669,19 @@ async fn a_blob_that_does_not_match_its_layer_digest_is_refused() {
     // Same length, other bytes: only the digest can tell.
     let mut evil = PLUGIN.to_vec();
     evil[5] ^= 1;
-    let (url, _) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(PLUGIN), evil)])).await;
+    let (url, _) = registry(
+        None,
+        HashMap::from([("0.1.0".into(), m)]),
+        HashMap::from([(sha(PLUGIN), evil)]),
+    )
+    .await;
     let host = host_of(&url);
-    let err = oci::pull(&fetcher(None, 1 << 20, &[host.as_str()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    let err = oci::pull(
+        &fetcher(None, 1 << 20, &[host.as_str()]),
+        &format!("{host}/bosun/hello:0.1.0"),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, OciError::DigestMismatch { .. }), "{err}");
 }
 
@@ -419,11 +689,38 @@ async fn a_blob_that_does_not_match_its_layer_digest_is_refused() {
 async fn a_layer_over_the_limit_is_refused_before_it_is_downloaded() {
     let big = vec![1u8; 2048];
     let m = manifest(&[(WASM_LAYER, &big)]);
-    let (url, seen) = registry(None, HashMap::from([("0.1.0".into(), m)]), HashMap::from([(sha(&big), big.clone())])).await;
+    let (url, seen) = registry(
+        None,
+        HashMap::from([("0.1.0".into(), m)]),
+        HashMap::from([(sha(&big), big.clone())]),
+    )
+    .await;
     let host = host_of(&url);
-    let err = oci::pull(&fetcher(None, 1024, &[host.as_str()]), &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
-    assert!(matches!(err, OciError::LayerTooLarge { size: 2048, limit: 1024, .. }), "{err}");
-    assert!(!seen.lock().unwrap().iter().any(|r| r.target.contains("/blobs/")), "the blob was not requested");
+    let err = oci::pull(
+        &fetcher(None, 1024, &[host.as_str()]),
+        &format!("{host}/bosun/hello:0.1.0"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            OciError::LayerTooLarge {
+                size: 2048,
+                limit: 1024,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        !seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.target.contains("/blobs/")),
+        "the blob was not requested"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -471,7 +768,12 @@ async fn private_registry(bearer: bool) -> (String, Arc<Mutex<Vec<Req>>>) {
 fn fetcher_with_logins(dir: &tempfile::TempDir, host: &str, auths: serde_json::Value) -> Fetcher {
     let path = dir.path().join("config.json");
     std::fs::write(&path, serde_json::json!({ "auths": auths }).to_string()).unwrap();
-    Fetcher::new(&FetchConfig { insecure_registries: vec![host.to_string()], registry_auth_file: Some(path), ..Default::default() }).unwrap()
+    Fetcher::new(&FetchConfig {
+        insecure_registries: vec![host.to_string()],
+        registry_auth_file: Some(path),
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 #[tokio::test]
@@ -482,17 +784,41 @@ async fn a_private_registry_is_pulled_with_the_login_from_the_auth_file() {
         let reference = format!("{host}/bosun/hello:0.1.0");
         let dir = tempfile::tempdir().unwrap();
         // "auth" (base64) for the Bearer registry, username/password for the Basic one.
-        let entry = if bearer { serde_json::json!({ "auth": "cm9ib3Q6czNjcmV0" }) } else { serde_json::json!({ "username": "robot", "password": "s3cret" }) };
-        let f = fetcher_with_logins(&dir, &host, serde_json::json!({ format!("http://{host}/v2/"): entry }));
-        assert_eq!(oci::pull(&f, &reference).await.unwrap(), PLUGIN, "bearer {bearer}");
+        let entry = if bearer {
+            serde_json::json!({ "auth": "cm9ib3Q6czNjcmV0" })
+        } else {
+            serde_json::json!({ "username": "robot", "password": "s3cret" })
+        };
+        let f = fetcher_with_logins(
+            &dir,
+            &host,
+            serde_json::json!({ format!("http://{host}/v2/"): entry }),
+        );
+        assert_eq!(
+            oci::pull(&f, &reference).await.unwrap(),
+            PLUGIN,
+            "bearer {bearer}"
+        );
         if bearer {
             // The password went to the token realm only; the registry saw the token.
             let seen = seen.lock().unwrap();
-            assert!(seen.iter().filter(|r| r.target.starts_with("/v2/")).all(|r| r.headers.get("authorization").is_none_or(|a| a == "Bearer private-token")), "{seen:?}");
+            assert!(
+                seen.iter()
+                    .filter(|r| r.target.starts_with("/v2/"))
+                    .all(|r| r
+                        .headers
+                        .get("authorization")
+                        .is_none_or(|a| a == "Bearer private-token")),
+                "{seen:?}"
+            );
         }
 
         // No login for this registry (only for another one): refused, saying what to do.
-        let f = fetcher_with_logins(&dir, &host, serde_json::json!({ "other.example.com": { "auth": "cm9ib3Q6czNjcmV0" } }));
+        let f = fetcher_with_logins(
+            &dir,
+            &host,
+            serde_json::json!({ "other.example.com": { "auth": "cm9ib3Q6czNjcmV0" } }),
+        );
         let err = oci::pull(&f, &reference).await.unwrap_err();
         if bearer {
             assert!(matches!(err, OciError::TokenStatus { .. }), "{err}");
@@ -502,9 +828,16 @@ async fn a_private_registry_is_pulled_with_the_login_from_the_auth_file() {
         assert!(err.to_string().contains("--registry-auth-file"), "{err}");
 
         // A wrong password: the login is refused, and said so.
-        let f = fetcher_with_logins(&dir, &host, serde_json::json!({ host.clone(): { "username": "robot", "password": "wrong" } }));
+        let f = fetcher_with_logins(
+            &dir,
+            &host,
+            serde_json::json!({ host.clone(): { "username": "robot", "password": "wrong" } }),
+        );
         let err = oci::pull(&f, &reference).await.unwrap_err();
-        assert!(matches!(err, OciError::LoginRefused { .. }), "bearer {bearer}: {err}");
+        assert!(
+            matches!(err, OciError::LoginRefused { .. }),
+            "bearer {bearer}: {err}"
+        );
     }
 }
 
@@ -512,9 +845,21 @@ async fn a_private_registry_is_pulled_with_the_login_from_the_auth_file() {
 async fn a_malformed_auth_file_is_refused_at_startup() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
-    std::fs::write(&path, r#"{"auths": {"r.example.com": {"auth": "not base64!"}}}"#).unwrap();
-    let err = Fetcher::new(&FetchConfig { registry_auth_file: Some(path), ..Default::default() }).unwrap_err();
-    assert!(err.to_string().contains("r.example.com") && err.to_string().contains("--registry-auth-file"), "{err}");
+    std::fs::write(
+        &path,
+        r#"{"auths": {"r.example.com": {"auth": "not base64!"}}}"#,
+    )
+    .unwrap();
+    let err = Fetcher::new(&FetchConfig {
+        registry_auth_file: Some(path),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("r.example.com")
+            && err.to_string().contains("--registry-auth-file"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -528,7 +873,10 @@ async fn a_host_the_registry_redirects_to_gets_neither_its_login_nor_a_token_req
             if r.target.starts_with("/token") {
                 return Reply::ok(r#"{"token":"stolen"}"#);
             }
-            let challenge = format!(r#"Bearer realm="{}/token",service="storage""#, realm.lock().unwrap());
+            let challenge = format!(
+                r#"Bearer realm="{}/token",service="storage""#,
+                realm.lock().unwrap()
+            );
             Reply::status(401).header("WWW-Authenticate", &challenge)
         }),
     )
@@ -544,8 +892,11 @@ async fn a_host_the_registry_redirects_to_gets_neither_its_login_nor_a_token_req
                 return Reply::status(401).header("WWW-Authenticate", r#"Basic realm="private""#);
             }
             match r.target.as_str() {
-                "/v2/bosun/hello/manifests/0.1.0" => Reply::ok(m.clone()).header("Content-Type", "application/vnd.oci.image.manifest.v1+json"),
-                t if t.starts_with("/v2/bosun/hello/blobs/") => Reply::status(307).header("Location", &to),
+                "/v2/bosun/hello/manifests/0.1.0" => Reply::ok(m.clone())
+                    .header("Content-Type", "application/vnd.oci.image.manifest.v1+json"),
+                t if t.starts_with("/v2/bosun/hello/blobs/") => {
+                    Reply::status(307).header("Location", &to)
+                }
                 _ => Reply::status(404),
             }
         }),
@@ -555,14 +906,32 @@ async fn a_host_the_registry_redirects_to_gets_neither_its_login_nor_a_token_req
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
     std::fs::write(&path, serde_json::json!({ "auths": { host.clone(): { "username": "robot", "password": "s3cret" } } }).to_string()).unwrap();
-    let f = Fetcher::new(&FetchConfig { insecure_registries: vec![host.clone(), storage_host.clone()], registry_auth_file: Some(path), ..Default::default() }).unwrap();
-    let err = oci::pull(&f, &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
+    let f = Fetcher::new(&FetchConfig {
+        insecure_registries: vec![host.clone(), storage_host.clone()],
+        registry_auth_file: Some(path),
+        ..Default::default()
+    })
+    .unwrap();
+    let err = oci::pull(&f, &format!("{host}/bosun/hello:0.1.0"))
+        .await
+        .unwrap_err();
     assert!(matches!(err, OciError::ForeignChallenge { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains(&storage_host) && !text.contains("s3cr3t-signature"), "{text}");
+    assert!(
+        text.contains(&storage_host) && !text.contains("s3cr3t-signature"),
+        "{text}"
+    );
     let storage_seen = storage_seen.lock().unwrap();
-    assert!(storage_seen.iter().all(|r| !r.target.starts_with("/token")), "the storage host's token service was asked: {storage_seen:?}");
-    assert!(storage_seen.iter().all(|r| !r.headers.contains_key("authorization")), "the storage host saw a login: {storage_seen:?}");
+    assert!(
+        storage_seen.iter().all(|r| !r.target.starts_with("/token")),
+        "the storage host's token service was asked: {storage_seen:?}"
+    );
+    assert!(
+        storage_seen
+            .iter()
+            .all(|r| !r.headers.contains_key("authorization")),
+        "the storage host saw a login: {storage_seen:?}"
+    );
 }
 
 #[tokio::test]
@@ -576,7 +945,9 @@ async fn one_deadline_holds_the_whole_pull_not_each_request() {
         Arc::new(move |r: &Req| {
             let slow = Duration::from_millis(700);
             match r.target.as_str() {
-                "/v2/bosun/hello/manifests/0.1.0" => Reply::ok(m.clone()).header("Content-Type", "application/vnd.oci.image.manifest.v1+json").after(slow),
+                "/v2/bosun/hello/manifests/0.1.0" => Reply::ok(m.clone())
+                    .header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+                    .after(slow),
                 t if t.starts_with("/v2/bosun/hello/blobs/") => Reply::ok(blob.clone()).after(slow),
                 _ => Reply::status(404).after(slow),
             }
@@ -584,10 +955,23 @@ async fn one_deadline_holds_the_whole_pull_not_each_request() {
     )
     .await;
     let host = host_of(&url);
-    let f = Fetcher::new(&FetchConfig { insecure_registries: vec![host.clone()], timeout: Duration::from_secs(1), ..Default::default() }).unwrap();
-    let err = oci::pull(&f, &format!("{host}/bosun/hello:0.1.0")).await.unwrap_err();
-    assert!(matches!(err, OciError::Fetch(FetchError::Timeout { .. })), "{err}");
-    assert!(err.to_string().contains("--plugin-fetch-timeout-seconds"), "{err}");
+    let f = Fetcher::new(&FetchConfig {
+        insecure_registries: vec![host.clone()],
+        timeout: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .unwrap();
+    let err = oci::pull(&f, &format!("{host}/bosun/hello:0.1.0"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, OciError::Fetch(FetchError::Timeout { .. })),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("--plugin-fetch-timeout-seconds"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -597,10 +981,26 @@ async fn an_https_registry_cannot_send_the_agent_to_a_plain_http_token_service()
     let (realm, realm_seen) = serve(None, Arc::new(|_: &Req| Reply::ok(r#"{"token":"t"}"#))).await;
     let pki = pki();
     let challenge = format!(r#"Bearer realm="{realm}/token",service="s""#);
-    let (url, _) = serve(Some(&pki), Arc::new(move |_: &Req| Reply::status(401).header("WWW-Authenticate", &challenge))).await;
+    let (url, _) = serve(
+        Some(&pki),
+        Arc::new(move |_: &Req| Reply::status(401).header("WWW-Authenticate", &challenge)),
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
-    let f = fetcher(Some(ca_file(&dir, &pki)), 1 << 20, &[host_of(&realm).as_str()]);
-    let err = oci::pull(&f, &format!("{}/bosun/hello:0.1.0", host_of(&url))).await.unwrap_err();
-    assert!(matches!(err, OciError::Fetch(FetchError::PlainHttp { .. })), "{err}");
-    assert!(realm_seen.lock().unwrap().is_empty(), "the plain http token service was asked");
+    let f = fetcher(
+        Some(ca_file(&dir, &pki)),
+        1 << 20,
+        &[host_of(&realm).as_str()],
+    );
+    let err = oci::pull(&f, &format!("{}/bosun/hello:0.1.0", host_of(&url)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, OciError::Fetch(FetchError::PlainHttp { .. })),
+        "{err}"
+    );
+    assert!(
+        realm_seen.lock().unwrap().is_empty(),
+        "the plain http token service was asked"
+    );
 }

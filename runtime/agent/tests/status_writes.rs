@@ -39,7 +39,9 @@ struct Seen {
 
 impl Seen {
     fn step_write(&self) -> bool {
-        self.method == "PATCH" && self.path == TASK_PATH && self.body.pointer("/status/steps/0").is_some()
+        self.method == "PATCH"
+            && self.path == TASK_PATH
+            && self.body.pointer("/status/steps/0").is_some()
     }
     /// A write of the step as Running (the start write).
     fn is_start(&self) -> bool {
@@ -88,7 +90,11 @@ impl Fake {
                 status.insert(key.clone(), value.clone());
                 continue;
             }
-            let steps = status.entry("steps").or_insert_with(|| json!([])).as_array_mut().unwrap();
+            let steps = status
+                .entry("steps")
+                .or_insert_with(|| json!([]))
+                .as_array_mut()
+                .unwrap();
             for entry in value.as_array().unwrap() {
                 steps.retain(|s| s["name"] != entry["name"]);
                 steps.push(entry.clone());
@@ -97,19 +103,32 @@ impl Fake {
     }
 
     fn answer(&self, request: &Seen) -> (u16, Value) {
-        let not_found = (404, json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found" }));
+        let not_found = (
+            404,
+            json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found" }),
+        );
         match (request.method.as_str(), request.path.as_str()) {
             ("PATCH", TASK_PATH) => {
                 self.apply(&request.body);
                 (200, self.task.lock().unwrap().clone())
             }
-            ("GET", "/apis/bosun.dev/v1alpha1/policies") => (200, json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "PolicyList", "metadata": { "resourceVersion": "1" }, "items": [] })),
-            ("GET", "/apis/bosun.dev/v1alpha1/nodetasks") => {
-                (200, json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTaskList", "metadata": { "resourceVersion": "1" }, "items": [self.task.lock().unwrap().clone()] }))
-            }
-            ("GET", "/api/v1/nodes") => (200, json!({ "apiVersion": "v1", "kind": "NodeList", "metadata": { "resourceVersion": "1" }, "items": [node()] })),
+            ("GET", "/apis/bosun.dev/v1alpha1/policies") => (
+                200,
+                json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "PolicyList", "metadata": { "resourceVersion": "1" }, "items": [] }),
+            ),
+            ("GET", "/apis/bosun.dev/v1alpha1/nodetasks") => (
+                200,
+                json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTaskList", "metadata": { "resourceVersion": "1" }, "items": [self.task.lock().unwrap().clone()] }),
+            ),
+            ("GET", "/api/v1/nodes") => (
+                200,
+                json!({ "apiVersion": "v1", "kind": "NodeList", "metadata": { "resourceVersion": "1" }, "items": [node()] }),
+            ),
             ("GET", "/api/v1/nodes/w1") => (200, node()),
-            ("GET", "/version") => (200, json!({ "major": "1", "minor": "34", "gitVersion": "v1.34.4", "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64" })),
+            ("GET", "/version") => (
+                200,
+                json!({ "major": "1", "minor": "34", "gitVersion": "v1.34.4", "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64" }),
+            ),
             ("POST", path) if path.ends_with("/events") => (201, request.body.clone()),
             _ => not_found,
         }
@@ -134,33 +153,57 @@ fn running_task() -> Value {
 
 /// A fake API server holding `task` whose first `failures` requests matching `fail` get a
 /// 500 (and change nothing), and an agent for node `w1` talking to it.
-fn setup(task: Value, failures: u32, fail: fn(&Seen) -> bool) -> (Arc<Fake>, Arc<Agent>, tempfile::TempDir) {
-    let fake = Arc::new(Fake { task: Mutex::new(task), seen: Mutex::new(Vec::new()), failures_left: Mutex::new(failures), fail });
+fn setup(
+    task: Value,
+    failures: u32,
+    fail: fn(&Seen) -> bool,
+) -> (Arc<Fake>, Arc<Agent>, tempfile::TempDir) {
+    let fake = Arc::new(Fake {
+        task: Mutex::new(task),
+        seen: Mutex::new(Vec::new()),
+        failures_left: Mutex::new(failures),
+        fail,
+    });
     let server = fake.clone();
     let service = tower::service_fn(move |req: http::Request<Body>| {
         let server = server.clone();
         async move {
             // A watch is left open and silent (the Policy reflector only needs its list).
-            if req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true")) {
+            if req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p == "watch=true"))
+            {
                 std::future::pending::<()>().await;
             }
             let method = req.method().to_string();
             let path = req.uri().path().to_owned();
             let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let mut request = Seen { method, path, body, failed: false };
+            let mut request = Seen {
+                method,
+                path,
+                body,
+                failed: false,
+            };
             if (server.fail)(&request) {
                 let mut left = server.failures_left.lock().unwrap();
                 request.failed = *left > 0;
                 *left = left.saturating_sub(1);
             }
             let (code, reply) = if request.failed {
-                (500, json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcd is unavailable", "reason": "InternalError", "code": 500 }))
+                (
+                    500,
+                    json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "etcd is unavailable", "reason": "InternalError", "code": 500 }),
+                )
             } else {
                 server.answer(&request)
             };
             server.seen.lock().unwrap().push(request);
-            let response = http::Response::builder().status(code).body(Body::from(serde_json::to_vec(&reply).unwrap())).unwrap();
+            let response = http::Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap();
             Ok::<_, std::convert::Infallible>(response)
         }
     });
@@ -171,7 +214,14 @@ fn setup(task: Value, failures: u32, fail: fn(&Seen) -> bool) -> (Arc<Fake>, Arc
     let host = Host::new(HostConfig::new(&root, TrustRoots::new())).unwrap();
     let store = Store::new(dir.path().join("plugins")).unwrap();
     let fetcher = Fetcher::new(&FetchConfig::default()).unwrap();
-    let agent = Agent::new(client.clone(), NODE.into(), Arc::new(host), store, fetcher, format!("bosun-agent-{NODE}"));
+    let agent = Agent::new(
+        client.clone(),
+        NODE.into(),
+        Arc::new(host),
+        store,
+        fetcher,
+        format!("bosun-agent-{NODE}"),
+    );
     tokio::spawn(agent.policies.drive(client, None).unwrap());
     (fake, Arc::new(agent), dir)
 }
@@ -183,7 +233,10 @@ async fn reconcile_until_finished(fake: &Fake, agent: &Arc<Agent>, max: usize) -
     let mut errors = Vec::new();
     for _ in 0..max {
         let task = fake.task();
-        let finished = task.status.as_ref().is_some_and(|s| s.steps.iter().any(|s| s.finished_at.is_some()));
+        let finished = task
+            .status
+            .as_ref()
+            .is_some_and(|s| s.steps.iter().any(|s| s.finished_at.is_some()));
         if finished {
             break;
         }
@@ -199,32 +252,67 @@ async fn reconcile_until_finished(fake: &Fake, agent: &Arc<Agent>, max: usize) -
 /// finish time and message, task Blocked as PluginUnavailable.
 fn assert_one_run_with_its_result(fake: &Fake) {
     let seen = fake.seen();
-    assert_eq!(fake.count(Seen::is_run), 1, "the step ran exactly once: {seen:#?}");
+    assert_eq!(
+        fake.count(Seen::is_run),
+        1,
+        "the step ran exactly once: {seen:#?}"
+    );
     let task = fake.task();
     let status = task.status.unwrap();
     let step = &status.steps[0];
-    assert_eq!((step.phase, step.attempts), (StepPhase::Failed, 1), "{status:#?}");
-    assert!(step.finished_at.is_some() && step.started_at.is_some(), "{status:#?}");
-    assert!(step.message.as_deref().unwrap_or("").contains("hello"), "the result's message names the plugin: {status:#?}");
-    assert_eq!((status.phase, status.reason), (NodeTaskPhase::Blocked, Some(BlockReason::PluginUnavailable)), "{status:#?}");
+    assert_eq!(
+        (step.phase, step.attempts),
+        (StepPhase::Failed, 1),
+        "{status:#?}"
+    );
+    assert!(
+        step.finished_at.is_some() && step.started_at.is_some(),
+        "{status:#?}"
+    );
+    assert!(
+        step.message.as_deref().unwrap_or("").contains("hello"),
+        "the result's message names the plugin: {status:#?}"
+    );
+    assert_eq!(
+        (status.phase, status.reason),
+        (NodeTaskPhase::Blocked, Some(BlockReason::PluginUnavailable)),
+        "{status:#?}"
+    );
 }
 
 #[tokio::test]
 async fn a_failed_start_write_starts_the_step_again_cleanly() {
     let (fake, agent, _dir) = setup(running_task(), 1, Seen::is_start);
     let errors = reconcile_until_finished(&fake, &agent, 20).await;
-    assert_eq!(errors.len(), 1, "only the failed start write is an error: {errors:?}");
-    assert!(errors[0].contains("writing the status of NodeTask op-w1"), "{errors:?}");
+    assert_eq!(
+        errors.len(),
+        1,
+        "only the failed start write is an error: {errors:?}"
+    );
+    assert!(
+        errors[0].contains("writing the status of NodeTask op-w1"),
+        "{errors:?}"
+    );
 
     let seen = fake.seen();
     let starts: Vec<&Seen> = seen.iter().filter(|s| s.is_start()).collect();
-    assert_eq!(starts.len(), 2, "the failed start write, then one that went through: {seen:#?}");
+    assert_eq!(
+        starts.len(),
+        2,
+        "the failed start write, then one that went through: {seen:#?}"
+    );
     assert!(starts[0].failed && !starts[1].failed);
     // The second start is attempt 1 again: the failed one ran nothing and counts for nothing.
-    assert_eq!(starts[1].body.pointer("/status/steps/0/attempts"), Some(&json!(1)));
+    assert_eq!(
+        starts[1].body.pointer("/status/steps/0/attempts"),
+        Some(&json!(1))
+    );
     // No run before the start write that went through.
     let started_at = seen.iter().position(|s| s.is_start() && !s.failed).unwrap();
-    assert!(seen.iter().position(Seen::is_run).unwrap() > started_at, "{seen:#?}");
+    assert!(
+        seen.iter().position(Seen::is_run).unwrap() > started_at,
+        "{seen:#?}"
+    );
     assert_eq!(fake.count(Seen::is_result), 1, "{seen:#?}");
     assert_one_run_with_its_result(&fake);
 }
@@ -236,17 +324,27 @@ async fn a_failed_result_write_is_sent_again_without_running_the_step_again() {
 
     // First pass: the step starts, runs, and its result write fails. That is not a
     // reconcile error: the result is kept.
-    reconcile(Arc::new(fake.task()), agent.clone()).await.unwrap();
+    reconcile(Arc::new(fake.task()), agent.clone())
+        .await
+        .unwrap();
     let seen = fake.seen();
     assert_eq!(fake.count(Seen::is_run), 1, "{seen:#?}");
     let results: Vec<&Seen> = seen.iter().filter(|s| s.is_result()).collect();
     assert!(results.len() == 1 && results[0].failed, "{seen:#?}");
-    assert_eq!(fake.task().status.unwrap().steps[0].phase, StepPhase::Running);
+    assert_eq!(
+        fake.task().status.unwrap().steps[0].phase,
+        StepPhase::Running
+    );
 
     // A cache that has not seen the start write yet neither runs the step again nor sends
     // the result over a status that does not show its attempt.
     reconcile(Arc::new(stale), agent.clone()).await.unwrap();
-    assert_eq!(fake.count(Seen::is_run), 1, "a stale status ran the step again: {:#?}", fake.seen());
+    assert_eq!(
+        fake.count(Seen::is_run),
+        1,
+        "a stale status ran the step again: {:#?}",
+        fake.seen()
+    );
     assert_eq!(fake.count(Seen::is_result), 1, "{:#?}", fake.seen());
 
     // Later passes send the kept result once its backoff is over.
@@ -254,15 +352,24 @@ async fn a_failed_result_write_is_sent_again_without_running_the_step_again() {
     assert!(errors.is_empty(), "{errors:?}");
     let seen = fake.seen();
     let results: Vec<&Seen> = seen.iter().filter(|s| s.is_result()).collect();
-    assert_eq!(results.len(), 2, "the failed result write and its resend: {seen:#?}");
+    assert_eq!(
+        results.len(),
+        2,
+        "the failed result write and its resend: {seen:#?}"
+    );
     assert!(!results[1].failed);
-    assert_eq!(results[0].body, results[1].body, "the resend is the same result");
+    assert_eq!(
+        results[0].body, results[1].body,
+        "the resend is the same result"
+    );
     assert_eq!(fake.count(Seen::is_start), 1, "{seen:#?}");
     assert_one_run_with_its_result(&fake);
 
     // Once written, later passes write nothing more.
     let writes = fake.count(Seen::step_write);
-    reconcile(Arc::new(fake.task()), agent.clone()).await.unwrap();
+    reconcile(Arc::new(fake.task()), agent.clone())
+        .await
+        .unwrap();
     assert_eq!(fake.count(Seen::step_write), writes);
 }
 
@@ -274,10 +381,20 @@ async fn a_step_found_running_by_a_fresh_agent_is_interrupted_not_run() {
     let mut task = running_task();
     task["status"]["steps"] = json!([{ "name": "hello", "phase": "Running", "attempts": 1, "startedAt": "2026-01-01T00:00:00.000000Z" }]);
     let (fake, agent, _dir) = setup(task, 0, |_| false);
-    reconcile(Arc::new(fake.task()), agent.clone()).await.unwrap();
+    reconcile(Arc::new(fake.task()), agent.clone())
+        .await
+        .unwrap();
     let seen = fake.seen();
     assert_eq!(fake.count(Seen::is_start), 0, "{seen:#?}");
     let status = fake.task().status.unwrap();
-    assert_eq!((status.steps[0].phase, status.steps[0].attempts), (StepPhase::Failed, 1), "{status:#?}");
-    assert_eq!((status.phase, status.reason), (NodeTaskPhase::Blocked, Some(BlockReason::Interrupted)), "{status:#?}");
+    assert_eq!(
+        (status.steps[0].phase, status.steps[0].attempts),
+        (StepPhase::Failed, 1),
+        "{status:#?}"
+    );
+    assert_eq!(
+        (status.phase, status.reason),
+        (NodeTaskPhase::Blocked, Some(BlockReason::Interrupted)),
+        "{status:#?}"
+    );
 }

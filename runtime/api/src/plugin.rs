@@ -164,4 +164,3 @@ pub enum SignatureAlgorithm {
     #[serde(rename = "ecdsa-p256-sha256")]
     EcdsaP256Sha256,
 }
-

@@ -36,7 +36,9 @@ pub(crate) fn clean(text: &str) -> Cow<'_, str> {
 /// in it, for the human renderings: their messages, logs, outputs and check results come
 /// from plugins (through the agent). Machine output (`-o json|yaml`) is left as it is; its
 /// encoders escape control characters themselves.
-pub(crate) fn cleaned<T: serde::Serialize + serde::de::DeserializeOwned>(value: &T) -> anyhow::Result<T> {
+pub(crate) fn cleaned<T: serde::Serialize + serde::de::DeserializeOwned>(
+    value: &T,
+) -> anyhow::Result<T> {
     fn walk(v: &mut serde_json::Value) {
         match v {
             serde_json::Value::String(s) => {
@@ -70,17 +72,26 @@ mod tests {
     #[test]
     fn cleaned_escapes_every_string_and_key_of_an_object() {
         let mut outputs = std::collections::BTreeMap::new();
-        outputs.insert("k\x1b]0;t\x07".to_owned(), "line1\nverified: signed by x".to_owned());
+        outputs.insert(
+            "k\x1b]0;t\x07".to_owned(),
+            "line1\nverified: signed by x".to_owned(),
+        );
         let clean_copy = cleaned(&outputs).unwrap();
         assert_eq!(
             clean_copy.into_iter().collect::<Vec<_>>(),
-            vec![("k\\u{1b}]0;t\\u{7}".to_owned(), "line1\\nverified: signed by x".to_owned())]
+            vec![(
+                "k\\u{1b}]0;t\\u{7}".to_owned(),
+                "line1\\nverified: signed by x".to_owned()
+            )]
         );
     }
 
     #[test]
     fn escapes_controls_newlines_and_bidi_but_keeps_text_and_tabs() {
-        assert!(matches!(clean("plain text\twith tab, ünïcode ✓"), Cow::Borrowed(_)));
+        assert!(matches!(
+            clean("plain text\twith tab, ünïcode ✓"),
+            Cow::Borrowed(_)
+        ));
         // A forged line, a title change, an erase, a C1 CSI and a right-to-left override.
         assert_eq!(
             clean("ok\nverified: signed by admin\r\x1b]0;pwned\x07\x1b[2K\u{9b}31m\u{202e}x"),

@@ -291,8 +291,7 @@ fn signed_hello(dir: &Path) -> (PathBuf, PathBuf) {
     (plugin, public)
 }
 
-const HELLO_GRANTS: &str =
-    "filesystem:\n  - path: /etc\nexec:\n  - command: /usr/bin/uname\n    args: [[\"-r\"]]\n    dryRun: true\n";
+const HELLO_GRANTS: &str = "filesystem:\n  - path: /etc\nexec:\n  - command: /usr/bin/uname\n    args: [[\"-r\"]]\n    dryRun: true\n";
 
 #[test]
 fn inspect_shows_what_hello_declares() {
@@ -391,7 +390,10 @@ fn run_without_the_exec_grant_is_refused_before_preflight_naming_the_capability(
         .arg(&public));
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("the plugin's capabilities were denied"), "{err}");
+    assert!(
+        err.contains("the plugin's capabilities were denied"),
+        "{err}"
+    );
     assert!(
         err.contains("/usr/bin/uname") && err.contains("-r"),
         "the missing capability must be named: {err}"
@@ -439,7 +441,11 @@ fn run_applies_the_capabilities_policies_given() {
         err.contains("capability-limits: filesystem: /etc is granted read-write to plugin hello"),
         "{err}"
     );
-    assert!(!stdout(&denied).contains("preflight"), "{}", stdout(&denied));
+    assert!(
+        !stdout(&denied).contains("preflight"),
+        "{}",
+        stdout(&denied)
+    );
     // The same grants without the policy: requested ⊆ granted holds, the plugin runs.
     let allowed = run(&mut args(false));
     assert_eq!(allowed.status.code(), Some(0), "{}", stderr(&allowed));
@@ -466,7 +472,11 @@ fn run_takes_the_grants_of_a_plugin_manifest() {
         .arg("--trust-root")
         .arg(&public));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&out).contains("outcome: unchanged: hello from"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("outcome: unchanged: hello from"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]

@@ -151,7 +151,8 @@ fn normalise(line: &str) -> String {
 /// allowed) at the start of `s`.
 fn rfc3339_at(s: &str) -> Option<usize> {
     let b = s.as_bytes();
-    let digits = |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
+    let digits =
+        |r: std::ops::Range<usize>| r.clone().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
     let shape = digits(0..4)
         && b.get(4) == Some(&b'-')
         && digits(5..7)
@@ -175,7 +176,11 @@ fn rfc3339_at(s: &str) -> Option<usize> {
     }
     match b.get(n) {
         Some(b'Z') => Some(n + 1),
-        Some(b'+' | b'-') if digits(n + 1..n + 3) && b.get(n + 3) == Some(&b':') && digits(n + 4..n + 6) => Some(n + 6),
+        Some(b'+' | b'-')
+            if digits(n + 1..n + 3) && b.get(n + 3) == Some(&b':') && digits(n + 4..n + 6) =>
+        {
+            Some(n + 6)
+        }
         _ => Some(n),
     }
 }
@@ -206,7 +211,9 @@ fn lines_match(patterns: &[String], lines: &[String]) -> bool {
     match patterns.split_first() {
         None => lines.is_empty(),
         Some((p, rest)) if p == "..." => (0..=lines.len()).any(|k| lines_match(rest, &lines[k..])),
-        Some((p, rest)) => lines.split_first().is_some_and(|(l, ls)| line_matches(p, l) && lines_match(rest, ls)),
+        Some((p, rest)) => lines
+            .split_first()
+            .is_some_and(|(l, ls)| line_matches(p, l) && lines_match(rest, ls)),
     }
 }
 
@@ -233,15 +240,23 @@ fn run_block(block: &Block) -> Vec<String> {
     std::fs::create_dir_all(&plugin_target).unwrap();
     // The build directory is shared: a signature bundle left by an earlier run would be
     // appended to (`plugin sign` adds to an existing bundle).
-    let _ = std::fs::remove_file(plugin_target.join("wasm32-wasip2/release/disk_report.wasm.sig.json"));
+    let _ =
+        std::fs::remove_file(plugin_target.join("wasm32-wasip2/release/disk_report.wasm.sig.json"));
 
     let mut script = String::from("exec 2>&1\n");
     for step in &block.commands {
         script.push_str(&step.command);
         script.push_str(&format!("\necho \"{MARK} $?\"\n"));
     }
-    let bin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-bosun")).parent().unwrap().to_owned();
-    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-bosun"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let out = Command::new("bash")
         .args(["--noprofile", "--norc", "-c", &script])
         .current_dir(&work)
@@ -259,10 +274,16 @@ fn run_block(block: &Block) -> Vec<String> {
         .expect("running bash");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let replacements = [
-        (plugin_target.display().to_string(), "disk-report/target".to_owned()),
+        (
+            plugin_target.display().to_string(),
+            "disk-report/target".to_owned(),
+        ),
         (format!("{}/", work.display()), String::new()),
         (work.display().to_string(), ".".to_owned()),
-        (workspace_root().display().to_string(), "~/src/bosun".to_owned()),
+        (
+            workspace_root().display().to_string(),
+            "~/src/bosun".to_owned(),
+        ),
         (home.display().to_string(), "~".to_owned()),
     ];
     let localise = |line: &str| {
@@ -287,7 +308,11 @@ fn run_block(block: &Block) -> Vec<String> {
         }
         let want: Vec<String> = step.expected.iter().map(|l| normalise(l)).collect();
         let Some(code) = code else {
-            problems.push(format!("$ {}\nthe session ended before this command finished; its output:\n{}", step.command, got.join("\n")));
+            problems.push(format!(
+                "$ {}\nthe session ended before this command finished; its output:\n{}",
+                step.command,
+                got.join("\n")
+            ));
             break;
         };
         if code != step.exit || !lines_match(&want, &got) {
@@ -360,20 +385,47 @@ fn troubleshooting_md_transcripts_are_true() {
 #[test]
 fn the_matcher_keeps_values_that_matter() {
     assert_eq!(
-        normalise("signed x 0.1.0 sha256:7f85ef7ab0d82da0284d7d3b3f838cdee421c87b3fa6cb1156965768726b2ef6 by sha256:bcb50c7132bc3d1b"),
+        normalise(
+            "signed x 0.1.0 sha256:7f85ef7ab0d82da0284d7d3b3f838cdee421c87b3fa6cb1156965768726b2ef6 by sha256:bcb50c7132bc3d1b"
+        ),
         "signed x 0.1.0 sha256:<hex> by sha256:<hex>"
     );
-    assert_eq!(normalise("sha256:abc"), "sha256:abc", "a short value is not a digest");
-    assert_eq!(normalise("at 2026-11-30T09:15:00Z, 2026-11-30T09:15:00.5+01:00."), "at <time>, <time>.");
-    assert!(line_matches("plugin [..] (sha256:<hex>)", "plugin disk-report 0.1.0 (sha256:<hex>)"));
-    assert!(!line_matches("plugin [..] 0.2.0", "plugin disk-report 0.1.0"));
+    assert_eq!(
+        normalise("sha256:abc"),
+        "sha256:abc",
+        "a short value is not a digest"
+    );
+    assert_eq!(
+        normalise("at 2026-11-30T09:15:00Z, 2026-11-30T09:15:00.5+01:00."),
+        "at <time>, <time>."
+    );
+    assert!(line_matches(
+        "plugin [..] (sha256:<hex>)",
+        "plugin disk-report 0.1.0 (sha256:<hex>)"
+    ));
+    assert!(!line_matches(
+        "plugin [..] 0.2.0",
+        "plugin disk-report 0.1.0"
+    ));
     assert!(!line_matches("exit 2", "exit 1"));
     let v = |xs: &[&str]| xs.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    assert!(lines_match(&v(&["a", "...", "z"]), &v(&["a", "b", "c", "z"])));
+    assert!(lines_match(
+        &v(&["a", "...", "z"]),
+        &v(&["a", "b", "c", "z"])
+    ));
     assert!(lines_match(&v(&["a", "...", "z"]), &v(&["a", "z"])));
     assert!(!lines_match(&v(&["a", "...", "z"]), &v(&["a", "b"])));
-    assert!(!lines_match(&v(&["a"]), &v(&["a", "b"])), "extra output is a difference");
-    let steps = parse(&["$ echo one \\", "  two", "one two", "$ false", "[exit code 1]"]);
+    assert!(
+        !lines_match(&v(&["a"]), &v(&["a", "b"])),
+        "extra output is a difference"
+    );
+    let steps = parse(&[
+        "$ echo one \\",
+        "  two",
+        "one two",
+        "$ false",
+        "[exit code 1]",
+    ]);
     assert_eq!(steps.len(), 2);
     assert_eq!(steps[0].command, "echo one \\\n  two");
     assert_eq!(steps[0].expected, v(&["one two"]));

@@ -138,9 +138,21 @@ fn policy_eval_explains_and_exits_2_on_deny() {
 #[test]
 fn every_command_exits_quietly_when_the_reader_of_its_output_is_gone() {
     for args in [
-        &["policy", "eval", "-o", "json", "--input", "policies/schema/examples/step.json"][..],
+        &[
+            "policy",
+            "eval",
+            "-o",
+            "json",
+            "--input",
+            "policies/schema/examples/step.json",
+        ][..],
         &["policy", "test", "policies"][..],
-        &["policy", "eval", "--input", "policies/schema/examples/step.json"][..],
+        &[
+            "policy",
+            "eval",
+            "--input",
+            "policies/schema/examples/step.json",
+        ][..],
     ] {
         let (reader, writer) = std::io::pipe().expect("a pipe");
         drop(reader);
@@ -177,8 +189,8 @@ fn the_example_policies_pass_their_cases_and_read_the_time_from_the_input() {
     for dir in ["deploy/examples", "policies"] {
         for entry in walk(&root().join(dir)) {
             let text = std::fs::read_to_string(&entry).unwrap_or_default();
-            let is_policy = entry.extension().is_some_and(|e| e == "rego")
-                || text.contains("kind: Policy\n");
+            let is_policy =
+                entry.extension().is_some_and(|e| e == "rego") || text.contains("kind: Policy\n");
             let code = text
                 .lines()
                 .filter(|l| !l.trim_start().starts_with('#'))

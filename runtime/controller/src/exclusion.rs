@@ -70,7 +70,10 @@ pub fn holders<'a>(
     let mut out: BTreeMap<String, Holder> = BTreeMap::new();
     for task in tasks {
         let phase = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
-        if task.spec.operation == operation || !holds_node(phase) || released_by_dry_run(task, phase) {
+        if task.spec.operation == operation
+            || !holds_node(phase)
+            || released_by_dry_run(task, phase)
+        {
             continue;
         }
         let holder = Holder {

@@ -26,7 +26,10 @@ impl Seen {
     pub fn is_clear(&self) -> bool {
         self.method == "PATCH"
             && !self.path.ends_with("/status")
-            && self.body.as_array().is_some_and(|ops| ops.iter().any(|o| o["op"] == "remove" && o["path"] == "/spec/recovery"))
+            && self.body.as_array().is_some_and(|ops| {
+                ops.iter()
+                    .any(|o| o["op"] == "remove" && o["path"] == "/spec/recovery")
+            })
     }
     /// A patch of a NodeTask's status subresource.
     pub fn is_status(&self) -> bool {
@@ -42,7 +45,11 @@ pub fn fake(task: &NodeTask, fail: fn(&Seen) -> bool) -> (Client, Arc<Mutex<Vec<
 
 /// [`fake`], with the failing requests answered with HTTP status `code` (422 is what the
 /// API server answers a JSON Patch whose `test` fails).
-pub fn fake_failing_with(task: &NodeTask, fail: fn(&Seen) -> bool, code: u16) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+pub fn fake_failing_with(
+    task: &NodeTask,
+    fail: fn(&Seen) -> bool,
+    code: u16,
+) -> (Client, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let reply = serde_json::to_vec(task).unwrap();
@@ -58,11 +65,19 @@ pub fn fake_failing_with(task: &NodeTask, fail: fn(&Seen) -> bool, code: u16) ->
             let failed = fail(&request);
             log.lock().unwrap().push(request);
             let response = if failed {
-                let (message, reason) = if code == 500 { ("etcd is unavailable", "InternalError") } else { ("the request was refused", "Invalid") };
+                let (message, reason) = if code == 500 {
+                    ("etcd is unavailable", "InternalError")
+                } else {
+                    ("the request was refused", "Invalid")
+                };
                 let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "reason": reason, "code": code });
-                http::Response::builder().status(code).body(Body::from(serde_json::to_vec(&status).unwrap()))
+                http::Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
             } else {
-                http::Response::builder().status(200).body(Body::from(reply))
+                http::Response::builder()
+                    .status(200)
+                    .body(Body::from(reply))
             };
             Ok::<_, std::convert::Infallible>(response.unwrap())
         }
@@ -86,7 +101,9 @@ pub fn fake_routes(route: fn(&Seen) -> serde_json::Value) -> (Client, Arc<Mutex<
             let request = Seen { method, path, body };
             let reply = route(&request);
             log.lock().unwrap().push(request);
-            let response = http::Response::builder().status(200).body(Body::from(serde_json::to_vec(&reply).unwrap()));
+            let response = http::Response::builder()
+                .status(200)
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()));
             Ok::<_, std::convert::Infallible>(response.unwrap())
         }
     });

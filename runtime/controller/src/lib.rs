@@ -71,7 +71,13 @@ pub fn instance_selector(instance: Option<&str>) -> String {
 /// Operation).
 ///
 /// `identity` names this replica in the Events it publishes (its leader-election identity).
-pub async fn run(client: Client, manager: String, resync: Duration, instance: Option<String>, identity: String) {
+pub async fn run(
+    client: Client,
+    manager: String,
+    resync: Duration,
+    instance: Option<String>,
+    identity: String,
+) {
     let operations: Api<Operation> = Api::all(client.clone());
     let tasks: Api<NodeTask> = Api::all(client.clone());
     let selector = instance_selector(instance.as_deref());
@@ -79,9 +85,21 @@ pub async fn run(client: Client, manager: String, resync: Duration, instance: Op
     // Operation whenever they change (a fixed policy unblocks without waiting for a resync).
     let policies = Arc::new(gate::PolicyWatch::new());
     let policy_changes = policies.changes(client.clone(), Some(selector.clone()));
-    tokio::spawn(gate::run_status(client.clone(), manager.clone(), Some(selector.clone())));
+    tokio::spawn(gate::run_status(
+        client.clone(),
+        manager.clone(),
+        Some(selector.clone()),
+    ));
     let events = Arc::new(events::Events::new(client.clone(), identity));
-    let ctx = Arc::new(Context { client, manager, resync, instance, policies, events, exclusion: Default::default() });
+    let ctx = Arc::new(Context {
+        client,
+        manager,
+        resync,
+        instance,
+        policies,
+        events,
+        exclusion: Default::default(),
+    });
     Controller::new(operations, watcher::Config::default().labels(&selector))
         .owns(tasks, watcher::Config::default().labels(&selector))
         .reconcile_all_on(futures::stream::iter(policy_changes).flatten())

@@ -74,25 +74,44 @@ async fn main() -> anyhow::Result<()> {
     config.default_retry = false;
     let client = kube::Client::try_from(config).context("connecting to the API server")?;
     // Ready (admin server's /ready) once the API server has answered with these credentials.
-    client.apiserver_version().await.context("asking the API server for its version (are the credentials valid?)")?;
+    client
+        .apiserver_version()
+        .await
+        .context("asking the API server for its version (are the credentials valid?)")?;
     admin.iter().for_each(|a| a.readiness.set(true));
     tracing::info!(manager = %args.field_manager, instance = args.instance.as_deref().unwrap_or(""), "bosun-controller starting");
-    let identity = args.leader.identity.clone().unwrap_or_else(bosun_controller::leader::default_identity);
+    let identity = args
+        .leader
+        .identity
+        .clone()
+        .unwrap_or_else(bosun_controller::leader::default_identity);
     let resync = Duration::from_secs(args.resync_seconds);
     if args.leader.no_leader_election {
         bosun_controller::run(client, args.field_manager, resync, args.instance, identity).await;
     } else {
         let lease = bosun_controller::leader::LeaseConfig {
-            name: args.leader.lease_name.clone().unwrap_or_else(|| match &args.instance {
-                Some(i) => format!("bosun-controller-{i}"),
-                None => "bosun-controller".to_string(),
-            }),
+            name: args
+                .leader
+                .lease_name
+                .clone()
+                .unwrap_or_else(|| match &args.instance {
+                    Some(i) => format!("bosun-controller-{i}"),
+                    None => "bosun-controller".to_string(),
+                }),
             namespace: args.leader.lease_namespace.clone(),
             identity: identity.clone(),
             duration: Duration::from_secs(args.leader.lease_duration_seconds),
             renew_every: Duration::from_secs(args.leader.lease_renew_seconds),
         };
-        let work = || bosun_controller::run(client.clone(), args.field_manager, resync, args.instance, identity);
+        let work = || {
+            bosun_controller::run(
+                client.clone(),
+                args.field_manager,
+                resync,
+                args.instance,
+                identity,
+            )
+        };
         bosun_controller::leader::run_as_leader(client.clone(), lease, work).await?;
     }
     tracing::info!("bosun-controller stopped");

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
-use bosun_api::operation::{Operation, OperationPhase, OperationSpec, OperationStatus, Plan, Rollout, RunsOn, labels};
+use bosun_api::operation::{
+    Operation, OperationPhase, OperationSpec, OperationStatus, Plan, Rollout, RunsOn, labels,
+};
 use bosun_planner::state::{TaskEvent, operation_transition, task_transition};
 use bosun_planner::{NodeInfo, PlanError, PlanOutput, TaskView, plan, schedule};
 use k8s_openapi::api::core::v1::Node;
@@ -52,7 +54,9 @@ pub struct Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("manager", &self.manager).finish_non_exhaustive()
+        f.debug_struct("Context")
+            .field("manager", &self.manager)
+            .finish_non_exhaustive()
     }
 }
 
@@ -79,7 +83,11 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     if op.status.as_ref().and_then(|s| s.plan.as_ref()).is_none() {
         // The watch cache may not have our own freeze yet: read the Operation itself
         // before planning, so a plan is never computed twice.
-        match operations.get_opt(&name).await.map_err(Error::kube(format!("getting Operation {name}")))? {
+        match operations
+            .get_opt(&name)
+            .await
+            .map_err(Error::kube(format!("getting Operation {name}")))?
+        {
             Some(fresh) if being_deleted(&fresh) => return Ok(Action::await_change()),
             Some(fresh) => op = Arc::new(fresh),
             None => return Ok(Action::await_change()),
@@ -93,26 +101,44 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     let now = Timestamp::now();
 
     let nodes = snapshot_nodes(&ctx.client).await?;
-    let (planned, ignored) = match plan_or_keep_frozen(&name, &op.spec, &nodes, stored.plan.as_ref()) {
-        Ok(p) => p,
-        Err(e) => {
-            // The user's input cannot be planned: say why, and stop (nothing was created).
-            let mut status = stored.clone();
-            status.phase = OperationPhase::Failed;
-            status.message = Some(format!("cannot plan: {e}"));
-            status.completion_time = Some(Time(now));
-            status.observed_generation = op.metadata.generation;
-            set_condition(&mut status.conditions, "Planned", false, "PlanFailed", &e.to_string(), op.metadata.generation, now);
-            write_operation_status(&operations, &name, &status, &ctx.manager).await?;
-            tracing::warn!(error = %e, "operation cannot be planned");
-            return Ok(Action::await_change());
-        }
-    };
+    let (planned, ignored) =
+        match plan_or_keep_frozen(&name, &op.spec, &nodes, stored.plan.as_ref()) {
+            Ok(p) => p,
+            Err(e) => {
+                // The user's input cannot be planned: say why, and stop (nothing was created).
+                let mut status = stored.clone();
+                status.phase = OperationPhase::Failed;
+                status.message = Some(format!("cannot plan: {e}"));
+                status.completion_time = Some(Time(now));
+                status.observed_generation = op.metadata.generation;
+                set_condition(
+                    &mut status.conditions,
+                    "Planned",
+                    false,
+                    "PlanFailed",
+                    &e.to_string(),
+                    op.metadata.generation,
+                    now,
+                );
+                write_operation_status(&operations, &name, &status, &ctx.manager).await?;
+                tracing::warn!(error = %e, "operation cannot be planned");
+                return Ok(Action::await_change());
+            }
+        };
 
     let mut status = stored.clone();
     if stored.plan.is_none() {
         // The operation gate before planning: a deny blocks before anything is frozen.
-        match crate::gate::hold_before_planning(&ctx.client, &ctx.policies, &op, &planned.plan, &stored, now).await {
+        match crate::gate::hold_before_planning(
+            &ctx.client,
+            &ctx.policies,
+            &op,
+            &planned.plan,
+            &stored,
+            now,
+        )
+        .await
+        {
             Ok(None) => {}
             Ok(Some(blocked)) => {
                 if blocked != stored {
@@ -127,8 +153,20 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         status.start_time = Some(Time(now));
         status.phase = OperationPhase::Running;
         status.message = Some(format!("planned {} nodes", planned.tasks.len()));
-        let notes = if planned.notes.is_empty() { String::new() } else { planned.notes.join("; ") };
-        set_condition(&mut status.conditions, "Planned", true, "PlanFrozen", &notes, op.metadata.generation, now);
+        let notes = if planned.notes.is_empty() {
+            String::new()
+        } else {
+            planned.notes.join("; ")
+        };
+        set_condition(
+            &mut status.conditions,
+            "Planned",
+            true,
+            "PlanFrozen",
+            &notes,
+            op.metadata.generation,
+            now,
+        );
         write_operation_status(&operations, &name, &status, &ctx.manager).await?;
         tracing::info!(nodes = planned.tasks.len(), "plan frozen");
     }
@@ -142,7 +180,10 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         .first()
         .and_then(|t| t.labels.get(labels::OPERATION))
         .map_or_else(String::new, |v| format!("{}={v}", labels::OPERATION));
-    let list = tasks_api.list(&ListParams::default().labels(&selector)).await.map_err(Error::kube("listing NodeTasks"))?;
+    let list = tasks_api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(Error::kube("listing NodeTasks"))?;
     for t in list {
         if t.spec.operation == name {
             tasks.insert(t.spec.node_name.clone(), t);
@@ -151,12 +192,21 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     // Tasks of a frozen plan missing from the cluster: the usual cause is a deletion under
     // way (the garbage collector removes the tasks of an Operation being deleted), which the
     // cached Operation may not show yet. Read the Operation itself before recreating any.
-    let missing = planned.tasks.iter().any(|t| !tasks.contains_key(&t.spec.node_name));
+    let missing = planned
+        .tasks
+        .iter()
+        .any(|t| !tasks.contains_key(&t.spec.node_name));
     if missing && stored.plan.is_some() {
-        match operations.get_opt(&name).await.map_err(Error::kube(format!("getting Operation {name}")))? {
+        match operations
+            .get_opt(&name)
+            .await
+            .map_err(Error::kube(format!("getting Operation {name}")))?
+        {
             Some(fresh) if !being_deleted(&fresh) => {}
             _ => {
-                tracing::debug!("operation is being deleted: its missing NodeTasks are not recreated");
+                tracing::debug!(
+                    "operation is being deleted: its missing NodeTasks are not recreated"
+                );
                 return Ok(Action::await_change());
             }
         }
@@ -185,8 +235,16 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             Err(kube::Error::Api(s)) if s.code == 409 => tasks_api
                 .get(&planned_task.name)
                 .await
-                .map_err(Error::kube(format!("getting NodeTask {} after it already existed", planned_task.name)))?,
-            Err(e) => return Err(Error::kube(format!("creating NodeTask {}", planned_task.name))(e)),
+                .map_err(Error::kube(format!(
+                    "getting NodeTask {} after it already existed",
+                    planned_task.name
+                )))?,
+            Err(e) => {
+                return Err(Error::kube(format!(
+                    "creating NodeTask {}",
+                    planned_task.name
+                ))(e));
+            }
         };
         tracing::info!(task = %planned_task.name, "NodeTask created");
         tasks.insert(planned_task.spec.node_name.clone(), created);
@@ -219,32 +277,77 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         .iter()
         .map(|(node, t)| {
             let phase = t.status.as_ref().map(|s| s.phase).unwrap_or_default();
-            (node.clone(), TaskView { phase, approve: t.spec.approve })
+            (
+                node.clone(),
+                TaskView {
+                    phase,
+                    approve: t.spec.approve,
+                },
+            )
         })
         .collect();
-    let decision = schedule(&frozen, &views, &present, op.spec.paused, op.spec.execution_mode);
+    let decision = schedule(
+        &frozen,
+        &views,
+        &present,
+        op.spec.paused,
+        op.spec.execution_mode,
+    );
 
     for node in &decision.invalidate {
         let task = &tasks[node];
-        move_task(&ctx, task, TaskEvent::NodeGone, Some((BlockReason::NodeGone, format!("node {node} left the cluster after the plan was frozen")))).await?;
+        move_task(
+            &ctx,
+            task,
+            TaskEvent::NodeGone,
+            Some((
+                BlockReason::NodeGone,
+                format!("node {node} left the cluster after the plan was frozen"),
+            )),
+        )
+        .await?;
     }
     // The operation gate before each group: a held group's tasks are not started.
-    let hold = match crate::gate::hold_groups(&ctx.client, &ctx.policies, &op, &frozen, &tasks, &decision.start, &decision.await_approval).await {
+    let hold = match crate::gate::hold_groups(
+        &ctx.client,
+        &ctx.policies,
+        &op,
+        &frozen,
+        &tasks,
+        &decision.start,
+        &decision.await_approval,
+    )
+    .await
+    {
         Ok(h) => h,
         Err(e) => return crate::gate::retry_later(e),
     };
     // One Operation at a time per node: a Pending task whose node another Operation of
     // this instance holds waits, and says so. The guard is held until the moves below are
     // written.
-    let phase_of = |n: &String| tasks[n].status.as_ref().map(|s| s.phase).unwrap_or_default();
+    let phase_of = |n: &String| {
+        tasks[n]
+            .status
+            .as_ref()
+            .map(|s| s.phase)
+            .unwrap_or_default()
+    };
     let wanted: Vec<&String> = decision
         .await_approval
         .iter()
         .chain(&decision.start)
         .filter(|n| !hold.holds(&tasks[*n]) && crate::exclusion::needs_node(phase_of(n)))
         .collect();
-    let exclusion_guard = if wanted.is_empty() { None } else { Some(ctx.exclusion.lock().await) };
-    let held = if wanted.is_empty() { BTreeMap::new() } else { held_nodes(&ctx, &name).await? };
+    let exclusion_guard = if wanted.is_empty() {
+        None
+    } else {
+        Some(ctx.exclusion.lock().await)
+    };
+    let held = if wanted.is_empty() {
+        BTreeMap::new()
+    } else {
+        held_nodes(&ctx, &name).await?
+    };
     let mut waiting: Vec<String> = Vec::new();
     for node in wanted.iter().filter(|n| held.contains_key(n.as_str())) {
         let holder = &held[node.as_str()];
@@ -255,15 +358,30 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     if !waiting.is_empty() {
         recheck = Some(recheck.map_or(HELD_RECHECK, |r| r.min(HELD_RECHECK)));
     }
-    let waits_for_holder = |n: &String| crate::exclusion::needs_node(phase_of(n)) && held.contains_key(n.as_str());
+    let waits_for_holder =
+        |n: &String| crate::exclusion::needs_node(phase_of(n)) && held.contains_key(n.as_str());
     let free = |n: &&String| !hold.holds(&tasks[*n]) && !waits_for_holder(n);
     for node in decision.await_approval.iter().filter(free) {
-        move_task(&ctx, &tasks[node], TaskEvent::TurnCame { needs_approval: true }, None).await?;
+        move_task(
+            &ctx,
+            &tasks[node],
+            TaskEvent::TurnCame {
+                needs_approval: true,
+            },
+            None,
+        )
+        .await?;
     }
     for node in decision.start.iter().filter(free) {
         let task = &tasks[node];
         let from = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
-        let event = if from == NodeTaskPhase::AwaitingApproval { TaskEvent::Approved } else { TaskEvent::TurnCame { needs_approval: false } };
+        let event = if from == NodeTaskPhase::AwaitingApproval {
+            TaskEvent::Approved
+        } else {
+            TaskEvent::TurnCame {
+                needs_approval: false,
+            }
+        };
         move_task(&ctx, task, event, None).await?;
         tracing::info!(node = %node, group = %task.spec.group, "NodeTask started");
     }
@@ -276,13 +394,25 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     status.observed_generation = op.metadata.generation;
     let blocked: Vec<String> = tasks
         .values()
-        .filter(|t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Blocked))
+        .filter(|t| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.phase == NodeTaskPhase::Blocked)
+        })
         .map(|t| {
-            let s = t.status.as_ref().map(|s| s.message.clone().unwrap_or_default()).unwrap_or_default();
+            let s = t
+                .status
+                .as_ref()
+                .map(|s| s.message.clone().unwrap_or_default())
+                .unwrap_or_default();
             format!("{}: {s}", t.spec.node_name)
         })
         .collect();
-    let mut message = if blocked.is_empty() { decision.message.clone() } else { format!("{} — {}", blocked.join("; "), decision.message) };
+    let mut message = if blocked.is_empty() {
+        decision.message.clone()
+    } else {
+        format!("{} — {}", blocked.join("; "), decision.message)
+    };
     if !waiting.is_empty() {
         message = format!("{} — {message}", waiting.join("; "));
     }
@@ -298,39 +428,114 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         .find(|s| s.phase == NodeTaskPhase::Blocked)
         .and_then(|s| s.reason)
         .map_or_else(|| "NotBlocked".to_string(), |r| format!("{r:?}"));
-    set_condition(&mut status.conditions, "Blocked", is_blocked, &block_reason, if is_blocked { status.message.as_deref().unwrap_or("") } else { "" }, gen_, now);
+    set_condition(
+        &mut status.conditions,
+        "Blocked",
+        is_blocked,
+        &block_reason,
+        if is_blocked {
+            status.message.as_deref().unwrap_or("")
+        } else {
+            ""
+        },
+        gen_,
+        now,
+    );
     let done = status.phase == OperationPhase::Succeeded;
-    set_condition(&mut status.conditions, "Progressing", !done && !is_blocked && status.phase != OperationPhase::Paused, &format!("{:?}", status.phase), &decision.progress, gen_, now);
-    set_condition(&mut status.conditions, "Complete", done, if done { "AllTasksFinished" } else { "InProgress" }, "", gen_, now);
+    set_condition(
+        &mut status.conditions,
+        "Progressing",
+        !done && !is_blocked && status.phase != OperationPhase::Paused,
+        &format!("{:?}", status.phase),
+        &decision.progress,
+        gen_,
+        now,
+    );
+    set_condition(
+        &mut status.conditions,
+        "Complete",
+        done,
+        if done {
+            "AllTasksFinished"
+        } else {
+            "InProgress"
+        },
+        "",
+        gen_,
+        now,
+    );
     if done {
         // Succeeded with no node succeeded (every one skipped or gone): nothing was done.
         let nothing = status.counts.succeeded == 0;
         let (reason, message) = if nothing {
-            (REASON_NOTHING_DONE, "no node succeeded: every NodeTask was skipped or invalid, so nothing was done")
+            (
+                REASON_NOTHING_DONE,
+                "no node succeeded: every NodeTask was skipped or invalid, so nothing was done",
+            )
         } else {
             (REASON_WORK_DONE, "")
         };
-        set_condition(&mut status.conditions, NOTHING_DONE, nothing, reason, message, gen_, now);
+        set_condition(
+            &mut status.conditions,
+            NOTHING_DONE,
+            nothing,
+            reason,
+            message,
+            gen_,
+            now,
+        );
     }
     let is_waiting = !waiting.is_empty();
-    let held_reason = if is_waiting { crate::exclusion::REASON_HELD } else { crate::exclusion::REASON_FREE };
-    set_condition(&mut status.conditions, crate::exclusion::CONDITION, is_waiting, held_reason, &waiting.join("; "), gen_, now);
+    let held_reason = if is_waiting {
+        crate::exclusion::REASON_HELD
+    } else {
+        crate::exclusion::REASON_FREE
+    };
+    set_condition(
+        &mut status.conditions,
+        crate::exclusion::CONDITION,
+        is_waiting,
+        held_reason,
+        &waiting.join("; "),
+        gen_,
+        now,
+    );
     // Written once it matters: an Operation whose spec was always readable has no such
     // condition.
-    let was_ignoring = stored.conditions.iter().any(|c| c.type_ == SPEC_IGNORED && c.status == "True");
+    let was_ignoring = stored
+        .conditions
+        .iter()
+        .any(|c| c.type_ == SPEC_IGNORED && c.status == "True");
     match &ignored {
         Some(note) => {
             if !was_ignoring {
                 tracing::warn!(note = %note, "a rollout control changed after the plan was frozen cannot be read; carrying on with the frozen plan");
             }
-            set_condition(&mut status.conditions, SPEC_IGNORED, true, REASON_UNREADABLE, note, gen_, now);
+            set_condition(
+                &mut status.conditions,
+                SPEC_IGNORED,
+                true,
+                REASON_UNREADABLE,
+                note,
+                gen_,
+                now,
+            );
         }
         None if status.conditions.iter().any(|c| c.type_ == SPEC_IGNORED) => {
-            set_condition(&mut status.conditions, SPEC_IGNORED, false, REASON_READ, "", gen_, now);
+            set_condition(
+                &mut status.conditions,
+                SPEC_IGNORED,
+                false,
+                REASON_READ,
+                "",
+                gen_,
+                now,
+            );
         }
         None => {}
     }
-    hold.record(&ctx.client, &op, &stored, &mut status, now).await;
+    hold.record(&ctx.client, &op, &stored, &mut status, now)
+        .await;
     if status.phase.is_finished() && status.completion_time.is_none() {
         status.completion_time = Some(Time(now));
     }
@@ -338,12 +543,22 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     if status != stored {
         write_operation_status(&operations, &name, &status, &ctx.manager).await?;
     }
-    ctx.events.observe(&op, stored.phase, status.phase, status.message.as_deref().unwrap_or(""), tasks.values()).await;
+    ctx.events
+        .observe(
+            &op,
+            stored.phase,
+            status.phase,
+            status.message.as_deref().unwrap_or(""),
+            tasks.values(),
+        )
+        .await;
     if status.phase.is_finished() {
         tracing::info!(phase = ?status.phase, message = status.message.as_deref().unwrap_or(""), "operation finished");
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(recheck.map_or(ctx.resync, |r| r.min(ctx.resync))))
+    Ok(Action::requeue(
+        recheck.map_or(ctx.resync, |r| r.min(ctx.resync)),
+    ))
 }
 
 /// Whether `op` is being deleted (it has a `deletionTimestamp`): such an Operation is
@@ -388,9 +603,14 @@ fn plan_or_keep_frozen(
 ) -> std::result::Result<(PlanOutput, Option<String>), PlanError> {
     match plan(name, spec, nodes, frozen) {
         Err(PlanError::MaxUnavailable(e)) if frozen.is_some() => {
-            let readable = OperationSpec { rollout: Rollout::default(), ..spec.clone() };
+            let readable = OperationSpec {
+                rollout: Rollout::default(),
+                ..spec.clone()
+            };
             let planned = plan(name, &readable, nodes, frozen)?;
-            let note = format!("spec.rollout.maxUnavailable is ignored, the plan is already frozen with its own limits ({e})");
+            let note = format!(
+                "spec.rollout.maxUnavailable is ignored, the plan is already frozen with its own limits ({e})"
+            );
             Ok((planned, Some(note)))
         }
         other => other.map(|planned| (planned, None)),
@@ -408,7 +628,10 @@ pub fn error_policy(op: Arc<Operation>, error: &Error, _ctx: Arc<Context>) -> Ac
 /// The planner's view of every Node now.
 async fn snapshot_nodes(client: &Client) -> Result<Vec<NodeInfo>> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let list = nodes.list(&ListParams::default()).await.map_err(Error::kube("listing Nodes"))?;
+    let list = nodes
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing Nodes"))?;
     Ok(list.items.iter().map(node_info).collect())
 }
 
@@ -423,7 +646,11 @@ pub fn node_info(node: &Node) -> NodeInfo {
         name: node.name_any(),
         labels: node.labels().clone(),
         ready,
-        unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+        unschedulable: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false),
     }
 }
 
@@ -445,23 +672,47 @@ const HELD_RECHECK: Duration = Duration::from_secs(2);
 /// The nodes held by NodeTasks of Operations other than `operation`, of this instance
 /// (read from the API server, not a cache: the caller holds [`Context::exclusion`], and the
 /// last holder's writes must be seen).
-async fn held_nodes(ctx: &Context, operation: &str) -> Result<BTreeMap<String, crate::exclusion::Holder>> {
+async fn held_nodes(
+    ctx: &Context,
+    operation: &str,
+) -> Result<BTreeMap<String, crate::exclusion::Holder>> {
     let api: Api<NodeTask> = Api::all(ctx.client.clone());
     let selector = crate::instance_selector(ctx.instance.as_deref());
-    let list = api.list(&ListParams::default().labels(&selector)).await.map_err(Error::kube("listing the NodeTasks of this instance"))?;
+    let list = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(Error::kube("listing the NodeTasks of this instance"))?;
     Ok(crate::exclusion::holders(operation, &list.items))
 }
 
 /// Says on a Pending task that its node is held: the message and a `NodeHeld` condition,
 /// written only when they change (a write wakes this controller again). Written with the
 /// controller's field manager, so the write that starts the task removes the condition.
-async fn note_held(ctx: &Context, task: &NodeTask, holder: &crate::exclusion::Holder, now: Timestamp) -> Result<()> {
+async fn note_held(
+    ctx: &Context,
+    task: &NodeTask,
+    holder: &crate::exclusion::Holder,
+    now: Timestamp,
+) -> Result<()> {
     let current = task.status.clone().unwrap_or_default();
     let message = holder.message();
     let mut conditions = current.conditions.clone();
-    set_condition(&mut conditions, crate::exclusion::CONDITION, true, crate::exclusion::REASON_HELD, &message, task.metadata.generation, now);
-    let condition = conditions.into_iter().find(|c| c.type_ == crate::exclusion::CONDITION);
-    let prior = current.conditions.iter().find(|c| c.type_ == crate::exclusion::CONDITION);
+    set_condition(
+        &mut conditions,
+        crate::exclusion::CONDITION,
+        true,
+        crate::exclusion::REASON_HELD,
+        &message,
+        task.metadata.generation,
+        now,
+    );
+    let condition = conditions
+        .into_iter()
+        .find(|c| c.type_ == crate::exclusion::CONDITION);
+    let prior = current
+        .conditions
+        .iter()
+        .find(|c| c.type_ == crate::exclusion::CONDITION);
     if current.message.as_deref() == Some(message.as_str()) && prior == condition.as_ref() {
         return Ok(());
     }
@@ -471,19 +722,38 @@ async fn note_held(ctx: &Context, task: &NodeTask, holder: &crate::exclusion::Ho
 
 /// Applies `event` to a task and writes the new phase (with `reason` when it blocks or
 /// becomes invalid).
-async fn move_task(ctx: &Context, task: &NodeTask, event: TaskEvent, reason: Option<(BlockReason, String)>) -> Result<NodeTaskPhase> {
+async fn move_task(
+    ctx: &Context,
+    task: &NodeTask,
+    event: TaskEvent,
+    reason: Option<(BlockReason, String)>,
+) -> Result<NodeTaskPhase> {
     let name = task.name_any();
     let current = task.status.clone().unwrap_or_default();
-    let next = task_transition(current.phase, event).map_err(|source| Error::Transition { task: name.clone(), source })?;
+    let next = task_transition(current.phase, event).map_err(|source| Error::Transition {
+        task: name.clone(),
+        source,
+    })?;
     // Server-side apply drops fields this manager set before and omits now: every apply
     // carries the whole set the controller owns at the top level.
     let mut body = json!({ "phase": next, "attempts": current.attempts, "message": current.message.clone().unwrap_or_default() });
-    if matches!(event, TaskEvent::TurnCame { needs_approval: false } | TaskEvent::Approved) {
+    if matches!(
+        event,
+        TaskEvent::TurnCame {
+            needs_approval: false
+        } | TaskEvent::Approved
+    ) {
         body["attempts"] = json!(current.attempts + 1);
         body["message"] = json!("running");
     }
-    if matches!(event, TaskEvent::TurnCame { needs_approval: true }) {
-        body["message"] = json!("waiting for approval: `kubectl bosun approve` (spec.approve: true)");
+    if matches!(
+        event,
+        TaskEvent::TurnCame {
+            needs_approval: true
+        }
+    ) {
+        body["message"] =
+            json!("waiting for approval: `kubectl bosun approve` (spec.approve: true)");
     }
     if next == NodeTaskPhase::Succeeded {
         body["message"] = json!("every step succeeded");
@@ -499,22 +769,47 @@ async fn move_task(ctx: &Context, task: &NodeTask, event: TaskEvent, reason: Opt
 /// Server-side apply of part of a NodeTask's status under the controller's field manager.
 /// `manager` is the controller's own for the task's top-level fields, and one per step
 /// (`<manager>.step.<name>`) for a step's entry, so no apply removes another's fields.
-pub(crate) async fn apply_task_status(ctx: &Context, name: &str, status: serde_json::Value, manager: &str) -> Result<()> {
+pub(crate) async fn apply_task_status(
+    ctx: &Context,
+    name: &str,
+    status: serde_json::Value,
+    manager: &str,
+) -> Result<()> {
     let api: Api<NodeTask> = Api::all(ctx.client.clone());
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
-    api.patch_status(name, &PatchParams::apply(manager).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(Error::kube(format!("writing the status of NodeTask {name}")))?;
+    api.patch_status(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "writing the status of NodeTask {name}"
+    )))?;
     Ok(())
 }
 
-async fn write_operation_status(api: &Api<Operation>, name: &str, status: &OperationStatus, manager: &str) -> Result<()> {
+async fn write_operation_status(
+    api: &Api<Operation>,
+    name: &str,
+    status: &OperationStatus,
+    manager: &str,
+) -> Result<()> {
     bosun_telemetry::metrics().operation_phase(name, status.phase);
-    let status = serde_json::to_value(status).map_err(|source| Error::Serialize { what: "Operation status", source })?;
+    let status = serde_json::to_value(status).map_err(|source| Error::Serialize {
+        what: "Operation status",
+        source,
+    })?;
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation", "metadata": { "name": name }, "status": status });
-    api.patch_status(name, &PatchParams::apply(manager).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(Error::kube(format!("writing the status of Operation {name}")))?;
+    api.patch_status(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "writing the status of Operation {name}"
+    )))?;
     Ok(())
 }
 
@@ -525,17 +820,31 @@ async fn write_operation_status(api: &Api<Operation>, name: &str, status: &Opera
 /// Blocked, `HealthGateFailed`, when they do not in time). Agent steps are left to the agent.
 /// Updates `task`'s status in memory to what was written. Returns when to look again, when
 /// that should be sooner than the resync.
-async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask) -> Result<Option<Duration>> {
+async fn advance_running_task(
+    ctx: &Context,
+    op: &Operation,
+    task: &mut NodeTask,
+) -> Result<Option<Duration>> {
     use crate::actions::StepOutcome;
     loop {
         let status = task.status.clone().unwrap_or_default();
         match progress(&task.spec.steps, &status.steps) {
             Progress::Done => {
-                let (event, reason) = match crate::gates::evaluate(&ctx.client, &ctx.manager, &op.spec.health_gates, task).await? {
+                let (event, reason) = match crate::gates::evaluate(
+                    &ctx.client,
+                    &ctx.manager,
+                    &op.spec.health_gates,
+                    task,
+                )
+                .await?
+                {
                     crate::gates::Verdict::Wait(d) => return Ok(Some(d)),
                     crate::gates::Verdict::Fail(message) => {
                         record_health_gate(&status);
-                        (TaskEvent::StepFailed, Some((BlockReason::HealthGateFailed, message)))
+                        (
+                            TaskEvent::StepFailed,
+                            Some((BlockReason::HealthGateFailed, message)),
+                        )
                     }
                     crate::gates::Verdict::Pass => {
                         record_health_gate(&status);
@@ -554,32 +863,83 @@ async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask
                 return Ok(None);
             }
             // Paused: a step in progress goes on, no new one starts.
-            Progress::Next { runs_on: RunsOn::Controller, .. } if op.spec.paused => return Ok(None),
+            Progress::Next {
+                runs_on: RunsOn::Controller,
+                ..
+            } if op.spec.paused => return Ok(None),
             // A dry run changes no node: the step says what it would do.
-            Progress::Next { index, runs_on: RunsOn::Controller } if task.spec.dry_run => {
+            Progress::Next {
+                index,
+                runs_on: RunsOn::Controller,
+            } if task.spec.dry_run => {
                 let step = task.spec.steps[index].clone();
                 let at = precise(Timestamp::now());
-                let message = format!("dry run: would {} node {}", step.action, task.spec.node_name);
+                let message = format!(
+                    "dry run: would {} node {}",
+                    step.action, task.spec.node_name
+                );
                 let entry = json!({ "name": step.name, "phase": StepPhase::Succeeded, "attempts": step_attempts(&status, &step.name) + 1,
                     "startedAt": at, "finishedAt": at, "changed": false, "message": message });
-                apply_task_status(ctx, &task.name_any(), json!({ "currentStep": step.name, "steps": [entry.clone()] }), &format!("{}.step.{}", ctx.manager, step.name)).await?;
-                let written: bosun_api::node_task::StepStatus =
-                    serde_json::from_value(entry).map_err(|source| Error::Serialize { what: "step status", source })?;
+                apply_task_status(
+                    ctx,
+                    &task.name_any(),
+                    json!({ "currentStep": step.name, "steps": [entry.clone()] }),
+                    &format!("{}.step.{}", ctx.manager, step.name),
+                )
+                .await?;
+                let written: bosun_api::node_task::StepStatus = serde_json::from_value(entry)
+                    .map_err(|source| Error::Serialize {
+                        what: "step status",
+                        source,
+                    })?;
                 let s = task.status.get_or_insert_with(Default::default);
                 s.steps.retain(|x| x.name != written.name);
                 s.steps.push(written);
             }
-            Progress::Next { index, runs_on: RunsOn::Controller } | Progress::Running { index, runs_on: RunsOn::Controller } => {
+            Progress::Next {
+                index,
+                runs_on: RunsOn::Controller,
+            }
+            | Progress::Running {
+                index,
+                runs_on: RunsOn::Controller,
+            } => {
                 let step = task.spec.steps[index].clone();
                 // A step already Running is a drain or wait in progress: same clock, same attempt.
-                let prior = crate::progress::step_status(&status.steps, &step.name).filter(|s| s.phase == StepPhase::Running).cloned();
-                let started = prior.as_ref().and_then(|s| s.started_at.as_ref()).map_or_else(Timestamp::now, |t| t.0);
-                let attempts = prior.as_ref().map_or_else(|| step_attempts(&status, &step.name) + 1, |p| p.attempts);
+                let prior = crate::progress::step_status(&status.steps, &step.name)
+                    .filter(|s| s.phase == StepPhase::Running)
+                    .cloned();
+                let started = prior
+                    .as_ref()
+                    .and_then(|s| s.started_at.as_ref())
+                    .map_or_else(Timestamp::now, |t| t.0);
+                let attempts = prior
+                    .as_ref()
+                    .map_or_else(|| step_attempts(&status, &step.name) + 1, |p| p.attempts);
                 let span = tracing::info_span!("step", node = %task.spec.node_name, step = %step.name, plugin = "");
-                let outcome = crate::actions::run_step(&ctx.client, &ctx.events, &op.spec, task, &step, started).instrument(span).await;
+                let outcome = crate::actions::run_step(
+                    &ctx.client,
+                    &ctx.events,
+                    &op.spec,
+                    task,
+                    &step,
+                    started,
+                )
+                .instrument(span)
+                .await;
                 let finished = precise(Timestamp::now());
-                let ended = match &outcome { StepOutcome::Succeeded { .. } => Some(None), StepOutcome::Failed { reason, .. } => Some(Some(*reason)), StepOutcome::InProgress { .. } => None };
-                ended.into_iter().for_each(|b| bosun_telemetry::metrics().step_finished(bosun_telemetry::Side::Controller, bosun_telemetry::StepOutcome::from_block(b), Timestamp::now().duration_since(started).unsigned_abs()));
+                let ended = match &outcome {
+                    StepOutcome::Succeeded { .. } => Some(None),
+                    StepOutcome::Failed { reason, .. } => Some(Some(*reason)),
+                    StepOutcome::InProgress { .. } => None,
+                };
+                ended.into_iter().for_each(|b| {
+                    bosun_telemetry::metrics().step_finished(
+                        bosun_telemetry::Side::Controller,
+                        bosun_telemetry::StepOutcome::from_block(b),
+                        Timestamp::now().duration_since(started).unsigned_abs(),
+                    )
+                });
                 let mut entry = json!({ "name": step.name, "attempts": attempts, "startedAt": precise(started) });
                 let (mut recheck, mut blocked) = (None, None);
                 match &outcome {
@@ -589,36 +949,62 @@ async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask
                         entry["changed"] = json!(changed);
                         entry["message"] = json!(message);
                     }
-                    StepOutcome::InProgress { message, recheck: r } => {
+                    StepOutcome::InProgress {
+                        message,
+                        recheck: r,
+                    } => {
                         entry["phase"] = json!(StepPhase::Running);
                         entry["message"] = json!(message);
                         recheck = Some(*r);
                     }
-                    StepOutcome::Failed { reason, code, message, retryable } => {
+                    StepOutcome::Failed {
+                        reason,
+                        code,
+                        message,
+                        retryable,
+                    } => {
                         entry["phase"] = json!(StepPhase::Failed);
                         entry["finishedAt"] = json!(finished);
                         entry["changed"] = json!(false);
                         entry["message"] = json!(message);
-                        entry["error"] = json!({ "code": code, "message": message, "retryable": retryable });
+                        entry["error"] =
+                            json!({ "code": code, "message": message, "retryable": retryable });
                         blocked = Some((*reason, format!("step {}: {message}", step.name)));
                     }
                 }
                 // An in-progress step that reports the same as last time writes nothing: the
                 // write would wake this controller again at once.
-                let unchanged = recheck.is_some() && prior.as_ref().is_some_and(|p| p.message.as_deref() == entry["message"].as_str());
+                let unchanged = recheck.is_some()
+                    && prior
+                        .as_ref()
+                        .is_some_and(|p| p.message.as_deref() == entry["message"].as_str());
                 if !unchanged {
                     let body = json!({ "currentStep": step.name, "steps": [entry.clone()] });
-                    apply_task_status(ctx, &task.name_any(), body, &format!("{}.step.{}", ctx.manager, step.name)).await?;
+                    apply_task_status(
+                        ctx,
+                        &task.name_any(),
+                        body,
+                        &format!("{}.step.{}", ctx.manager, step.name),
+                    )
+                    .await?;
                 }
                 if let Some((reason, message)) = &blocked {
-                    let next = task_transition(status.phase, TaskEvent::StepFailed)
-                        .map_err(|source| Error::Transition { task: task.name_any(), source })?;
+                    let next =
+                        task_transition(status.phase, TaskEvent::StepFailed).map_err(|source| {
+                            Error::Transition {
+                                task: task.name_any(),
+                                source,
+                            }
+                        })?;
                     let top = json!({ "phase": next, "attempts": status.attempts, "reason": reason, "message": message });
                     apply_task_status(ctx, &task.name_any(), top, &ctx.manager).await?;
                 }
                 // Mirror the write in memory, then look at the next step.
-                let written: bosun_api::node_task::StepStatus =
-                    serde_json::from_value(entry).map_err(|source| Error::Serialize { what: "step status", source })?;
+                let written: bosun_api::node_task::StepStatus = serde_json::from_value(entry)
+                    .map_err(|source| Error::Serialize {
+                        what: "step status",
+                        source,
+                    })?;
                 let s = task.status.get_or_insert_with(Default::default);
                 s.steps.retain(|x| x.name != written.name);
                 s.steps.push(written);
@@ -633,7 +1019,15 @@ async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask
                 }
             }
             // The agent's turn, an agent step in flight, or a failure waiting for a person.
-            Progress::Next { runs_on: RunsOn::Agent, .. } | Progress::Running { runs_on: RunsOn::Agent, .. } | Progress::Failed { .. } => return Ok(None),
+            Progress::Next {
+                runs_on: RunsOn::Agent,
+                ..
+            }
+            | Progress::Running {
+                runs_on: RunsOn::Agent,
+                ..
+            }
+            | Progress::Failed { .. } => return Ok(None),
         }
     }
 }
@@ -641,8 +1035,17 @@ async fn advance_running_task(ctx: &Context, op: &Operation, task: &mut NodeTask
 /// Records how long the health gates held a task: from its last step's finish to the gates'
 /// verdict (pass or fail), for `bosun_gate_duration_seconds{gate="health"}`.
 fn record_health_gate(status: &bosun_api::node_task::NodeTaskStatus) {
-    if let Some(last) = status.steps.iter().filter_map(|s| s.finished_at.as_ref()).map(|t| t.0).max() {
-        bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Health, Timestamp::now().duration_since(last).unsigned_abs());
+    if let Some(last) = status
+        .steps
+        .iter()
+        .filter_map(|s| s.finished_at.as_ref())
+        .map(|t| t.0)
+        .max()
+    {
+        bosun_telemetry::metrics().gate_finished(
+            bosun_telemetry::Gate::Health,
+            Timestamp::now().duration_since(last).unsigned_abs(),
+        );
     }
 }
 
@@ -660,7 +1063,16 @@ mod tests {
     use crate::fake_api::{context, fake};
 
     fn pending() -> NodeTask {
-        let spec = NodeTaskSpec { operation: "second".into(), node_name: "w1".into(), group: "g".into(), steps: vec![], dry_run: false, step_timeout_seconds: None, approve: false, recovery: None };
+        let spec = NodeTaskSpec {
+            operation: "second".into(),
+            node_name: "w1".into(),
+            group: "g".into(),
+            steps: vec![],
+            dry_run: false,
+            step_timeout_seconds: None,
+            approve: false,
+            recovery: None,
+        };
         let mut t = NodeTask::new("second-w1", spec);
         t.status = Some(NodeTaskStatus::default());
         t
@@ -675,7 +1087,12 @@ mod tests {
     }
 
     fn worker(name: &str) -> NodeInfo {
-        NodeInfo { name: name.into(), labels: BTreeMap::new(), ready: true, unschedulable: false }
+        NodeInfo {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            ready: true,
+            unschedulable: false,
+        }
     }
 
     /// A `maxUnavailable` edited into a value the planner cannot read after the plan was
@@ -691,12 +1108,21 @@ mod tests {
 
         let edited = custom_op(json!("99999999999"));
         let (again, note) = plan_or_keep_frozen("op", &edited, &nodes, Some(&first.plan)).unwrap();
-        assert_eq!(again.plan, first.plan, "the frozen plan, limits included, is unchanged");
+        assert_eq!(
+            again.plan, first.plan,
+            "the frozen plan, limits included, is unchanged"
+        );
         assert_eq!(again.tasks, first.tasks);
         let note = note.expect("a note says the field is ignored");
-        assert!(note.contains("spec.rollout.maxUnavailable is ignored") && note.contains("99999999999"), "{note}");
+        assert!(
+            note.contains("spec.rollout.maxUnavailable is ignored") && note.contains("99999999999"),
+            "{note}"
+        );
 
-        assert!(matches!(plan_or_keep_frozen("op", &edited, &nodes, None), Err(PlanError::MaxUnavailable(_))));
+        assert!(matches!(
+            plan_or_keep_frozen("op", &edited, &nodes, None),
+            Err(PlanError::MaxUnavailable(_))
+        ));
     }
 
     /// An Operation with a `deletionTimestamp`, as the watch delivers it: the reconcile
@@ -707,10 +1133,15 @@ mod tests {
         op.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         assert!(being_deleted(&op));
         let (client, seen) = crate::fake_api::fake_routes(|_| json!({}));
-        let action = reconcile(Arc::new(op), Arc::new(context(client))).await.unwrap();
+        let action = reconcile(Arc::new(op), Arc::new(context(client)))
+            .await
+            .unwrap();
         assert_eq!(action, Action::await_change());
         let requests = seen.lock().unwrap().clone();
-        assert!(requests.is_empty(), "an Operation being deleted asks and writes nothing: {requests:#?}");
+        assert!(
+            requests.is_empty(),
+            "an Operation being deleted asks and writes nothing: {requests:#?}"
+        );
     }
 
     /// The cached Operation does not show the deletion yet, but its NodeTasks are gone (the
@@ -719,9 +1150,14 @@ mod tests {
     #[tokio::test]
     async fn tasks_removed_by_a_deletion_are_not_recreated_from_a_stale_cache() {
         let nodes = [worker("w1"), worker("w2")];
-        let (planned, _) = plan_or_keep_frozen("going", &custom_op(json!(1)), &nodes, None).unwrap();
+        let (planned, _) =
+            plan_or_keep_frozen("going", &custom_op(json!(1)), &nodes, None).unwrap();
         let mut cached = Operation::new("going", custom_op(json!(1)));
-        cached.status = Some(OperationStatus { plan: Some(planned.plan), phase: OperationPhase::Running, ..Default::default() });
+        cached.status = Some(OperationStatus {
+            plan: Some(planned.plan),
+            phase: OperationPhase::Running,
+            ..Default::default()
+        });
         let (client, seen) = crate::fake_api::fake_routes(|req| {
             if req.path == "/api/v1/nodes" {
                 let node = |n: &str| json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": n }, "status": { "conditions": [{ "type": "Ready", "status": "True" }] } });
@@ -736,16 +1172,31 @@ mod tests {
                 req.body.clone()
             }
         });
-        let action = reconcile(Arc::new(cached), Arc::new(context(client))).await.unwrap();
+        let action = reconcile(Arc::new(cached), Arc::new(context(client)))
+            .await
+            .unwrap();
         assert_eq!(action, Action::await_change());
         let requests = seen.lock().unwrap().clone();
         let writes: Vec<_> = requests.iter().filter(|r| r.method != "GET").collect();
-        assert!(writes.is_empty(), "nothing is created or started for an Operation being deleted: {writes:#?}");
-        assert!(requests.iter().any(|r| r.path.ends_with("/operations/going")), "the Operation itself was read: {requests:#?}");
+        assert!(
+            writes.is_empty(),
+            "nothing is created or started for an Operation being deleted: {writes:#?}"
+        );
+        assert!(
+            requests
+                .iter()
+                .any(|r| r.path.ends_with("/operations/going")),
+            "the Operation itself was read: {requests:#?}"
+        );
     }
 
     fn holder(phase: NodeTaskPhase) -> Holder {
-        Holder { node: "w1".into(), operation: "first".into(), task: "first-w1".into(), phase }
+        Holder {
+            node: "w1".into(),
+            operation: "first".into(),
+            task: "first-w1".into(),
+            phase,
+        }
     }
 
     /// The waiting note is written once (message and NodeHeld condition, with the phase and
@@ -756,15 +1207,32 @@ mod tests {
         let now = Timestamp::now();
         let task = pending();
         let (client, seen) = fake(&task, |_| false);
-        note_held(&context(client), &task, &holder(NodeTaskPhase::Blocked), now).await.unwrap();
+        note_held(
+            &context(client),
+            &task,
+            &holder(NodeTaskPhase::Blocked),
+            now,
+        )
+        .await
+        .unwrap();
         let requests = seen.lock().unwrap().clone();
         assert_eq!(requests.len(), 1, "{requests:#?}");
         let status = &requests[0].body["status"];
         let want = "waiting: node w1 is held by Operation first (task first-w1, Blocked)";
         assert_eq!(status["message"], json!(want));
-        assert_eq!((status["phase"].clone(), status["attempts"].clone()), (json!("Pending"), json!(0)));
+        assert_eq!(
+            (status["phase"].clone(), status["attempts"].clone()),
+            (json!("Pending"), json!(0))
+        );
         let condition: Condition = serde_json::from_value(status["conditions"][0].clone()).unwrap();
-        assert_eq!((condition.type_.as_str(), condition.status.as_str(), condition.reason.as_str()), ("NodeHeld", "True", "HeldByOtherOperation"));
+        assert_eq!(
+            (
+                condition.type_.as_str(),
+                condition.status.as_str(),
+                condition.reason.as_str()
+            ),
+            ("NodeHeld", "True", "HeldByOtherOperation")
+        );
         assert_eq!(condition.message, want);
 
         // The task as the server now holds it: nothing more to write.
@@ -773,14 +1241,34 @@ mod tests {
         s.message = Some(want.into());
         s.conditions = vec![condition];
         let (client, seen) = fake(&noted, |_| false);
-        note_held(&context(client), &noted, &holder(NodeTaskPhase::Blocked), now).await.unwrap();
-        assert!(seen.lock().unwrap().is_empty(), "an unchanged note is not written again");
+        note_held(
+            &context(client),
+            &noted,
+            &holder(NodeTaskPhase::Blocked),
+            now,
+        )
+        .await
+        .unwrap();
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "an unchanged note is not written again"
+        );
 
         // The holder moved on to another phase: the note follows.
         let (client, seen) = fake(&noted, |_| false);
-        note_held(&context(client), &noted, &holder(NodeTaskPhase::Running), now).await.unwrap();
+        note_held(
+            &context(client),
+            &noted,
+            &holder(NodeTaskPhase::Running),
+            now,
+        )
+        .await
+        .unwrap();
         let requests = seen.lock().unwrap().clone();
         assert_eq!(requests.len(), 1);
-        assert_eq!(requests[0].body["status"]["message"], json!("waiting: node w1 is held by Operation first (task first-w1, Running)"));
+        assert_eq!(
+            requests[0].body["status"]["message"],
+            json!("waiting: node w1 is held by Operation first (task first-w1, Running)")
+        );
     }
 }

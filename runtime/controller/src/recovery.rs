@@ -26,7 +26,9 @@ pub const PAUSED_ANNOTATION: &str = "bosun.dev/paused";
 
 /// True when the task carries [`PAUSED_ANNOTATION`].
 pub fn is_paused(task: &NodeTask) -> bool {
-    task.annotations().get(PAUSED_ANNOTATION).is_some_and(|v| v == "true")
+    task.annotations()
+        .get(PAUSED_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 /// Acts on one task: a person's `spec.recovery` first, else `failurePolicy: Retry`.
@@ -41,7 +43,12 @@ pub fn is_paused(task: &NodeTask) -> bool {
 /// it (a person setting `spec.recovery` again bumps the generation). A recovery on a task
 /// that is not Blocked changes nothing but is recorded, cleared and, unless the task is
 /// Running or finished, explained in its message.
-pub async fn handle(ctx: &Context, op: &Operation, task: &mut NodeTask, now: Timestamp) -> Result<Option<Duration>> {
+pub async fn handle(
+    ctx: &Context,
+    op: &Operation,
+    task: &mut NodeTask,
+    now: Timestamp,
+) -> Result<Option<Duration>> {
     let status = task.status.clone().unwrap_or_default();
     if let Some(recovery) = task.spec.recovery {
         let generation = task.metadata.generation;
@@ -58,7 +65,13 @@ pub async fn handle(ctx: &Context, op: &Operation, task: &mut NodeTask, now: Tim
             Err(e) => {
                 tracing::warn!(task = %task.name_any(), ?recovery, phase = ?status.phase, "recovery ignored: {e}");
                 let explain = !status.phase.is_finished() && status.phase != NodeTaskPhase::Running;
-                let message = if explain { Some(format!("spec.recovery {recovery:?} was ignored and cleared: {e}")) } else { status.message.clone() };
+                let message = if explain {
+                    Some(format!(
+                        "spec.recovery {recovery:?} was ignored and cleared: {e}"
+                    ))
+                } else {
+                    status.message.clone()
+                };
                 let mut body = json!({ "phase": status.phase, "attempts": status.attempts, "message": message, "recoveryGeneration": generation });
                 if let Some(reason) = status.reason {
                     body["reason"] = json!(reason);
@@ -77,15 +90,30 @@ pub async fn handle(ctx: &Context, op: &Operation, task: &mut NodeTask, now: Tim
     }
     match auto_retry(&op.spec.failure_policy, &task.spec.steps, &status, now) {
         AutoRetry::Now { retry, limit } => {
-            let resumption = resume(&task.spec.steps, &status, Recovery::Retry, Resumer::Automatic { retry, limit })
-                .map_err(|source| Error::Transition { task: task.name_any(), source })?;
+            let resumption = resume(
+                &task.spec.steps,
+                &status,
+                Recovery::Retry,
+                Resumer::Automatic { retry, limit },
+            )
+            .map_err(|source| Error::Transition {
+                task: task.name_any(),
+                source,
+            })?;
             write(ctx, task, &resumption, Recovery::Retry, None).await?;
             tracing::info!(task = %task.name_any(), retry, limit, "automatic retry");
             Ok(None)
         }
         AutoRetry::Later { at, retry, limit } => {
             if let Some(failed) = failure(task) {
-                note(ctx, task, format!("{failed}; failurePolicy Retry: automatic retry {retry} of {limit} at {at}")).await?;
+                note(
+                    ctx,
+                    task,
+                    format!(
+                        "{failed}; failurePolicy Retry: automatic retry {retry} of {limit} at {at}"
+                    ),
+                )
+                .await?;
             }
             let wait = at.duration_since(now).unsigned_abs();
             Ok(Some(wait.max(Duration::from_millis(100))))
@@ -94,7 +122,14 @@ pub async fn handle(ctx: &Context, op: &Operation, task: &mut NodeTask, now: Tim
             // Only about a failed step: a task blocked otherwise (a health gate) keeps the
             // message that says why.
             if let Some(failed) = failure(task) {
-                note(ctx, task, format!("{failed}; no automatic retry: {why}; set spec.recovery (Retry or Skip)")).await?;
+                note(
+                    ctx,
+                    task,
+                    format!(
+                        "{failed}; no automatic retry: {why}; set spec.recovery (Retry or Skip)"
+                    ),
+                )
+                .await?;
             }
             Ok(None)
         }
@@ -111,7 +146,13 @@ fn failure(task: &NodeTask) -> Option<String> {
         .iter()
         .filter(|s| task.spec.steps.iter().any(|spec| spec.name == s.name))
         .find(|s| s.phase == bosun_api::node_task::StepPhase::Failed);
-    failed.map(|s| format!("step {} failed: {}", s.name, s.message.clone().unwrap_or_default()))
+    failed.map(|s| {
+        format!(
+            "step {} failed: {}",
+            s.name,
+            s.message.clone().unwrap_or_default()
+        )
+    })
 }
 
 /// Sets the task's message (same phase and attempts), unless it already says that.
@@ -132,18 +173,35 @@ async fn note(ctx: &Context, task: &mut NodeTask, message: String) -> Result<()>
 /// message with `recoveryGeneration` (`generation`, for a person's recovery): that last
 /// write is the one that acts, so a failure before it leaves the task Blocked for the next
 /// pass to act on again.
-async fn write(ctx: &Context, task: &mut NodeTask, r: &Resumption, recovery: Recovery, generation: Option<i64>) -> Result<()> {
+async fn write(
+    ctx: &Context,
+    task: &mut NodeTask,
+    r: &Resumption,
+    recovery: Recovery,
+    generation: Option<i64>,
+) -> Result<()> {
     let name = task.name_any();
     if let Some(step) = &r.step {
         let entry = json!({ "name": step.name, "phase": step.phase, "attempts": step.attempts, "message": step.message });
-        apply_task_status(ctx, &name, json!({ "currentStep": step.name, "steps": [entry] }), &format!("{}.step.{}", ctx.manager, step.name))
-            .await?;
+        apply_task_status(
+            ctx,
+            &name,
+            json!({ "currentStep": step.name, "steps": [entry] }),
+            &format!("{}.step.{}", ctx.manager, step.name),
+        )
+        .await?;
     }
     if recovery == Recovery::Retry {
         let api: Api<NodeTask> = Api::all(ctx.client.clone());
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": { "reason": null } })))
-            .await
-            .map_err(Error::kube(format!("removing the block reason of NodeTask {name}")))?;
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "reason": null } })),
+        )
+        .await
+        .map_err(Error::kube(format!(
+            "removing the block reason of NodeTask {name}"
+        )))?;
     }
     let mut top = json!({ "phase": r.phase, "attempts": r.attempts, "message": r.message });
     if let Some(g) = generation {
@@ -193,8 +251,12 @@ async fn clear_recovery(ctx: &Context, task: &mut NodeTask) -> Result<()> {
         ops.push(json!({ "op": "test", "path": "/metadata/generation", "value": generation }));
     }
     ops.push(json!({ "op": "remove", "path": "/spec/recovery" }));
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::Value::Array(ops)).expect("a well-formed JSON Patch");
-    match api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+    let patch: json_patch::Patch =
+        serde_json::from_value(serde_json::Value::Array(ops)).expect("a well-formed JSON Patch");
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
         Ok(_) => {}
         // The `test` failed (the spec changed since it was read) or the field is already
         // gone: nothing to clear now; a newer recovery is handled on the next pass.
@@ -202,7 +264,11 @@ async fn clear_recovery(ctx: &Context, task: &mut NodeTask) -> Result<()> {
             tracing::info!(task = %name, "spec.recovery changed since it was read; leaving the newer one for the next pass");
             return Ok(());
         }
-        Err(e) => return Err(Error::kube(format!("clearing spec.recovery of NodeTask {name}"))(e)),
+        Err(e) => {
+            return Err(Error::kube(format!(
+                "clearing spec.recovery of NodeTask {name}"
+            ))(e));
+        }
     }
     task.spec.recovery = None;
     Ok(())
@@ -216,12 +282,25 @@ pub async fn mirror_pause(ctx: &Context, task: &mut NodeTask, paused: bool) -> R
         return Ok(());
     }
     let name = task.name_any();
-    let value = if paused { json!("true") } else { serde_json::Value::Null };
+    let value = if paused {
+        json!("true")
+    } else {
+        serde_json::Value::Null
+    };
     let api: Api<NodeTask> = Api::all(ctx.client.clone());
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(json!({ "metadata": { "annotations": { PAUSED_ANNOTATION: value } } })))
-        .await
-        .map_err(Error::kube(format!("marking NodeTask {name} paused={paused}")))?;
-    let annotations = task.metadata.annotations.get_or_insert_with(Default::default);
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": { "annotations": { PAUSED_ANNOTATION: value } } })),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "marking NodeTask {name} paused={paused}"
+    )))?;
+    let annotations = task
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
     if paused {
         annotations.insert(PAUSED_ANNOTATION.to_string(), "true".to_string());
     } else {
@@ -242,7 +321,10 @@ mod tests {
     use crate::fake_api::{Seen, context, fake, fake_failing_with};
 
     fn operation() -> Operation {
-        Operation::new("op", serde_json::from_value::<OperationSpec>(json!({ "custom": { "groups": [] } })).unwrap())
+        Operation::new(
+            "op",
+            serde_json::from_value::<OperationSpec>(json!({ "custom": { "groups": [] } })).unwrap(),
+        )
     }
 
     /// A task Blocked at its failed only step, with `spec.recovery: Retry` at generation 3.
@@ -250,7 +332,16 @@ mod tests {
         let step: Step = serde_json::from_value(json!({ "name": "hello", "plugin": "hello", "action": "greet", "runsOn": RunsOn::Agent })).unwrap();
         let mut task = NodeTask::new(
             "op-w1",
-            NodeTaskSpec { operation: "op".into(), node_name: "w1".into(), group: "workers".into(), steps: vec![step], dry_run: false, step_timeout_seconds: None, approve: false, recovery: Some(Recovery::Retry) },
+            NodeTaskSpec {
+                operation: "op".into(),
+                node_name: "w1".into(),
+                group: "workers".into(),
+                steps: vec![step],
+                dry_run: false,
+                step_timeout_seconds: None,
+                approve: false,
+                recovery: Some(Recovery::Retry),
+            },
         );
         task.metadata.generation = Some(3);
         task.status = Some(NodeTaskStatus {
@@ -258,7 +349,12 @@ mod tests {
             attempts: 1,
             reason: Some(bosun_api::node_task::BlockReason::StepFailed),
             message: Some("step hello failed: boom".into()),
-            steps: vec![StepStatus { name: "hello".into(), phase: bosun_api::node_task::StepPhase::Failed, attempts: 1, ..Default::default() }],
+            steps: vec![StepStatus {
+                name: "hello".into(),
+                phase: bosun_api::node_task::StepPhase::Failed,
+                attempts: 1,
+                ..Default::default()
+            }],
             ..Default::default()
         });
         task
@@ -271,16 +367,34 @@ mod tests {
         let (client, seen) = fake(&task, Seen::is_clear);
         let ctx = context(client);
         let result = handle(&ctx, &operation(), &mut task, Timestamp::now()).await;
-        assert!(result.is_err(), "the failed clear is an error, retried by the reconciler");
+        assert!(
+            result.is_err(),
+            "the failed clear is an error, retried by the reconciler"
+        );
         let requests = seen.lock().unwrap().clone();
-        let clear_at = requests.iter().position(Seen::is_clear).expect("the clear was attempted");
+        let clear_at = requests
+            .iter()
+            .position(Seen::is_clear)
+            .expect("the clear was attempted");
         let acted_at = requests
             .iter()
-            .position(|r| r.is_status() && r.body.pointer("/status/phase") == Some(&json!("Running")))
+            .position(|r| {
+                r.is_status() && r.body.pointer("/status/phase") == Some(&json!("Running"))
+            })
             .expect("the task was moved to Running");
         assert!(acted_at < clear_at, "acted before clearing: {requests:#?}");
-        assert_eq!(requests[acted_at].body.pointer("/status/recoveryGeneration"), Some(&json!(3)), "the write that acts records the generation");
-        assert_eq!(task.spec.recovery, Some(Recovery::Retry), "still set: the clear failed");
+        assert_eq!(
+            requests[acted_at]
+                .body
+                .pointer("/status/recoveryGeneration"),
+            Some(&json!(3)),
+            "the write that acts records the generation"
+        );
+        assert_eq!(
+            task.spec.recovery,
+            Some(Recovery::Retry),
+            "still set: the clear failed"
+        );
 
         // Pass 2: the server now holds what pass 1 wrote (Running, recoveryGeneration 3) and
         // still has spec.recovery; the clear works this time. Only the clear is sent.
@@ -290,7 +404,9 @@ mod tests {
         status.recovery_generation = Some(3);
         let (client, seen) = fake(&task, |_| false);
         let ctx = context(client);
-        handle(&ctx, &operation(), &mut task, Timestamp::now()).await.unwrap();
+        handle(&ctx, &operation(), &mut task, Timestamp::now())
+            .await
+            .unwrap();
         let requests = seen.lock().unwrap().clone();
         assert_eq!(requests.len(), 1, "only the clear: {requests:#?}");
         assert!(requests[0].is_clear());
@@ -301,27 +417,46 @@ mod tests {
         let mut task = blocked_with_retry();
         task.status.as_mut().unwrap().recovery_generation = Some(3);
         let (client, seen) = fake(&task, |_| false);
-        handle(&context(client), &operation(), &mut task, Timestamp::now()).await.unwrap();
+        handle(&context(client), &operation(), &mut task, Timestamp::now())
+            .await
+            .unwrap();
         let requests = seen.lock().unwrap().clone();
-        assert!(requests.iter().all(|r| !r.is_status()), "no status write: {requests:#?}");
+        assert!(
+            requests.iter().all(|r| !r.is_status()),
+            "no status write: {requests:#?}"
+        );
     }
 
     #[tokio::test]
     async fn a_retry_whose_status_write_fails_keeps_spec_recovery_for_the_next_pass() {
         let mut task = blocked_with_retry();
-        let (client, seen) = fake(&task, |r| r.is_status() && r.body.pointer("/status/phase").is_some());
+        let (client, seen) = fake(&task, |r| {
+            r.is_status() && r.body.pointer("/status/phase").is_some()
+        });
         let result = handle(&context(client), &operation(), &mut task, Timestamp::now()).await;
         assert!(result.is_err());
         let requests = seen.lock().unwrap().clone();
-        assert!(!requests.iter().any(Seen::is_clear), "spec.recovery must not be cleared when acting failed: {requests:#?}");
+        assert!(
+            !requests.iter().any(Seen::is_clear),
+            "spec.recovery must not be cleared when acting failed: {requests:#?}"
+        );
         assert_eq!(task.spec.recovery, Some(Recovery::Retry));
 
         // The next pass, with nothing changed on the server but the step entry, acts.
         let (client, seen) = fake(&task, |_| false);
-        handle(&context(client), &operation(), &mut task, Timestamp::now()).await.unwrap();
+        handle(&context(client), &operation(), &mut task, Timestamp::now())
+            .await
+            .unwrap();
         let requests = seen.lock().unwrap().clone();
-        assert!(requests.iter().any(|r| r.body.pointer("/status/phase") == Some(&json!("Running"))));
-        assert!(requests.last().unwrap().is_clear(), "cleared last: {requests:#?}");
+        assert!(
+            requests
+                .iter()
+                .any(|r| r.body.pointer("/status/phase") == Some(&json!("Running")))
+        );
+        assert!(
+            requests.last().unwrap().is_clear(),
+            "cleared last: {requests:#?}"
+        );
         assert_eq!(task.spec.recovery, None);
         assert_eq!(task.status.as_ref().unwrap().phase, NodeTaskPhase::Running);
     }
@@ -332,11 +467,24 @@ mod tests {
         // (generation 4), so the clear's `test` of generation 3 fails with 422.
         let mut task = blocked_with_retry();
         let (client, seen) = fake_failing_with(&task, Seen::is_clear, 422);
-        handle(&context(client), &operation(), &mut task, Timestamp::now()).await.expect("a failed test is not an error");
+        handle(&context(client), &operation(), &mut task, Timestamp::now())
+            .await
+            .expect("a failed test is not an error");
         let requests = seen.lock().unwrap().clone();
-        let clear = requests.iter().find(|r| r.is_clear()).expect("the clear was attempted");
-        assert_eq!(clear.body[0], json!({ "op": "test", "path": "/metadata/generation", "value": 3 }), "{clear:#?}");
-        assert_eq!(task.spec.recovery, Some(Recovery::Retry), "left for the next pass, which reads the newer spec");
+        let clear = requests
+            .iter()
+            .find(|r| r.is_clear())
+            .expect("the clear was attempted");
+        assert_eq!(
+            clear.body[0],
+            json!({ "op": "test", "path": "/metadata/generation", "value": 3 }),
+            "{clear:#?}"
+        );
+        assert_eq!(
+            task.spec.recovery,
+            Some(Recovery::Retry),
+            "left for the next pass, which reads the newer spec"
+        );
     }
 
     #[tokio::test]
@@ -345,10 +493,18 @@ mod tests {
         task.metadata.generation = Some(5);
         task.status.as_mut().unwrap().recovery_generation = Some(3);
         let (client, seen) = fake(&task, |_| false);
-        handle(&context(client), &operation(), &mut task, Timestamp::now()).await.unwrap();
+        handle(&context(client), &operation(), &mut task, Timestamp::now())
+            .await
+            .unwrap();
         let requests = seen.lock().unwrap().clone();
-        let acted = requests.iter().find(|r| r.body.pointer("/status/phase") == Some(&json!("Running"))).expect("acted");
-        assert_eq!(acted.body.pointer("/status/recoveryGeneration"), Some(&json!(5)));
+        let acted = requests
+            .iter()
+            .find(|r| r.body.pointer("/status/phase") == Some(&json!("Running")))
+            .expect("acted");
+        assert_eq!(
+            acted.body.pointer("/status/recoveryGeneration"),
+            Some(&json!(5))
+        );
         assert!(requests.last().unwrap().is_clear());
     }
 }

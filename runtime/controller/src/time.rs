@@ -62,11 +62,27 @@ mod tests {
         let t2: Timestamp = "2026-01-01T00:02:00Z".parse().unwrap();
         let mut c = Vec::new();
         set_condition(&mut c, "Blocked", false, "NotBlocked", "", Some(1), t0);
-        set_condition(&mut c, "Blocked", false, "NotBlocked", "still fine", Some(1), t1);
+        set_condition(
+            &mut c,
+            "Blocked",
+            false,
+            "NotBlocked",
+            "still fine",
+            Some(1),
+            t1,
+        );
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].last_transition_time.0, t0);
         assert_eq!(c[0].message, "still fine");
-        set_condition(&mut c, "Blocked", true, "StepFailed", "greet failed", Some(1), t2);
+        set_condition(
+            &mut c,
+            "Blocked",
+            true,
+            "StepFailed",
+            "greet failed",
+            Some(1),
+            t2,
+        );
         assert_eq!(c[0].last_transition_time.0, t2);
         assert_eq!(c[0].status, "True");
     }

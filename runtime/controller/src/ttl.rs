@@ -140,10 +140,17 @@ mod tests {
         assert_eq!(decide(Some(done), Some(i64::MAX), t(10)), Ttl::Keep);
         // Just inside the range still counts down.
         let last = Timestamp::MAX.as_second() - done.as_second();
-        assert!(matches!(decide(Some(done), Some(last), t(10)), Ttl::Wait(_)));
+        assert!(matches!(
+            decide(Some(done), Some(last), t(10)),
+            Ttl::Wait(_)
+        ));
         // The schema's largest value is far inside the range.
         assert_eq!(
-            decide(Some(done), Some(bosun_api::operation::MAX_TTL_SECONDS), t(10)),
+            decide(
+                Some(done),
+                Some(bosun_api::operation::MAX_TTL_SECONDS),
+                t(10)
+            ),
             Ttl::Wait(Duration::from_secs(
                 u64::try_from(bosun_api::operation::MAX_TTL_SECONDS).unwrap() - 10
             ))

@@ -5,7 +5,10 @@ use std::process::Command;
 
 #[test]
 fn help_names_the_options() {
-    let out = Command::new(env!("CARGO_BIN_EXE_bosun-controller")).arg("--help").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bosun-controller"))
+        .arg("--help")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for flag in ["--field-manager", "--resync-seconds", "--log"] {
@@ -15,8 +18,14 @@ fn help_names_the_options() {
 
 #[test]
 fn an_unusable_kubeconfig_says_what_to_set() {
-    let kubeconfig = std::env::temp_dir().join(format!("bosun-controller-cli-{}/no-such-kubeconfig", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_bosun-controller")).env("KUBECONFIG", &kubeconfig).output().unwrap();
+    let kubeconfig = std::env::temp_dir().join(format!(
+        "bosun-controller-cli-{}/no-such-kubeconfig",
+        std::process::id()
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_bosun-controller"))
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("KUBECONFIG"), "{err}");

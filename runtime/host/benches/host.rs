@@ -36,10 +36,21 @@ fn benches(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("a_noop");
     g.bench_function("run_noop", |b| {
-        b.iter(|| black_box(host.run(&plugin, &grants, &ctx, "noop", "{}", opts).unwrap()));
+        b.iter(|| {
+            black_box(
+                host.run(&plugin, &grants, &ctx, "noop", "{}", opts)
+                    .unwrap(),
+            )
+        });
     });
     g.bench_function("run_noop_decommit_all", |b| {
-        b.iter(|| black_box(decommit_host.run(&decommit_plugin, &grants, &ctx, "noop", "{}", opts).unwrap()));
+        b.iter(|| {
+            black_box(
+                decommit_host
+                    .run(&decommit_plugin, &grants, &ctx, "noop", "{}", opts)
+                    .unwrap(),
+            )
+        });
     });
     g.bench_function("cached_verified_pin_and_run_noop", |b| {
         b.iter(|| {
@@ -60,10 +71,20 @@ fn benches(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("b_host_call");
     g.bench_function("run_log_0_calls", |b| {
-        b.iter(|| black_box(host.run(&plugin, &grants, &ctx, "log", r#"{"n":0}"#, opts).unwrap()));
+        b.iter(|| {
+            black_box(
+                host.run(&plugin, &grants, &ctx, "log", r#"{"n":0}"#, opts)
+                    .unwrap(),
+            )
+        });
     });
     g.bench_function("run_log_1000_calls", |b| {
-        b.iter(|| black_box(host.run(&plugin, &grants, &ctx, "log", r#"{"n":1000}"#, opts).unwrap()));
+        b.iter(|| {
+            black_box(
+                host.run(&plugin, &grants, &ctx, "log", r#"{"n":1000}"#, opts)
+                    .unwrap(),
+            )
+        });
     });
     g.finish();
 
@@ -76,7 +97,9 @@ fn benches(c: &mut Criterion) {
     });
     g.finish();
 
-    let big: Vec<u8> = (0..5_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let big: Vec<u8> = (0..5_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     let digest = Digest::of(&big);
     let statement = Statement::new("big", "1.0.0", digest).unwrap();
     let sigs = vec![node.signer.key.sign_statement(&statement)];
@@ -84,7 +107,12 @@ fn benches(c: &mut Criterion) {
     g.sample_size(30);
     g.bench_function("hash_only", |b| b.iter(|| black_box(Digest::of(&big))));
     g.bench_function("hash_and_verify", |b| {
-        b.iter(|| black_box(bosun_trust::verify(&big, &digest, "big", "1.0.0", &sigs, &node.signer.roots).unwrap()));
+        b.iter(|| {
+            black_box(
+                bosun_trust::verify(&big, &digest, "big", "1.0.0", &sigs, &node.signer.roots)
+                    .unwrap(),
+            )
+        });
     });
     g.finish();
 }

@@ -84,7 +84,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_default()
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 /// Plain wasmtime: a fresh store on `pre`'s engine, instantiate, call export `f` (a
@@ -96,17 +98,33 @@ struct Plain {
 }
 
 impl Plain {
-    fn new(engine: &wasmtime::Engine, bytes: &[u8], path: &[&str], args: Vec<Val>, traps: bool) -> Plain {
+    fn new(
+        engine: &wasmtime::Engine,
+        bytes: &[u8],
+        path: &[&str],
+        args: Vec<Val>,
+        traps: bool,
+    ) -> Plain {
         let component = Component::new(engine, bytes).expect("component");
         let mut linker = Linker::new(engine);
         if traps {
-            linker.define_unknown_imports_as_traps(&component).expect("trap imports");
+            linker
+                .define_unknown_imports_as_traps(&component)
+                .expect("trap imports");
         }
         let mut export = None;
         for name in path {
-            export = Some(component.get_export_index(export.as_ref(), name).expect("export"));
+            export = Some(
+                component
+                    .get_export_index(export.as_ref(), name)
+                    .expect("export"),
+            );
         }
-        Plain { pre: linker.instantiate_pre(&component).expect("link"), export: export.expect("a path"), args }
+        Plain {
+            pre: linker.instantiate_pre(&component).expect("link"),
+            export: export.expect("a path"),
+            args,
+        }
     }
 
     fn run(&self) {
@@ -129,7 +147,12 @@ enum Variant {
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not supported here.
     const BLOCK: usize = 200;
-    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000_usize).div_ceil(BLOCK) * BLOCK;
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000_usize)
+        .div_ceil(BLOCK)
+        * BLOCK;
     let small_pool = std::env::var_os("SMALL_POOL").is_some();
     let node = support::node();
     let good = &support::plugins().good;
@@ -157,31 +180,71 @@ fn main() {
         Val::Record(vec![("dry-run".into(), Val::Bool(false))]),
     ];
     let mut variants: Vec<(&str, Variant)> = vec![
-        ("run_noop", Variant::Bosun(Box::new(default_host), pin.clone())),
-        ("run_noop_decommit_all", Variant::Bosun(Box::new(host_with(&|c| c.pool.keep_resident_bytes = 0)), pin.clone())),
+        (
+            "run_noop",
+            Variant::Bosun(Box::new(default_host), pin.clone()),
+        ),
+        (
+            "run_noop_decommit_all",
+            Variant::Bosun(
+                Box::new(host_with(&|c| c.pool.keep_resident_bytes = 0)),
+                pin.clone(),
+            ),
+        ),
         (
             "wasmtime_same_plugin_no_host",
-            Variant::Plain(Plain::new(&engine, good, &["bosun:plugin/plugin@0.1.0", "run"], noop_args, true)),
+            Variant::Plain(Plain::new(
+                &engine,
+                good,
+                &["bosun:plugin/plugin@0.1.0", "run"],
+                noop_args,
+                true,
+            )),
         ),
         (
             "wasmtime_memory_component",
-            Variant::Plain(Plain::new(&engine, &wat(MEMORY_COMPONENT), &["f"], vec![Val::String("noop".into())], false)),
+            Variant::Plain(Plain::new(
+                &engine,
+                &wat(MEMORY_COMPONENT),
+                &["f"],
+                vec![Val::String("noop".into())],
+                false,
+            )),
         ),
-        ("wasmtime_min_component", Variant::Plain(Plain::new(&engine, &wat(MIN_COMPONENT), &["f"], vec![], false))),
+        (
+            "wasmtime_min_component",
+            Variant::Plain(Plain::new(
+                &engine,
+                &wat(MIN_COMPONENT),
+                &["f"],
+                vec![],
+                false,
+            )),
+        ),
         ("fork_exec_bin_true", Variant::ForkExec),
     ];
     let only = std::env::var("ONLY").ok();
-    variants.retain(|(name, _)| only.as_deref().is_none_or(|o| o.split(',').any(|w| w.trim() == *name)));
+    variants.retain(|(name, _)| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|w| w.trim() == *name))
+    });
     assert!(!variants.is_empty(), "ONLY names no variant");
 
     let run = |v: &Variant| match v {
         Variant::Bosun(host, pin) => {
             let plugin = host.loaded(pin).expect("verified by the load above");
-            black_box(host.run(&plugin, &grants, &ctx, "noop", "{}", opts).expect("noop runs"));
+            black_box(
+                host.run(&plugin, &grants, &ctx, "noop", "{}", opts)
+                    .expect("noop runs"),
+            );
         }
         Variant::Plain(p) => p.run(),
         Variant::ForkExec => {
-            black_box(std::process::Command::new("/bin/true").status().expect("/bin/true"));
+            black_box(
+                std::process::Command::new("/bin/true")
+                    .status()
+                    .expect("/bin/true"),
+            );
         }
     };
     let n = variants.len();
@@ -189,12 +252,17 @@ fn main() {
 
     let warmup = (rounds / 10).max(100);
     for _ in 0..warmup {
-        for (_, v) in variants.iter().filter(|(_, v)| !matches!(v, Variant::ForkExec)) {
+        for (_, v) in variants
+            .iter()
+            .filter(|(_, v)| !matches!(v, Variant::ForkExec))
+        {
             run(v);
         }
     }
     let load_before = loadavg();
-    let interleaved: Vec<usize> = (0..n).filter(|&v| !matches!(variants[v].1, Variant::ForkExec)).collect();
+    let interleaved: Vec<usize> = (0..n)
+        .filter(|&v| !matches!(variants[v].1, Variant::ForkExec))
+        .collect();
     for i in 0..rounds / BLOCK {
         for k in 0..interleaved.len() {
             let v = interleaved[(i + k) % interleaved.len()];
@@ -217,13 +285,21 @@ fn main() {
     }
     let load_after = loadavg();
 
-    println!("noop latency, {rounds} calls per variant in interleaved blocks of {BLOCK}, after {warmup} warm-up rounds; load average {load_before} before, {load_after} after");
+    println!(
+        "noop latency, {rounds} calls per variant in interleaved blocks of {BLOCK}, after {warmup} warm-up rounds; load average {load_before} before, {load_after} after"
+    );
     println!("| variant | p50 | p90 | p99 | mean |");
     println!("|---|---|---|---|---|");
     for ((name, _), mut s) in variants.iter().zip(samples) {
         s.sort_unstable();
         let mean = s.iter().sum::<Duration>() / s.len() as u32;
         let us = |d: Duration| format!("{:.1} µs", d.as_secs_f64() * 1e6);
-        println!("| {name} | {} | {} | {} | {} |", us(percentile(&s, 50.0)), us(percentile(&s, 90.0)), us(percentile(&s, 99.0)), us(mean));
+        println!(
+            "| {name} | {} | {} | {} | {} |",
+            us(percentile(&s, 50.0)),
+            us(percentile(&s, 90.0)),
+            us(percentile(&s, 99.0)),
+            us(mean)
+        );
     }
 }

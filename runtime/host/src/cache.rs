@@ -52,8 +52,15 @@ fn hmac(key: &[u8; 32], data: &[u8]) -> [u8; 32] {
     k[..32].copy_from_slice(key);
     let ipad: Vec<u8> = k.iter().map(|b| b ^ 0x36).collect();
     let opad: Vec<u8> = k.iter().map(|b| b ^ 0x5c).collect();
-    let inner = Sha256::new().chain_update(&ipad).chain_update(data).finalize();
-    Sha256::new().chain_update(&opad).chain_update(inner).finalize().into()
+    let inner = Sha256::new()
+        .chain_update(&ipad)
+        .chain_update(data)
+        .finalize();
+    Sha256::new()
+        .chain_update(&opad)
+        .chain_update(inner)
+        .finalize()
+        .into()
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -71,7 +78,10 @@ impl DiskCache {
     /// Opens (creating if needed) the cache in `dir`.
     pub(crate) fn open(dir: &Path, fingerprint: [u8; 32]) -> std::io::Result<DiskCache> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
         let key_path = dir.join(KEY_FILE);
         let key = match fs::read(&key_path) {
@@ -84,19 +94,36 @@ impl DiskCache {
                 let mut k = [0u8; 32];
                 rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut k);
                 let tmp = dir.join(format!("{KEY_FILE}.{}.tmp", std::process::id()));
-                let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+                let mut f = fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&tmp)?;
                 f.write_all(&k)?;
                 f.sync_all()?;
                 fs::rename(&tmp, &key_path)?;
                 k
             }
         };
-        Ok(DiskCache { dir: dir.to_owned(), key, fingerprint })
+        Ok(DiskCache {
+            dir: dir.to_owned(),
+            key,
+            fingerprint,
+        })
     }
 
     fn paths(&self, digest_hex: &str) -> (PathBuf, PathBuf) {
-        let name = hex::encode(Sha256::new().chain_update(digest_hex).chain_update(self.fingerprint).finalize());
-        (self.dir.join(format!("{name}.cwasm")), self.dir.join(format!("{name}.mac")))
+        let name = hex::encode(
+            Sha256::new()
+                .chain_update(digest_hex)
+                .chain_update(self.fingerprint)
+                .finalize(),
+        );
+        (
+            self.dir.join(format!("{name}.cwasm")),
+            self.dir.join(format!("{name}.mac")),
+        )
     }
 
     /// The compiled bytes for `digest_hex`, only if their MAC verifies. A damaged or
@@ -104,7 +131,9 @@ impl DiskCache {
     pub(crate) fn get(&self, digest_hex: &str) -> Option<Vec<u8>> {
         let (code, mac) = self.paths(digest_hex);
         let bytes = fs::read(&code).ok()?;
-        let tag = fs::read(&mac).ok().and_then(|t| hex::decode(t.trim_ascii()).ok());
+        let tag = fs::read(&mac)
+            .ok()
+            .and_then(|t| hex::decode(t.trim_ascii()).ok());
         if tag.is_some_and(|t| constant_time_eq(&t, &hmac(&self.key, &bytes))) {
             return Some(bytes);
         }
@@ -117,9 +146,17 @@ impl DiskCache {
     pub(crate) fn put(&self, digest_hex: &str, bytes: &[u8]) -> std::io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         let (code, mac) = self.paths(digest_hex);
-        for (path, data) in [(&code, bytes.to_vec()), (&mac, hex::encode(hmac(&self.key, bytes)).into_bytes())] {
+        for (path, data) in [
+            (&code, bytes.to_vec()),
+            (&mac, hex::encode(hmac(&self.key, bytes)).into_bytes()),
+        ] {
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-            let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
             f.write_all(&data)?;
             f.sync_all()?;
             fs::rename(&tmp, path)?;

@@ -109,7 +109,11 @@ pub struct PoolConfig {
 
 impl Default for PoolConfig {
     fn default() -> Self {
-        PoolConfig { max_instances: 16, max_core_instances_per_plugin: 16, keep_resident_bytes: 4 << 20 }
+        PoolConfig {
+            max_instances: 16,
+            max_core_instances_per_plugin: 16,
+            keep_resident_bytes: 4 << 20,
+        }
     }
 }
 

@@ -36,18 +36,28 @@ pub enum Error {
         "plugin imports `{import}`, which this host does not provide; a plugin may import only \
          {allowed}; rebuild it without that dependency"
     )]
-    ForbiddenImport { import: String, allowed: &'static str },
+    ForbiddenImport {
+        import: String,
+        allowed: &'static str,
+    },
 
     /// The plugin was built against another version of the `bosun:plugin` ABI.
     #[error(
         "plugin ABI mismatch: this host serves bosun:plugin@{expected}, the plugin was built \
          for {found}; rebuild it against sdk/wit {expected}"
     )]
-    AbiMismatch { expected: &'static str, found: String },
+    AbiMismatch {
+        expected: &'static str,
+        found: String,
+    },
 
     /// What the plugin says about itself does not match what was signed.
     #[error("plugin declares {field} `{declared}` but was signed as `{signed}`")]
-    MetadataMismatch { field: &'static str, signed: String, declared: String },
+    MetadataMismatch {
+        field: &'static str,
+        signed: String,
+        declared: String,
+    },
 
     /// A grant names something the host cannot provide safely (bad path, path outside the
     /// host root, malformed command).
@@ -106,6 +116,8 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn setup(message: impl std::fmt::Display) -> Self {
-        Error::Setup { message: message.to_string() }
+        Error::Setup {
+            message: message.to_string(),
+        }
     }
 }

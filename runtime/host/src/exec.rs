@@ -13,7 +13,8 @@ use bosun_api::grants::ExecGrant;
 use crate::config::ExecIsolation;
 
 /// `PATH` is the only variable a command gets.
-pub(crate) const COMMAND_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const COMMAND_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Default per-command timeout when the grant sets none.
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -53,8 +54,11 @@ pub(crate) fn normalized_absolute(path: &str) -> Result<(), String> {
 
 /// How every argument pattern is matched: `*`, `?` and `[...]` never match a `/`, and
 /// never match a `.` at the start of the argument or right after a `/`; case matters.
-const MATCH: glob::MatchOptions =
-    glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: true };
+const MATCH: glob::MatchOptions = glob::MatchOptions {
+    case_sensitive: true,
+    require_literal_separator: true,
+    require_literal_leading_dot: true,
+};
 
 /// The pattern a final `**` entry matches each remaining argument against.
 const REST: &str = "**";
@@ -89,10 +93,18 @@ fn patterns_match(patterns: &[String], args: &[String]) -> bool {
         Some((last, init)) if last == REST => (init, true),
         _ => (patterns, false),
     };
-    let count_ok = if rest_any { args.len() >= fixed.len() } else { args.len() == fixed.len() };
+    let count_ok = if rest_any {
+        args.len() >= fixed.len()
+    } else {
+        args.len() == fixed.len()
+    };
     count_ok
-        && fixed.iter().zip(args).all(|(p, a)| glob::Pattern::new(p).is_ok_and(|c| admits(p, &c, a)))
-        && glob::Pattern::new(REST).is_ok_and(|c| args[fixed.len()..].iter().all(|a| admits(REST, &c, a)))
+        && fixed
+            .iter()
+            .zip(args)
+            .all(|(p, a)| glob::Pattern::new(p).is_ok_and(|c| admits(p, &c, a)))
+        && glob::Pattern::new(REST)
+            .is_ok_and(|c| args[fixed.len()..].iter().all(|a| admits(REST, &c, a)))
 }
 
 /// Why `args` may have been refused although a pattern looks like it should match: the
@@ -100,10 +112,13 @@ fn patterns_match(patterns: &[String], args: &[String]) -> bool {
 fn refusal_hints(args: &[String]) -> String {
     let mut hints = String::new();
     if args.iter().any(|a| a.starts_with('-')) {
-        hints.push_str("; an argument starting with `-` matches only a pattern that itself starts with `-`");
+        hints.push_str(
+            "; an argument starting with `-` matches only a pattern that itself starts with `-`",
+        );
     }
     if args.iter().any(|a| has_dotdot(a)) {
-        hints.push_str("; an argument with a `..` component never matches a pattern containing `/`");
+        hints
+            .push_str("; an argument with a `..` component never matches a pattern containing `/`");
     }
     if args.iter().any(|a| a.starts_with('.') || a.contains("/.")) {
         hints.push_str("; wildcards do not match a leading `.` of a path component");
@@ -120,7 +135,9 @@ pub(crate) fn authorize<'g>(
     normalized_absolute(command).map_err(|e| Refusal::Invalid(format!("command: {e}")))?;
     let mut for_command = grants.iter().filter(|g| g.command == command).peekable();
     if for_command.peek().is_none() {
-        return Err(Refusal::NotGranted(format!("exec: {command} (no exec grant names this command)")));
+        return Err(Refusal::NotGranted(format!(
+            "exec: {command} (no exec grant names this command)"
+        )));
     }
     for grant in for_command {
         let allowed = if grant.args.is_empty() {
@@ -135,7 +152,13 @@ pub(crate) fn authorize<'g>(
     let granted: Vec<String> = grants
         .iter()
         .filter(|g| g.command == command)
-        .flat_map(|g| if g.args.is_empty() { vec!["(no arguments)".to_owned()] } else { g.args.iter().map(|p| p.join(" ")).collect() })
+        .flat_map(|g| {
+            if g.args.is_empty() {
+                vec!["(no arguments)".to_owned()]
+            } else {
+                g.args.iter().map(|p| p.join(" ")).collect()
+            }
+        })
         .collect();
     Err(Refusal::NotGranted(format!(
         "exec: {command} {} (arguments match none of the granted patterns: {}{})",
@@ -152,7 +175,9 @@ pub(crate) fn validate_grant(grant: &ExecGrant) -> Result<(), String> {
     for list in &grant.args {
         for (i, p) in list.iter().enumerate() {
             if p == "**" && i + 1 != list.len() {
-                return Err(format!("`**` may only be the last pattern, found in {list:?}"));
+                return Err(format!(
+                    "`**` may only be the last pattern, found in {list:?}"
+                ));
             }
             glob::Pattern::new(p).map_err(|e| format!("pattern `{p}`: {e}"))?;
         }
@@ -164,7 +189,11 @@ pub(crate) fn validate_grant(grant: &ExecGrant) -> Result<(), String> {
 /// or relative to the command's working directory, which is the host root), or the value
 /// of an option written `--name=value` whose value has a `/`.
 fn path_in(arg: &str) -> Option<&str> {
-    let value = if arg.starts_with('-') { arg.split_once('=').map(|(_, v)| v)? } else { arg };
+    let value = if arg.starts_with('-') {
+        arg.split_once('=').map(|(_, v)| v)?
+    } else {
+        arg
+    };
     value.contains('/').then_some(value)
 }
 
@@ -180,13 +209,22 @@ fn path_in(arg: &str) -> Option<&str> {
 /// components past one that does not exist are not checked (nothing there to follow; the
 /// command creates or fails on it). Returns the message the plugin sees.
 pub(crate) fn check_paths(root: &Path, command: &str, args: &[String]) -> Result<(), String> {
-    let dir = cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority())
-        .map_err(|e| format!("exec: cannot open the host root {} to check paths: {e}", root.display()))?;
+    let dir =
+        cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority()).map_err(|e| {
+            format!(
+                "exec: cannot open the host root {} to check paths: {e}",
+                root.display()
+            )
+        })?;
     let what = |i: Option<usize>| match i {
         None => "the command".to_owned(),
         Some(i) => format!("argument {} (`{}`)", i + 1, args[i]),
     };
-    let paths = std::iter::once((None, command)).chain(args.iter().enumerate().filter_map(|(i, a)| path_in(a).map(|p| (Some(i), p))));
+    let paths = std::iter::once((None, command)).chain(
+        args.iter()
+            .enumerate()
+            .filter_map(|(i, a)| path_in(a).map(|p| (Some(i), p))),
+    );
     for (i, path) in paths {
         let mut prefix = PathBuf::new();
         for c in Path::new(path).components() {
@@ -203,11 +241,26 @@ pub(crate) fn check_paths(root: &Path, command: &str, args: &[String]) -> Result
             let meta = match dir.symlink_metadata(&prefix) {
                 Ok(m) => m,
                 // Nothing further exists, so nothing further can be followed.
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => break,
-                Err(e) => return Err(format!("exec: {command}: {}: cannot inspect /{} ({e})", what(i), prefix.display())),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                    ) =>
+                {
+                    break;
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "exec: {command}: {}: cannot inspect /{} ({e})",
+                        what(i),
+                        prefix.display()
+                    ));
+                }
             };
             if meta.file_type().is_symlink() {
-                let target = dir.read_link_contents(&prefix).map_or_else(|_| "?".to_owned(), |t| t.display().to_string());
+                let target = dir
+                    .read_link_contents(&prefix)
+                    .map_or_else(|_| "?".to_owned(), |t| t.display().to_string());
                 return Err(format!(
                     "exec: {command}: {} goes through the symlink /{} -> {target}; paths given to commands \
                      are never resolved through symlinks (a plugin may have made them): name the real path",
@@ -305,7 +358,11 @@ pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> 
         .env("PATH", COMMAND_PATH)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let chroot = match spec.isolation {
         ExecIsolation::Chroot if !real_root => Some(root_cstring(spec.root)?),
@@ -323,7 +380,12 @@ pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> 
     };
     let mut io = match Pipes::take(&mut child, spec.stdin, spec.max_output) {
         Ok(io) => io,
-        Err(e) => return give_up(&mut child, CommandError::Failed(format!("pipes of {}: {e}", spec.command))),
+        Err(e) => {
+            return give_up(
+                &mut child,
+                CommandError::Failed(format!("pipes of {}: {e}", spec.command)),
+            );
+        }
     };
 
     let mut pause = Duration::from_micros(100);
@@ -331,14 +393,22 @@ pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> 
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) => {}
-            Err(e) => return give_up(&mut child, CommandError::Failed(format!("waiting for {}: {e}", spec.command))),
+            Err(e) => {
+                return give_up(
+                    &mut child,
+                    CommandError::Failed(format!("waiting for {}: {e}", spec.command)),
+                );
+            }
         }
         let now = Instant::now();
         if now >= deadline {
             return give_up(&mut child, CommandError::Timeout(spec.timeout));
         }
         if let Err(e) = io.pump(pause.min(deadline - now)) {
-            return give_up(&mut child, CommandError::Failed(format!("reading the output of {}: {e}", spec.command)));
+            return give_up(
+                &mut child,
+                CommandError::Failed(format!("reading the output of {}: {e}", spec.command)),
+            );
         }
         pause = (pause * 2).min(Duration::from_millis(10));
     };
@@ -378,7 +448,8 @@ struct Capped {
 
 impl Capped {
     fn push(&mut self, data: &[u8]) {
-        let room = usize::try_from(self.cap.saturating_sub(self.kept.len() as u64)).unwrap_or(usize::MAX);
+        let room =
+            usize::try_from(self.cap.saturating_sub(self.kept.len() as u64)).unwrap_or(usize::MAX);
         if data.len() > room {
             self.truncated = true;
         }
@@ -402,15 +473,37 @@ struct Pipes {
 }
 
 impl Pipes {
-    fn take(child: &mut std::process::Child, input: Option<Vec<u8>>, cap: u64) -> std::io::Result<Pipes> {
+    fn take(
+        child: &mut std::process::Child,
+        input: Option<Vec<u8>>,
+        cap: u64,
+    ) -> std::io::Result<Pipes> {
         let stdin = match (child.stdin.take(), input) {
             (Some(p), Some(input)) => Some((nonblocking(OwnedFd::from(p))?, input, 0)),
             _ => None,
         };
-        let out = child.stdout.take().map(|p| nonblocking(OwnedFd::from(p))).transpose()?;
-        let err = child.stderr.take().map(|p| nonblocking(OwnedFd::from(p))).transpose()?;
-        let capped = || Capped { kept: Vec::new(), cap, truncated: false };
-        Ok(Pipes { stdin, out, err, stdout: capped(), stderr: capped() })
+        let out = child
+            .stdout
+            .take()
+            .map(|p| nonblocking(OwnedFd::from(p)))
+            .transpose()?;
+        let err = child
+            .stderr
+            .take()
+            .map(|p| nonblocking(OwnedFd::from(p)))
+            .transpose()?;
+        let capped = || Capped {
+            kept: Vec::new(),
+            cap,
+            truncated: false,
+        };
+        Ok(Pipes {
+            stdin,
+            out,
+            err,
+            stdout: capped(),
+            stderr: capped(),
+        })
     }
 
     /// Whether stdout or stderr is still open (some process still holds its write end).
@@ -424,9 +517,21 @@ impl Pipes {
     fn pump(&mut self, wait: Duration) -> std::io::Result<()> {
         let fd = |f: Option<&File>| f.map_or(-1, AsRawFd::as_raw_fd);
         let mut fds = [
-            libc::pollfd { fd: fd(self.out.as_ref()), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: fd(self.err.as_ref()), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: fd(self.stdin.as_ref().map(|s| &s.0)), events: libc::POLLOUT, revents: 0 },
+            libc::pollfd {
+                fd: fd(self.out.as_ref()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: fd(self.err.as_ref()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: fd(self.stdin.as_ref().map(|s| &s.0)),
+                events: libc::POLLOUT,
+                revents: 0,
+            },
         ];
         if fds.iter().all(|p| p.fd < 0) {
             std::thread::sleep(wait);
@@ -440,10 +545,21 @@ impl Pipes {
         // SAFETY: `fds` is a live array of 3 initialised pollfds (ppoll ignores negative
         // fds), `timeout` a live timespec, and a null signal mask leaves the mask alone;
         // ppoll writes only the `revents` fields.
-        let n = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &timeout, std::ptr::null()) };
+        let n = unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &timeout,
+                std::ptr::null(),
+            )
+        };
         if n < 0 {
             let e = std::io::Error::last_os_error();
-            return if e.kind() == std::io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+            return if e.kind() == std::io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
         }
         if fds[0].revents != 0 {
             drain(&mut self.out, &mut self.stdout);
@@ -460,7 +576,9 @@ impl Pipes {
     /// Writes as much of the input as the pipe takes; closes it when all is written (so
     /// the command sees EOF) or the command closed its end (it does not read its stdin).
     fn feed(&mut self) {
-        let Some((pipe, input, written)) = &mut self.stdin else { return };
+        let Some((pipe, input, written)) = &mut self.stdin else {
+            return;
+        };
         let done = loop {
             if *written == input.len() {
                 break true;
@@ -525,10 +643,12 @@ fn resolve_under(root: &Path, rel: &str) -> Result<PathBuf, CommandError> {
     let root = root
         .canonicalize()
         .map_err(|e| CommandError::Failed(format!("host root {}: {e}", root.display())))?;
-    let path = root
-        .join(rel)
-        .canonicalize()
-        .map_err(|e| CommandError::Failed(format!("command /{rel} under host root {}: {e}", root.display())))?;
+    let path = root.join(rel).canonicalize().map_err(|e| {
+        CommandError::Failed(format!(
+            "command /{rel} under host root {}: {e}",
+            root.display()
+        ))
+    })?;
     if !path.starts_with(&root) {
         return Err(CommandError::Failed(format!(
             "command /{rel} resolves to {} outside the host root {}",
@@ -542,7 +662,8 @@ fn resolve_under(root: &Path, rel: &str) -> Result<PathBuf, CommandError> {
 /// The host root as a C string for chroot(2).
 fn root_cstring(root: &Path) -> Result<std::ffi::CString, CommandError> {
     use std::os::unix::ffi::OsStrExt;
-    std::ffi::CString::new(root.as_os_str().as_bytes()).map_err(|_| CommandError::Failed("host root path contains a NUL byte".into()))
+    std::ffi::CString::new(root.as_os_str().as_bytes())
+        .map_err(|_| CommandError::Failed("host root path contains a NUL byte".into()))
 }
 
 /// Set by the SIGTERM handler of a command's keeper (see [`confine_before_exec`]).
@@ -670,7 +791,10 @@ unsafe fn sweep() {
     unsafe {
         let mut status: libc::c_int = 0;
         for _round in 0..100_000 {
-            let fd = libc::open(c"/proc/thread-self/children".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            let fd = libc::open(
+                c"/proc/thread-self/children".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
             if fd < 0 {
                 return;
             }
@@ -682,7 +806,9 @@ unsafe fn sweep() {
             let mut pid: libc::pid_t = 0;
             for &b in buf[..n].iter().chain(std::iter::once(&b' ')) {
                 if b.is_ascii_digit() {
-                    pid = pid.saturating_mul(10).saturating_add(libc::pid_t::from(b - b'0'));
+                    pid = pid
+                        .saturating_mul(10)
+                        .saturating_add(libc::pid_t::from(b - b'0'));
                 } else if pid > 0 {
                     libc::kill(pid, libc::SIGKILL);
                     killed += 1;
@@ -694,7 +820,9 @@ unsafe fn sweep() {
                 return;
             }
             // Wait for one of them, then reap whatever else has ended.
-            while libc::waitpid(-1, &mut status, 0) == -1 && *libc::__errno_location() == libc::EINTR {}
+            while libc::waitpid(-1, &mut status, 0) == -1
+                && *libc::__errno_location() == libc::EINTR
+            {}
             while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
         }
     }
@@ -724,7 +852,9 @@ fn terminate(child: &mut std::process::Child, pid: u32) {
 /// Sends SIGKILL to the process group led by `pid` (the command and anything it forked).
 #[allow(unsafe_code)]
 fn kill_group(pid: u32) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
     // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
     // The group was created for this command by `process_group(0)`, so it holds only
     // the command and its descendants.
@@ -740,7 +870,10 @@ mod tests {
     fn grant(command: &str, args: &[&[&str]]) -> ExecGrant {
         ExecGrant {
             command: command.into(),
-            args: args.iter().map(|l| l.iter().map(|s| (*s).to_owned()).collect()).collect(),
+            args: args
+                .iter()
+                .map(|l| l.iter().map(|s| (*s).to_owned()).collect())
+                .collect(),
             timeout_seconds: None,
             max_output_bytes: None,
             dry_run: false,
@@ -754,11 +887,19 @@ mod tests {
 
     #[test]
     fn patterns_match_position_by_position() {
-        let g = [grant("/usr/bin/kubeadm", &[&["upgrade", "apply", "v1.*"], &["certs", "renew", "**"]])];
+        let g = [grant(
+            "/usr/bin/kubeadm",
+            &[&["upgrade", "apply", "v1.*"], &["certs", "renew", "**"]],
+        )];
         assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["upgrade", "apply", "v1.34.1"])).is_ok());
         assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["certs", "renew"])).is_ok());
         assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["certs", "renew", "all", "x"])).is_ok());
-        for bad in [&["upgrade", "apply"][..], &["upgrade", "apply", "v2.0", "x"], &["reset", "-f"], &["certs"]] {
+        for bad in [
+            &["upgrade", "apply"][..],
+            &["upgrade", "apply", "v2.0", "x"],
+            &["reset", "-f"],
+            &["certs"],
+        ] {
             match authorize(&g, "/usr/bin/kubeadm", &v(bad)) {
                 Err(Refusal::NotGranted(m)) => assert!(m.contains("/usr/bin/kubeadm"), "{m}"),
                 other => panic!("{bad:?} should be refused, got {other:?}"),
@@ -770,15 +911,29 @@ mod tests {
     fn empty_arg_list_allows_only_no_arguments() {
         let g = [grant("/bin/true", &[])];
         assert!(authorize(&g, "/bin/true", &[]).is_ok());
-        assert!(matches!(authorize(&g, "/bin/true", &v(&["x"])), Err(Refusal::NotGranted(_))));
+        assert!(matches!(
+            authorize(&g, "/bin/true", &v(&["x"])),
+            Err(Refusal::NotGranted(_))
+        ));
     }
 
     #[test]
     fn commands_must_match_exactly_and_be_normal() {
         let g = [grant("/usr/bin/kubeadm", &[&["**"]])];
-        assert!(matches!(authorize(&g, "/usr/bin/kubectl", &[]), Err(Refusal::NotGranted(_))));
-        for bad in ["usr/bin/kubeadm", "/usr/bin/../bin/kubeadm", "/usr//bin/kubeadm", "/usr/./bin/kubeadm"] {
-            assert!(matches!(authorize(&g, bad, &[]), Err(Refusal::Invalid(_))), "{bad}");
+        assert!(matches!(
+            authorize(&g, "/usr/bin/kubectl", &[]),
+            Err(Refusal::NotGranted(_))
+        ));
+        for bad in [
+            "usr/bin/kubeadm",
+            "/usr/bin/../bin/kubeadm",
+            "/usr//bin/kubeadm",
+            "/usr/./bin/kubeadm",
+        ] {
+            assert!(
+                matches!(authorize(&g, bad, &[]), Err(Refusal::Invalid(_))),
+                "{bad}"
+            );
         }
     }
 
@@ -820,19 +975,40 @@ mod tests {
 
     #[test]
     fn options_match_only_patterns_that_are_options() {
-        let g = [grant("/usr/bin/kubeadm", &[&["certs", "renew", "*"], &["certs", "renew", "*", "--config=/etc/kubeadm/*.yaml"]])];
+        let g = [grant(
+            "/usr/bin/kubeadm",
+            &[
+                &["certs", "renew", "*"],
+                &["certs", "renew", "*", "--config=/etc/kubeadm/*.yaml"],
+            ],
+        )];
         assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["certs", "renew", "all"])).is_ok());
-        assert!(authorize(&g, "/usr/bin/kubeadm", &v(&["certs", "renew", "all", "--config=/etc/kubeadm/a.yaml"])).is_ok());
+        assert!(
+            authorize(
+                &g,
+                "/usr/bin/kubeadm",
+                &v(&["certs", "renew", "all", "--config=/etc/kubeadm/a.yaml"])
+            )
+            .is_ok()
+        );
         for bad in [
             &["certs", "renew", "--config=/x"][..],
             &["certs", "renew", "-h"],
-            &["certs", "renew", "all", "--config=/etc/kubeadm/../../x.yaml"],
+            &[
+                "certs",
+                "renew",
+                "all",
+                "--config=/etc/kubeadm/../../x.yaml",
+            ],
             &["certs", "renew", "all", "--config=/etc/kubeadm/a/b.yaml"],
         ] {
             refused(&g, "/usr/bin/kubeadm", bad);
         }
         let m = refused(&g, "/usr/bin/kubeadm", &["certs", "renew", "--config=/x"]);
-        assert!(m.contains("matches only a pattern that itself starts with `-`"), "{m}");
+        assert!(
+            m.contains("matches only a pattern that itself starts with `-`"),
+            "{m}"
+        );
     }
 
     #[test]
@@ -845,13 +1021,32 @@ mod tests {
         }
     }
 
-    fn spec<'a>(root: &'a Path, command: &'a str, args: &'a [String], timeout: Duration) -> CommandSpec<'a> {
-        CommandSpec { root, isolation: ExecIsolation::Chroot, command, args, stdin: None, timeout, max_output: 4096 }
+    fn spec<'a>(
+        root: &'a Path,
+        command: &'a str,
+        args: &'a [String],
+        timeout: Duration,
+    ) -> CommandSpec<'a> {
+        CommandSpec {
+            root,
+            isolation: ExecIsolation::Chroot,
+            command,
+            args,
+            stdin: None,
+            timeout,
+            max_output: 4096,
+        }
     }
 
     #[test]
     fn real_root_commands_start_in_the_root_directory() {
-        let out = run(spec(Path::new("/"), "/bin/pwd", &[], Duration::from_secs(60))).unwrap();
+        let out = run(spec(
+            Path::new("/"),
+            "/bin/pwd",
+            &[],
+            Duration::from_secs(60),
+        ))
+        .unwrap();
         assert_eq!(String::from_utf8_lossy(&out.stdout), "/\n");
     }
 
@@ -862,7 +1057,9 @@ mod tests {
         let missing = "/nonexistent/bosun-test-command";
         match run(spec(Path::new("/"), missing, &[], Duration::ZERO)) {
             Err(CommandError::Timeout(t)) => assert!(t.is_zero()),
-            other => panic!("a zero timeout must be refused as a timeout before starting anything, got {other:?}"),
+            other => panic!(
+                "a zero timeout must be refused as a timeout before starting anything, got {other:?}"
+            ),
         }
         assert!(timeout_message(missing, Duration::ZERO).contains("was not started"));
         match run(spec(Path::new("/"), missing, &[], Duration::from_secs(60))) {
@@ -875,7 +1072,10 @@ mod tests {
     fn may_unshare() -> bool {
         std::fs::read_to_string("/proc/self/status")
             .ok()
-            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_owned())))
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("CapEff:").map(|v| v.trim().to_owned()))
+            })
             .and_then(|v| u64::from_str_radix(&v, 16).ok())
             .is_some_and(|caps| caps & (1 << 21) != 0)
     }
@@ -885,7 +1085,10 @@ mod tests {
         std::fs::read_dir("/proc")
             .unwrap()
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
-            .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker)))
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+            })
             .collect()
     }
 
@@ -900,7 +1103,12 @@ mod tests {
         // sleep duration: inside a PID namespace its own `$$` is not an outer pid.
         let script = "setsid /bin/sh -c 'echo ready > \"$0\"; exec sleep \"$1\"' \"$0\" \"$1\" & while [ ! -s \"$0\" ]; do sleep 0.01; done; echo started";
         let args = v(&["-c", script, ready.to_str().unwrap(), &marker]);
-        let out = run(spec(Path::new("/"), "/bin/sh", &args, Duration::from_secs(300)));
+        let out = run(spec(
+            Path::new("/"),
+            "/bin/sh",
+            &args,
+            Duration::from_secs(300),
+        ));
         let left = processes_with(&marker);
         for pid in &left {
             // SAFETY: signals the daemon this test started, by its outer pid.
@@ -918,15 +1126,29 @@ mod tests {
             assert!(left.is_empty(), "the daemon outlived the command: {left:?}");
             assert!(!out.truncated);
         } else {
-            assert!(out.truncated, "output still open after the exit must be reported as cut");
+            assert!(
+                out.truncated,
+                "output still open after the exit must be reported as cut"
+            );
         }
     }
 
     #[test]
     fn exit_codes_and_timeouts_pass_through_the_namespace_init() {
-        let out = run(spec(Path::new("/"), "/bin/sh", &v(&["-c", "exit 7"]), Duration::from_secs(60))).unwrap();
+        let out = run(spec(
+            Path::new("/"),
+            "/bin/sh",
+            &v(&["-c", "exit 7"]),
+            Duration::from_secs(60),
+        ))
+        .unwrap();
         assert_eq!(out.exit_code, 7);
-        match run(spec(Path::new("/"), "/bin/sh", &v(&["-c", "sleep 30"]), Duration::from_millis(300))) {
+        match run(spec(
+            Path::new("/"),
+            "/bin/sh",
+            &v(&["-c", "sleep 30"]),
+            Duration::from_millis(300),
+        )) {
             Err(CommandError::Timeout(_)) => {}
             other => panic!("expected a timeout, got {other:?}"),
         }
@@ -939,20 +1161,35 @@ mod tests {
         std::fs::create_dir_all(root.path().join("var/lib/foo")).unwrap();
         std::fs::write(root.path().join("usr/bin/cmd"), "").unwrap();
         std::fs::write(root.path().join("var/lib/foo/plain"), "").unwrap();
-        std::os::unix::fs::symlink("../../../etc/shadow", root.path().join("var/lib/foo/x")).unwrap();
+        std::os::unix::fs::symlink("../../../etc/shadow", root.path().join("var/lib/foo/x"))
+            .unwrap();
         std::os::unix::fs::symlink("foo", root.path().join("var/lib/bar")).unwrap();
         let check = |args: &[&str]| check_paths(root.path(), "/usr/bin/cmd", &v(args));
-        for ok in [&["/var/lib/foo/plain"][..], &["/var/lib/foo/new/deeper"], &["all", "v1.34.4"], &["--opt=value"], &["https://x/y"]] {
+        for ok in [
+            &["/var/lib/foo/plain"][..],
+            &["/var/lib/foo/new/deeper"],
+            &["all", "v1.34.4"],
+            &["--opt=value"],
+            &["https://x/y"],
+        ] {
             assert_eq!(check(ok), Ok(()), "{ok:?}");
         }
-        for bad in [&["/var/lib/foo/x"][..], &["var/lib/foo/x"], &["--config=/var/lib/foo/x"], &["/var/lib/bar/plain"]] {
+        for bad in [
+            &["/var/lib/foo/x"][..],
+            &["var/lib/foo/x"],
+            &["--config=/var/lib/foo/x"],
+            &["/var/lib/bar/plain"],
+        ] {
             let e = check(bad).unwrap_err();
             assert!(e.contains("goes through the symlink"), "{bad:?}: {e}");
         }
         assert!(check(&["/var/lib/foo/../x"]).unwrap_err().contains("`..`"));
         std::os::unix::fs::symlink("cmd", root.path().join("usr/bin/link")).unwrap();
         let e = check_paths(root.path(), "/usr/bin/link", &[]).unwrap_err();
-        assert!(e.contains("the command goes through the symlink /usr/bin/link -> cmd"), "{e}");
+        assert!(
+            e.contains("the command goes through the symlink /usr/bin/link -> cmd"),
+            "{e}"
+        );
     }
 
     #[test]

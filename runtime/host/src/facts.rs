@@ -57,7 +57,9 @@ pub struct NodeFacts {
 pub(crate) fn parse_os_release(text: &str) -> OsRelease {
     let mut os = OsRelease::default();
     for line in text.lines() {
-        let Some((k, v)) = line.trim().split_once('=') else { continue };
+        let Some((k, v)) = line.trim().split_once('=') else {
+            continue;
+        };
         let v = v.trim();
         let v = v
             .strip_prefix('"')
@@ -126,7 +128,9 @@ fn open_root_regular(root: &Path, rel: &str, no_symlinks: bool) -> Option<std::f
         None
     };
     let mut options = OpenOptions::new();
-    options.read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    options
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
     let opened = if no_symlinks {
         let path = Path::new(rel);
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
@@ -151,11 +155,18 @@ fn open_root_regular(root: &Path, rel: &str, no_symlinks: bool) -> Option<std::f
     let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => return refuse(format!("cannot open it inside the host root ({e}); a symlink leading out of the root is not followed")),
+        Err(e) => {
+            return refuse(format!(
+                "cannot open it inside the host root ({e}); a symlink leading out of the root is not followed"
+            ));
+        }
     };
     match file.metadata() {
         Ok(m) if m.is_file() => Some(file.into_std()),
-        Ok(m) => refuse(format!("expected a regular file, found {}", kind(m.file_type()))),
+        Ok(m) => refuse(format!(
+            "expected a regular file, found {}",
+            kind(m.file_type())
+        )),
         Err(e) => refuse(format!("cannot stat it ({e})")),
     }
 }
@@ -210,7 +221,10 @@ pub(crate) fn open_dir_nofollow(dir: &Dir, rel: &Path, create: bool) -> std::io:
         if meta.file_type().is_symlink() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
-                format!("/{} is a symlink, which is never followed here", walked.display()),
+                format!(
+                    "/{} is a symlink, which is never followed here",
+                    walked.display()
+                ),
             ));
         }
         if !meta.is_dir() {
@@ -258,19 +272,36 @@ type FileKey = (u64, u64, u64, i64, i64, i64, i64);
 fn file_key(root: &Path, rel: &str) -> Option<FileKey> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::symlink_metadata(root.join(rel)).ok()?;
-    Some((m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+    Some((
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    ))
 }
 
 /// The kubeadm version last read, by the identity of the files it was read from, so that
 /// a plugin asking for facts in a loop costs a `stat` each, not a read of the binary.
 #[derive(Default)]
 pub(crate) struct FactsCache {
-    kubeadm: Mutex<Option<((std::path::PathBuf, Option<FileKey>, Option<FileKey>), Option<String>)>>,
+    kubeadm: Mutex<
+        Option<(
+            (std::path::PathBuf, Option<FileKey>, Option<FileKey>),
+            Option<String>,
+        )>,
+    >,
 }
 
 impl FactsCache {
     fn kubeadm_version(&self, root: &Path) -> Option<String> {
-        let key = (root.to_path_buf(), file_key(root, DPKG_STATUS), file_key(root, KUBEADM));
+        let key = (
+            root.to_path_buf(),
+            file_key(root, DPKG_STATUS),
+            file_key(root, KUBEADM),
+        );
         if let Ok(cached) = self.kubeadm.lock()
             && let Some((k, v)) = cached.as_ref()
             && *k == key
@@ -292,12 +323,19 @@ fn is_version(token: &[u8]) -> bool {
         return false;
     }
     let body = &token[1..];
-    let end = body.iter().position(|b| *b == b'-' || *b == b'+').unwrap_or(body.len());
+    let end = body
+        .iter()
+        .position(|b| *b == b'-' || *b == b'+')
+        .unwrap_or(body.len());
     let (core, suffix) = body.split_at(end);
     let parts: Vec<&[u8]> = core.split(|b| *b == b'.').collect();
     parts.len() == 3
-        && parts.iter().all(|p| !p.is_empty() && p.len() <= 9 && p.iter().all(u8::is_ascii_digit))
-        && suffix.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 9 && p.iter().all(u8::is_ascii_digit))
+        && suffix
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
 }
 
 /// The kubeadm version of the node under `root`, read without executing anything:
@@ -326,9 +364,15 @@ pub(crate) fn kubeadm_version(root: &Path) -> Option<String> {
 pub(crate) fn dpkg_version(status: &str, package: &str) -> Option<String> {
     for stanza in status.split("\n\n") {
         let field = |name: &str| {
-            stanza.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')).map(str::trim))
+            stanza.lines().find_map(|l| {
+                l.strip_prefix(name)
+                    .and_then(|r| r.strip_prefix(':'))
+                    .map(str::trim)
+            })
         };
-        if field("Package") != Some(package) || !field("Status").is_some_and(|s| s.ends_with(" installed")) {
+        if field("Package") != Some(package)
+            || !field("Status").is_some_and(|s| s.ends_with(" installed"))
+        {
             continue;
         }
         let version = field("Version")?;
@@ -365,7 +409,11 @@ pub(crate) fn scan_go_version(mut r: impl Read) -> std::io::Result<Option<String
         }
         let eof = filled < buf.len();
         buf.truncate(filled);
-        let limit = if eof { buf.len() } else { buf.len().saturating_sub(KEEP) };
+        let limit = if eof {
+            buf.len()
+        } else {
+            buf.len().saturating_sub(KEEP)
+        };
         for p in first..limit {
             match buf[p] {
                 b'v' if p > 0 && buf[p - 1] == 0 => {
@@ -406,11 +454,16 @@ fn twin_at(buf: &[u8], p: usize) -> Option<String> {
 /// vX.Y.Z <TAB|NL>` whose first tab is at `p`.
 fn build_info_at(buf: &[u8], p: usize) -> Option<String> {
     const MODULE: &[u8] = b"\tk8s.io/kubernetes\t";
-    if !buf[p..].starts_with(MODULE) || !(p >= 3 && (&buf[p - 3..p] == b"mod" || &buf[p - 3..p] == b"dep")) {
+    if !buf[p..].starts_with(MODULE)
+        || !(p >= 3 && (&buf[p - 3..p] == b"mod" || &buf[p - 3..p] == b"dep"))
+    {
         return None;
     }
     let rest = &buf[p + MODULE.len()..];
-    let end = rest.iter().take(66).position(|b| *b == b'\t' || *b == b'\n')?;
+    let end = rest
+        .iter()
+        .take(66)
+        .position(|b| *b == b'\t' || *b == b'\n')?;
     let token = &rest[..end];
     is_version(token).then(|| String::from_utf8_lossy(token).into_owned())
 }
@@ -424,7 +477,10 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> Nod
     let os_text = read_root_file(root, "etc/os-release")
         .or_else(|| read_root_file(root, "usr/lib/os-release"))
         .unwrap_or_default();
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_owned();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
     NodeFacts {
         node_name: node.node_name.clone(),
         roles: node.roles.clone(),
@@ -455,8 +511,14 @@ mod tests {
     fn the_go_version_is_the_twin_gitversion_or_else_the_build_info() {
         let scan = |bytes: &[u8]| scan_go_version(bytes).unwrap();
         // `-X` strings are NUL-terminated and aligned: a 9-byte one is padded to 16.
-        assert_eq!(scan(b"junk\0v1.34.10\0\0\0\0\0\0\0\0v1.34.10\0tail"), Some("v1.34.10".into()));
-        assert_eq!(scan(b"\0v1.35.0-rc.1\0v1.35.0-rc.1\0"), Some("v1.35.0-rc.1".into()));
+        assert_eq!(
+            scan(b"junk\0v1.34.10\0\0\0\0\0\0\0\0v1.34.10\0tail"),
+            Some("v1.34.10".into())
+        );
+        assert_eq!(
+            scan(b"\0v1.35.0-rc.1\0v1.35.0-rc.1\0"),
+            Some("v1.35.0-rc.1".into())
+        );
         // A lone literal, two different versions, or no NUL before: not a version fact.
         assert_eq!(scan(b"\0v1.33.0\0"), None);
         assert_eq!(scan(b"\0v1.33.0\0v1.34.0\0"), None);
@@ -482,7 +544,13 @@ mod tests {
                       Package: kubectl\nStatus: install ok installed\nVersion: 1.34.1-1.1\n\n\
                       Package: kubeadm\nStatus: install ok installed\nArchitecture: amd64\nVersion: 1.34.4-1.1\n";
         assert_eq!(dpkg_version(status, "kubeadm").as_deref(), Some("v1.34.4"));
-        assert_eq!(dpkg_version("Package: kubeadm\nStatus: install ok installed\nVersion: 2:1.35.0~rc.1-0\n", "kubeadm"), None);
+        assert_eq!(
+            dpkg_version(
+                "Package: kubeadm\nStatus: install ok installed\nVersion: 2:1.35.0~rc.1-0\n",
+                "kubeadm"
+            ),
+            None
+        );
         assert_eq!(dpkg_version(status, "kubelet"), None);
     }
 
@@ -498,12 +566,20 @@ mod tests {
         std::fs::set_permissions(&kubeadm, std::fs::Permissions::from_mode(0o755)).unwrap();
         let cache = FactsCache::default();
         for _ in 0..3 {
-            assert_eq!(gather(root.path(), &NodeContext::default(), &cache).kubeadm_version, None);
+            assert_eq!(
+                gather(root.path(), &NodeContext::default(), &cache).kubeadm_version,
+                None
+            );
         }
         assert!(!marker.exists(), "kubeadm was executed");
         // A changed binary is read again, an unchanged one comes from the cache.
         std::fs::write(&kubeadm, b"\0v1.34.4\0v1.34.4\0").unwrap();
-        assert_eq!(gather(root.path(), &NodeContext::default(), &cache).kubeadm_version.as_deref(), Some("v1.34.4"));
+        assert_eq!(
+            gather(root.path(), &NodeContext::default(), &cache)
+                .kubeadm_version
+                .as_deref(),
+            Some("v1.34.4")
+        );
     }
 
     #[test]
@@ -540,7 +616,9 @@ mod tests {
     }
 
     fn os_id(root: &Path) -> String {
-        gather(root, &NodeContext::default(), &FactsCache::default()).os.id
+        gather(root, &NodeContext::default(), &FactsCache::default())
+            .os
+            .id
     }
 
     /// A root whose `usr/lib/os-release` says `ID=fallback`, so a refused
@@ -564,19 +642,33 @@ mod tests {
         std::os::unix::fs::symlink(&secret, abs.path().join("etc/os-release")).unwrap();
         assert_eq!(os_id(abs.path()), "fallback");
         let rel = root_with_fallback();
-        let up = format!("{}{}", "../".repeat(rel.path().components().count() + 1), secret.display());
+        let up = format!(
+            "{}{}",
+            "../".repeat(rel.path().components().count() + 1),
+            secret.display()
+        );
         std::os::unix::fs::symlink(&up, rel.path().join("etc/os-release")).unwrap();
-        assert!(rel.path().join("etc/os-release").is_file(), "the relative link does reach {}", secret.display());
+        assert!(
+            rel.path().join("etc/os-release").is_file(),
+            "the relative link does reach {}",
+            secret.display()
+        );
         assert_eq!(os_id(rel.path()), "fallback");
         // Both links followed the plain way would have read the outside file.
-        assert_eq!(std::fs::read_to_string(abs.path().join("etc/os-release")).unwrap(), "ID=outside\n");
+        assert_eq!(
+            std::fs::read_to_string(abs.path().join("etc/os-release")).unwrap(),
+            "ID=outside\n"
+        );
     }
 
     #[test]
     fn os_release_that_is_not_a_regular_file_is_refused_without_blocking() {
         // A FIFO nobody writes to: a blocking open or read would never return.
         let fifo = root_with_fallback();
-        let status = std::process::Command::new("mkfifo").arg(fifo.path().join("etc/fifo")).status().unwrap();
+        let status = std::process::Command::new("mkfifo")
+            .arg(fifo.path().join("etc/fifo"))
+            .status()
+            .unwrap();
         assert!(status.success(), "mkfifo failed");
         std::os::unix::fs::symlink("fifo", fifo.path().join("etc/os-release")).unwrap();
         assert_eq!(os_id(fifo.path()), "fallback");
@@ -594,7 +686,11 @@ mod tests {
         let root = root_with_fallback();
         std::fs::create_dir(root.path().join("dev")).unwrap();
         let zero = root.path().join("dev/zero");
-        let made = std::process::Command::new("mknod").arg(&zero).args(["c", "1", "5"]).status().unwrap();
+        let made = std::process::Command::new("mknod")
+            .arg(&zero)
+            .args(["c", "1", "5"])
+            .status()
+            .unwrap();
         if !made.success() {
             // mknod needs CAP_MKNOD; the FIFO test above covers the same check unprivileged.
             eprintln!("skipping: mknod of a character device is not permitted here");
@@ -625,8 +721,13 @@ mod tests {
     fn a_relative_os_release_symlink_inside_the_root_is_followed() {
         // The common layout: /etc/os-release -> ../usr/lib/os-release.
         let root = root_with_fallback();
-        std::fs::write(root.path().join("usr/lib/os-release"), "ID=debian\nVERSION_ID=\"12\"\n").unwrap();
-        std::os::unix::fs::symlink("../usr/lib/os-release", root.path().join("etc/os-release")).unwrap();
+        std::fs::write(
+            root.path().join("usr/lib/os-release"),
+            "ID=debian\nVERSION_ID=\"12\"\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("../usr/lib/os-release", root.path().join("etc/os-release"))
+            .unwrap();
         let os = gather(root.path(), &NodeContext::default(), &FactsCache::default()).os;
         assert_eq!((os.id.as_str(), os.version_id.as_str()), ("debian", "12"));
     }

@@ -43,7 +43,10 @@ pub(crate) struct Preopen {
 }
 
 fn invalid(grant: &FilesystemGrant, reason: impl Into<String>) -> Error {
-    Error::InvalidGrant { grant: format!("filesystem {} ({:?})", grant.path, grant.access), reason: reason.into() }
+    Error::InvalidGrant {
+        grant: format!("filesystem {} ({:?})", grant.path, grant.access),
+        reason: reason.into(),
+    }
 }
 
 /// Resolves `grants` under `root`. Every granted directory must exist and be reached
@@ -72,11 +75,21 @@ pub(crate) fn resolve(root: &Path, grants: &[FilesystemGrant]) -> Result<Vec<Pre
             Access::ReadOnly => FsPerms::ReadOnly,
             Access::ReadWrite => FsPerms::ReadWrite,
         };
-        resolved.push((grant, Preopen { host, guest: grant.path.clone(), perms }));
+        resolved.push((
+            grant,
+            Preopen {
+                host,
+                guest: grant.path.clone(),
+                perms,
+            },
+        ));
     }
     for (grant, p) in &resolved {
         for (other, q) in &resolved {
-            if p.perms == FsPerms::ReadOnly && q.perms == FsPerms::ReadWrite && p.host.starts_with(&q.host) {
+            if p.perms == FsPerms::ReadOnly
+                && q.perms == FsPerms::ReadWrite
+                && p.host.starts_with(&q.host)
+            {
                 return Err(invalid(
                     grant,
                     format!(
@@ -94,7 +107,10 @@ pub(crate) fn resolve(root: &Path, grants: &[FilesystemGrant]) -> Result<Vec<Pre
             // One host directory has one guest path: resolved paths equal written ones.
             debug_assert_eq!(dup.guest, p.guest);
             if dup.perms != p.perms {
-                return Err(invalid(grant, "the same path is granted twice with different access"));
+                return Err(invalid(
+                    grant,
+                    "the same path is granted twice with different access",
+                ));
             }
             continue;
         }
@@ -107,7 +123,11 @@ pub(crate) fn resolve(root: &Path, grants: &[FilesystemGrant]) -> Result<Vec<Pre
 /// component by component and without following anything, that each component is a
 /// directory and not a symlink. `root` is canonical and `root_dir` is it opened.
 /// `None` when the grant is optional and a component of the path does not exist.
-fn resolve_one(root: &Path, root_dir: &Dir, grant: &FilesystemGrant) -> Result<Option<PathBuf>, Error> {
+fn resolve_one(
+    root: &Path,
+    root_dir: &Dir,
+    grant: &FilesystemGrant,
+) -> Result<Option<PathBuf>, Error> {
     let rel = Path::new(grant.path.trim_start_matches('/'));
     if rel.as_os_str().is_empty() {
         return Ok(Some(root.to_path_buf()));
@@ -137,9 +157,10 @@ fn resolve_one(root: &Path, root_dir: &Dir, grant: &FilesystemGrant) -> Result<O
             }
         })?;
         if meta.file_type().is_symlink() {
-            let target = root_dir
-                .read_link_contents(&prefix)
-                .map_or_else(|e| format!("(unreadable: {e})"), |t| t.display().to_string());
+            let target = root_dir.read_link_contents(&prefix).map_or_else(
+                |e| format!("(unreadable: {e})"),
+                |t| t.display().to_string(),
+            );
             // cap-std resolves inside the root only: an absolute target or one climbing
             // out of the root has no real path to offer.
             let instead = match root_dir.canonicalize(rel) {
@@ -151,18 +172,26 @@ fn resolve_one(root: &Path, root_dir: &Dir, grant: &FilesystemGrant) -> Result<O
             };
             return Err(invalid(
                 grant,
-                format!("the path goes through the symlink /{} -> {target}; {instead}", prefix.display()),
+                format!(
+                    "the path goes through the symlink /{} -> {target}; {instead}",
+                    prefix.display()
+                ),
             ));
         }
         if !meta.is_dir() {
-            return Err(invalid(grant, format!("/{} is not a directory", prefix.display())));
+            return Err(invalid(
+                grant,
+                format!("/{} is not a directory", prefix.display()),
+            ));
         }
     }
     // The rule the checks above establish, stated once more on the whole path: what is
     // opened is exactly what was written (this also catches a component swapped for a
     // symlink while the loop ran).
     let host = root.join(rel);
-    let canonical = host.canonicalize().map_err(|e| invalid(grant, format!("{}: {e}", host.display())))?;
+    let canonical = host
+        .canonicalize()
+        .map_err(|e| invalid(grant, format!("{}: {e}", host.display())))?;
     if canonical != host {
         return Err(invalid(
             grant,
@@ -181,7 +210,11 @@ mod tests {
     use super::*;
 
     fn g(path: &str, access: Access) -> FilesystemGrant {
-        FilesystemGrant { path: path.into(), access, optional: false }
+        FilesystemGrant {
+            path: path.into(),
+            access,
+            optional: false,
+        }
     }
 
     #[test]
@@ -189,7 +222,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("etc/kubernetes")).unwrap();
         let p = resolve(root.path(), &[g("/etc/kubernetes", Access::ReadOnly)]).unwrap();
-        assert_eq!(p[0].host, root.path().canonicalize().unwrap().join("etc/kubernetes"));
+        assert_eq!(
+            p[0].host,
+            root.path().canonicalize().unwrap().join("etc/kubernetes")
+        );
         assert_eq!(p[0].guest, "/etc/kubernetes");
         assert_eq!(p[0].perms, FsPerms::ReadOnly);
     }
@@ -198,7 +234,13 @@ mod tests {
     fn dotdot_and_relative_grants_are_refused() {
         let root = tempfile::tempdir().unwrap();
         for bad in ["/etc/../..", "etc", "/etc/./x", "/a//b"] {
-            assert!(matches!(resolve(root.path(), &[g(bad, Access::ReadOnly)]), Err(Error::InvalidGrant { .. })), "{bad}");
+            assert!(
+                matches!(
+                    resolve(root.path(), &[g(bad, Access::ReadOnly)]),
+                    Err(Error::InvalidGrant { .. })
+                ),
+                "{bad}"
+            );
         }
     }
 
@@ -218,30 +260,76 @@ mod tests {
     fn read_only_inside_read_write_is_refused() {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("var/lib/secret")).unwrap();
-        let e = resolve(root.path(), &[g("/var", Access::ReadWrite), g("/var/lib/secret", Access::ReadOnly)]).unwrap_err();
-        assert!(e.to_string().contains("inside the read-write grant /var"), "{e}");
+        let e = resolve(
+            root.path(),
+            &[
+                g("/var", Access::ReadWrite),
+                g("/var/lib/secret", Access::ReadOnly),
+            ],
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("inside the read-write grant /var"),
+            "{e}"
+        );
         // Siblings and read-write inside read-only are fine.
         std::fs::create_dir_all(root.path().join("varx")).unwrap();
-        resolve(root.path(), &[g("/var", Access::ReadWrite), g("/varx", Access::ReadOnly)]).unwrap();
-        resolve(root.path(), &[g("/var", Access::ReadOnly), g("/var/lib", Access::ReadWrite)]).unwrap();
+        resolve(
+            root.path(),
+            &[g("/var", Access::ReadWrite), g("/varx", Access::ReadOnly)],
+        )
+        .unwrap();
+        resolve(
+            root.path(),
+            &[
+                g("/var", Access::ReadOnly),
+                g("/var/lib", Access::ReadWrite),
+            ],
+        )
+        .unwrap();
     }
 
     #[test]
     fn a_missing_optional_grant_is_left_out_and_a_missing_required_one_refused() {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("etc/kubernetes")).unwrap();
-        let optional = |path: &str| FilesystemGrant { optional: true, ..g(path, Access::ReadOnly) };
-        let p = resolve(root.path(), &[g("/etc/kubernetes", Access::ReadOnly), optional("/etc/kubernetes/manifests")]).unwrap();
-        assert_eq!(p.iter().map(|p| p.guest.as_str()).collect::<Vec<_>>(), ["/etc/kubernetes"]);
+        let optional = |path: &str| FilesystemGrant {
+            optional: true,
+            ..g(path, Access::ReadOnly)
+        };
+        let p = resolve(
+            root.path(),
+            &[
+                g("/etc/kubernetes", Access::ReadOnly),
+                optional("/etc/kubernetes/manifests"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            p.iter().map(|p| p.guest.as_str()).collect::<Vec<_>>(),
+            ["/etc/kubernetes"]
+        );
         // Present: preopened like any other grant.
         std::fs::create_dir_all(root.path().join("etc/kubernetes/manifests")).unwrap();
         let p = resolve(root.path(), &[optional("/etc/kubernetes/manifests")]).unwrap();
-        assert_eq!(p[0].host, root.path().canonicalize().unwrap().join("etc/kubernetes/manifests"));
+        assert_eq!(
+            p[0].host,
+            root.path()
+                .canonicalize()
+                .unwrap()
+                .join("etc/kubernetes/manifests")
+        );
         // Required and missing: refused, saying how to mark it optional.
         let e = resolve(root.path(), &[g("/etc/missing", Access::ReadOnly)]).unwrap_err();
-        assert!(e.to_string().contains("does not exist") && e.to_string().contains("optional: true"), "{e}");
+        assert!(
+            e.to_string().contains("does not exist") && e.to_string().contains("optional: true"),
+            "{e}"
+        );
         // Optional does not excuse a symlink: it is not a missing directory.
         std::os::unix::fs::symlink("etc", root.path().join("link")).unwrap();
-        assert!(matches!(resolve(root.path(), &[optional("/link/kubernetes")]), Err(Error::InvalidGrant { .. })));
+        assert!(matches!(
+            resolve(root.path(), &[optional("/link/kubernetes")]),
+            Err(Error::InvalidGrant { .. })
+        ));
     }
 }

@@ -32,14 +32,22 @@ pub(crate) struct GuardedFs<'a>(pub WasiFilesystemCtxView<'a>);
 
 /// Whether a plugin may open a file of this type.
 pub(crate) fn openable(t: fs::DescriptorType) -> bool {
-    matches!(t, fs::DescriptorType::RegularFile | fs::DescriptorType::Directory | fs::DescriptorType::SymbolicLink)
+    matches!(
+        t,
+        fs::DescriptorType::RegularFile
+            | fs::DescriptorType::Directory
+            | fs::DescriptorType::SymbolicLink
+    )
 }
 
 impl fs::Host for GuardedFs<'_> {
     fn convert_error_code(&mut self, err: FsError) -> wasmtime::Result<fs::ErrorCode> {
         fs::Host::convert_error_code(&mut self.0, err)
     }
-    fn filesystem_error_code(&mut self, err: Resource<streams::Error>) -> wasmtime::Result<Option<fs::ErrorCode>> {
+    fn filesystem_error_code(
+        &mut self,
+        err: Resource<streams::Error>,
+    ) -> wasmtime::Result<Option<fs::ErrorCode>> {
         fs::Host::filesystem_error_code(&mut self.0, err)
     }
 }
@@ -64,7 +72,13 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         fs::HostDescriptor::open_at(&mut self.0, fd, path_flags, path, oflags, flags)
     }
 
-    fn advise(&mut self, fd: Resource<fs::Descriptor>, offset: fs::Filesize, len: fs::Filesize, advice: fs::Advice) -> FsResult<()> {
+    fn advise(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        offset: fs::Filesize,
+        len: fs::Filesize,
+        advice: fs::Advice,
+    ) -> FsResult<()> {
         fs::HostDescriptor::advise(&mut self.0, fd, offset, len, advice)
     }
     fn sync_data(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<()> {
@@ -79,16 +93,34 @@ impl fs::HostDescriptor for GuardedFs<'_> {
     fn set_size(&mut self, fd: Resource<fs::Descriptor>, size: fs::Filesize) -> FsResult<()> {
         fs::HostDescriptor::set_size(&mut self.0, fd, size)
     }
-    fn set_times(&mut self, fd: Resource<fs::Descriptor>, atim: fs::NewTimestamp, mtim: fs::NewTimestamp) -> FsResult<()> {
+    fn set_times(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        atim: fs::NewTimestamp,
+        mtim: fs::NewTimestamp,
+    ) -> FsResult<()> {
         fs::HostDescriptor::set_times(&mut self.0, fd, atim, mtim)
     }
-    fn read(&mut self, fd: Resource<fs::Descriptor>, len: fs::Filesize, offset: fs::Filesize) -> FsResult<(Vec<u8>, bool)> {
+    fn read(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        len: fs::Filesize,
+        offset: fs::Filesize,
+    ) -> FsResult<(Vec<u8>, bool)> {
         fs::HostDescriptor::read(&mut self.0, fd, len, offset)
     }
-    fn write(&mut self, fd: Resource<fs::Descriptor>, buf: Vec<u8>, offset: fs::Filesize) -> FsResult<fs::Filesize> {
+    fn write(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        buf: Vec<u8>,
+        offset: fs::Filesize,
+    ) -> FsResult<fs::Filesize> {
         fs::HostDescriptor::write(&mut self.0, fd, buf, offset)
     }
-    fn read_directory(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<Resource<fs::DirectoryEntryStream>> {
+    fn read_directory(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+    ) -> FsResult<Resource<fs::DirectoryEntryStream>> {
         fs::HostDescriptor::read_directory(&mut self.0, fd)
     }
     fn sync(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<()> {
@@ -100,7 +132,12 @@ impl fs::HostDescriptor for GuardedFs<'_> {
     fn stat(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorStat> {
         fs::HostDescriptor::stat(&mut self.0, fd)
     }
-    fn stat_at(&mut self, fd: Resource<fs::Descriptor>, path_flags: fs::PathFlags, path: String) -> FsResult<fs::DescriptorStat> {
+    fn stat_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        path_flags: fs::PathFlags,
+        path: String,
+    ) -> FsResult<fs::DescriptorStat> {
         fs::HostDescriptor::stat_at(&mut self.0, fd, path_flags, path)
     }
     fn set_times_at(
@@ -121,7 +158,14 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         new_descriptor: Resource<fs::Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
-        fs::HostDescriptor::link_at(&mut self.0, fd, old_path_flags, old_path, new_descriptor, new_path)
+        fs::HostDescriptor::link_at(
+            &mut self.0,
+            fd,
+            old_path_flags,
+            old_path,
+            new_descriptor,
+            new_path,
+        )
     }
     fn drop(&mut self, fd: Resource<fs::Descriptor>) -> wasmtime::Result<()> {
         fs::HostDescriptor::drop(&mut self.0, fd)
@@ -132,37 +176,71 @@ impl fs::HostDescriptor for GuardedFs<'_> {
     fn remove_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
         fs::HostDescriptor::remove_directory_at(&mut self.0, fd, path)
     }
-    fn rename_at(&mut self, fd: Resource<fs::Descriptor>, old_path: String, new_fd: Resource<fs::Descriptor>, new_path: String) -> FsResult<()> {
+    fn rename_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        old_path: String,
+        new_fd: Resource<fs::Descriptor>,
+        new_path: String,
+    ) -> FsResult<()> {
         fs::HostDescriptor::rename_at(&mut self.0, fd, old_path, new_fd, new_path)
     }
-    fn symlink_at(&mut self, fd: Resource<fs::Descriptor>, src_path: String, dest_path: String) -> FsResult<()> {
+    fn symlink_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        src_path: String,
+        dest_path: String,
+    ) -> FsResult<()> {
         fs::HostDescriptor::symlink_at(&mut self.0, fd, src_path, dest_path)
     }
     fn unlink_file_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
         fs::HostDescriptor::unlink_file_at(&mut self.0, fd, path)
     }
-    fn read_via_stream(&mut self, fd: Resource<fs::Descriptor>, offset: fs::Filesize) -> FsResult<Resource<streams::InputStream>> {
+    fn read_via_stream(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        offset: fs::Filesize,
+    ) -> FsResult<Resource<streams::InputStream>> {
         fs::HostDescriptor::read_via_stream(&mut self.0, fd, offset)
     }
-    fn write_via_stream(&mut self, fd: Resource<fs::Descriptor>, offset: fs::Filesize) -> FsResult<Resource<streams::OutputStream>> {
+    fn write_via_stream(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        offset: fs::Filesize,
+    ) -> FsResult<Resource<streams::OutputStream>> {
         fs::HostDescriptor::write_via_stream(&mut self.0, fd, offset)
     }
-    fn append_via_stream(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<Resource<streams::OutputStream>> {
+    fn append_via_stream(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+    ) -> FsResult<Resource<streams::OutputStream>> {
         fs::HostDescriptor::append_via_stream(&mut self.0, fd)
     }
-    fn is_same_object(&mut self, a: Resource<fs::Descriptor>, b: Resource<fs::Descriptor>) -> wasmtime::Result<bool> {
+    fn is_same_object(
+        &mut self,
+        a: Resource<fs::Descriptor>,
+        b: Resource<fs::Descriptor>,
+    ) -> wasmtime::Result<bool> {
         fs::HostDescriptor::is_same_object(&mut self.0, a, b)
     }
     fn metadata_hash(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::MetadataHashValue> {
         fs::HostDescriptor::metadata_hash(&mut self.0, fd)
     }
-    fn metadata_hash_at(&mut self, fd: Resource<fs::Descriptor>, path_flags: fs::PathFlags, path: String) -> FsResult<fs::MetadataHashValue> {
+    fn metadata_hash_at(
+        &mut self,
+        fd: Resource<fs::Descriptor>,
+        path_flags: fs::PathFlags,
+        path: String,
+    ) -> FsResult<fs::MetadataHashValue> {
         fs::HostDescriptor::metadata_hash_at(&mut self.0, fd, path_flags, path)
     }
 }
 
 impl fs::HostDirectoryEntryStream for GuardedFs<'_> {
-    fn read_directory_entry(&mut self, stream: Resource<fs::DirectoryEntryStream>) -> FsResult<Option<fs::DirectoryEntry>> {
+    fn read_directory_entry(
+        &mut self,
+        stream: Resource<fs::DirectoryEntryStream>,
+    ) -> FsResult<Option<fs::DirectoryEntry>> {
         fs::HostDirectoryEntryStream::read_directory_entry(&mut self.0, stream)
     }
     fn drop(&mut self, stream: Resource<fs::DirectoryEntryStream>) -> wasmtime::Result<()> {

@@ -28,11 +28,17 @@ pub(crate) struct Response {
 
 /// Splits `http://host[:port]/path` into (scheme, authority with port, host, port, path).
 fn parse_url(url: &str) -> Result<(&str, String, &str, u16, &str), String> {
-    let (scheme, rest) = url.split_once("://").ok_or_else(|| format!("`{url}` is not an absolute URL"))?;
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| format!("`{url}` is not an absolute URL"))?;
     let default_port = match scheme {
         "http" => 80,
         "https" => 443,
-        other => return Err(format!("scheme `{other}` is not supported; use http or https")),
+        other => {
+            return Err(format!(
+                "scheme `{other}` is not supported; use http or https"
+            ));
+        }
     };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -42,29 +48,44 @@ fn parse_url(url: &str) -> Result<(&str, String, &str, u16, &str), String> {
         return Err(format!("`{url}` has no host or carries credentials"));
     }
     let (host, port) = match authority.rsplit_once(':') {
-        Some((h, p)) if !h.contains(']') || h.ends_with(']') => {
-            (h, p.parse::<u16>().map_err(|_| format!("bad port in `{url}`"))?)
-        }
+        Some((h, p)) if !h.contains(']') || h.ends_with(']') => (
+            h,
+            p.parse::<u16>()
+                .map_err(|_| format!("bad port in `{url}`"))?,
+        ),
         _ => (authority, default_port),
     };
     if path.chars().any(|c| c.is_control() || c == ' ') {
-        return Err(format!("`{url}` has spaces or control characters in its path"));
+        return Err(format!(
+            "`{url}` has spaces or control characters in its path"
+        ));
     }
     Ok((scheme, format!("{host}:{port}"), host, port, path))
 }
 
 /// Performs the GET after checking the grants. `cap` is the smaller of the plugin's
 /// `max-bytes` and the host's own cap; a grant may lower it further.
-pub(crate) fn get(grants: &[HttpGrant], url: &str, cap: u64, timeout: Duration) -> Result<Response, HttpRefusal> {
+pub(crate) fn get(
+    grants: &[HttpGrant],
+    url: &str,
+    cap: u64,
+    timeout: Duration,
+) -> Result<Response, HttpRefusal> {
     let (scheme, with_port, host, port, path) = parse_url(url).map_err(HttpRefusal::Invalid)?;
     let grant = grants
         .iter()
-        .find(|g| g.host == with_port || (g.host == host && port == if scheme == "https" { 443 } else { 80 }))
-        .ok_or_else(|| HttpRefusal::NotGranted(format!("http: {with_port} (no http grant names this host)")))?;
+        .find(|g| {
+            g.host == with_port
+                || (g.host == host && port == if scheme == "https" { 443 } else { 80 })
+        })
+        .ok_or_else(|| {
+            HttpRefusal::NotGranted(format!("http: {with_port} (no http grant names this host)"))
+        })?;
     let cap = cap.min(grant.max_bytes.unwrap_or(DEFAULT_GRANT_MAX));
     if scheme == "https" {
         return Err(HttpRefusal::Failed(
-            "https is not implemented by this host yet; only plain http to loopback addresses is".into(),
+            "https is not implemented by this host yet; only plain http to loopback addresses is"
+                .into(),
         ));
     }
     let addr = (host.trim_start_matches('[').trim_end_matches(']'), port)
@@ -80,7 +101,10 @@ pub(crate) fn get(grants: &[HttpGrant], url: &str, cap: u64, timeout: Duration) 
     }
     let timeout = timeout.max(Duration::from_millis(1));
     let io = |e: std::io::Error| {
-        if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
             HttpRefusal::Timeout(format!("GET {url}: no answer within {timeout:?}"))
         } else {
             HttpRefusal::Failed(format!("GET {url}: {e}"))
@@ -104,14 +128,24 @@ pub(crate) fn get(grants: &[HttpGrant], url: &str, cap: u64, timeout: Duration) 
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
-            return Err(HttpRefusal::Timeout(format!("GET {url}: the response did not finish within {timeout:?}")));
+            return Err(HttpRefusal::Timeout(format!(
+                "GET {url}: the response did not finish within {timeout:?}"
+            )));
         }
         limited.get_ref().set_read_timeout(Some(left)).map_err(io)?;
         match limited.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(&chunk[..n]),
-            Err(e) if !raw.is_empty() && matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return Err(HttpRefusal::Timeout(format!("GET {url}: the response did not finish within {timeout:?}")));
+            Err(e)
+                if !raw.is_empty()
+                    && matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+            {
+                return Err(HttpRefusal::Timeout(format!(
+                    "GET {url}: the response did not finish within {timeout:?}"
+                )));
             }
             Err(e) => return Err(io(e)),
         }
@@ -119,11 +153,15 @@ pub(crate) fn get(grants: &[HttpGrant], url: &str, cap: u64, timeout: Duration) 
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| HttpRefusal::Failed(format!("GET {url}: response has no complete header block")))?;
+        .ok_or_else(|| {
+            HttpRefusal::Failed(format!("GET {url}: response has no complete header block"))
+        })?;
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let body = raw[split + 4..].to_vec();
     if body.len() as u64 > cap {
-        return Err(HttpRefusal::TooLarge(format!("GET {url}: body exceeds the cap of {cap} bytes")));
+        return Err(HttpRefusal::TooLarge(format!(
+            "GET {url}: body exceeds the cap of {cap} bytes"
+        )));
     }
     let mut lines = head.split("\r\n");
     let status = lines
@@ -135,10 +173,19 @@ pub(crate) fn get(grants: &[HttpGrant], url: &str, cap: u64, timeout: Duration) 
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
-    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked")) {
-        return Err(HttpRefusal::Failed(format!("GET {url}: chunked responses are not supported by this host yet")));
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"))
+    {
+        return Err(HttpRefusal::Failed(format!(
+            "GET {url}: chunked responses are not supported by this host yet"
+        )));
     }
-    Ok(Response { status, headers, body })
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
 }
 
 #[cfg(test)]
@@ -161,19 +208,33 @@ mod tests {
                 }
             }
         });
-        let grants = [HttpGrant { host: format!("127.0.0.1:{port}"), max_bytes: None }];
+        let grants = [HttpGrant {
+            host: format!("127.0.0.1:{port}"),
+            max_bytes: None,
+        }];
         // Without the overall deadline this returns Ok after the minute of drips.
-        match get(&grants, &format!("http://127.0.0.1:{port}/"), 1 << 20, Duration::from_millis(500)) {
+        match get(
+            &grants,
+            &format!("http://127.0.0.1:{port}/"),
+            1 << 20,
+            Duration::from_millis(500),
+        ) {
             Err(HttpRefusal::Timeout(m)) => assert!(m.contains("did not finish"), "{m}"),
             Err(_) => panic!("refused for another reason than the deadline"),
-            Ok(r) => panic!("the dripping response was accepted ({} bytes)", r.body.len()),
+            Ok(r) => panic!(
+                "the dripping response was accepted ({} bytes)",
+                r.body.len()
+            ),
         }
     }
 
     #[test]
     fn urls_are_split_with_default_ports() {
         let (s, a, h, p, path) = parse_url("http://127.0.0.1:8080/a/b").unwrap();
-        assert_eq!((s, a.as_str(), h, p, path), ("http", "127.0.0.1:8080", "127.0.0.1", 8080, "/a/b"));
+        assert_eq!(
+            (s, a.as_str(), h, p, path),
+            ("http", "127.0.0.1:8080", "127.0.0.1", 8080, "/a/b")
+        );
         let (_, a, _, p, path) = parse_url("https://dl.k8s.io").unwrap();
         assert_eq!((a.as_str(), p, path), ("dl.k8s.io:443", 443, "/"));
         assert!(parse_url("ftp://x/").is_err());

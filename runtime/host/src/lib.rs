@@ -58,15 +58,15 @@ pub use config::{ExecIsolation, HostConfig, Limits, PoolConfig};
 pub use error::Error;
 pub use facts::{NodeContext, NodeFacts, OsRelease};
 pub use report::{
-    ActionInfo, CallFailure, Capabilities, Captured, Check, CheckStatus, Denial, LogLevel, LogLine, Metadata,
-    Outcome, PluginError, PreflightReport, Progress, Report, RunReport,
+    ActionInfo, CallFailure, Capabilities, Captured, Check, CheckStatus, Denial, LogLevel, LogLine,
+    Metadata, Outcome, PluginError, PreflightReport, Progress, Report, RunReport,
 };
 pub use service::{RecordingBackend, ServiceBackend, ServiceError, SystemctlBackend, UnitStatus};
 
 use bindings::BosunPluginPre;
-use wasmtime::component::{ComponentExportIndex, Instance, InstancePre};
 use bindings::exports::bosun::plugin::plugin as guest;
 use sandbox::{CallEnv, RunLimiter, RunState, Stop};
+use wasmtime::component::{ComponentExportIndex, Instance, InstancePre};
 
 /// The ABI version (WIT package version of `bosun:plugin`) this host serves.
 pub const ABI_VERSION: &str = "0.1.0";
@@ -112,7 +112,12 @@ pub struct PluginPin {
 
 impl From<&SignatureBundle> for PluginPin {
     fn from(b: &SignatureBundle) -> Self {
-        PluginPin { name: b.name.clone(), version: b.version.clone(), sha256: b.sha256, signatures: b.signatures.clone() }
+        PluginPin {
+            name: b.name.clone(),
+            version: b.version.clone(),
+            sha256: b.sha256,
+            signatures: b.signatures.clone(),
+        }
     }
 }
 
@@ -159,14 +164,26 @@ impl Exports {
             component
                 .get_export_index(None, &iface)
                 .and_then(|i| component.get_export_index(Some(&i), name))
-                .ok_or_else(|| Error::AbiMismatch { expected: ABI_VERSION, found: format!("a component without {iface}#{name}") })
+                .ok_or_else(|| Error::AbiMismatch {
+                    expected: ABI_VERSION,
+                    found: format!("a component without {iface}#{name}"),
+                })
         };
-        Ok(Exports { describe: find("describe")?, preflight: find("preflight")?, run: find("run")? })
+        Ok(Exports {
+            describe: find("describe")?,
+            preflight: find("preflight")?,
+            run: find("run")?,
+        })
     }
 }
 
 /// Calls the export at `index` of the fresh `instance` with `params`.
-fn call_export<P, R>(store: &mut Store<RunState>, instance: &Instance, index: &ComponentExportIndex, params: P) -> wasmtime::Result<R>
+fn call_export<P, R>(
+    store: &mut Store<RunState>,
+    instance: &Instance,
+    index: &ComponentExportIndex,
+    params: P,
+) -> wasmtime::Result<R>
 where
     P: wasmtime::component::ComponentNamedList + wasmtime::component::Lower,
     R: wasmtime::component::ComponentNamedList + wasmtime::component::Lift,
@@ -232,7 +249,10 @@ impl Ticker {
                 }
             })
             .map_err(|e| Error::setup(format!("starting the epoch ticker: {e}")))?;
-        Ok(Ticker { stop: Some(stop), thread: Some(thread) })
+        Ok(Ticker {
+            stop: Some(stop),
+            thread: Some(thread),
+        })
     }
 }
 
@@ -263,7 +283,9 @@ pub struct Host {
 
 impl std::fmt::Debug for Host {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Host").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Host")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -295,17 +317,24 @@ impl Host {
         wcfg.wasm_component_model(true)
             .epoch_interruption(true)
             .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&wcfg).map_err(|e| Error::setup(format!("wasmtime engine: {e}")))?;
-        let linker = sandbox::linker(&engine, false).map_err(|e| Error::setup(format!("linker: {e}")))?;
-        let linker_http = sandbox::linker(&engine, true).map_err(|e| Error::setup(format!("linker: {e}")))?;
+        let engine =
+            Engine::new(&wcfg).map_err(|e| Error::setup(format!("wasmtime engine: {e}")))?;
+        let linker =
+            sandbox::linker(&engine, false).map_err(|e| Error::setup(format!("linker: {e}")))?;
+        let linker_http =
+            sandbox::linker(&engine, true).map_err(|e| Error::setup(format!("linker: {e}")))?;
         let cache = match &config.cache_dir {
             Some(dir) => Some(
-                cache::DiskCache::open(dir, cache::engine_fingerprint(&engine))
-                    .map_err(|e| Error::setup(format!("compiled-plugin cache {}: {e}", dir.display())))?,
+                cache::DiskCache::open(dir, cache::engine_fingerprint(&engine)).map_err(|e| {
+                    Error::setup(format!("compiled-plugin cache {}: {e}", dir.display()))
+                })?,
             ),
             None => None,
         };
-        let ticker = Ticker::start(engine.clone(), config.epoch_tick.max(Duration::from_micros(100)))?;
+        let ticker = Ticker::start(
+            engine.clone(),
+            config.epoch_tick.max(Duration::from_micros(100)),
+        )?;
         Ok(Host {
             engine,
             config,
@@ -340,16 +369,39 @@ impl Host {
     /// ABI, and `describe` must report this ABI version and the signed name and version.
     /// The bytes are re-hashed on every call, even when the compiled code is cached.
     pub fn load(&self, bytes: &[u8], pin: &PluginPin) -> Result<LoadedPlugin, Error> {
-        let verified = bosun_trust::verify(bytes, &pin.sha256, &pin.name, &pin.version, &pin.signatures, &self.config.trust_roots)
-            .map_err(|source| Error::Untrusted { name: pin.name.clone(), version: pin.version.clone(), source: Box::new(source) })?;
+        let verified = bosun_trust::verify(
+            bytes,
+            &pin.sha256,
+            &pin.name,
+            &pin.version,
+            &pin.signatures,
+            &self.config.trust_roots,
+        )
+        .map_err(|source| Error::Untrusted {
+            name: pin.name.clone(),
+            version: pin.version.clone(),
+            source: Box::new(source),
+        })?;
         let compiled = self.compile(&pin.sha256, bytes)?;
         let metadata = self.metadata(&compiled)?;
-        for (field, signed, declared) in [("name", &pin.name, &metadata.name), ("version", &pin.version, &metadata.version)] {
+        for (field, signed, declared) in [
+            ("name", &pin.name, &metadata.name),
+            ("version", &pin.version, &metadata.version),
+        ] {
             if signed != declared {
-                return Err(Error::MetadataMismatch { field, signed: signed.clone(), declared: declared.clone() });
+                return Err(Error::MetadataMismatch {
+                    field,
+                    signed: signed.clone(),
+                    declared: declared.clone(),
+                });
             }
         }
-        let loaded = LoadedPlugin { compiled, digest: pin.sha256, metadata, verified: Some(Arc::new(verified)) };
+        let loaded = LoadedPlugin {
+            compiled,
+            digest: pin.sha256,
+            metadata,
+            verified: Some(Arc::new(verified)),
+        };
         if let Ok(mut m) = self.verified.lock() {
             m.insert(pin.clone(), loaded.clone());
         }
@@ -381,7 +433,12 @@ impl Host {
         tracing::warn!(%digest, "loading a plugin WITHOUT signature verification (allow_unverified is set)");
         let compiled = self.compile(&digest, bytes)?;
         let metadata = self.metadata(&compiled)?;
-        Ok(LoadedPlugin { compiled, digest, metadata, verified: None })
+        Ok(LoadedPlugin {
+            compiled,
+            digest,
+            metadata,
+            verified: None,
+        })
     }
 
     /// Drops the compiled plugin with `digest` from memory (the on-disk cache keeps it).
@@ -408,7 +465,12 @@ impl Host {
     }
 
     fn compile(&self, digest: &Digest, bytes: &[u8]) -> Result<Arc<Compiled>, Error> {
-        if let Some(c) = self.compiled.lock().ok().and_then(|m| m.get(digest).cloned()) {
+        if let Some(c) = self
+            .compiled
+            .lock()
+            .ok()
+            .and_then(|m| m.get(digest).cloned())
+        {
             return Ok(c);
         }
         let hex = digest.to_hex();
@@ -426,7 +488,10 @@ impl Host {
         let component = match from_cache {
             Some(c) => c,
             None => {
-                let component = Component::new(&self.engine, bytes).map_err(|e| Error::Compile { message: format!("{e:#}") })?;
+                let component =
+                    Component::new(&self.engine, bytes).map_err(|e| Error::Compile {
+                        message: format!("{e:#}"),
+                    })?;
                 if let Some(cache) = &self.cache {
                     match component.serialize() {
                         Ok(code) => {
@@ -434,7 +499,9 @@ impl Host {
                                 tracing::warn!(error = %e, "could not write the compiled-plugin cache");
                             }
                         }
-                        Err(e) => tracing::warn!(error = %e, "could not serialize a compiled plugin"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not serialize a compiled plugin")
+                        }
                     }
                 }
                 component
@@ -447,11 +514,21 @@ impl Host {
                 .instantiate_pre(&component)
                 .and_then(BosunPluginPre::new)
                 .map(|p| p.instance_pre().clone())
-                .map_err(|e| Error::Compile { message: format!("cannot link the plugin's imports: {e:#}") })
+                .map_err(|e| Error::Compile {
+                    message: format!("cannot link the plugin's imports: {e:#}"),
+                })
         };
         let compiled = Arc::new(Compiled {
-            pre: if imports_http { link(&self.linker_http)? } else { link(&self.linker)? },
-            pre_http: if imports_http { Some(link(&self.linker_http)?) } else { None },
+            pre: if imports_http {
+                link(&self.linker_http)?
+            } else {
+                link(&self.linker)?
+            },
+            pre_http: if imports_http {
+                Some(link(&self.linker_http)?)
+            } else {
+                None
+            },
             exports: Exports::locate(&component)?,
             metadata: std::sync::OnceLock::new(),
             params: std::sync::OnceLock::new(),
@@ -466,22 +543,72 @@ impl Host {
         let node = NodeContext::default();
         let limits = &self.config.limits;
         let (meta, _) = self
-            .call(compiled, &Grants::default(), &node, limits.describe_deadline, true, false, |store, instance| {
-                call_export::<(), (guest::Metadata,)>(store, instance, &compiled.exports.describe, ()).map(|(m,)| m)
-            })
+            .call(
+                compiled,
+                &Grants::default(),
+                &node,
+                limits.describe_deadline,
+                true,
+                false,
+                |store, instance| {
+                    call_export::<(), (guest::Metadata,)>(
+                        store,
+                        instance,
+                        &compiled.exports.describe,
+                        (),
+                    )
+                    .map(|(m,)| m)
+                },
+            )
             .map_err(|f| f.error)?;
         let size = meta.name.len()
             + meta.version.len()
             + meta.abi_version.len()
             + meta.description.len()
-            + meta.actions.iter().map(|a| ENTRY_OVERHEAD + a.name.len() + a.description.len() + a.params_schema.len()).sum::<usize>()
-            + meta.capabilities.filesystem.iter().map(|p| ENTRY_OVERHEAD + p.path.len()).sum::<usize>()
-            + meta.capabilities.exec.iter().map(|c| ENTRY_OVERHEAD + c.command.len() + c.args.iter().map(|a| ENTRY_OVERHEAD + a.len()).sum::<usize>()).sum::<usize>()
-            + meta.capabilities.services.iter().map(|u| ENTRY_OVERHEAD + u.unit.len() + ENTRY_OVERHEAD * u.actions.len()).sum::<usize>()
-            + meta.capabilities.http.iter().map(|h| ENTRY_OVERHEAD + h.len()).sum::<usize>();
+            + meta
+                .actions
+                .iter()
+                .map(|a| {
+                    ENTRY_OVERHEAD + a.name.len() + a.description.len() + a.params_schema.len()
+                })
+                .sum::<usize>()
+            + meta
+                .capabilities
+                .filesystem
+                .iter()
+                .map(|p| ENTRY_OVERHEAD + p.path.len())
+                .sum::<usize>()
+            + meta
+                .capabilities
+                .exec
+                .iter()
+                .map(|c| {
+                    ENTRY_OVERHEAD
+                        + c.command.len()
+                        + c.args
+                            .iter()
+                            .map(|a| ENTRY_OVERHEAD + a.len())
+                            .sum::<usize>()
+                })
+                .sum::<usize>()
+            + meta
+                .capabilities
+                .services
+                .iter()
+                .map(|u| ENTRY_OVERHEAD + u.unit.len() + ENTRY_OVERHEAD * u.actions.len())
+                .sum::<usize>()
+            + meta
+                .capabilities
+                .http
+                .iter()
+                .map(|h| ENTRY_OVERHEAD + h.len())
+                .sum::<usize>();
         check_output_size(size, limits.max_output_bytes)?;
         if meta.abi_version != ABI_VERSION {
-            return Err(Error::AbiMismatch { expected: ABI_VERSION, found: format!("bosun:plugin@{}", meta.abi_version) });
+            return Err(Error::AbiMismatch {
+                expected: ABI_VERSION,
+                found: format!("bosun:plugin@{}", meta.abi_version),
+            });
         }
         let caps = meta.capabilities;
         Ok(Metadata {
@@ -492,12 +619,25 @@ impl Host {
             actions: meta
                 .actions
                 .into_iter()
-                .map(|a| ActionInfo { name: a.name, description: a.description, params_schema: a.params_schema, idempotent: a.idempotent })
+                .map(|a| ActionInfo {
+                    name: a.name,
+                    description: a.description,
+                    params_schema: a.params_schema,
+                    idempotent: a.idempotent,
+                })
                 .collect(),
             capabilities: Capabilities {
-                filesystem: caps.filesystem.into_iter().map(|p| (p.path, p.writable)).collect(),
+                filesystem: caps
+                    .filesystem
+                    .into_iter()
+                    .map(|p| (p.path, p.writable))
+                    .collect(),
                 exec: caps.exec.into_iter().map(|c| (c.command, c.args)).collect(),
-                services: caps.services.into_iter().map(|u| (u.unit, u.actions)).collect(),
+                services: caps
+                    .services
+                    .into_iter()
+                    .map(|u| (u.unit, u.actions))
+                    .collect(),
                 http: caps.http,
             },
         })
@@ -530,20 +670,35 @@ impl Host {
         self.check_call(plugin, action, params_json)?;
         let deadline = self.config.limits.describe_deadline;
         let exports = &plugin.compiled.exports;
-        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, dry_run, |store, instance| {
-            call_export::<(&str, &str), (Result<Vec<guest::Check>, guest::PluginError>,)>(
-                store,
-                instance,
-                &exports.preflight,
-                (action, params_json),
-            )
-            .map(|(r,)| r)
-        })?;
+        let (result, captured) = self.call(
+            &plugin.compiled,
+            grants,
+            node,
+            deadline,
+            false,
+            dry_run,
+            |store, instance| {
+                call_export::<(&str, &str), (Result<Vec<guest::Check>, guest::PluginError>,)>(
+                    store,
+                    instance,
+                    &exports.preflight,
+                    (action, params_json),
+                )
+                .map(|(r,)| r)
+            },
+        )?;
         let result = match result {
             Ok(checks) => {
-                let size: usize = checks.iter().map(|c| ENTRY_OVERHEAD + c.name.len() + c.message.len()).sum();
-                check_output_size(size, self.config.limits.max_output_bytes)
-                    .map_err(|error| CallFailure { error, captured: Box::new(captured.clone()) })?;
+                let size: usize = checks
+                    .iter()
+                    .map(|c| ENTRY_OVERHEAD + c.name.len() + c.message.len())
+                    .sum();
+                check_output_size(size, self.config.limits.max_output_bytes).map_err(|error| {
+                    CallFailure {
+                        error,
+                        captured: Box::new(captured.clone()),
+                    }
+                })?;
                 Ok(checks
                     .into_iter()
                     .map(|c| Check {
@@ -575,47 +730,102 @@ impl Host {
         options: RunOptions,
     ) -> Result<RunReport, CallFailure> {
         self.check_call(plugin, action, params_json)?;
-        let deadline = options.deadline.unwrap_or(self.config.limits.default_deadline);
-        let ctx = guest::RunContext { dry_run: options.dry_run };
+        let deadline = options
+            .deadline
+            .unwrap_or(self.config.limits.default_deadline);
+        let ctx = guest::RunContext {
+            dry_run: options.dry_run,
+        };
         let exports = &plugin.compiled.exports;
-        let (result, captured) = self.call(&plugin.compiled, grants, node, deadline, false, options.dry_run, |store, instance| {
-            call_export::<(&str, &str, guest::RunContext), (Result<guest::Outcome, guest::PluginError>,)>(
-                store,
-                instance,
-                &exports.run,
-                (action, params_json, ctx),
-            )
-            .map(|(r,)| r)
-        })?;
+        let (result, captured) = self.call(
+            &plugin.compiled,
+            grants,
+            node,
+            deadline,
+            false,
+            options.dry_run,
+            |store, instance| {
+                call_export::<
+                    (&str, &str, guest::RunContext),
+                    (Result<guest::Outcome, guest::PluginError>,),
+                >(store, instance, &exports.run, (action, params_json, ctx))
+                .map(|(r,)| r)
+            },
+        )?;
         let result = match result {
             Ok(o) => {
-                let size = o.message.len() + o.outputs.iter().map(|(k, v)| ENTRY_OVERHEAD + k.len() + v.len()).sum::<usize>();
-                check_output_size(size, self.config.limits.max_output_bytes)
-                    .map_err(|error| CallFailure { error, captured: Box::new(captured.clone()) })?;
-                Ok(Outcome { changed: o.changed && !options.dry_run, message: o.message, outputs: o.outputs })
+                let size = o.message.len()
+                    + o.outputs
+                        .iter()
+                        .map(|(k, v)| ENTRY_OVERHEAD + k.len() + v.len())
+                        .sum::<usize>();
+                check_output_size(size, self.config.limits.max_output_bytes).map_err(|error| {
+                    CallFailure {
+                        error,
+                        captured: Box::new(captured.clone()),
+                    }
+                })?;
+                Ok(Outcome {
+                    changed: o.changed && !options.dry_run,
+                    message: o.message,
+                    outputs: o.outputs,
+                })
             }
             Err(e) => Err(self.plugin_error(e, &captured)?),
         };
         Ok(Report { result, captured })
     }
 
-    fn plugin_error(&self, e: guest::PluginError, captured: &Captured) -> Result<PluginError, CallFailure> {
-        check_output_size(e.code.len() + e.message.len(), self.config.limits.max_output_bytes)
-            .map_err(|error| CallFailure { error, captured: Box::new(captured.clone()) })?;
-        Ok(PluginError { code: e.code, message: e.message, retryable: e.retryable })
+    fn plugin_error(
+        &self,
+        e: guest::PluginError,
+        captured: &Captured,
+    ) -> Result<PluginError, CallFailure> {
+        check_output_size(
+            e.code.len() + e.message.len(),
+            self.config.limits.max_output_bytes,
+        )
+        .map_err(|error| CallFailure {
+            error,
+            captured: Box::new(captured.clone()),
+        })?;
+        Ok(PluginError {
+            code: e.code,
+            message: e.message,
+            retryable: e.retryable,
+        })
     }
 
-    fn check_call(&self, plugin: &LoadedPlugin, action: &str, params_json: &str) -> Result<(), CallFailure> {
+    fn check_call(
+        &self,
+        plugin: &LoadedPlugin,
+        action: &str,
+        params_json: &str,
+    ) -> Result<(), CallFailure> {
         if !plugin.metadata.actions.iter().any(|a| a.name == action) {
-            let available: Vec<&str> = plugin.metadata.actions.iter().map(|a| a.name.as_str()).collect();
-            return Err(Error::UnknownAction { action: action.to_owned(), available: available.join(", ") }.into());
+            let available: Vec<&str> = plugin
+                .metadata
+                .actions
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect();
+            return Err(Error::UnknownAction {
+                action: action.to_owned(),
+                available: available.join(", "),
+            }
+            .into());
         }
         let max = self.config.limits.max_params_bytes;
         if params_json.len() > max {
-            return Err(Error::InvalidParams { message: format!("{} bytes, more than the limit of {max}", params_json.len()) }.into());
+            return Err(Error::InvalidParams {
+                message: format!("{} bytes, more than the limit of {max}", params_json.len()),
+            }
+            .into());
         }
-        let params: serde_json::Value = serde_json::from_str(params_json)
-            .map_err(|e| Error::InvalidParams { message: format!("not a JSON document: {e}") })?;
+        let params: serde_json::Value =
+            serde_json::from_str(params_json).map_err(|e| Error::InvalidParams {
+                message: format!("not a JSON document: {e}"),
+            })?;
         if let Some(schemas) = plugin.compiled.params.get() {
             schemas.check(action, &params).map_err(|problems| Error::InvalidParams {
                 message: format!(
@@ -650,14 +860,17 @@ impl Host {
             }
         }
         for g in &grants.exec {
-            exec::validate_grant(g)
-                .map_err(|reason| Error::InvalidGrant { grant: format!("exec {}", g.command), reason })?;
+            exec::validate_grant(g).map_err(|reason| Error::InvalidGrant {
+                grant: format!("exec {}", g.command),
+                reason,
+            })?;
         }
         service::validate_grants(&grants.services)?;
         let pre = match (&compiled.pre_http, grants.http.is_empty()) {
             (Some(_), true) if !describing => {
                 return Err(Error::NotGranted {
-                    capability: "http (the plugin imports bosun:plugin/http but has no http grant)".into(),
+                    capability: "http (the plugin imports bosun:plugin/http but has no http grant)"
+                        .into(),
                 }
                 .into());
             }
@@ -667,10 +880,14 @@ impl Host {
 
         let stderr = MemoryOutputPipe::new(limits.max_stderr_bytes);
         let mut wasi = WasiCtxBuilder::new();
-        wasi.allow_blocking_current_thread(true).stderr(stderr.clone());
+        wasi.allow_blocking_current_thread(true)
+            .stderr(stderr.clone());
         for p in &preopens {
             wasi.preopened_dir(&p.host, &p.guest, p.perms)
-                .map_err(|e| Error::InvalidGrant { grant: format!("filesystem {}", p.guest), reason: format!("{e:#}") })?;
+                .map_err(|e| Error::InvalidGrant {
+                    grant: format!("filesystem {}", p.guest),
+                    reason: format!("{e:#}"),
+                })?;
         }
         let env = Arc::new(CallEnv {
             root: self.config.host_root.clone(),
@@ -707,7 +924,9 @@ impl Host {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let tick = self.config.epoch_tick.max(Duration::from_micros(100));
-        let ticks = u64::try_from(deadline.as_nanos() / tick.as_nanos()).unwrap_or(u64::MAX).saturating_add(1);
+        let ticks = u64::try_from(deadline.as_nanos() / tick.as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
 
@@ -719,7 +938,9 @@ impl Host {
         // Woken from a wait the host cut at the deadline and back past it: the deadline
         // decided the end, whatever the guest did in the moment before the epoch caught up.
         let result = match result {
-            Ok(_) if state.clock_cut && Instant::now() >= state.deadline => Err((false, wasmtime::Error::new(Trap::Interrupt))),
+            Ok(_) if state.clock_cut && Instant::now() >= state.deadline => {
+                Err((false, wasmtime::Error::new(Trap::Interrupt)))
+            }
             other => other,
         };
         let captured = Captured {
@@ -732,7 +953,10 @@ impl Host {
             Ok(r) => Ok((r, captured)),
             Err((instantiating, e)) => {
                 let error = classify(e, instantiating, deadline, &captured.stderr);
-                Err(CallFailure { error, captured: Box::new(captured) })
+                Err(CallFailure {
+                    error,
+                    captured: Box::new(captured),
+                })
             }
         }
     }
@@ -748,12 +972,20 @@ fn classify(e: wasmtime::Error, instantiating: bool, deadline: Duration, stderr:
     }
     match e.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => Error::DeadlineExceeded { deadline },
-        Some(trap) => Error::GuestTrap { message: trap.to_string(), stderr: stderr.to_owned() },
-        None if instantiating => Error::Instantiate { message: format!("{e:#}") },
+        Some(trap) => Error::GuestTrap {
+            message: trap.to_string(),
+            stderr: stderr.to_owned(),
+        },
+        None if instantiating => Error::Instantiate {
+            message: format!("{e:#}"),
+        },
         None => {
             let mut message = format!("{e:#}");
             sandbox::truncate_utf8(&mut message, 4096);
-            Error::GuestTrap { message, stderr: stderr.to_owned() }
+            Error::GuestTrap {
+                message,
+                stderr: stderr.to_owned(),
+            }
         }
     }
 }
@@ -765,7 +997,10 @@ const ENTRY_OVERHEAD: usize = 32;
 
 fn check_output_size(size: usize, limit: u64) -> Result<(), Error> {
     if size as u64 > limit {
-        return Err(Error::OutputLimit { limit, found: size as u64 });
+        return Err(Error::OutputLimit {
+            limit,
+            found: size as u64,
+        });
     }
     Ok(())
 }
@@ -774,12 +1009,18 @@ fn check_output_size(size: usize, limit: u64) -> Result<(), Error> {
 /// imports the optional `http` interface.
 fn check_interfaces(engine: &Engine, component: &Component) -> Result<bool, Error> {
     let ty = component.component_type();
-    let export = ty
-        .exports(engine)
-        .find_map(|(name, _)| name.strip_prefix("bosun:plugin/plugin").map(|v| v.trim_start_matches('@').to_owned()));
+    let export = ty.exports(engine).find_map(|(name, _)| {
+        name.strip_prefix("bosun:plugin/plugin")
+            .map(|v| v.trim_start_matches('@').to_owned())
+    });
     match export {
         Some(v) if v == ABI_VERSION => {}
-        Some(v) => return Err(Error::AbiMismatch { expected: ABI_VERSION, found: format!("bosun:plugin@{v}") }),
+        Some(v) => {
+            return Err(Error::AbiMismatch {
+                expected: ABI_VERSION,
+                found: format!("bosun:plugin@{v}"),
+            });
+        }
         None => {
             return Err(Error::AbiMismatch {
                 expected: ABI_VERSION,
@@ -792,14 +1033,23 @@ fn check_interfaces(engine: &Engine, component: &Component) -> Result<bool, Erro
         let (iface, version) = name.split_once('@').unwrap_or((name, ""));
         if let Some(bosun) = iface.strip_prefix("bosun:plugin/") {
             if version != ABI_VERSION {
-                return Err(Error::AbiMismatch { expected: ABI_VERSION, found: format!("bosun:plugin@{version} (import {name})") });
+                return Err(Error::AbiMismatch {
+                    expected: ABI_VERSION,
+                    found: format!("bosun:plugin@{version} (import {name})"),
+                });
             }
             if !BOSUN_INTERFACES.contains(&bosun) {
-                return Err(Error::ForbiddenImport { import: name.to_owned(), allowed: ALLOWED_IMPORTS });
+                return Err(Error::ForbiddenImport {
+                    import: name.to_owned(),
+                    allowed: ALLOWED_IMPORTS,
+                });
             }
             imports_http |= bosun == "http";
         } else if !(WASI_ALLOWED.contains(&iface) && version.starts_with("0.2.")) {
-            return Err(Error::ForbiddenImport { import: name.to_owned(), allowed: ALLOWED_IMPORTS });
+            return Err(Error::ForbiddenImport {
+                import: name.to_owned(),
+                allowed: ALLOWED_IMPORTS,
+            });
         }
     }
     Ok(imports_http)

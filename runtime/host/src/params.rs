@@ -60,8 +60,9 @@ fn check_patterns(value: &Value, patterns: &mut usize) -> Result<(), String> {
         }
         // Only the compiled size is judged here; a pattern that is not valid Rust regex
         // syntax is left to boon, which converts ECMA-262 syntax first and reports it.
-        if let Err(regex::Error::CompiledTooBig(limit)) =
-            regex::RegexBuilder::new(p).size_limit(MAX_PATTERN_COMPILED_BYTES).build()
+        if let Err(regex::Error::CompiledTooBig(limit)) = regex::RegexBuilder::new(p)
+            .size_limit(MAX_PATTERN_COMPILED_BYTES)
+            .build()
         {
             let mut shown = p.to_owned();
             crate::sandbox::truncate_utf8(&mut shown, 64);
@@ -80,7 +81,9 @@ fn collect_patterns<'v>(value: &'v Value, out: &mut Vec<&'v str>) {
             for (k, v) in map {
                 match (k.as_str(), v) {
                     ("pattern", Value::String(p)) => out.push(p),
-                    ("patternProperties", Value::Object(props)) => out.extend(props.keys().map(String::as_str)),
+                    ("patternProperties", Value::Object(props)) => {
+                        out.extend(props.keys().map(String::as_str))
+                    }
                     _ => {}
                 }
                 collect_patterns(v, out);
@@ -96,7 +99,10 @@ struct NoExternalRefs;
 
 impl boon::UrlLoader for NoExternalRefs {
     fn load(&self, url: &str) -> Result<Value, Box<dyn std::error::Error>> {
-        Err(format!("external schema references are not allowed in a plugin's params schema (found {url})").into())
+        Err(format!(
+            "external schema references are not allowed in a plugin's params schema (found {url})"
+        )
+        .into())
     }
 }
 
@@ -124,13 +130,17 @@ impl ParamSchemas {
             }
             let fail = |message: String| (action.name.clone(), message);
             check_size(&action.params_schema).map_err(fail)?;
-            let value: Value =
-                serde_json::from_str(&action.params_schema).map_err(|e| fail(format!("not JSON: {e}")))?;
+            let value: Value = serde_json::from_str(&action.params_schema)
+                .map_err(|e| fail(format!("not JSON: {e}")))?;
             check_patterns(&value, &mut patterns).map_err(fail)?;
             // Synthetic, never fetched: the loader above refuses anything not added here.
             let url = format!("urn:bosun-plugin-params:{i}");
-            compiler.add_resource(&url, value).map_err(|e| fail(e.to_string()))?;
-            let index = compiler.compile(&url, &mut schemas).map_err(|e| fail(format!("{e:#}")))?;
+            compiler
+                .add_resource(&url, value)
+                .map_err(|e| fail(e.to_string()))?;
+            let index = compiler
+                .compile(&url, &mut schemas)
+                .map_err(|e| fail(format!("{e:#}")))?;
             by_action.insert(action.name.clone(), index);
         }
         Ok(ParamSchemas { schemas, by_action })
@@ -139,8 +149,12 @@ impl ParamSchemas {
     /// Checks `params` against `action`'s schema; `Err` lists what is wrong, each problem
     /// with the JSON pointer of the offending value.
     pub(crate) fn check(&self, action: &str, params: &Value) -> Result<(), String> {
-        let Some(&index) = self.by_action.get(action) else { return Ok(()) };
-        let Err(e) = self.schemas.validate(params, index) else { return Ok(()) };
+        let Some(&index) = self.by_action.get(action) else {
+            return Ok(());
+        };
+        let Err(e) = self.schemas.validate(params, index) else {
+            return Ok(());
+        };
         let mut problems = Vec::new();
         collect(&e, &mut problems);
         if problems.is_empty() {
@@ -175,7 +189,12 @@ mod tests {
     use serde_json::json;
 
     fn action(name: &str, schema: &str) -> ActionInfo {
-        ActionInfo { name: name.into(), description: String::new(), params_schema: schema.into(), idempotent: true }
+        ActionInfo {
+            name: name.into(),
+            description: String::new(),
+            params_schema: schema.into(),
+            idempotent: true,
+        }
     }
 
     fn schemas() -> ParamSchemas {
@@ -195,14 +214,19 @@ mod tests {
     #[test]
     fn params_that_match_the_schema_pass_and_actions_without_one_accept_anything() {
         let s = schemas();
-        assert_eq!(s.check("upgrade", &json!({"version": "v1.34.4", "force": false})), Ok(()));
+        assert_eq!(
+            s.check("upgrade", &json!({"version": "v1.34.4", "force": false})),
+            Ok(())
+        );
         assert_eq!(s.check("anything", &json!([1, "two"])), Ok(()));
     }
 
     #[test]
     fn each_problem_is_reported_with_where_it_is() {
         let s = schemas();
-        let e = s.check("upgrade", &json!({"version": 134, "forse": true})).unwrap_err();
+        let e = s
+            .check("upgrade", &json!({"version": 134, "forse": true}))
+            .unwrap_err();
         assert!(e.contains("at `/version`"), "{e}");
         assert!(e.contains("forse"), "the unknown property is named: {e}");
         let e = s.check("upgrade", &json!({})).unwrap_err();
@@ -213,10 +237,14 @@ mod tests {
 
     #[test]
     fn a_schema_that_is_not_a_schema_names_the_action() {
-        let (name, message) = ParamSchemas::compile(&[action("broken", r#"{"type": 12}"#)]).err().unwrap();
+        let (name, message) = ParamSchemas::compile(&[action("broken", r#"{"type": 12}"#)])
+            .err()
+            .unwrap();
         assert_eq!(name, "broken");
         assert!(!message.is_empty());
-        let (name, message) = ParamSchemas::compile(&[action("nojson", "{")]).err().unwrap();
+        let (name, message) = ParamSchemas::compile(&[action("nojson", "{")])
+            .err()
+            .unwrap();
         assert_eq!(name, "nojson");
         assert!(message.contains("not JSON"), "{message}");
     }
@@ -224,26 +252,51 @@ mod tests {
     #[test]
     fn schema_bombs_are_refused_before_compiling() {
         // The review's bomb, smaller: many patterns that each compile to a large automaton.
-        let many: serde_json::Map<String, Value> =
-            (0..25_000).map(|i| (format!("p{i}"), json!({"type": "string", "pattern": "\\p{L}{200}"}))).collect();
+        let many: serde_json::Map<String, Value> = (0..25_000)
+            .map(|i| {
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "pattern": "\\p{L}{200}"}),
+                )
+            })
+            .collect();
         let bomb = json!({"type": "object", "properties": many}).to_string();
-        let (name, message) = ParamSchemas::compile(&[action("bomb", &bomb)]).err().unwrap();
+        let (name, message) = ParamSchemas::compile(&[action("bomb", &bomb)])
+            .err()
+            .unwrap();
         assert_eq!(name, "bomb");
         assert!(message.contains("limit of 65536"), "{message}");
         // Under the byte cap: one expensive pattern is refused by its compiled size ...
         let one = json!({"type": "string", "pattern": "\\p{L}{200}"}).to_string();
         let (_, message) = ParamSchemas::compile(&[action("one", &one)]).err().unwrap();
-        assert!(message.contains("compiles to more than") && message.contains("p{L}{200}"), "{message}");
+        assert!(
+            message.contains("compiles to more than") && message.contains("p{L}{200}"),
+            "{message}"
+        );
         // ... too many cheap ones (across actions) by their count ...
-        let cheap: serde_json::Map<String, Value> =
-            (0..40).map(|i| (format!("p{i}"), json!({"type": "string", "pattern": "^a+$"}))).collect();
+        let cheap: serde_json::Map<String, Value> = (0..40)
+            .map(|i| {
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "pattern": "^a+$"}),
+                )
+            })
+            .collect();
         let cheap = json!({"type": "object", "properties": cheap}).to_string();
-        let (name, message) = ParamSchemas::compile(&[action("a", &cheap), action("b", &cheap)]).err().unwrap();
+        let (name, message) = ParamSchemas::compile(&[action("a", &cheap), action("b", &cheap)])
+            .err()
+            .unwrap();
         assert_eq!(name, "b");
-        assert!(message.contains("more than 64 regular expressions"), "{message}");
+        assert!(
+            message.contains("more than 64 regular expressions"),
+            "{message}"
+        );
         // ... and a long one by its length, also as a patternProperties name.
-        let long = json!({"type": "object", "patternProperties": {"a".repeat(2000): {}}}).to_string();
-        let (_, message) = ParamSchemas::compile(&[action("long", &long)]).err().unwrap();
+        let long =
+            json!({"type": "object", "patternProperties": {"a".repeat(2000): {}}}).to_string();
+        let (_, message) = ParamSchemas::compile(&[action("long", &long)])
+            .err()
+            .unwrap();
         assert!(message.contains("2000 bytes"), "{message}");
         // What a real plugin declares still compiles.
         let cheap_one = json!({"type": "object", "properties": {"v": {"type": "string", "pattern": "^v1\\.[0-9]+\\.[0-9]+$"}}}).to_string();
@@ -252,11 +305,20 @@ mod tests {
 
     #[test]
     fn a_schema_may_not_reference_files_or_urls() {
-        for reference in ["file:///etc/passwd", "https://example.com/s.json", "/etc/hostname"] {
+        for reference in [
+            "file:///etc/passwd",
+            "https://example.com/s.json",
+            "/etc/hostname",
+        ] {
             let schema = json!({"$ref": reference}).to_string();
-            let (name, message) = ParamSchemas::compile(&[action("sneaky", &schema)]).err().unwrap();
+            let (name, message) = ParamSchemas::compile(&[action("sneaky", &schema)])
+                .err()
+                .unwrap();
             assert_eq!(name, "sneaky");
-            assert!(!message.contains("root:"), "no file content may leak: {message}");
+            assert!(
+                !message.contains("root:"),
+                "no file content may leak: {message}"
+            );
         }
     }
 }

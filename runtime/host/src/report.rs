@@ -138,6 +138,9 @@ pub struct CallFailure {
 
 impl From<Error> for CallFailure {
     fn from(error: Error) -> Self {
-        CallFailure { error, captured: Box::default() }
+        CallFailure {
+            error,
+            captured: Box::default(),
+        }
     }
 }

@@ -11,8 +11,8 @@ use wasmtime::{Engine, ResourceLimiter};
 use wasmtime_wasi::cli::WasiCliView as _;
 use wasmtime_wasi::clocks::WasiClocksView as _;
 use wasmtime_wasi::filesystem::WasiFilesystemView as _;
-use wasmtime_wasi::random::WasiRandomView as _;
 use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
+use wasmtime_wasi::random::WasiRandomView as _;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::bosun::plugin::{exec, facts, http, log, service, types};
@@ -54,24 +54,51 @@ pub(crate) struct RunLimiter {
 
 impl RunLimiter {
     pub(crate) fn new(max_memory: u64, max_table_elements: u64) -> Self {
-        RunLimiter { max_memory, max_table_elements, memory_used: 0, table_used: 0 }
+        RunLimiter {
+            max_memory,
+            max_table_elements,
+            memory_used: 0,
+            table_used: 0,
+        }
     }
 }
 
 impl ResourceLimiter for RunLimiter {
-    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        let total = self.memory_used.saturating_sub(current as u64).saturating_add(desired as u64);
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let total = self
+            .memory_used
+            .saturating_sub(current as u64)
+            .saturating_add(desired as u64);
         if total > self.max_memory {
-            return Err(wasmtime::Error::new(Stop::Memory { what: "memory", limit: self.max_memory }));
+            return Err(wasmtime::Error::new(Stop::Memory {
+                what: "memory",
+                limit: self.max_memory,
+            }));
         }
         self.memory_used = total;
         Ok(true)
     }
 
-    fn table_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        let total = self.table_used.saturating_sub(current as u64).saturating_add(desired as u64);
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let total = self
+            .table_used
+            .saturating_sub(current as u64)
+            .saturating_add(desired as u64);
         if total > self.max_table_elements {
-            return Err(wasmtime::Error::new(Stop::Memory { what: "table", limit: self.max_table_elements }));
+            return Err(wasmtime::Error::new(Stop::Memory {
+                what: "table",
+                limit: self.max_table_elements,
+            }));
         }
         self.table_used = total;
         Ok(true)
@@ -125,7 +152,10 @@ pub(crate) struct RunState {
 
 impl WasiView for RunState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -184,16 +214,20 @@ pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linke
     clocks::monotonic_clock::add_to_linker::<RunState, CappedClock>(&mut l, |s| {
         let remaining = s.remaining();
         CappedClockView {
-            inner: wasmtime_wasi::clocks::WasiClocksCtxView { ctx: s.wasi.clocks(), table: &mut s.table },
+            inner: wasmtime_wasi::clocks::WasiClocksCtxView {
+                ctx: s.wasi.clocks(),
+                table: &mut s.table,
+            },
             remaining,
             cut: &mut s.clock_cut,
         }
     })?;
     filesystem::preopens::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
     // wasmtime-wasi's filesystem with one check in front of `open-at` (guarded_fs.rs).
-    sync::filesystem::types::add_to_linker::<RunState, crate::guarded_fs::GuardedFilesystem>(&mut l, |s| {
-        crate::guarded_fs::GuardedFs(s.filesystem())
-    })?;
+    sync::filesystem::types::add_to_linker::<RunState, crate::guarded_fs::GuardedFilesystem>(
+        &mut l,
+        |s| crate::guarded_fs::GuardedFs(s.filesystem()),
+    )?;
     random::random::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
     random::insecure::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
     random::insecure_seed::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
@@ -207,7 +241,9 @@ pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linke
     cli::terminal_stdin::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
     cli::terminal_stdout::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
     cli::terminal_stderr::add_to_linker::<RunState, WasiCli>(&mut l, RunState::cli)?;
-    wasmtime_wasi_io::bindings::wasi::io::error::add_to_linker::<RunState, HasIo>(&mut l, |s| &mut s.table)?;
+    wasmtime_wasi_io::bindings::wasi::io::error::add_to_linker::<RunState, HasIo>(&mut l, |s| {
+        &mut s.table
+    })?;
     sync::io::poll::add_to_linker::<RunState, HasIo>(&mut l, |s| &mut s.table)?;
     sync::io::streams::add_to_linker::<RunState, HasIo>(&mut l, |s| &mut s.table)?;
 
@@ -257,12 +293,18 @@ impl monotonic_clock::Host for CappedClockView<'_> {
         monotonic_clock::Host::resolution(&mut self.inner)
     }
 
-    fn subscribe_instant(&mut self, when: u64) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi_io::poll::DynPollable>> {
+    fn subscribe_instant(
+        &mut self,
+        when: u64,
+    ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi_io::poll::DynPollable>> {
         let now = monotonic_clock::Host::now(&mut self.inner)?;
         self.subscribe_duration(when.saturating_sub(now))
     }
 
-    fn subscribe_duration(&mut self, nanos: u64) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi_io::poll::DynPollable>> {
+    fn subscribe_duration(
+        &mut self,
+        nanos: u64,
+    ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi_io::poll::DynPollable>> {
         let cap = u64::try_from((self.remaining + CLOCK_GRACE).as_nanos()).unwrap_or(u64::MAX);
         if nanos > cap {
             *self.cut = true;
@@ -298,20 +340,31 @@ const MAX_DENIAL_MESSAGE: usize = 1024;
 impl types::Host for RunState {}
 
 impl log::Host for RunState {
-    fn write(&mut self, level: log::Level, mut message: String, fields: Vec<(String, String)>) -> wasmtime::Result<()> {
+    fn write(
+        &mut self,
+        level: log::Level,
+        mut message: String,
+        fields: Vec<(String, String)>,
+    ) -> wasmtime::Result<()> {
         let limits = &self.env.limits;
         // Every line and field is charged a fixed overhead besides its bytes: a flood of
         // empty lines costs host memory too, and must meet the same limit.
         let size = LOG_LINE_OVERHEAD
             + message.len() as u64
-            + fields.iter().map(|(k, v)| LOG_FIELD_OVERHEAD + (k.len() + v.len()) as u64).sum::<u64>();
+            + fields
+                .iter()
+                .map(|(k, v)| LOG_FIELD_OVERHEAD + (k.len() + v.len()) as u64)
+                .sum::<u64>();
         self.log_bytes = self.log_bytes.saturating_add(size);
         if self.log_bytes > limits.max_log_bytes {
-            return Err(wasmtime::Error::new(Stop::Log { limit: limits.max_log_bytes }));
+            return Err(wasmtime::Error::new(Stop::Log {
+                limit: limits.max_log_bytes,
+            }));
         }
         let truncated = truncate_utf8(&mut message, limits.max_log_line_bytes);
         let dropped_fields = fields.len().saturating_sub(limits.max_log_fields);
-        let mut fields: Vec<(String, String)> = fields.into_iter().take(limits.max_log_fields).collect();
+        let mut fields: Vec<(String, String)> =
+            fields.into_iter().take(limits.max_log_fields).collect();
         for (k, v) in &mut fields {
             truncate_utf8(k, limits.max_log_line_bytes);
             truncate_utf8(v, limits.max_log_line_bytes);
@@ -325,13 +378,22 @@ impl log::Host for RunState {
             log::Level::Warn => LogLevel::Warn,
             log::Level::Error => LogLevel::Error,
         };
-        self.lines.push(LogLine { level, message, fields, truncated });
+        self.lines.push(LogLine {
+            level,
+            message,
+            fields,
+            truncated,
+        });
         Ok(())
     }
 
     fn progress(&mut self, done: u64, total: u64, mut message: String) -> wasmtime::Result<()> {
         truncate_utf8(&mut message, self.env.limits.max_log_line_bytes);
-        self.progress = Some(Progress { done, total, message });
+        self.progress = Some(Progress {
+            done,
+            total,
+            message,
+        });
         Ok(())
     }
 }
@@ -348,7 +410,12 @@ impl exec::Host for RunState {
 }
 
 impl RunState {
-    fn exec(&mut self, command: String, args: Vec<String>, stdin: Option<Vec<u8>>) -> Result<exec::Output, types::HostError> {
+    fn exec(
+        &mut self,
+        command: String,
+        args: Vec<String>,
+        stdin: Option<Vec<u8>>,
+    ) -> Result<exec::Output, types::HostError> {
         let limits = self.env.limits.clone();
         self.check_len("command", &command)?;
         if args.len() > limits.max_exec_args {
@@ -361,10 +428,15 @@ impl RunState {
         for a in &args {
             self.check_len("an argument", a)?;
             if a.contains('\0') {
-                return Err(types::HostError::InvalidArgument("an argument contains a NUL byte".into()));
+                return Err(types::HostError::InvalidArgument(
+                    "an argument contains a NUL byte".into(),
+                ));
             }
         }
-        if stdin.as_ref().is_some_and(|s| s.len() > limits.max_exec_stdin_bytes) {
+        if stdin
+            .as_ref()
+            .is_some_and(|s| s.len() > limits.max_exec_stdin_bytes)
+        {
             return Err(types::HostError::InvalidArgument(format!(
                 "stdin is larger than the host's limit of {} bytes",
                 limits.max_exec_stdin_bytes
@@ -379,7 +451,12 @@ impl RunState {
         // In a dry run the arguments must be admitted by a grant marked `dryRun` (another
         // grant of the same command may mark them so while the first match does not).
         let grant = if self.dry_run && !grant.dry_run {
-            match grants.exec.iter().filter(|g| g.dry_run).find(|g| crate::exec::authorize(std::slice::from_ref(*g), &command, &args).is_ok()) {
+            match grants
+                .exec
+                .iter()
+                .filter(|g| g.dry_run)
+                .find(|g| crate::exec::authorize(std::slice::from_ref(*g), &command, &args).is_ok())
+            {
                 Some(g) => g,
                 None => {
                     return Err(self.deny(
@@ -398,7 +475,11 @@ impl RunState {
         if let Err(m) = crate::exec::check_paths(&self.env.root, &command, &args) {
             return Err(self.deny("exec", m));
         }
-        let grant_timeout = grant.timeout_seconds.map_or(crate::exec::DEFAULT_TIMEOUT, |s| Duration::from_secs(s.into()));
+        let grant_timeout = grant
+            .timeout_seconds
+            .map_or(crate::exec::DEFAULT_TIMEOUT, |s| {
+                Duration::from_secs(s.into())
+            });
         // The command may not outlive the call that started it.
         let timeout = grant_timeout.min(self.remaining());
         let out = crate::exec::run(CommandSpec {
@@ -408,28 +489,48 @@ impl RunState {
             args: &args,
             stdin,
             timeout,
-            max_output: grant.max_output_bytes.unwrap_or(crate::exec::DEFAULT_MAX_OUTPUT),
+            max_output: grant
+                .max_output_bytes
+                .unwrap_or(crate::exec::DEFAULT_MAX_OUTPUT),
         });
         match out {
-            Ok(o) => Ok(exec::Output { exit_code: o.exit_code, stdout: o.stdout, stderr: o.stderr, truncated: o.truncated }),
-            Err(CommandError::Timeout(t)) => Err(types::HostError::Timeout(crate::exec::timeout_message(&command, t))),
+            Ok(o) => Ok(exec::Output {
+                exit_code: o.exit_code,
+                stdout: o.stdout,
+                stderr: o.stderr,
+                truncated: o.truncated,
+            }),
+            Err(CommandError::Timeout(t)) => Err(types::HostError::Timeout(
+                crate::exec::timeout_message(&command, t),
+            )),
             Err(CommandError::Failed(m)) => Err(types::HostError::Failed(m)),
         }
     }
 
-    fn unit_grant(&mut self, unit: &str, action: Option<ServiceAction>) -> Result<(), types::HostError> {
+    fn unit_grant(
+        &mut self,
+        unit: &str,
+        action: Option<ServiceAction>,
+    ) -> Result<(), types::HostError> {
         self.check_len("unit", unit)?;
         crate::service::check_unit_name(unit).map_err(types::HostError::InvalidArgument)?;
         let grants = Arc::clone(&self.grants);
         let Some(grant) = grants.services.iter().find(|g| g.unit == unit) else {
-            return Err(self.deny("service", format!("service: {unit} (no service grant names this unit)")));
+            return Err(self.deny(
+                "service",
+                format!("service: {unit} (no service grant names this unit)"),
+            ));
         };
         if let Some(action) = action
             && !grant.actions.contains(&action)
         {
             return Err(self.deny(
                 "service",
-                format!("service: {action:?} {unit} (granted actions: {:?})", grant.actions).to_lowercase(),
+                format!(
+                    "service: {action:?} {unit} (granted actions: {:?})",
+                    grant.actions
+                )
+                .to_lowercase(),
             ));
         }
         Ok(())
@@ -461,18 +562,27 @@ impl service::Host for RunState {
         if self.dry_run {
             return Ok(Err(self.deny(
                 "service",
-                format!("dry run: {} {unit} is granted, but a dry run changes no service (status only)", action.as_str()),
+                format!(
+                    "dry run: {} {unit} is granted, but a dry run changes no service (status only)",
+                    action.as_str()
+                ),
             )));
         }
         Ok(self
             .env
             .service
             .control(&self.env.root, &unit, action, self.remaining())
-            .map(|s| service::UnitStatus { active_state: s.active_state, sub_state: s.sub_state })
+            .map(|s| service::UnitStatus {
+                active_state: s.active_state,
+                sub_state: s.sub_state,
+            })
             .map_err(service_error))
     }
 
-    fn status(&mut self, unit: String) -> wasmtime::Result<Result<service::UnitStatus, types::HostError>> {
+    fn status(
+        &mut self,
+        unit: String,
+    ) -> wasmtime::Result<Result<service::UnitStatus, types::HostError>> {
         if let Err(e) = self.unit_grant(&unit, None) {
             return Ok(Err(e));
         }
@@ -480,7 +590,10 @@ impl service::Host for RunState {
             .env
             .service
             .status(&self.env.root, &unit, self.remaining())
-            .map(|s| service::UnitStatus { active_state: s.active_state, sub_state: s.sub_state })
+            .map(|s| service::UnitStatus {
+                active_state: s.active_state,
+                sub_state: s.sub_state,
+            })
             .map_err(service_error))
     }
 }
@@ -495,7 +608,10 @@ impl facts::Host for RunState {
             )));
         }
         let env = Arc::clone(&self.env);
-        let f = self.facts.get_or_insert_with(|| crate::facts::gather(&env.root, &env.node, &env.facts_cache)).clone();
+        let f = self
+            .facts
+            .get_or_insert_with(|| crate::facts::gather(&env.root, &env.node, &env.facts_cache))
+            .clone();
         Ok(Ok(facts::NodeFacts {
             node_name: f.node_name,
             roles: f.roles,
@@ -514,20 +630,30 @@ impl facts::Host for RunState {
 }
 
 impl http::Host for RunState {
-    fn get(&mut self, url: String, max_bytes: u64) -> wasmtime::Result<Result<http::Response, types::HostError>> {
+    fn get(
+        &mut self,
+        url: String,
+        max_bytes: u64,
+    ) -> wasmtime::Result<Result<http::Response, types::HostError>> {
         if let Err(e) = self.check_len("url", &url) {
             return Ok(Err(e));
         }
         let grants = Arc::clone(&self.grants);
         let cap = max_bytes.min(self.env.limits.max_http_bytes);
-        Ok(match crate::http::get(&grants.http, &url, cap, self.remaining()) {
-            Ok(r) => Ok(http::Response { status: r.status, headers: r.headers, body: r.body }),
-            Err(HttpRefusal::NotGranted(m)) => Err(self.deny("http", m)),
-            Err(HttpRefusal::Invalid(m)) => Err(types::HostError::InvalidArgument(m)),
-            Err(HttpRefusal::Failed(m)) => Err(types::HostError::Failed(m)),
-            Err(HttpRefusal::TooLarge(m)) => Err(types::HostError::TooLarge(m)),
-            Err(HttpRefusal::Timeout(m)) => Err(types::HostError::Timeout(m)),
-        })
+        Ok(
+            match crate::http::get(&grants.http, &url, cap, self.remaining()) {
+                Ok(r) => Ok(http::Response {
+                    status: r.status,
+                    headers: r.headers,
+                    body: r.body,
+                }),
+                Err(HttpRefusal::NotGranted(m)) => Err(self.deny("http", m)),
+                Err(HttpRefusal::Invalid(m)) => Err(types::HostError::InvalidArgument(m)),
+                Err(HttpRefusal::Failed(m)) => Err(types::HostError::Failed(m)),
+                Err(HttpRefusal::TooLarge(m)) => Err(types::HostError::TooLarge(m)),
+                Err(HttpRefusal::Timeout(m)) => Err(types::HostError::Timeout(m)),
+            },
+        )
     }
 }
 
@@ -557,11 +683,14 @@ mod tests {
         let mut config = crate::HostConfig::new(root.path(), bosun_trust::TrustRoots::new());
         config.limits.max_memory_bytes = limit;
         let host = crate::Host::new(config).unwrap();
-        let component = wasmtime::component::Component::new(host.engine(), four_memories(pages)).unwrap();
+        let component =
+            wasmtime::component::Component::new(host.engine(), four_memories(pages)).unwrap();
         let mut store = wasmtime::Store::new(host.engine(), RunLimiter::new(limit, 10_000));
         store.limiter(|l| l);
         store.set_epoch_deadline(u64::MAX / 2);
-        Linker::<RunLimiter>::new(host.engine()).instantiate(&mut store, &component).map(|_| ())
+        Linker::<RunLimiter>::new(host.engine())
+            .instantiate(&mut store, &component)
+            .map(|_| ())
     }
 
     #[test]
@@ -570,7 +699,10 @@ mod tests {
         // times over it. 40 MiB each against 64 MiB: the second one is stopped.
         let e = instantiate(640, 64 << 20).unwrap_err();
         match e.downcast_ref::<Stop>() {
-            Some(Stop::Memory { what: "memory", limit }) => assert_eq!(*limit, 64 << 20),
+            Some(Stop::Memory {
+                what: "memory",
+                limit,
+            }) => assert_eq!(*limit, 64 << 20),
             other => panic!("expected the memory limit, got {other:?}: {e:#}"),
         }
         // The same component within the budget: four times 10 MiB.
@@ -582,7 +714,10 @@ mod tests {
         let mut l = RunLimiter::new(1 << 20, 100);
         assert!(l.table_growing(0, 60, None).unwrap());
         assert!(l.table_growing(60, 70, None).unwrap());
-        assert!(l.table_growing(0, 31, None).is_err(), "70 + 31 > 100 across two tables");
+        assert!(
+            l.table_growing(0, 31, None).is_err(),
+            "70 + 31 > 100 across two tables"
+        );
         assert!(l.table_growing(0, 30, None).unwrap());
     }
 }

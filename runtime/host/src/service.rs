@@ -21,7 +21,11 @@ const GLOB_CHARS: &[char] = &['*', '?', '[', ']', '\\'];
 /// would expand to every matching unit. Used for the unit a plugin asks for and for
 /// every granted unit.
 pub(crate) fn check_unit_name(unit: &str) -> Result<(), String> {
-    if unit.is_empty() || unit.starts_with('-') || unit.contains('/') || unit.chars().any(char::is_control) {
+    if unit.is_empty()
+        || unit.starts_with('-')
+        || unit.contains('/')
+        || unit.chars().any(char::is_control)
+    {
         return Err(format!(
             "`{unit}` is not a systemd unit name: expected a name such as `kubelet.service`, \
              not empty, without a leading `-`, `/` or control characters"
@@ -40,8 +44,10 @@ pub(crate) fn check_unit_name(unit: &str) -> Result<(), String> {
 /// a grant like `kube*` is reported as a broken grant instead of acting on many units.
 pub(crate) fn validate_grants(grants: &[ServiceGrant]) -> Result<(), crate::Error> {
     for g in grants {
-        check_unit_name(&g.unit)
-            .map_err(|reason| crate::Error::InvalidGrant { grant: format!("service {}", g.unit), reason })?;
+        check_unit_name(&g.unit).map_err(|reason| crate::Error::InvalidGrant {
+            grant: format!("service {}", g.unit),
+            reason,
+        })?;
     }
     Ok(())
 }
@@ -69,8 +75,19 @@ pub enum ServiceError {
 /// host root of the node; `time_left` is what remains of the plugin call, and a backend
 /// must return within it (with [`ServiceError::Timeout`] when it cannot).
 pub trait ServiceBackend: Send + Sync {
-    fn control(&self, root: &Path, unit: &str, action: ServiceAction, time_left: Duration) -> Result<UnitStatus, ServiceError>;
-    fn status(&self, root: &Path, unit: &str, time_left: Duration) -> Result<UnitStatus, ServiceError>;
+    fn control(
+        &self,
+        root: &Path,
+        unit: &str,
+        action: ServiceAction,
+        time_left: Duration,
+    ) -> Result<UnitStatus, ServiceError>;
+    fn status(
+        &self,
+        root: &Path,
+        unit: &str,
+        time_left: Duration,
+    ) -> Result<UnitStatus, ServiceError>;
 }
 
 /// Drives the node's systemd with `systemctl`, started like a granted command (chrooted
@@ -86,7 +103,10 @@ pub struct SystemctlBackend {
 
 impl Default for SystemctlBackend {
     fn default() -> Self {
-        SystemctlBackend { isolation: ExecIsolation::Chroot, timeout: Duration::from_secs(120) }
+        SystemctlBackend {
+            isolation: ExecIsolation::Chroot,
+            timeout: Duration::from_secs(120),
+        }
     }
 }
 
@@ -101,14 +121,21 @@ fn verb(action: ServiceAction) -> &'static str {
 
 impl SystemctlBackend {
     /// Runs systemctl with `args`, for at most `self.timeout` and never past `deadline`.
-    fn systemctl(&self, root: &Path, args: &[String], deadline: Instant) -> Result<Vec<u8>, ServiceError> {
+    fn systemctl(
+        &self,
+        root: &Path,
+        args: &[String],
+        deadline: Instant,
+    ) -> Result<Vec<u8>, ServiceError> {
         let out = crate::exec::run(CommandSpec {
             root,
             isolation: self.isolation,
             command: "/usr/bin/systemctl",
             args,
             stdin: None,
-            timeout: self.timeout.min(deadline.saturating_duration_since(Instant::now())),
+            timeout: self
+                .timeout
+                .min(deadline.saturating_duration_since(Instant::now())),
             max_output: 64 << 10,
         })
         .map_err(|e| match e {
@@ -130,14 +157,21 @@ impl SystemctlBackend {
     /// deadline beyond each run's own `timeout`.
     fn deadline_in(&self, time_left: Duration) -> Instant {
         let now = Instant::now();
-        now.checked_add(time_left).or_else(|| now.checked_add(self.timeout)).unwrap_or(now)
+        now.checked_add(time_left)
+            .or_else(|| now.checked_add(self.timeout))
+            .unwrap_or(now)
     }
 
     fn show(&self, root: &Path, unit: &str, deadline: Instant) -> Result<UnitStatus, ServiceError> {
         check_unit_name(unit).map_err(ServiceError::Failed)?;
         let out = self.systemctl(
             root,
-            &["show".to_owned(), "--property=ActiveState,SubState".to_owned(), "--".to_owned(), unit.to_owned()],
+            &[
+                "show".to_owned(),
+                "--property=ActiveState,SubState".to_owned(),
+                "--".to_owned(),
+                unit.to_owned(),
+            ],
             deadline,
         )?;
         let text = String::from_utf8_lossy(&out);
@@ -147,21 +181,39 @@ impl SystemctlBackend {
                 .unwrap_or("unknown")
                 .to_owned()
         };
-        Ok(UnitStatus { active_state: get("ActiveState"), sub_state: get("SubState") })
+        Ok(UnitStatus {
+            active_state: get("ActiveState"),
+            sub_state: get("SubState"),
+        })
     }
 }
 
 impl ServiceBackend for SystemctlBackend {
-    fn control(&self, root: &Path, unit: &str, action: ServiceAction, time_left: Duration) -> Result<UnitStatus, ServiceError> {
+    fn control(
+        &self,
+        root: &Path,
+        unit: &str,
+        action: ServiceAction,
+        time_left: Duration,
+    ) -> Result<UnitStatus, ServiceError> {
         // Defence in depth: the grant check refused such names already.
         check_unit_name(unit).map_err(ServiceError::Failed)?;
         // One deadline for both runs: the status query gets what the action left.
         let deadline = self.deadline_in(time_left);
-        self.systemctl(root, &[verb(action).to_owned(), "--".to_owned(), unit.to_owned()], deadline)?;
+        self.systemctl(
+            root,
+            &[verb(action).to_owned(), "--".to_owned(), unit.to_owned()],
+            deadline,
+        )?;
         self.show(root, unit, deadline)
     }
 
-    fn status(&self, root: &Path, unit: &str, time_left: Duration) -> Result<UnitStatus, ServiceError> {
+    fn status(
+        &self,
+        root: &Path,
+        unit: &str,
+        time_left: Duration,
+    ) -> Result<UnitStatus, ServiceError> {
         self.show(root, unit, self.deadline_in(time_left))
     }
 }
@@ -180,7 +232,9 @@ pub struct RecordingBackend {
 
 impl fmt::Debug for RecordingBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RecordingBackend").field("calls", &self.calls()).finish_non_exhaustive()
+        f.debug_struct("RecordingBackend")
+            .field("calls", &self.calls())
+            .finish_non_exhaustive()
     }
 }
 
@@ -192,7 +246,10 @@ impl RecordingBackend {
 
     /// A backend that also appends each action to `<host root>/var/log/bosun-services.log`.
     pub fn logging_to_host_root() -> Self {
-        RecordingBackend { log_to_root: true, ..RecordingBackend::default() }
+        RecordingBackend {
+            log_to_root: true,
+            ..RecordingBackend::default()
+        }
     }
 
     /// Every call so far, oldest first, as `<action> <unit>`.
@@ -208,7 +265,10 @@ impl RecordingBackend {
     fn record(&self, root: &Path, line: String) -> Result<(), ServiceError> {
         if self.log_to_root {
             append_beneath(root, Path::new(LOG_DIR), LOG_FILE, &line).map_err(|e| {
-                ServiceError::Failed(format!("recording `{line}` in /{LOG_DIR}/{LOG_FILE} under {}: {e}", root.display()))
+                ServiceError::Failed(format!(
+                    "recording `{line}` in /{LOG_DIR}/{LOG_FILE} under {}: {e}",
+                    root.display()
+                ))
             })?;
         }
         if let Ok(mut calls) = self.calls.lock() {
@@ -232,24 +292,48 @@ fn append_beneath(root: &Path, dir: &Path, file: &str, line: &str) -> std::io::R
     use std::io::Write;
     let root = cap_std::fs::Dir::open_ambient_dir(root, cap_std::ambient_authority())?;
     let dir = crate::facts::open_dir_nofollow(&root, dir, true)?;
-    if dir.symlink_metadata(file).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "the log is a symlink, which is never followed"));
+    if dir
+        .symlink_metadata(file)
+        .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the log is a symlink, which is never followed",
+        ));
     }
     let mut options = OpenOptions::new();
-    options.create(true).append(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
+    options
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY);
     let mut f = dir.open_with(file, &options)?;
     if !f.metadata()?.is_file() {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "the log is not a regular file"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the log is not a regular file",
+        ));
     }
     writeln!(f, "{line}")
 }
 
 impl ServiceBackend for RecordingBackend {
-    fn control(&self, root: &Path, unit: &str, action: ServiceAction, _time_left: Duration) -> Result<UnitStatus, ServiceError> {
+    fn control(
+        &self,
+        root: &Path,
+        unit: &str,
+        action: ServiceAction,
+        _time_left: Duration,
+    ) -> Result<UnitStatus, ServiceError> {
         self.record(root, format!("{} {unit}", verb(action)))?;
         let status = match action {
-            ServiceAction::Stop => UnitStatus { active_state: "inactive".into(), sub_state: "dead".into() },
-            _ => UnitStatus { active_state: "active".into(), sub_state: "running".into() },
+            ServiceAction::Stop => UnitStatus {
+                active_state: "inactive".into(),
+                sub_state: "dead".into(),
+            },
+            _ => UnitStatus {
+                active_state: "active".into(),
+                sub_state: "running".into(),
+            },
         };
         if let Ok(mut states) = self.states.lock() {
             states.insert(unit.to_owned(), status.clone());
@@ -257,14 +341,22 @@ impl ServiceBackend for RecordingBackend {
         Ok(status)
     }
 
-    fn status(&self, root: &Path, unit: &str, _time_left: Duration) -> Result<UnitStatus, ServiceError> {
+    fn status(
+        &self,
+        root: &Path,
+        unit: &str,
+        _time_left: Duration,
+    ) -> Result<UnitStatus, ServiceError> {
         self.record(root, format!("status {unit}"))?;
         Ok(self
             .states
             .lock()
             .ok()
             .and_then(|s| s.get(unit).cloned())
-            .unwrap_or(UnitStatus { active_state: "inactive".into(), sub_state: "dead".into() }))
+            .unwrap_or(UnitStatus {
+                active_state: "inactive".into(),
+                sub_state: "dead".into(),
+            }))
     }
 }
 
@@ -274,17 +366,30 @@ mod tests {
 
     #[test]
     fn unit_names_with_glob_characters_are_refused() {
-        for unit in ["kubelet.service", "getty@tty1.service", "bosun-agent.service"] {
+        for unit in [
+            "kubelet.service",
+            "getty@tty1.service",
+            "bosun-agent.service",
+        ] {
             assert!(check_unit_name(unit).is_ok(), "{unit}");
         }
-        for unit in ["kube*.service", "kubelet.servic?", "kube[a-z]let.service", "kubelet]", "kube\\x2dlet.service"] {
+        for unit in [
+            "kube*.service",
+            "kubelet.servic?",
+            "kube[a-z]let.service",
+            "kubelet]",
+            "kube\\x2dlet.service",
+        ] {
             let e = check_unit_name(unit).unwrap_err();
             assert!(e.contains("pattern matching many units"), "{unit}: {e}");
         }
         for unit in ["", "-kubelet.service", "a/b.service", "a\nb.service"] {
             assert!(check_unit_name(unit).is_err(), "{unit:?}");
         }
-        let grant = |unit: &str| ServiceGrant { unit: unit.into(), actions: vec![ServiceAction::Restart] };
+        let grant = |unit: &str| ServiceGrant {
+            unit: unit.into(),
+            actions: vec![ServiceAction::Restart],
+        };
         assert!(validate_grants(&[grant("kubelet.service")]).is_ok());
         match validate_grants(&[grant("kubelet.service"), grant("*.service")]) {
             Err(crate::Error::InvalidGrant { grant, reason }) => {
@@ -302,18 +407,39 @@ mod tests {
         std::fs::create_dir_all(root.join("var/log")).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
         let backend = RecordingBackend::logging_to_host_root();
-        let restart = |b: &RecordingBackend| b.control(&root, "kubelet.service", ServiceAction::Restart, Duration::from_secs(5));
+        let restart = |b: &RecordingBackend| {
+            b.control(
+                &root,
+                "kubelet.service",
+                ServiceAction::Restart,
+                Duration::from_secs(5),
+            )
+        };
         // A plugin with a read-write /var/log grant points the log at a file outside the
         // root (relative, so that WASI lets it make the link) ...
         std::fs::write(outside.join("target"), "untouched\n").unwrap();
-        std::os::unix::fs::symlink("../../../outside/target", root.join("var/log/bosun-services.log")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../../outside/target",
+            root.join("var/log/bosun-services.log"),
+        )
+        .unwrap();
         assert!(matches!(restart(&backend), Err(ServiceError::Failed(m)) if m.contains("symlink")));
-        assert_eq!(std::fs::read_to_string(outside.join("target")).unwrap(), "untouched\n");
+        assert_eq!(
+            std::fs::read_to_string(outside.join("target")).unwrap(),
+            "untouched\n"
+        );
         // ... at a file that does not exist yet ...
         std::fs::remove_file(root.join("var/log/bosun-services.log")).unwrap();
-        std::os::unix::fs::symlink("../../../outside/created", root.join("var/log/bosun-services.log")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../../outside/created",
+            root.join("var/log/bosun-services.log"),
+        )
+        .unwrap();
         assert!(restart(&backend).is_err());
-        assert!(!outside.join("created").exists(), "the dangling link's target was created");
+        assert!(
+            !outside.join("created").exists(),
+            "the dangling link's target was created"
+        );
         // ... or replaces /var/log itself.
         std::fs::remove_dir_all(root.join("var/log")).unwrap();
         std::os::unix::fs::symlink("../../outside", root.join("var/log")).unwrap();
@@ -322,7 +448,9 @@ mod tests {
         // A real directory and file are appended to, and made when missing.
         std::fs::remove_file(root.join("var/log")).unwrap();
         restart(&backend).unwrap();
-        backend.status(&root, "kubelet.service", Duration::from_secs(5)).unwrap();
+        backend
+            .status(&root, "kubelet.service", Duration::from_secs(5))
+            .unwrap();
         assert_eq!(
             std::fs::read_to_string(RecordingBackend::log_path(&root)).unwrap(),
             "restart kubelet.service\nstatus kubelet.service\n"
@@ -337,9 +465,19 @@ mod tests {
         let bin = dir.path().join("usr/bin");
         std::fs::create_dir_all(&bin).unwrap();
         let script = bin.join("systemctl");
-        std::fs::write(&script, "#!/bin/sh\necho \"$1\" >> calls\n[ \"$1\" = show ] && exec sleep 600\nexit 0\n").unwrap();
+        std::fs::write(
+            &script,
+            "#!/bin/sh\necho \"$1\" >> calls\n[ \"$1\" = show ] && exec sleep 600\nexit 0\n",
+        )
+        .unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        (dir, SystemctlBackend { isolation: ExecIsolation::ResolveOnly, timeout: Duration::from_secs(30) })
+        (
+            dir,
+            SystemctlBackend {
+                isolation: ExecIsolation::ResolveOnly,
+                timeout: Duration::from_secs(30),
+            },
+        )
     }
 
     #[test]
@@ -347,13 +485,23 @@ mod tests {
         // A root without systemctl: an attempt to run it would fail as `Failed`, so a
         // timeout shows that no attempt was made.
         let dir = tempfile::tempdir().unwrap();
-        let backend = SystemctlBackend { isolation: ExecIsolation::ResolveOnly, timeout: Duration::from_secs(30) };
+        let backend = SystemctlBackend {
+            isolation: ExecIsolation::ResolveOnly,
+            timeout: Duration::from_secs(30),
+        };
         for result in [
-            backend.control(dir.path(), "kubelet.service", ServiceAction::Restart, Duration::ZERO),
+            backend.control(
+                dir.path(),
+                "kubelet.service",
+                ServiceAction::Restart,
+                Duration::ZERO,
+            ),
             backend.status(dir.path(), "kubelet.service", Duration::ZERO),
         ] {
             match result {
-                Err(e @ ServiceError::Timeout(_)) => assert!(e.to_string().contains("not started"), "{e}"),
+                Err(e @ ServiceError::Timeout(_)) => {
+                    assert!(e.to_string().contains("not started"), "{e}")
+                }
                 other => panic!("expected a timeout before starting systemctl, got {other:?}"),
             }
         }
@@ -370,9 +518,15 @@ mod tests {
         // The restart returns at once; the status query after it never does, and must be
         // stopped within what the call had left, not after systemctl's own 120 s.
         match backend.control(dir.path(), "kubelet.service", ServiceAction::Restart, left) {
-            Err(ServiceError::Timeout(t)) => assert!(t <= left, "systemctl was given {t:?}, the call had {left:?}"),
+            Err(ServiceError::Timeout(t)) => assert!(
+                t <= left,
+                "systemctl was given {t:?}, the call had {left:?}"
+            ),
             other => panic!("expected a timeout, got {other:?}"),
         }
-        assert_eq!(std::fs::read_to_string(dir.path().join("calls")).unwrap(), "restart\nshow\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("calls")).unwrap(),
+            "restart\nshow\n"
+        );
     }
 }

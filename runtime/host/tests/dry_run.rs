@@ -13,19 +13,49 @@ use bosun_host::{Host, LoadedPlugin, NodeContext, PluginError, RunOptions, RunRe
 use support::{exec_grant, fs, node, plugins};
 
 fn ctx() -> NodeContext {
-    NodeContext { node_name: "cp-1".into(), roles: vec!["control-plane".into()], kubelet_version: None }
+    NodeContext {
+        node_name: "cp-1".into(),
+        roles: vec!["control-plane".into()],
+        kubelet_version: None,
+    }
 }
 
-fn call(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str, dry_run: bool) -> RunReport {
-    host.run(p, grants, &ctx(), action, params, RunOptions { dry_run, deadline: Some(Duration::from_secs(60)) })
-        .unwrap_or_else(|f| panic!("{action} {params}: host failure {f}"))
+fn call(
+    host: &Host,
+    p: &LoadedPlugin,
+    grants: &Grants,
+    action: &str,
+    params: &str,
+    dry_run: bool,
+) -> RunReport {
+    host.run(
+        p,
+        grants,
+        &ctx(),
+        action,
+        params,
+        RunOptions {
+            dry_run,
+            deadline: Some(Duration::from_secs(60)),
+        },
+    )
+    .unwrap_or_else(|f| panic!("{action} {params}: host failure {f}"))
 }
 
-fn refused(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str) -> (PluginError, RunReport) {
+fn refused(
+    host: &Host,
+    p: &LoadedPlugin,
+    grants: &Grants,
+    action: &str,
+    params: &str,
+) -> (PluginError, RunReport) {
     let report = call(host, p, grants, action, params, true);
     match &report.result {
         Err(e) => (e.clone(), report),
-        Ok(o) => panic!("{action} {params} was NOT refused in a dry run: {}", o.message),
+        Ok(o) => panic!(
+            "{action} {params} was NOT refused in a dry run: {}",
+            o.message
+        ),
     }
 }
 
@@ -55,7 +85,10 @@ fn a_dry_run_cannot_write_through_a_read_write_grant() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let grants = Grants { filesystem: vec![fs("/rw", Access::ReadWrite)], ..Grants::default() };
+    let grants = Grants {
+        filesystem: vec![fs("/rw", Access::ReadWrite)],
+        ..Grants::default()
+    };
     std::fs::write(node.root().join("rw/existing"), "original").unwrap();
     let before = snapshot(&node.root().join("rw"));
     for (action, params) in [
@@ -74,12 +107,26 @@ fn a_dry_run_cannot_write_through_a_read_write_grant() {
             e.code,
             e.message
         );
-        assert_eq!(snapshot(&node.root().join("rw")), before, "{action} changed /rw in a dry run");
+        assert_eq!(
+            snapshot(&node.root().join("rw")),
+            before,
+            "{action} changed /rw in a dry run"
+        );
     }
     // The same grant outside a dry run writes: the refusals above were the dry run's.
-    let wet = call(&host, &bad, &grants, "write", r#"{"path":"/rw/existing"}"#, false);
+    let wet = call(
+        &host,
+        &bad,
+        &grants,
+        "write",
+        r#"{"path":"/rw/existing"}"#,
+        false,
+    );
     assert!(wet.result.is_ok(), "{:?}", wet.result);
-    assert_eq!(std::fs::read_to_string(node.root().join("rw/existing")).unwrap(), "pwned");
+    assert_eq!(
+        std::fs::read_to_string(node.root().join("rw/existing")).unwrap(),
+        "pwned"
+    );
 }
 
 #[test]
@@ -91,25 +138,50 @@ fn a_dry_run_runs_only_commands_granted_as_dry_run_safe() {
     // One command granted twice: `plan` marked dry-run safe, `apply` not.
     let mut safe = exec_grant("/usr/bin/greet", &[&["plan"]]);
     safe.dry_run = true;
-    let grants = Grants { exec: vec![exec_grant("/usr/bin/greet", &[&["apply"]]), safe], ..Grants::default() };
+    let grants = Grants {
+        exec: vec![exec_grant("/usr/bin/greet", &[&["apply"]]), safe],
+        ..Grants::default()
+    };
 
     let (e, report) = refused(&host, &bad, &grants, "exec", &params("apply"));
     assert_eq!(e.code, "host:not-granted", "{}", e.message);
-    assert!(e.message.starts_with("dry run: /usr/bin/greet apply") && e.message.contains("dryRun: true"), "{}", e.message);
+    assert!(
+        e.message.starts_with("dry run: /usr/bin/greet apply")
+            && e.message.contains("dryRun: true"),
+        "{}",
+        e.message
+    );
     assert_eq!(report.captured.denied.len(), 1);
     assert_eq!(report.captured.denied[0].capability, "exec");
-    assert!(report.captured.denied[0].message.starts_with("dry run:"), "{:?}", report.captured.denied);
+    assert!(
+        report.captured.denied[0].message.starts_with("dry run:"),
+        "{:?}",
+        report.captured.denied
+    );
 
     let plan = call(&host, &bad, &grants, "exec", &params("plan"), true);
-    let o = plan.result.unwrap_or_else(|e| panic!("a dryRun grant must run in a dry run: {} {}", e.code, e.message));
-    assert!(o.message.contains("exit 0") && o.message.contains("plan"), "{}", o.message);
+    let o = plan.result.unwrap_or_else(|e| {
+        panic!(
+            "a dryRun grant must run in a dry run: {} {}",
+            e.code, e.message
+        )
+    });
+    assert!(
+        o.message.contains("exit 0") && o.message.contains("plan"),
+        "{}",
+        o.message
+    );
 
     // Not a dry run: both run.
     let apply = call(&host, &bad, &grants, "exec", &params("apply"), false);
     assert!(apply.result.is_ok(), "{:?}", apply.result);
     // Arguments no grant admits are refused as ever, naming the patterns, not the dry run.
     let (e, _) = refused(&host, &bad, &grants, "exec", &params("other"));
-    assert!(e.message.contains("match none of the granted patterns"), "{}", e.message);
+    assert!(
+        e.message.contains("match none of the granted patterns"),
+        "{}",
+        e.message
+    );
 }
 
 #[test]
@@ -120,24 +192,53 @@ fn a_dry_run_changes_no_service_but_may_read_its_status() {
     let grants = Grants {
         services: vec![ServiceGrant {
             unit: "kubelet.service".into(),
-            actions: vec![ServiceAction::Restart, ServiceAction::Stop, ServiceAction::Start, ServiceAction::Reload],
+            actions: vec![
+                ServiceAction::Restart,
+                ServiceAction::Stop,
+                ServiceAction::Start,
+                ServiceAction::Reload,
+            ],
         }],
         ..Grants::default()
     };
     for action in ["restart", "stop", "start", "reload"] {
         let params = format!(r#"{{"unit":"kubelet.service","action":"{action}"}}"#);
         let r = call(&host, &good, &grants, "service", &params, true);
-        let e = r.result.expect_err("a service change in a dry run must be refused");
+        let e = r
+            .result
+            .expect_err("a service change in a dry run must be refused");
         assert_eq!(e.code, "not-granted", "{action}: {}", e.message);
-        assert!(e.message.contains(&format!("dry run: {action} kubelet.service")), "{}", e.message);
+        assert!(
+            e.message
+                .contains(&format!("dry run: {action} kubelet.service")),
+            "{}",
+            e.message
+        );
     }
-    let status = call(&host, &good, &grants, "service", r#"{"unit":"kubelet.service","action":"status"}"#, true);
+    let status = call(
+        &host,
+        &good,
+        &grants,
+        "service",
+        r#"{"unit":"kubelet.service","action":"status"}"#,
+        true,
+    );
     assert!(status.result.is_ok(), "{:?}", status.result);
     // Only the status call reached the backend.
     assert_eq!(node.services.calls(), ["status kubelet.service"]);
-    let wet = call(&host, &good, &grants, "service", r#"{"unit":"kubelet.service","action":"restart"}"#, false);
+    let wet = call(
+        &host,
+        &good,
+        &grants,
+        "service",
+        r#"{"unit":"kubelet.service","action":"restart"}"#,
+        false,
+    );
     assert!(wet.result.is_ok(), "{:?}", wet.result);
-    assert_eq!(node.services.calls(), ["status kubelet.service", "restart kubelet.service"]);
+    assert_eq!(
+        node.services.calls(),
+        ["status kubelet.service", "restart kubelet.service"]
+    );
 }
 
 #[test]
@@ -145,20 +246,31 @@ fn a_dry_run_preflight_is_held_to_the_same_rules() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let grants = Grants { filesystem: vec![fs("/rw", Access::ReadWrite)], ..Grants::default() };
+    let grants = Grants {
+        filesystem: vec![fs("/rw", Access::ReadWrite)],
+        ..Grants::default()
+    };
     let params = r#"{"path":"/rw/x"}"#;
     // `bad`'s preflight of `write` tries to write and reports what happened as a check.
-    let pre = host.preflight_with(&bad, &grants, &ctx(), "write", params, true).unwrap();
+    let pre = host
+        .preflight_with(&bad, &grants, &ctx(), "write", params, true)
+        .unwrap();
     let checks = pre.result.unwrap();
     assert_eq!(checks[0].name, "preflight-write");
     assert!(
-        checks[0].message.starts_with("io:PermissionDenied") || checks[0].message.starts_with("io:ReadOnlyFilesystem"),
+        checks[0].message.starts_with("io:PermissionDenied")
+            || checks[0].message.starts_with("io:ReadOnlyFilesystem"),
         "{}",
         checks[0].message
     );
-    assert!(!node.root().join("rw/x").exists(), "a dry-run preflight wrote to the node");
+    assert!(
+        !node.root().join("rw/x").exists(),
+        "a dry-run preflight wrote to the node"
+    );
     // The preflight of a normal run has the grant as given.
-    let wet = host.preflight(&bad, &grants, &ctx(), "write", params).unwrap();
+    let wet = host
+        .preflight(&bad, &grants, &ctx(), "write", params)
+        .unwrap();
     assert!(wet.result.unwrap()[0].message.starts_with("ESCAPED"));
     assert!(node.root().join("rw/x").exists());
 }

@@ -10,24 +10,51 @@ use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginErro
 use support::{exec_grant, node, plugins, run_on};
 
 fn ctx() -> NodeContext {
-    NodeContext { node_name: "cp-1".into(), roles: vec!["control-plane".into()], kubelet_version: None }
+    NodeContext {
+        node_name: "cp-1".into(),
+        roles: vec!["control-plane".into()],
+        kubelet_version: None,
+    }
 }
 
-fn run(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str) -> Result<RunReport, CallFailure> {
+fn run(
+    host: &Host,
+    p: &LoadedPlugin,
+    grants: &Grants,
+    action: &str,
+    params: &str,
+) -> Result<RunReport, CallFailure> {
     run_on(host, p, grants, &ctx(), action, params)
 }
 
 /// Runs the `bad` plugin's `exec` action with `args` and returns its result.
-fn exec(host: &Host, bad: &LoadedPlugin, grants: &Grants, command: &str, args: &[&str]) -> Result<String, PluginError> {
+fn exec(
+    host: &Host,
+    bad: &LoadedPlugin,
+    grants: &Grants,
+    command: &str,
+    args: &[&str],
+) -> Result<String, PluginError> {
     let params = serde_json::json!({ "command": command, "args": args }).to_string();
-    let report = run(host, bad, grants, "exec", &params).unwrap_or_else(|f| panic!("{command} {args:?}: host failure {f}"));
+    let report = run(host, bad, grants, "exec", &params)
+        .unwrap_or_else(|f| panic!("{command} {args:?}: host failure {f}"));
     report.result.map(|o| o.message)
 }
 
-fn refused(host: &Host, bad: &LoadedPlugin, grants: &Grants, command: &str, args: &[&str]) -> String {
+fn refused(
+    host: &Host,
+    bad: &LoadedPlugin,
+    grants: &Grants,
+    command: &str,
+    args: &[&str],
+) -> String {
     match exec(host, bad, grants, command, args) {
         Err(e) => {
-            assert_eq!(e.code, "host:not-granted", "{command} {args:?}: {}", e.message);
+            assert_eq!(
+                e.code, "host:not-granted",
+                "{command} {args:?}: {}",
+                e.message
+            );
             e.message
         }
         Ok(m) => panic!("{command} {args:?} was NOT refused: {m}"),
@@ -40,14 +67,45 @@ fn path_patterns_do_not_admit_dotdot_or_deeper_paths() {
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     // greet stands in for `rm -f /etc/kubernetes/tmp/*`.
-    let grants = Grants { exec: vec![exec_grant("/usr/bin/greet", &[&["/etc/kubernetes/tmp/*"]])], ..Grants::default() };
-    let m = refused(&host, &bad, &grants, "/usr/bin/greet", &["/etc/kubernetes/tmp/../../shadow"]);
+    let grants = Grants {
+        exec: vec![exec_grant("/usr/bin/greet", &[&["/etc/kubernetes/tmp/*"]])],
+        ..Grants::default()
+    };
+    let m = refused(
+        &host,
+        &bad,
+        &grants,
+        "/usr/bin/greet",
+        &["/etc/kubernetes/tmp/../../shadow"],
+    );
     assert!(m.contains("`..` component"), "{m}");
-    refused(&host, &bad, &grants, "/usr/bin/greet", &["/etc/kubernetes/tmp/sub/file"]);
-    refused(&host, &bad, &grants, "/usr/bin/greet", &["/etc/kubernetes/tmp/.hidden"]);
+    refused(
+        &host,
+        &bad,
+        &grants,
+        "/usr/bin/greet",
+        &["/etc/kubernetes/tmp/sub/file"],
+    );
+    refused(
+        &host,
+        &bad,
+        &grants,
+        "/usr/bin/greet",
+        &["/etc/kubernetes/tmp/.hidden"],
+    );
     // What the pattern means does run.
-    let ok = exec(&host, &bad, &grants, "/usr/bin/greet", &["/etc/kubernetes/tmp/old.conf"]).unwrap();
-    assert!(ok.contains("hello /etc/kubernetes/tmp/old.conf from inside-the-root"), "{ok}");
+    let ok = exec(
+        &host,
+        &bad,
+        &grants,
+        "/usr/bin/greet",
+        &["/etc/kubernetes/tmp/old.conf"],
+    )
+    .unwrap();
+    assert!(
+        ok.contains("hello /etc/kubernetes/tmp/old.conf from inside-the-root"),
+        "{ok}"
+    );
 }
 
 #[test]
@@ -57,14 +115,33 @@ fn a_wildcard_operand_does_not_admit_options() {
     let bad = node.load(&host, &plugins().bad, "bad");
     // greet stands in for `kubeadm certs renew *`; options must be granted by name.
     let grants = Grants {
-        exec: vec![exec_grant("/usr/bin/greet", &[&["*"], &["--config=/etc/kubeadm/*.yaml"]])],
+        exec: vec![exec_grant(
+            "/usr/bin/greet",
+            &[&["*"], &["--config=/etc/kubeadm/*.yaml"]],
+        )],
         ..Grants::default()
     };
     let m = refused(&host, &bad, &grants, "/usr/bin/greet", &["--config=/x"]);
-    assert!(m.contains("matches only a pattern that itself starts with `-`"), "{m}");
+    assert!(
+        m.contains("matches only a pattern that itself starts with `-`"),
+        "{m}"
+    );
     refused(&host, &bad, &grants, "/usr/bin/greet", &["-h"]);
-    refused(&host, &bad, &grants, "/usr/bin/greet", &["--config=/etc/kubeadm/../../x.yaml"]);
-    let ok = exec(&host, &bad, &grants, "/usr/bin/greet", &["--config=/etc/kubeadm/a.yaml"]).unwrap();
+    refused(
+        &host,
+        &bad,
+        &grants,
+        "/usr/bin/greet",
+        &["--config=/etc/kubeadm/../../x.yaml"],
+    );
+    let ok = exec(
+        &host,
+        &bad,
+        &grants,
+        "/usr/bin/greet",
+        &["--config=/etc/kubeadm/a.yaml"],
+    )
+    .unwrap();
     assert!(ok.contains("hello --config=/etc/kubeadm/a.yaml"), "{ok}");
     let ok = exec(&host, &bad, &grants, "/usr/bin/greet", &["all"]).unwrap();
     assert!(ok.contains("hello all"), "{ok}");
@@ -77,8 +154,15 @@ fn commands_on_the_real_root_start_in_slash_not_in_the_agents_directory() {
     config.host_root = "/".into();
     let host = Host::new(config).unwrap();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let grants = Grants { exec: vec![exec_grant("/usr/bin/pwd", &[])], ..Grants::default() };
-    assert_ne!(std::env::current_dir().unwrap(), std::path::Path::new("/"), "the test must not itself run in /");
+    let grants = Grants {
+        exec: vec![exec_grant("/usr/bin/pwd", &[])],
+        ..Grants::default()
+    };
+    assert_ne!(
+        std::env::current_dir().unwrap(),
+        std::path::Path::new("/"),
+        "the test must not itself run in /"
+    );
     let out = exec(&host, &bad, &grants, "/usr/bin/pwd", &[]).unwrap();
     assert!(out.ends_with("exit 0: /\n"), "{out:?}");
 }
@@ -89,21 +173,45 @@ fn unit_names_with_glob_characters_are_refused_in_requests_and_grants() {
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
     let grants = Grants {
-        services: vec![ServiceGrant { unit: "kubelet.service".into(), actions: vec![ServiceAction::Restart] }],
+        services: vec![ServiceGrant {
+            unit: "kubelet.service".into(),
+            actions: vec![ServiceAction::Restart],
+        }],
         ..Grants::default()
     };
-    for unit in ["kube*.service", "kubelet.servic?", "kube[l]et.service", "kubelet\\x2eservice"] {
+    for unit in [
+        "kube*.service",
+        "kubelet.servic?",
+        "kube[l]et.service",
+        "kubelet\\x2eservice",
+    ] {
         let params = serde_json::json!({ "unit": unit, "action": "restart" }).to_string();
-        let e = run(&host, &good, &grants, "service", &params).unwrap().result.unwrap_err();
+        let e = run(&host, &good, &grants, "service", &params)
+            .unwrap()
+            .result
+            .unwrap_err();
         assert_eq!(e.code, "invalid-argument", "{unit}: {}", e.message);
-        assert!(e.message.contains("pattern matching many units"), "{unit}: {}", e.message);
+        assert!(
+            e.message.contains("pattern matching many units"),
+            "{unit}: {}",
+            e.message
+        );
     }
     // A grant naming a pattern is itself refused, before the plugin runs.
     let globbed = Grants {
-        services: vec![ServiceGrant { unit: "kube*".into(), actions: vec![ServiceAction::Stop] }],
+        services: vec![ServiceGrant {
+            unit: "kube*".into(),
+            actions: vec![ServiceAction::Stop],
+        }],
         ..Grants::default()
     };
-    let f = match run(&host, &good, &globbed, "service", r#"{"unit":"kube*","action":"stop"}"#) {
+    let f = match run(
+        &host,
+        &good,
+        &globbed,
+        "service",
+        r#"{"unit":"kube*","action":"stop"}"#,
+    ) {
         Err(f) => f,
         Ok(r) => panic!("a glob service grant was accepted: {:?}", r.result),
     };
@@ -114,8 +222,21 @@ fn unit_names_with_glob_characters_are_refused_in_requests_and_grants() {
         }
         other => panic!("expected an invalid grant, got {other}"),
     }
-    assert!(node.services.calls().is_empty(), "the backend was reached: {:?}", node.services.calls());
+    assert!(
+        node.services.calls().is_empty(),
+        "the backend was reached: {:?}",
+        node.services.calls()
+    );
     // The exact unit still works.
-    run(&host, &good, &grants, "service", r#"{"unit":"kubelet.service","action":"restart"}"#).unwrap().result.unwrap();
+    run(
+        &host,
+        &good,
+        &grants,
+        "service",
+        r#"{"unit":"kubelet.service","action":"restart"}"#,
+    )
+    .unwrap()
+    .result
+    .unwrap();
     assert_eq!(node.services.calls(), ["restart kubelet.service"]);
 }

@@ -16,16 +16,35 @@ use bosun_host::{Host, LoadedPlugin, NodeContext, PluginError, RunReport};
 use support::{Node, exec_grant, fs, is_root, node, plugins, run_on};
 
 fn ctx() -> NodeContext {
-    NodeContext { node_name: "cp-1".into(), roles: vec!["control-plane".into()], kubelet_version: None }
+    NodeContext {
+        node_name: "cp-1".into(),
+        roles: vec!["control-plane".into()],
+        kubelet_version: None,
+    }
 }
 
-fn run(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &serde_json::Value) -> RunReport {
-    run_on(host, p, grants, &ctx(), action, &params.to_string()).unwrap_or_else(|f| panic!("{action} {params}: host failure {f}"))
+fn run(
+    host: &Host,
+    p: &LoadedPlugin,
+    grants: &Grants,
+    action: &str,
+    params: &serde_json::Value,
+) -> RunReport {
+    run_on(host, p, grants, &ctx(), action, &params.to_string())
+        .unwrap_or_else(|f| panic!("{action} {params}: host failure {f}"))
 }
 
 fn output(report: &RunReport, key: &str) -> String {
-    let outcome = report.result.as_ref().unwrap_or_else(|e| panic!("expected an outcome, got {e:?}"));
-    outcome.outputs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no output {key}"))
+    let outcome = report
+        .result
+        .as_ref()
+        .unwrap_or_else(|e| panic!("expected an outcome, got {e:?}"));
+    outcome
+        .outputs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no output {key}"))
 }
 
 fn write_executable(path: &Path, content: &[u8]) {
@@ -48,20 +67,41 @@ fn kubeadm_ran(node: &Node) -> bool {
 #[test]
 fn item3_facts_never_execute_a_kubeadm_the_plugin_replaced() {
     let node = node();
-    write_executable(&node.root().join("usr/bin/kubeadm"), b"#!/bin/sh\necho v1.0.0\n");
+    write_executable(
+        &node.root().join("usr/bin/kubeadm"),
+        b"#!/bin/sh\necho v1.0.0\n",
+    );
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
     // The review's attack: with only a read-write /usr/bin grant, overwrite kubeadm (the
     // mode stays 0755), then ask for facts, which need no grant.
-    let rw_bin = Grants { filesystem: vec![fs("/usr/bin", Access::ReadWrite)], ..Grants::default() };
-    let wrote = run(&host, &good, &rw_bin, "write", &serde_json::json!({"path": "/usr/bin/kubeadm", "content": TRAP_KUBEADM}));
+    let rw_bin = Grants {
+        filesystem: vec![fs("/usr/bin", Access::ReadWrite)],
+        ..Grants::default()
+    };
+    let wrote = run(
+        &host,
+        &good,
+        &rw_bin,
+        "write",
+        &serde_json::json!({"path": "/usr/bin/kubeadm", "content": TRAP_KUBEADM}),
+    );
     assert!(wrote.result.is_ok(), "{:?}", wrote.result);
     for _ in 0..3 {
-        let facts = run(&host, &good, &Grants::default(), "facts", &serde_json::json!({}));
+        let facts = run(
+            &host,
+            &good,
+            &Grants::default(),
+            "facts",
+            &serde_json::json!({}),
+        );
         // A shell script has no version string to read: the fact is unknown, not `v9.9.9`.
         assert_eq!(output(&facts, "kubeadm"), "");
     }
-    assert!(!kubeadm_ran(&node), "the host executed the kubeadm a plugin wrote");
+    assert!(
+        !kubeadm_ran(&node),
+        "the host executed the kubeadm a plugin wrote"
+    );
 }
 
 #[test]
@@ -75,15 +115,32 @@ fn item3_the_kubeadm_version_is_read_from_the_binary_or_the_dpkg_database() {
     write_executable(&node.root().join("usr/bin/kubeadm"), &binary);
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
-    let facts = run(&host, &good, &Grants::default(), "facts", &serde_json::json!({}));
+    let facts = run(
+        &host,
+        &good,
+        &Grants::default(),
+        "facts",
+        &serde_json::json!({}),
+    );
     assert_eq!(output(&facts, "kubeadm"), "v1.34.4");
-    assert_eq!(host.node_facts(&ctx(), Duration::from_secs(5)).kubeadm_version.as_deref(), Some("v1.34.4"));
+    assert_eq!(
+        host.node_facts(&ctx(), Duration::from_secs(5))
+            .kubeadm_version
+            .as_deref(),
+        Some("v1.34.4")
+    );
     // An installed dpkg package wins (epoch and Debian revision dropped).
     let status = "Package: kubelet\nStatus: install ok installed\nVersion: 1.34.9-1.1\n\n\
                   Package: kubeadm\nStatus: install ok installed\nVersion: 1:1.35.0-1.1\n";
     std::fs::create_dir_all(node.root().join("var/lib/dpkg")).unwrap();
     std::fs::write(node.root().join("var/lib/dpkg/status"), status).unwrap();
-    let facts = run(&host, &good, &Grants::default(), "facts", &serde_json::json!({}));
+    let facts = run(
+        &host,
+        &good,
+        &Grants::default(),
+        "facts",
+        &serde_json::json!({}),
+    );
     assert_eq!(output(&facts, "kubeadm"), "v1.35.0");
     assert!(!kubeadm_ran(&node));
 }
@@ -96,19 +153,28 @@ fn item3_a_kubeadm_symlink_is_not_followed_for_its_version() {
     write_executable(&node.root().join("opt/kubeadm"), &binary);
     std::os::unix::fs::symlink("../../opt/kubeadm", node.root().join("usr/bin/kubeadm")).unwrap();
     let host = node.host();
-    assert_eq!(host.node_facts(&ctx(), Duration::from_secs(5)).kubeadm_version, None);
+    assert_eq!(
+        host.node_facts(&ctx(), Duration::from_secs(5))
+            .kubeadm_version,
+        None
+    );
 }
 
 #[test]
 fn item4_describe_gets_no_node_facts() {
     let node = node();
-    write_executable(&node.root().join("usr/bin/kubeadm"), TRAP_KUBEADM.as_bytes());
+    write_executable(
+        &node.root().join("usr/bin/kubeadm"),
+        TRAP_KUBEADM.as_bytes(),
+    );
     let host = node.host();
     // `bad` asks for facts inside describe; the host refuses, so describe neither reads
     // the node nor runs anything on it.
     let bad = node.load(&host, &plugins().bad, "bad");
     assert!(
-        bad.metadata().description.ends_with("facts in describe: refused"),
+        bad.metadata()
+            .description
+            .ends_with("facts in describe: refused"),
         "{}",
         bad.metadata().description
     );
@@ -120,8 +186,20 @@ fn item4_describe_gets_no_node_facts() {
 /// `/usr/bin/show FILE` prints FILE with shell builtins only (the test root has no cat).
 const SHOW: &str = "#!/bin/sh\nwhile IFS= read -r line; do echo \"$line\"; done < \"$1\"\n";
 
-fn exec(host: &Host, bad: &LoadedPlugin, grants: &Grants, command: &str, args: &[&str]) -> Result<String, PluginError> {
-    let report = run(host, bad, grants, "exec", &serde_json::json!({"command": command, "args": args}));
+fn exec(
+    host: &Host,
+    bad: &LoadedPlugin,
+    grants: &Grants,
+    command: &str,
+    args: &[&str],
+) -> Result<String, PluginError> {
+    let report = run(
+        host,
+        bad,
+        grants,
+        "exec",
+        &serde_json::json!({"command": command, "args": args}),
+    );
     report.result.map(|o| o.message)
 }
 
@@ -143,13 +221,28 @@ fn item6_granted_commands_do_not_follow_symlinks_in_their_arguments() {
         exec: vec![exec_grant("/usr/bin/show", &[&["/var/lib/foo/*"], &["**"]])],
         ..Grants::default()
     };
-    let ok = exec(&host, &bad, &grants, "/usr/bin/show", &["/var/lib/foo/plain"]).unwrap();
+    let ok = exec(
+        &host,
+        &bad,
+        &grants,
+        "/usr/bin/show",
+        &["/var/lib/foo/plain"],
+    )
+    .unwrap();
     assert!(ok.contains("plain content"), "{ok}");
-    for args in [&["/var/lib/foo/x"][..], &["var/lib/foo/x"], &["/var/lib/foo/d/shadow"]] {
+    for args in [
+        &["/var/lib/foo/x"][..],
+        &["var/lib/foo/x"],
+        &["/var/lib/foo/d/shadow"],
+    ] {
         match exec(&host, &bad, &grants, "/usr/bin/show", args) {
             Err(e) => {
                 assert_eq!(e.code, "host:not-granted", "{args:?}: {}", e.message);
-                assert!(e.message.contains("goes through the symlink /var/lib/foo/"), "{args:?}: {}", e.message);
+                assert!(
+                    e.message.contains("goes through the symlink /var/lib/foo/"),
+                    "{args:?}: {}",
+                    e.message
+                );
             }
             Ok(m) => panic!("{args:?} was followed: {m}"),
         }
@@ -170,9 +263,17 @@ fn item6_a_granted_command_that_is_a_symlink_is_refused() {
     std::fs::write(root.join("etc/shadow"), "root:SECRET-HASH:1::::::\n").unwrap();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let grants = Grants { exec: vec![exec_grant("/usr/bin/kubeadm", &[&["**"]])], ..Grants::default() };
+    let grants = Grants {
+        exec: vec![exec_grant("/usr/bin/kubeadm", &[&["**"]])],
+        ..Grants::default()
+    };
     match exec(&host, &bad, &grants, "/usr/bin/kubeadm", &["etc/shadow"]) {
-        Err(e) => assert!(e.message.contains("the command goes through the symlink /usr/bin/kubeadm -> show"), "{}", e.message),
+        Err(e) => assert!(
+            e.message
+                .contains("the command goes through the symlink /usr/bin/kubeadm -> show"),
+            "{}",
+            e.message
+        ),
         Ok(m) => panic!("the linked command ran: {m}"),
     }
 }
@@ -187,24 +288,36 @@ fn returns<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 's
     std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    rx.recv_timeout(limit).unwrap_or_else(|_| panic!("the host call did not return within {limit:?}: it hangs"))
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("the host call did not return within {limit:?}: it hangs"))
 }
 
 #[test]
 fn item2_opening_a_fifo_or_device_in_a_granted_directory_is_refused_not_hung() {
     let node = node();
     let root = node.root();
-    let made = Command::new("mkfifo").arg(root.join("data/pipe")).status().unwrap();
+    let made = Command::new("mkfifo")
+        .arg(root.join("data/pipe"))
+        .status()
+        .unwrap();
     assert!(made.success());
     std::os::unix::fs::symlink("pipe", root.join("data/pipe-link")).unwrap();
-    let dev_null = if Command::new("mknod").arg(root.join("data/null")).args(["c", "1", "3"]).status().is_ok_and(|s| s.success()) {
+    let dev_null = if Command::new("mknod")
+        .arg(root.join("data/null"))
+        .args(["c", "1", "3"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
         Some("/data/null")
     } else {
         None
     };
     let host = std::sync::Arc::new(node.host());
     let bad = node.load(&host, &plugins().bad, "bad");
-    let grants = Grants { filesystem: vec![fs("/data", Access::ReadOnly)], ..Grants::default() };
+    let grants = Grants {
+        filesystem: vec![fs("/data", Access::ReadOnly)],
+        ..Grants::default()
+    };
     let mut paths = vec!["/data/pipe", "/data/pipe-link"];
     paths.extend(dev_null);
     for path in paths {
@@ -218,8 +331,20 @@ fn item2_opening_a_fifo_or_device_in_a_granted_directory_is_refused_not_hung() {
         }
     }
     // Regular files in the same grant still read.
-    let report = run(&host, &bad, &grants, "read", &serde_json::json!({"path": "/data/input.txt"}));
-    assert!(report.result.unwrap().message.contains("hello from the node"));
+    let report = run(
+        &host,
+        &bad,
+        &grants,
+        "read",
+        &serde_json::json!({"path": "/data/input.txt"}),
+    );
+    assert!(
+        report
+            .result
+            .unwrap()
+            .message
+            .contains("hello from the node")
+    );
 }
 
 // ------------------------------------------------------------ also seen: daemons
@@ -229,7 +354,13 @@ fn install(root: &Path, bin: &str) {
     let mut files = vec![PathBuf::from(bin)];
     let ldd = Command::new("ldd").arg(bin).output().expect("ldd");
     for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-        let path = line.split("=>").last().unwrap_or(line).split_whitespace().next().unwrap_or("");
+        let path = line
+            .split("=>")
+            .last()
+            .unwrap_or(line)
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
         if path.starts_with('/') {
             files.push(PathBuf::from(path));
         }
@@ -247,7 +378,8 @@ fn processes_with(marker: &str) -> Vec<i32> {
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
         })
         .collect()
 }
@@ -255,7 +387,9 @@ fn processes_with(marker: &str) -> Vec<i32> {
 #[test]
 fn also_seen_a_daemon_started_by_a_granted_command_dies_with_it() {
     if !is_root() {
-        eprintln!("skipping: a PID namespace needs CAP_SYS_ADMIN; unprivileged runs keep the process-group kill only");
+        eprintln!(
+            "skipping: a PID namespace needs CAP_SYS_ADMIN; unprivileged runs keep the process-group kill only"
+        );
         return;
     }
     let node = node();
@@ -277,17 +411,33 @@ fn also_seen_a_daemon_started_by_a_granted_command_dies_with_it() {
     );
     // sh starts a background job with stdin from /dev/null.
     std::fs::create_dir_all(root.join("dev")).unwrap();
-    assert!(Command::new("mknod").arg(root.join("dev/null")).args(["c", "1", "3"]).status().unwrap().success());
+    assert!(
+        Command::new("mknod")
+            .arg(root.join("dev/null"))
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap()
+            .success()
+    );
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     let mut grant = exec_grant("/usr/bin/daemonize", &[]);
     grant.timeout_seconds = Some(10);
-    let grants = Grants { exec: vec![grant], ..Grants::default() };
+    let grants = Grants {
+        exec: vec![grant],
+        ..Grants::default()
+    };
     let out = exec(&host, &bad, &grants, "/usr/bin/daemonize", &[]);
     let left = processes_with(&marker);
     for pid in &left {
         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
     }
-    assert!(matches!(&out, Ok(m) if m.contains("started")), "the daemonizing command ran: {out:?}");
-    assert!(left.is_empty(), "the daemon outlived the command: pids {left:?}");
+    assert!(
+        matches!(&out, Ok(m) if m.contains("started")),
+        "the daemonizing command ran: {out:?}"
+    );
+    assert!(
+        left.is_empty(),
+        "the daemon outlived the command: pids {left:?}"
+    );
 }

@@ -6,7 +6,9 @@
 mod support;
 
 use bosun_api::grants::{Access, ExecGrant, Grants, HttpGrant, ServiceAction, ServiceGrant};
-use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, RunOptions, RunReport};
+use bosun_host::{
+    CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, RunOptions, RunReport,
+};
 use bosun_trust::{Digest, TrustError};
 use std::time::Duration;
 use support::{Node, exec_grant, fs, is_root, node, plugins, run_on};
@@ -17,29 +19,54 @@ fn greet_grant(args: &[&[&str]]) -> ExecGrant {
 
 /// The grants of the happy path: read /data, run greet with one argument.
 fn happy_grants() -> Grants {
-    Grants { filesystem: vec![fs("/data", Access::ReadOnly)], exec: vec![greet_grant(&[&["*"]])], ..Grants::default() }
+    Grants {
+        filesystem: vec![fs("/data", Access::ReadOnly)],
+        exec: vec![greet_grant(&[&["*"]])],
+        ..Grants::default()
+    }
 }
 
 /// Grants for the cross-domain filesystem tests.
 fn split_grants() -> Grants {
     Grants {
-        filesystem: vec![fs("/data", Access::ReadOnly), fs("/ro", Access::ReadOnly), fs("/rw", Access::ReadWrite)],
+        filesystem: vec![
+            fs("/data", Access::ReadOnly),
+            fs("/ro", Access::ReadOnly),
+            fs("/rw", Access::ReadWrite),
+        ],
         ..Grants::default()
     }
 }
 
 fn node_ctx() -> NodeContext {
-    NodeContext { node_name: "cp-1".into(), roles: vec!["control-plane".into()], kubelet_version: Some("v1.34.1".into()) }
+    NodeContext {
+        node_name: "cp-1".into(),
+        roles: vec!["control-plane".into()],
+        kubelet_version: Some("v1.34.1".into()),
+    }
 }
 
-fn run(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str) -> Result<RunReport, CallFailure> {
+fn run(
+    host: &Host,
+    p: &LoadedPlugin,
+    grants: &Grants,
+    action: &str,
+    params: &str,
+) -> Result<RunReport, CallFailure> {
     run_on(host, p, grants, &node_ctx(), action, params)
 }
 
 /// Runs a `bad` action that must be refused by the plugin's own error path (the host
 /// call or WASI operation failed inside the sandbox) and returns that error.
-fn refused(host: &Host, p: &LoadedPlugin, grants: &Grants, action: &str, params: &str) -> (PluginError, RunReport) {
-    let report = run(host, p, grants, action, params).unwrap_or_else(|f| panic!("{action} {params}: host failure {f}"));
+fn refused(
+    host: &Host,
+    p: &LoadedPlugin,
+    grants: &Grants,
+    action: &str,
+    params: &str,
+) -> (PluginError, RunReport) {
+    let report = run(host, p, grants, action, params)
+        .unwrap_or_else(|f| panic!("{action} {params}: host failure {f}"));
     match &report.result {
         Err(e) => (e.clone(), report),
         Ok(o) => panic!("{action} {params} was NOT refused: {}", o.message),
@@ -58,31 +85,52 @@ fn assert_happy(node: &Node, host: &Host) {
     )
     .unwrap();
     let outcome = report.result.expect("happy path succeeds");
-    let out = |k: &str| outcome.outputs.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap();
+    let out = |k: &str| {
+        outcome
+            .outputs
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
     assert_eq!(out("file"), "hello from the node");
     assert_eq!(out("exit-code"), "0");
     if is_root() {
         // Chrooted: the script read /etc/marker from the node's root, not the machine's.
         assert_eq!(out("stdout"), "hello world from inside-the-root\n");
     } else {
-        assert!(out("stdout").starts_with("hello world from "), "{}", out("stdout"));
+        assert!(
+            out("stdout").starts_with("hello world from "),
+            "{}",
+            out("stdout")
+        );
     }
     assert_eq!(report.captured.lines.len(), 1);
     assert_eq!(report.captured.lines[0].message, "read granted file");
-    assert_eq!(report.captured.progress.as_ref().map(|p| (p.done, p.total)), Some((2, 2)));
+    assert_eq!(
+        report.captured.progress.as_ref().map(|p| (p.done, p.total)),
+        Some((2, 2))
+    );
     assert!(report.captured.denied.is_empty());
 }
 
 fn failure(r: Result<RunReport, CallFailure>) -> CallFailure {
     match r {
-        Ok(report) => panic!("expected the host to stop the call, got {:?}", report.result),
+        Ok(report) => panic!(
+            "expected the host to stop the call, got {:?}",
+            report.result
+        ),
         Err(f) => f,
     }
 }
 
 fn cached_entries(node: &Node) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(node.cache())
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "cwasm")).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -97,7 +145,9 @@ fn happy_path_reads_a_granted_file_and_runs_a_granted_command() {
     assert_eq!(good.metadata().name, "good");
     assert_eq!(good.metadata().abi_version, bosun_host::ABI_VERSION);
     assert!(good.verified().is_some());
-    let pre = host.preflight(&good, &happy_grants(), &node_ctx(), "happy", "{}").unwrap();
+    let pre = host
+        .preflight(&good, &happy_grants(), &node_ctx(), "happy", "{}")
+        .unwrap();
     assert_eq!(pre.result.unwrap()[0].name, "happy-ready");
 }
 
@@ -106,21 +156,49 @@ fn dry_run_never_reports_a_change() {
     let node = node();
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
-    let grants = Grants { filesystem: vec![fs("/rw", Access::ReadWrite)], ..Grants::default() };
-    let wet = run(&host, &good, &grants, "write", r#"{"path":"/rw/out.txt","content":"x"}"#).unwrap().result.unwrap();
+    let grants = Grants {
+        filesystem: vec![fs("/rw", Access::ReadWrite)],
+        ..Grants::default()
+    };
+    let wet = run(
+        &host,
+        &good,
+        &grants,
+        "write",
+        r#"{"path":"/rw/out.txt","content":"x"}"#,
+    )
+    .unwrap()
+    .result
+    .unwrap();
     assert!(wet.changed);
-    assert_eq!(std::fs::read_to_string(node.root().join("rw/out.txt")).unwrap(), "x");
+    assert_eq!(
+        std::fs::read_to_string(node.root().join("rw/out.txt")).unwrap(),
+        "x"
+    );
     // The test plugin writes whatever the mode: in a dry run the host makes every grant
     // read-only, so the write is refused and the file keeps its content.
     let params = r#"{"path":"/rw/out.txt","content":"written by a dry run"}"#;
     let dry = host
-        .run(&good, &grants, &node_ctx(), "write", params, RunOptions { dry_run: true, deadline: None })
+        .run(
+            &good,
+            &grants,
+            &node_ctx(),
+            "write",
+            params,
+            RunOptions {
+                dry_run: true,
+                deadline: None,
+            },
+        )
         .unwrap()
         .result;
     let err = dry.expect_err("a dry run's write must be refused by the host");
     assert_eq!(err.code, "io", "{err:?}");
     assert!(err.message.contains("Operation not permitted"), "{err:?}");
-    assert_eq!(std::fs::read_to_string(node.root().join("rw/out.txt")).unwrap(), "x");
+    assert_eq!(
+        std::fs::read_to_string(node.root().join("rw/out.txt")).unwrap(),
+        "x"
+    );
 }
 
 #[test]
@@ -128,8 +206,17 @@ fn facts_come_from_the_host_root_and_the_caller() {
     let node = node();
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
-    let o = run(&host, &good, &Grants::default(), "facts", "{}").unwrap().result.unwrap();
-    let out = |k: &str| o.outputs.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str()).unwrap();
+    let o = run(&host, &good, &Grants::default(), "facts", "{}")
+        .unwrap()
+        .result
+        .unwrap();
+    let out = |k: &str| {
+        o.outputs
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.as_str())
+            .unwrap()
+    };
     assert_eq!(out("node-name"), "cp-1");
     assert_eq!(out("roles"), "control-plane");
     assert_eq!(out("os-id"), "rocky");
@@ -147,19 +234,53 @@ fn granted_service_actions_reach_the_backend_and_others_are_refused() {
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
     let grants = Grants {
-        services: vec![ServiceGrant { unit: "kubelet.service".into(), actions: vec![ServiceAction::Restart] }],
+        services: vec![ServiceGrant {
+            unit: "kubelet.service".into(),
+            actions: vec![ServiceAction::Restart],
+        }],
         ..Grants::default()
     };
-    let o = run(&host, &good, &grants, "service", r#"{"unit":"kubelet.service","action":"restart"}"#).unwrap();
-    assert_eq!(o.result.unwrap().outputs[0], ("active-state".into(), "active".into()));
-    let stop = run(&host, &good, &grants, "service", r#"{"unit":"kubelet.service","action":"stop"}"#).unwrap();
+    let o = run(
+        &host,
+        &good,
+        &grants,
+        "service",
+        r#"{"unit":"kubelet.service","action":"restart"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        o.result.unwrap().outputs[0],
+        ("active-state".into(), "active".into())
+    );
+    let stop = run(
+        &host,
+        &good,
+        &grants,
+        "service",
+        r#"{"unit":"kubelet.service","action":"stop"}"#,
+    )
+    .unwrap();
     let e = stop.result.unwrap_err();
     assert_eq!(e.code, "not-granted");
     assert!(e.message.contains("stop kubelet.service"), "{}", e.message);
-    let other = run(&host, &good, &grants, "service", r#"{"unit":"containerd.service","action":"status"}"#).unwrap();
-    assert!(other.result.unwrap_err().message.contains("service: containerd.service"));
+    let other = run(
+        &host,
+        &good,
+        &grants,
+        "service",
+        r#"{"unit":"containerd.service","action":"status"}"#,
+    )
+    .unwrap();
+    assert!(
+        other
+            .result
+            .unwrap_err()
+            .message
+            .contains("service: containerd.service")
+    );
     assert_eq!(node.services.calls(), ["restart kubelet.service"]);
-    let logged = std::fs::read_to_string(bosun_host::RecordingBackend::log_path(&node.root())).unwrap();
+    let logged =
+        std::fs::read_to_string(bosun_host::RecordingBackend::log_path(&node.root())).unwrap();
     assert_eq!(logged, "restart kubelet.service\n");
 }
 
@@ -180,7 +301,8 @@ fn http_reaches_a_granted_loopback_host_only() {
             assert!(n > 0, "the client closed before finishing its request");
             head.extend_from_slice(&buf[..n]);
         }
-        conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello").unwrap();
+        conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+            .unwrap();
     });
     let node = node();
     let host = node.host();
@@ -190,15 +312,36 @@ fn http_reaches_a_granted_loopback_host_only() {
 
     // Without an http grant the plugin does not run at all.
     let f = failure(run(&host, &p, &Grants::default(), "get", &url));
-    assert!(matches!(&f.error, Error::NotGranted { capability } if capability.starts_with("http")), "{f}");
+    assert!(
+        matches!(&f.error, Error::NotGranted { capability } if capability.starts_with("http")),
+        "{f}"
+    );
 
     // A grant for another port is not this host.
-    let other = Grants { http: vec![HttpGrant { host: "127.0.0.1:1".into(), max_bytes: None }], ..Grants::default() };
-    let e = run(&host, &p, &other, "get", &url).unwrap().result.unwrap_err();
+    let other = Grants {
+        http: vec![HttpGrant {
+            host: "127.0.0.1:1".into(),
+            max_bytes: None,
+        }],
+        ..Grants::default()
+    };
+    let e = run(&host, &p, &other, "get", &url)
+        .unwrap()
+        .result
+        .unwrap_err();
     assert_eq!(e.code, "host:not-granted", "{e:?}");
 
-    let granted = Grants { http: vec![HttpGrant { host: format!("127.0.0.1:{port}"), max_bytes: Some(1024) }], ..Grants::default() };
-    let o = run(&host, &p, &granted, "get", &url).unwrap().result.unwrap();
+    let granted = Grants {
+        http: vec![HttpGrant {
+            host: format!("127.0.0.1:{port}"),
+            max_bytes: Some(1024),
+        }],
+        ..Grants::default()
+    };
+    let o = run(&host, &p, &granted, "get", &url)
+        .unwrap()
+        .result
+        .unwrap();
     assert_eq!(o.outputs[0].1, "hello");
     server.join().unwrap();
 }
@@ -215,8 +358,14 @@ fn tampered_bytes_are_refused_before_compiling() {
     let i = tampered.len() / 2;
     tampered[i] ^= 0x01;
     let e = host.load(&tampered, &pin).unwrap_err();
-    assert!(matches!(&e, Error::Untrusted { source, .. } if matches!(**source, TrustError::DigestMismatch { .. })), "{e}");
-    assert!(cached_entries(&node).is_empty(), "nothing may be compiled for refused bytes");
+    assert!(
+        matches!(&e, Error::Untrusted { source, .. } if matches!(**source, TrustError::DigestMismatch { .. })),
+        "{e}"
+    );
+    assert!(
+        cached_entries(&node).is_empty(),
+        "nothing may be compiled for refused bytes"
+    );
     assert_happy(&node, &host);
 }
 
@@ -228,11 +377,19 @@ fn only_the_exact_pin_a_load_verified_is_served_from_memory() {
     let pin = node.signer.pin(bytes, "good", "1.0.0");
     assert!(host.loaded(&pin).is_none(), "nothing was verified yet");
     let stranger = support::Signer::new();
-    assert!(host.load(bytes, &stranger.pin(bytes, "good", "1.0.0")).is_err());
-    assert!(host.loaded(&stranger.pin(bytes, "good", "1.0.0")).is_none(), "a refused pin is never served");
+    assert!(
+        host.load(bytes, &stranger.pin(bytes, "good", "1.0.0"))
+            .is_err()
+    );
+    assert!(
+        host.loaded(&stranger.pin(bytes, "good", "1.0.0")).is_none(),
+        "a refused pin is never served"
+    );
 
     let first = host.load(bytes, &pin).unwrap();
-    let again = host.loaded(&pin).expect("the pin load verified is served from memory");
+    let again = host
+        .loaded(&pin)
+        .expect("the pin load verified is served from memory");
     assert_eq!(again.digest(), first.digest());
     assert_eq!(again.verified(), first.verified());
     let report = run(&host, &again, &Grants::default(), "noop", "{}").unwrap();
@@ -250,7 +407,10 @@ fn only_the_exact_pin_a_load_verified_is_served_from_memory() {
     assert!(host.loaded(&no_signature).is_none());
 
     host.evict(&pin.sha256);
-    assert!(host.loaded(&pin).is_none(), "evict forgets the verification too");
+    assert!(
+        host.loaded(&pin).is_none(),
+        "evict forgets the verification too"
+    );
 }
 
 #[test]
@@ -259,9 +419,17 @@ fn a_signature_by_an_untrusted_key_is_refused_before_compiling() {
     let host = node.host();
     let bytes = &plugins().good;
     let stranger = support::Signer::new();
-    let e = host.load(bytes, &stranger.pin(bytes, "good", "1.0.0")).unwrap_err();
-    assert!(matches!(&e, Error::Untrusted { source, .. } if matches!(**source, TrustError::Untrusted { .. })), "{e}");
-    assert!(cached_entries(&node).is_empty(), "nothing may be compiled for refused bytes");
+    let e = host
+        .load(bytes, &stranger.pin(bytes, "good", "1.0.0"))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Untrusted { source, .. } if matches!(**source, TrustError::Untrusted { .. })),
+        "{e}"
+    );
+    assert!(
+        cached_entries(&node).is_empty(),
+        "nothing may be compiled for refused bytes"
+    );
     assert_happy(&node, &host);
 }
 
@@ -274,10 +442,18 @@ fn a_signature_for_another_name_is_refused() {
     let mut pin = node.signer.pin(bytes, "good", "1.0.0");
     pin.name = "certs".into();
     let e = host.load(bytes, &pin).unwrap_err();
-    assert!(matches!(&e, Error::Untrusted { source, .. } if matches!(**source, TrustError::Untrusted { .. })), "{e}");
+    assert!(
+        matches!(&e, Error::Untrusted { source, .. } if matches!(**source, TrustError::Untrusted { .. })),
+        "{e}"
+    );
     // Signed honestly as "certs", but the plugin says it is "good".
-    let e = host.load(bytes, &node.signer.pin(bytes, "certs", "1.0.0")).unwrap_err();
-    assert!(matches!(&e, Error::MetadataMismatch { field: "name", .. }), "{e}");
+    let e = host
+        .load(bytes, &node.signer.pin(bytes, "certs", "1.0.0"))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::MetadataMismatch { field: "name", .. }),
+        "{e}"
+    );
     assert_happy(&node, &host);
 }
 
@@ -286,7 +462,9 @@ fn a_plugin_built_for_another_abi_version_is_refused_at_load() {
     let node = node();
     let host = node.host();
     let bytes = &plugins().wrong_abi;
-    let e = host.load(bytes, &node.signer.pin(bytes, "wrong-abi", "1.0.0")).unwrap_err();
+    let e = host
+        .load(bytes, &node.signer.pin(bytes, "wrong-abi", "1.0.0"))
+        .unwrap_err();
     match &e {
         Error::AbiMismatch { expected, found } => {
             assert_eq!(*expected, "0.1.0");
@@ -302,9 +480,13 @@ fn a_plugin_importing_sockets_is_refused_at_load() {
     let node = node();
     let host = node.host();
     let bytes = &plugins().forbidden_import;
-    let e = host.load(bytes, &node.signer.pin(bytes, "forbidden-import", "1.0.0")).unwrap_err();
+    let e = host
+        .load(bytes, &node.signer.pin(bytes, "forbidden-import", "1.0.0"))
+        .unwrap_err();
     match &e {
-        Error::ForbiddenImport { import, .. } => assert!(import.starts_with("wasi:sockets/"), "{import}"),
+        Error::ForbiddenImport { import, .. } => {
+            assert!(import.starts_with("wasi:sockets/"), "{import}")
+        }
         other => panic!("expected ForbiddenImport, got {other}"),
     }
     assert_happy(&node, &host);
@@ -314,7 +496,10 @@ fn a_plugin_importing_sockets_is_refused_at_load() {
 fn unverified_plugins_are_refused_unless_explicitly_allowed() {
     let node = node();
     let host = node.host();
-    assert!(matches!(host.load_unverified(&plugins().good), Err(Error::UnverifiedRefused)));
+    assert!(matches!(
+        host.load_unverified(&plugins().good),
+        Err(Error::UnverifiedRefused)
+    ));
     let mut config = node.config();
     config.allow_unverified = true;
     let lenient = Host::new(config).unwrap();
@@ -335,7 +520,10 @@ fn compiled_code_this_host_did_not_write_is_never_loaded() {
     assert_eq!(entries.len(), 2);
     // Swap the two entries' code: each is valid compiled code, but neither matches its
     // MAC any more. A host that trusted the cache would now run `bad` as `good`.
-    let (a, b) = (std::fs::read(&entries[0]).unwrap(), std::fs::read(&entries[1]).unwrap());
+    let (a, b) = (
+        std::fs::read(&entries[0]).unwrap(),
+        std::fs::read(&entries[1]).unwrap(),
+    );
     std::fs::write(&entries[0], &b).unwrap();
     std::fs::write(&entries[1], &a).unwrap();
     let host = node.host();
@@ -353,7 +541,11 @@ fn a_second_host_loads_from_the_on_disk_cache() {
     let modified = std::fs::metadata(&before[0]).unwrap().modified().unwrap();
     let host = node.host();
     assert_happy(&node, &host);
-    assert_eq!(std::fs::metadata(&before[0]).unwrap().modified().unwrap(), modified, "entry reused, not rewritten");
+    assert_eq!(
+        std::fs::metadata(&before[0]).unwrap().modified().unwrap(),
+        modified,
+        "entry reused, not rewritten"
+    );
 }
 
 // ---------------------------------------------------------------- limits
@@ -369,9 +561,15 @@ fn an_infinite_loop_is_stopped_at_its_deadline() {
         &node_ctx(),
         "spin",
         "{}",
-        RunOptions { dry_run: false, deadline: Some(Duration::from_millis(200)) },
+        RunOptions {
+            dry_run: false,
+            deadline: Some(Duration::from_millis(200)),
+        },
     ));
-    assert!(matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(200)), "{f}");
+    assert!(
+        matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(200)),
+        "{f}"
+    );
     assert_happy(&node, &host);
 }
 
@@ -382,7 +580,9 @@ fn an_infinite_loop_in_preflight_is_stopped_too() {
     config.limits.describe_deadline = Duration::from_millis(300);
     let host = Host::new(config).unwrap();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let f = host.preflight(&bad, &Grants::default(), &node_ctx(), "spin", "{}").unwrap_err();
+    let f = host
+        .preflight(&bad, &Grants::default(), &node_ctx(), "spin", "{}")
+        .unwrap_err();
     assert!(matches!(f.error, Error::DeadlineExceeded { .. }), "{f}");
 }
 
@@ -392,7 +592,10 @@ fn a_memory_bomb_hits_the_memory_limit() {
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     let f = failure(run(&host, &bad, &Grants::default(), "memory-bomb", "{}"));
-    assert!(matches!(f.error, Error::MemoryLimit { what: "memory", limit } if limit == 64 << 20), "{f}");
+    assert!(
+        matches!(f.error, Error::MemoryLimit { what: "memory", limit } if limit == 64 << 20),
+        "{f}"
+    );
     assert_happy(&node, &host);
 }
 
@@ -402,10 +605,24 @@ fn a_log_flood_hits_the_log_limit() {
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     let f = failure(run(&host, &bad, &Grants::default(), "log-flood", "{}"));
-    assert!(matches!(f.error, Error::LogLimit { limit } if limit == 64 << 10), "{f}");
+    assert!(
+        matches!(f.error, Error::LogLimit { limit } if limit == 64 << 10),
+        "{f}"
+    );
     // What was logged before the cap is kept, and it stays under the cap.
     assert!(!f.captured.lines.is_empty());
-    let kept: usize = f.captured.lines.iter().map(|l| l.message.len() + l.fields.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()).sum();
+    let kept: usize = f
+        .captured
+        .lines
+        .iter()
+        .map(|l| {
+            l.message.len()
+                + l.fields
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len())
+                    .sum::<usize>()
+        })
+        .sum();
     assert!(kept <= 64 << 10, "{kept}");
     assert_happy(&node, &host);
 }
@@ -420,13 +637,28 @@ fn a_sleep_in_the_host_is_cut_at_the_deadline() {
     let (tx, rx) = std::sync::mpsc::channel();
     let h = host.clone();
     std::thread::spawn(move || {
-        let r = h.run(&bad, &Grants::default(), &node_ctx(), "sleep-forever", "{}", RunOptions { dry_run: false, deadline: Some(Duration::from_millis(300)) });
+        let r = h.run(
+            &bad,
+            &Grants::default(),
+            &node_ctx(),
+            "sleep-forever",
+            "{}",
+            RunOptions {
+                dry_run: false,
+                deadline: Some(Duration::from_millis(300)),
+            },
+        );
         let _ = tx.send(r);
     });
     // A liveness bound, not a speed figure: without the cut the call never returns.
-    let r = rx.recv_timeout(Duration::from_secs(60)).expect("the sleeping call was still blocked a minute after its 300 ms deadline");
+    let r = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the sleeping call was still blocked a minute after its 300 ms deadline");
     let f = failure(r);
-    assert!(matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(300)), "{f}");
+    assert!(
+        matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(300)),
+        "{f}"
+    );
     assert_happy(&node, &host);
 
     // With an epoch tick far longer than the deadline (as when the ticker lags on a busy
@@ -436,7 +668,17 @@ fn a_sleep_in_the_host_is_cut_at_the_deadline() {
     config.epoch_tick = Duration::from_secs(30);
     let host = Host::new(config).unwrap();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let f = failure(host.run(&bad, &Grants::default(), &node_ctx(), "sleep-forever", "{}", RunOptions { dry_run: false, deadline: Some(Duration::from_millis(300)) }));
+    let f = failure(host.run(
+        &bad,
+        &Grants::default(),
+        &node_ctx(),
+        "sleep-forever",
+        "{}",
+        RunOptions {
+            dry_run: false,
+            deadline: Some(Duration::from_millis(300)),
+        },
+    ));
     assert!(matches!(f.error, Error::DeadlineExceeded { .. }), "{f}");
 }
 
@@ -445,10 +687,23 @@ fn a_flood_of_empty_log_lines_hits_the_log_limit() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let f = failure(run(&host, &bad, &Grants::default(), "empty-log-flood", "{}"));
-    assert!(matches!(f.error, Error::LogLimit { limit } if limit == 64 << 10), "{f}");
+    let f = failure(run(
+        &host,
+        &bad,
+        &Grants::default(),
+        "empty-log-flood",
+        "{}",
+    ));
+    assert!(
+        matches!(f.error, Error::LogLimit { limit } if limit == 64 << 10),
+        "{f}"
+    );
     // Each line is charged 64 bytes: at most 1 024 empty lines fit in 64 KiB.
-    assert!(!f.captured.lines.is_empty() && f.captured.lines.len() <= 1024, "{} lines kept", f.captured.lines.len());
+    assert!(
+        !f.captured.lines.is_empty() && f.captured.lines.len() <= 1024,
+        "{} lines kept",
+        f.captured.lines.len()
+    );
     assert_happy(&node, &host);
 }
 
@@ -460,9 +715,23 @@ fn repeated_refusals_are_kept_only_up_to_a_cap() {
     let report = run(&host, &bad, &Grants::default(), "denial-flood", "{}").unwrap();
     assert!(report.result.is_ok(), "{:?}", report.result);
     let denied = &report.captured.denied;
-    assert_eq!(denied.len(), 33, "32 refusals and one line saying more were refused");
-    assert!(denied[..32].iter().all(|d| d.capability == "exec" && d.message.len() <= 1024), "{:?}", &denied[0]);
-    assert!(denied[32].message.contains("more than 32"), "{:?}", denied[32]);
+    assert_eq!(
+        denied.len(),
+        33,
+        "32 refusals and one line saying more were refused"
+    );
+    assert!(
+        denied[..32]
+            .iter()
+            .all(|d| d.capability == "exec" && d.message.len() <= 1024),
+        "{:?}",
+        &denied[0]
+    );
+    assert!(
+        denied[32].message.contains("more than 32"),
+        "{:?}",
+        denied[32]
+    );
     assert_happy(&node, &host);
 }
 
@@ -471,14 +740,30 @@ fn a_plugin_cannot_hold_more_than_its_resource_limit_open() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let grants = Grants { filesystem: vec![fs("/data", Access::ReadOnly)], ..Grants::default() };
-    let result = run(&host, &bad, &grants, "open-flood", r#"{"path":"/data/input.txt"}"#);
+    let grants = Grants {
+        filesystem: vec![fs("/data", Access::ReadOnly)],
+        ..Grants::default()
+    };
+    let result = run(
+        &host,
+        &bad,
+        &grants,
+        "open-flood",
+        r#"{"path":"/data/input.txt"}"#,
+    );
     match result {
         // The open past the limit fails inside the guest, or the host stops the call.
         Ok(report) => {
             let e = report.result.expect_err("100 000 files were held open");
             assert_eq!(e.code, "open-failed", "{e:?}");
-            let n: usize = e.message.trim_start_matches("open #").split(' ').next().unwrap().parse().unwrap();
+            let n: usize = e
+                .message
+                .trim_start_matches("open #")
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
             assert!(n <= 1024, "{}", e.message);
         }
         Err(f) => assert!(matches!(f.error, Error::GuestTrap { .. }), "{f}"),
@@ -492,7 +777,10 @@ fn an_oversized_result_hits_the_output_limit() {
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     let f = failure(run(&host, &bad, &Grants::default(), "output-flood", "{}"));
-    assert!(matches!(f.error, Error::OutputLimit { limit, found } if limit == 1 << 20 && found > limit), "{f}");
+    assert!(
+        matches!(f.error, Error::OutputLimit { limit, found } if limit == 1 << 20 && found > limit),
+        "{f}"
+    );
     assert_happy(&node, &host);
 }
 
@@ -502,7 +790,10 @@ fn a_trap_is_reported_as_a_guest_trap() {
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     let f = failure(run(&host, &bad, &Grants::default(), "trap", "{}"));
-    assert!(matches!(&f.error, Error::GuestTrap { message, .. } if message.contains("unreachable")), "{f}");
+    assert!(
+        matches!(&f.error, Error::GuestTrap { message, .. } if message.contains("unreachable")),
+        "{f}"
+    );
     assert_happy(&node, &host);
 }
 
@@ -512,7 +803,10 @@ fn a_panic_is_reported_with_its_message() {
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     let f = failure(run(&host, &bad, &Grants::default(), "panic", "{}"));
-    assert!(matches!(&f.error, Error::GuestTrap { stderr, .. } if stderr.contains("plugin panicked on purpose")), "{f}");
+    assert!(
+        matches!(&f.error, Error::GuestTrap { stderr, .. } if stderr.contains("plugin panicked on purpose")),
+        "{f}"
+    );
     assert_happy(&node, &host);
 }
 
@@ -522,7 +816,10 @@ fn unknown_actions_and_malformed_params_are_refused_before_instantiating() {
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
     let f = failure(run(&host, &good, &Grants::default(), "format-disk", "{}"));
-    assert!(matches!(&f.error, Error::UnknownAction { action, available } if action == "format-disk" && available.contains("happy")), "{f}");
+    assert!(
+        matches!(&f.error, Error::UnknownAction { action, available } if action == "format-disk" && available.contains("happy")),
+        "{f}"
+    );
     let f = failure(run(&host, &good, &Grants::default(), "noop", "{not json"));
     assert!(matches!(f.error, Error::InvalidParams { .. }), "{f}");
     // JSON, but not what `noop` declares (`{"type":"object"}`): refused by the host with
@@ -540,7 +837,10 @@ fn unknown_actions_and_malformed_params_are_refused_before_instantiating() {
 fn assert_fs_refused(node: &Node, host: &Host, action: &str, params: &str) -> PluginError {
     let bad = node.load(host, &plugins().bad, "bad");
     let (e, _) = refused(host, &bad, &split_grants(), action, params);
-    assert!(e.code.starts_with("io:"), "{action} {params}: expected an I/O refusal, got {e:?}");
+    assert!(
+        e.code.starts_with("io:"),
+        "{action} {params}: expected an I/O refusal, got {e:?}"
+    );
     e
 }
 
@@ -549,8 +849,18 @@ fn fs_dotdot_cannot_leave_a_preopen() {
     let node = node();
     let host = node.host();
     // Past the root to the secret next to it, and sideways into an ungranted directory.
-    assert_fs_refused(&node, &host, "read", r#"{"path":"/data/../../outside/secret.txt"}"#);
-    assert_fs_refused(&node, &host, "read", r#"{"path":"/data/../etc/os-release"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "read",
+        r#"{"path":"/data/../../outside/secret.txt"}"#,
+    );
+    assert_fs_refused(
+        &node,
+        &host,
+        "read",
+        r#"{"path":"/data/../etc/os-release"}"#,
+    );
     assert_fs_refused(&node, &host, "read-dir", r#"{"path":"/data/.."}"#);
     assert_happy(&node, &host);
 }
@@ -561,7 +871,12 @@ fn fs_absolute_paths_outside_the_grants_are_refused() {
     let host = node.host();
     assert_fs_refused(&node, &host, "read", r#"{"path":"/etc/os-release"}"#);
     let outside = node.outside().join("secret.txt");
-    assert_fs_refused(&node, &host, "read", &format!(r#"{{"path":"{}"}}"#, outside.display()));
+    assert_fs_refused(
+        &node,
+        &host,
+        "read",
+        &format!(r#"{{"path":"{}"}}"#, outside.display()),
+    );
     assert_fs_refused(&node, &host, "read", r#"{"path":"/etc/passwd"}"#);
     assert_happy(&node, &host);
 }
@@ -572,8 +887,18 @@ fn fs_symlinks_pointing_outside_are_not_followed() {
     let host = node.host();
     assert_fs_refused(&node, &host, "read", r#"{"path":"/data/link-out"}"#);
     assert_fs_refused(&node, &host, "read", r#"{"path":"/rw/escape/secret.txt"}"#);
-    assert_fs_refused(&node, &host, "read", r#"{"path":"/rw/abs-escape/secret.txt"}"#);
-    assert_fs_refused(&node, &host, "write", r#"{"path":"/rw/escape/planted.txt"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "read",
+        r#"{"path":"/rw/abs-escape/secret.txt"}"#,
+    );
+    assert_fs_refused(
+        &node,
+        &host,
+        "write",
+        r#"{"path":"/rw/escape/planted.txt"}"#,
+    );
     assert!(!node.outside().join("planted.txt").exists());
     assert_happy(&node, &host);
 }
@@ -584,7 +909,12 @@ fn fs_trailing_slash_symlinks_are_not_followed() {
     let host = node.host();
     assert_fs_refused(&node, &host, "read-dir", r#"{"path":"/rw/escape/"}"#);
     assert_fs_refused(&node, &host, "read-dir", r#"{"path":"/rw/abs-escape/"}"#);
-    assert_fs_refused(&node, &host, "read", r#"{"path":"/rw/escape/./secret.txt"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "read",
+        r#"{"path":"/rw/escape/./secret.txt"}"#,
+    );
     assert_happy(&node, &host);
 }
 
@@ -592,11 +922,21 @@ fn fs_trailing_slash_symlinks_are_not_followed() {
 fn fs_hardlink_from_read_only_into_read_write_is_refused() {
     let node = node();
     let host = node.host();
-    assert_fs_refused(&node, &host, "hardlink", r#"{"from":"/ro/secret.txt","to":"/rw/stolen.txt"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "hardlink",
+        r#"{"from":"/ro/secret.txt","to":"/rw/stolen.txt"}"#,
+    );
     assert!(!node.root().join("rw/stolen.txt").exists());
     // And the other direction: planting a link inside the read-only domain.
     std::fs::write(node.root().join("rw/mine.txt"), "mine").unwrap();
-    assert_fs_refused(&node, &host, "hardlink", r#"{"from":"/rw/mine.txt","to":"/ro/planted.txt"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "hardlink",
+        r#"{"from":"/rw/mine.txt","to":"/ro/planted.txt"}"#,
+    );
     assert!(!node.root().join("ro/planted.txt").exists());
     assert_happy(&node, &host);
 }
@@ -605,11 +945,27 @@ fn fs_hardlink_from_read_only_into_read_write_is_refused() {
 fn fs_rename_across_permission_domains_is_refused() {
     let node = node();
     let host = node.host();
-    assert_fs_refused(&node, &host, "rename", r#"{"from":"/ro/secret.txt","to":"/rw/moved.txt"}"#);
-    assert_eq!(std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(), "read-only content");
+    assert_fs_refused(
+        &node,
+        &host,
+        "rename",
+        r#"{"from":"/ro/secret.txt","to":"/rw/moved.txt"}"#,
+    );
+    assert_eq!(
+        std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(),
+        "read-only content"
+    );
     std::fs::write(node.root().join("rw/mine.txt"), "mine").unwrap();
-    assert_fs_refused(&node, &host, "rename", r#"{"from":"/rw/mine.txt","to":"/ro/secret.txt"}"#);
-    assert_eq!(std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(), "read-only content");
+    assert_fs_refused(
+        &node,
+        &host,
+        "rename",
+        r#"{"from":"/rw/mine.txt","to":"/ro/secret.txt"}"#,
+    );
+    assert_eq!(
+        std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(),
+        "read-only content"
+    );
     assert_happy(&node, &host);
 }
 
@@ -630,7 +986,10 @@ fn fs_truncate_in_a_read_only_grant_is_refused() {
     let host = node.host();
     assert_fs_refused(&node, &host, "truncate", r#"{"path":"/ro/secret.txt"}"#);
     assert_fs_refused(&node, &host, "write", r#"{"path":"/ro/secret.txt"}"#);
-    assert_eq!(std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(), "read-only content");
+    assert_eq!(
+        std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(),
+        "read-only content"
+    );
     assert_happy(&node, &host);
 }
 
@@ -640,9 +999,19 @@ fn fs_read_write_grant_does_allow_writing() {
     let node = node();
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
-    let o = run(&host, &good, &split_grants(), "write", r#"{"path":"/rw/ok.txt","content":"fine"}"#).unwrap();
+    let o = run(
+        &host,
+        &good,
+        &split_grants(),
+        "write",
+        r#"{"path":"/rw/ok.txt","content":"fine"}"#,
+    )
+    .unwrap();
     o.result.unwrap();
-    assert_eq!(std::fs::read_to_string(node.root().join("rw/ok.txt")).unwrap(), "fine");
+    assert_eq!(
+        std::fs::read_to_string(node.root().join("rw/ok.txt")).unwrap(),
+        "fine"
+    );
 }
 
 #[test]
@@ -650,10 +1019,16 @@ fn a_grant_reaching_outside_the_root_is_refused() {
     let node = node();
     let host = node.host();
     let good = node.load(&host, &plugins().good, "good");
-    let grants = Grants { filesystem: vec![fs("/rw/escape", Access::ReadOnly)], ..Grants::default() };
+    let grants = Grants {
+        filesystem: vec![fs("/rw/escape", Access::ReadOnly)],
+        ..Grants::default()
+    };
     let f = failure(run(&host, &good, &grants, "noop", "{}"));
     assert!(matches!(f.error, Error::InvalidGrant { .. }), "{f}");
-    let grants = Grants { filesystem: vec![fs("/data/../..", Access::ReadOnly)], ..Grants::default() };
+    let grants = Grants {
+        filesystem: vec![fs("/data/../..", Access::ReadOnly)],
+        ..Grants::default()
+    };
     let f = failure(run(&host, &good, &grants, "noop", "{}"));
     assert!(matches!(f.error, Error::InvalidGrant { .. }), "{f}");
     assert_happy(&node, &host);
@@ -666,14 +1041,26 @@ fn exec_of_an_ungranted_command_is_refused() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let (e, report) = refused(&host, &bad, &happy_grants(), "exec", r#"{"command":"/bin/sh","args":["-c","echo pwned > /pwned"]}"#);
+    let (e, report) = refused(
+        &host,
+        &bad,
+        &happy_grants(),
+        "exec",
+        r#"{"command":"/bin/sh","args":["-c","echo pwned > /pwned"]}"#,
+    );
     assert_eq!(e.code, "host:not-granted");
     assert!(e.message.starts_with("exec: /bin/sh"), "{}", e.message);
     assert_eq!(report.captured.denied.len(), 1);
     assert_eq!(report.captured.denied[0].capability, "exec");
     assert!(!node.root().join("pwned").exists());
     // Without any exec grant at all, too.
-    let (e, _) = refused(&host, &bad, &Grants::default(), "exec", r#"{"command":"/usr/bin/greet","args":["x"]}"#);
+    let (e, _) = refused(
+        &host,
+        &bad,
+        &Grants::default(),
+        "exec",
+        r#"{"command":"/usr/bin/greet","args":["x"]}"#,
+    );
     assert_eq!(e.code, "host:not-granted");
     assert_happy(&node, &host);
 }
@@ -683,15 +1070,35 @@ fn exec_with_an_argument_outside_the_pattern_is_refused() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let grants = Grants { exec: vec![greet_grant(&[&["world"], &["v1.*", "**"]])], ..Grants::default() };
-    for args in [r#"["--evil"]"#, r#"["world","extra"]"#, r#"["v2.0"]"#, r#"[]"#] {
+    let grants = Grants {
+        exec: vec![greet_grant(&[&["world"], &["v1.*", "**"]])],
+        ..Grants::default()
+    };
+    for args in [
+        r#"["--evil"]"#,
+        r#"["world","extra"]"#,
+        r#"["v2.0"]"#,
+        r#"[]"#,
+    ] {
         let params = format!(r#"{{"command":"/usr/bin/greet","args":{args}}}"#);
         let (e, _) = refused(&host, &bad, &grants, "exec", &params);
         assert_eq!(e.code, "host:not-granted", "{args}");
-        assert!(e.message.contains("arguments match none of the granted patterns"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("arguments match none of the granted patterns"),
+            "{}",
+            e.message
+        );
     }
     // Matching arguments do run (so the refusals are about the arguments).
-    let ok = run(&host, &bad, &grants, "exec", r#"{"command":"/usr/bin/greet","args":["v1.34","a","b"]}"#).unwrap();
+    let ok = run(
+        &host,
+        &bad,
+        &grants,
+        "exec",
+        r#"{"command":"/usr/bin/greet","args":["v1.34","a","b"]}"#,
+    )
+    .unwrap();
     assert!(ok.result.unwrap().message.contains("hello v1.34"));
     assert_happy(&node, &host);
 }
@@ -701,8 +1108,17 @@ fn exec_with_too_many_arguments_is_an_invalid_argument() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let grants = Grants { exec: vec![greet_grant(&[&["**"]])], ..Grants::default() };
-    let (e, _) = refused(&host, &bad, &grants, "exec-flood-args", r#"{"command":"/usr/bin/greet"}"#);
+    let grants = Grants {
+        exec: vec![greet_grant(&[&["**"]])],
+        ..Grants::default()
+    };
+    let (e, _) = refused(
+        &host,
+        &bad,
+        &grants,
+        "exec-flood-args",
+        r#"{"command":"/usr/bin/greet"}"#,
+    );
     assert_eq!(e.code, "host:invalid-argument");
     assert!(e.message.contains("100000 arguments"), "{}", e.message);
     assert_happy(&node, &host);
@@ -713,7 +1129,13 @@ fn exec_paths_with_dotdot_are_invalid_not_resolved() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let (e, _) = refused(&host, &bad, &happy_grants(), "exec", r#"{"command":"/usr/bin/../bin/greet","args":["x"]}"#);
+    let (e, _) = refused(
+        &host,
+        &bad,
+        &happy_grants(),
+        "exec",
+        r#"{"command":"/usr/bin/../bin/greet","args":["x"]}"#,
+    );
     assert_eq!(e.code, "host:invalid-argument");
     assert_happy(&node, &host);
 }
@@ -724,11 +1146,28 @@ fn exec_that_outlives_its_grant_timeout_is_killed() {
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     let grants = Grants {
-        exec: vec![ExecGrant { command: "/usr/bin/spin".into(), args: vec![], timeout_seconds: Some(1), max_output_bytes: None , dry_run: false, optional: false}],
+        exec: vec![ExecGrant {
+            command: "/usr/bin/spin".into(),
+            args: vec![],
+            timeout_seconds: Some(1),
+            max_output_bytes: None,
+            dry_run: false,
+            optional: false,
+        }],
         ..Grants::default()
     };
-    let (e, _) = refused(&host, &bad, &grants, "exec", r#"{"command":"/usr/bin/spin"}"#);
+    let (e, _) = refused(
+        &host,
+        &bad,
+        &grants,
+        "exec",
+        r#"{"command":"/usr/bin/spin"}"#,
+    );
     assert_eq!(e.code, "host:timeout");
-    assert!(e.message.contains("/usr/bin/spin ran longer than 1s"), "{}", e.message);
+    assert!(
+        e.message.contains("/usr/bin/spin ran longer than 1s"),
+        "{}",
+        e.message
+    );
     assert_happy(&node, &host);
 }

@@ -240,14 +240,21 @@ pub fn root_equivalent(grants: &Grants) -> Vec<String> {
     commands.dedup();
     let mut out = Vec::new();
     for command in commands {
-        let Some(cmd) = normal_path(command) else { continue };
-        for g in grants.filesystem.iter().filter(|g| g.access == Access::ReadWrite) {
+        let Some(cmd) = normal_path(command) else {
+            continue;
+        };
+        for g in grants
+            .filesystem
+            .iter()
+            .filter(|g| g.access == Access::ReadWrite)
+        {
             if normal_path(&g.path).is_some_and(|dir| cmd.starts_with(&dir)) {
-                let why = if command == SYSTEMCTL && !grants.exec.iter().any(|e| e.command == command) {
-                    "the host runs it for the plugin's service grants"
-                } else {
-                    "the plugin may execute it"
-                };
+                let why =
+                    if command == SYSTEMCTL && !grants.exec.iter().any(|e| e.command == command) {
+                        "the host runs it for the plugin's service grants"
+                    } else {
+                        "the plugin may execute it"
+                    };
                 out.push(format!(
                     "root-equivalent grants: filesystem {} is read-write and covers {command}, which {why}; \
                      the plugin can replace {command} and have it run as the agent (root). Grant the directory \
@@ -293,10 +300,12 @@ impl Evaluator {
             node: node.map(str::to_owned),
         };
         let mut decision = self.evaluate_input(DecisionPoint::Capabilities, &input);
-        decision.warnings.extend(root_equivalent(grants).into_iter().map(|message| Finding {
-            policy: "bosun".into(),
-            message,
-        }));
+        decision
+            .warnings
+            .extend(root_equivalent(grants).into_iter().map(|message| Finding {
+                policy: "bosun".into(),
+                message,
+            }));
         decision
     }
 }
@@ -357,7 +366,11 @@ mod tests {
         };
         let found = root_equivalent(&services);
         assert_eq!(found.len(), 1, "{found:?}");
-        assert!(found[0].contains("/usr/bin/systemctl, which the host runs"), "{}", found[0]);
+        assert!(
+            found[0].contains("/usr/bin/systemctl, which the host runs"),
+            "{}",
+            found[0]
+        );
         // Read-only, a sibling directory, or a prefix that is not a path component: none.
         for fs in [
             dir("/usr/bin", Access::ReadOnly),

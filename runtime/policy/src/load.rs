@@ -157,11 +157,22 @@ fn load_manifests(path: &Path, out: &mut Vec<PolicySource>) -> Result<(), Policy
             continue;
         }
         // `kubectl get policies.bosun.dev -o yaml` writes a List of the objects.
-        let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+        let kind = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default();
         if kind == "List" || kind == "PolicyList" {
-            let items = value.get("items").and_then(|i| i.as_sequence()).cloned().unwrap_or_default();
+            let items = value
+                .get("items")
+                .and_then(|i| i.as_sequence())
+                .cloned()
+                .unwrap_or_default();
             for (j, item) in items.into_iter().enumerate() {
-                out.push(manifest(path, &format!("document {} item {}", i + 1, j + 1), item)?);
+                out.push(manifest(
+                    path,
+                    &format!("document {} item {}", i + 1, j + 1),
+                    item,
+                )?);
             }
             continue;
         }
@@ -171,22 +182,29 @@ fn load_manifests(path: &Path, out: &mut Vec<PolicySource>) -> Result<(), Policy
 }
 
 /// One Policy manifest (`what` says where it is in the file, for errors).
-fn manifest(path: &Path, what: &str, value: serde_yaml::Value) -> Result<PolicySource, PolicyError> {
+fn manifest(
+    path: &Path,
+    what: &str,
+    value: serde_yaml::Value,
+) -> Result<PolicySource, PolicyError> {
     let m: Manifest = serde_yaml::from_value(value).map_err(|e| {
-            invalid(
-                path,
-                format!("{what}: not a Policy manifest (kind, metadata.name, spec.rego): {e}"),
-            )
-        })?;
-        if m.kind != "Policy" {
-            return Err(invalid(path, format!("{what} is a {}, not a Policy", m.kind)));
-        }
-        Ok(PolicySource {
-            name: m.metadata.name,
-            rego: m.spec.rego,
-            data: m.spec.data,
-            enforcement: m.spec.enforcement,
-        })
+        invalid(
+            path,
+            format!("{what}: not a Policy manifest (kind, metadata.name, spec.rego): {e}"),
+        )
+    })?;
+    if m.kind != "Policy" {
+        return Err(invalid(
+            path,
+            format!("{what} is a {}, not a Policy", m.kind),
+        ));
+    }
+    Ok(PolicySource {
+        name: m.metadata.name,
+        rego: m.spec.rego,
+        data: m.spec.data,
+        enforcement: m.spec.enforcement,
+    })
 }
 
 #[cfg(test)]

@@ -197,7 +197,10 @@ fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> 
                             if let Some(d) = &case.data {
                                 crate::merge(&mut data, d);
                             }
-                            PolicySource { data: Some(data), ..p.clone() }
+                            PolicySource {
+                                data: Some(data),
+                                ..p.clone()
+                            }
                         })
                         .collect();
                     report.results.push(TestResult {

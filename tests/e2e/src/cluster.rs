@@ -28,7 +28,10 @@ pub const PLUGIN_NAMESPACE: &str = "bosun-system";
 /// A name no earlier run used (the lab's etcd outlives test runs): `<prefix>-<pid>-<nanos>`,
 /// a valid DNS label and label value for prefixes up to 30 characters.
 pub fn unique(prefix: &str) -> String {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).expect("the clock is after 1970").subsec_nanos();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+        .subsec_nanos();
     format!("{prefix}-{}-{nanos}", std::process::id())
 }
 
@@ -42,12 +45,19 @@ pub async fn apply_crds(client: &Client) -> Result<()> {
         let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&path)?)
             .with_context(|| format!("parsing {}", path.display()))?;
         let name = crd.name_any();
-        crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
-            .await
-            .with_context(|| format!("applying {}", path.display()))?;
-        tokio::time::timeout(DEADLINE, await_condition(crds.clone(), &name, conditions::is_crd_established()))
-            .await
-            .with_context(|| format!("CRD {name} not Established within {DEADLINE:?}"))??;
+        crds.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .with_context(|| format!("applying {}", path.display()))?;
+        tokio::time::timeout(
+            DEADLINE,
+            await_condition(crds.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .with_context(|| format!("CRD {name} not Established within {DEADLINE:?}"))??;
     }
     Ok(())
 }
@@ -65,13 +75,21 @@ pub fn signing_key() -> Result<(SigningKey, PathBuf)> {
         // Created under a private name, then linked into place: two processes racing here
         // both end up with the one key that won.
         let tmp = dir.join(format!("e2e.key.{}", unique("tmp")));
-        std::fs::write(&tmp, SigningKey::generate_ed25519().to_pkcs8_pem().as_bytes())?;
+        std::fs::write(
+            &tmp,
+            SigningKey::generate_ed25519().to_pkcs8_pem().as_bytes(),
+        )?;
         let _ = std::fs::hard_link(&tmp, &key_path);
         let _ = std::fs::remove_file(&tmp);
     }
-    let pem = std::fs::read_to_string(&key_path).with_context(|| format!("reading {}", key_path.display()))?;
-    let key = SigningKey::from_pem(&pem, &key_path.display().to_string())
-        .with_context(|| format!("{} is not a signing key; delete it to make a new one", key_path.display()))?;
+    let pem = std::fs::read_to_string(&key_path)
+        .with_context(|| format!("reading {}", key_path.display()))?;
+    let key = SigningKey::from_pem(&pem, &key_path.display().to_string()).with_context(|| {
+        format!(
+            "{} is not a signing key; delete it to make a new one",
+            key_path.display()
+        )
+    })?;
     let tmp = dir.join(format!("e2e.pub.{}", unique("tmp")));
     std::fs::write(&tmp, key.public_key().to_pem())?;
     std::fs::rename(&tmp, &pub_path)?;
@@ -82,7 +100,13 @@ pub fn signing_key() -> Result<(SigningKey, PathBuf)> {
 /// ConfigMap `plugin-<name>` in [`PLUGIN_NAMESPACE`] with the bytes, and the cluster-scoped
 /// Plugin `name` pinning their digest, with exactly `grants` (a `spec.grants` JSON object).
 /// `name` must be the name the plugin declares in `describe()` (the host checks it).
-pub async fn publish_plugin(client: &Client, name: &str, version: &str, wasm: Vec<u8>, grants: serde_json::Value) -> Result<()> {
+pub async fn publish_plugin(
+    client: &Client,
+    name: &str,
+    version: &str,
+    wasm: Vec<u8>,
+    grants: serde_json::Value,
+) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .patch(
@@ -96,13 +120,23 @@ pub async fn publish_plugin(client: &Client, name: &str, version: &str, wasm: Ve
     let cm_name = format!("plugin-{name}");
     let key_name = format!("{name}.wasm");
     let cm = ConfigMap {
-        metadata: kube::api::ObjectMeta { name: Some(cm_name.clone()), ..Default::default() },
-        binary_data: Some(BTreeMap::from([(key_name.clone(), ByteString(wasm.clone()))])),
+        metadata: kube::api::ObjectMeta {
+            name: Some(cm_name.clone()),
+            ..Default::default()
+        },
+        binary_data: Some(BTreeMap::from([(
+            key_name.clone(),
+            ByteString(wasm.clone()),
+        )])),
         ..Default::default()
     };
-    maps.patch(&cm_name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&cm))
-        .await
-        .with_context(|| format!("publishing the ConfigMap of plugin {name}"))?;
+    maps.patch(
+        &cm_name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .with_context(|| format!("publishing the ConfigMap of plugin {name}"))?;
     apply_plugin(
         client,
         name,
@@ -141,19 +175,33 @@ pub async fn apply_plugin(
     }))
     .with_context(|| format!("the Plugin spec of {name}"))?;
     let plugins: Api<Plugin> = Api::all(client.clone());
-    let params = PostParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+    let params = PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
     // A concurrent writer (another test publishing the same name) makes the replace or
     // create conflict: read again and retry.
     for _ in 0..10 {
-        let written = match plugins.get_opt(name).await.with_context(|| format!("reading Plugin {name}"))? {
+        let written = match plugins
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading Plugin {name}"))?
+        {
             Some(mut existing) => {
                 existing.spec = spec.clone();
-                existing.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(VERSION_ANNOTATION.into(), version.into());
+                existing
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(VERSION_ANNOTATION.into(), version.into());
                 plugins.replace(name, &params, &existing).await
             }
             None => {
                 let mut plugin = Plugin::new(name, spec.clone());
-                plugin.metadata.annotations = Some(BTreeMap::from([(VERSION_ANNOTATION.to_string(), version.to_string())]));
+                plugin.metadata.annotations = Some(BTreeMap::from([(
+                    VERSION_ANNOTATION.to_string(),
+                    version.to_string(),
+                )]));
                 plugins.create(&params, &plugin).await
             }
         };
@@ -188,11 +236,20 @@ pub async fn publish_hello(lab: &LabHandle) -> Result<()> {
 /// Copies `/usr/bin/uname` and the shared libraries it loads into each node's host root.
 /// Idempotent.
 fn install_uname(lab: &LabHandle) -> Result<()> {
-    let ldd = Command::new("ldd").arg("/usr/bin/uname").output().context("running ldd")?;
+    let ldd = Command::new("ldd")
+        .arg("/usr/bin/uname")
+        .output()
+        .context("running ldd")?;
     let mut files = vec![PathBuf::from("/usr/bin/uname")];
     for line in String::from_utf8_lossy(&ldd.stdout).lines() {
         // `libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)` or `/lib64/ld-linux... (0x...)`
-        let path = line.split("=>").last().unwrap_or("").split_whitespace().next().unwrap_or("");
+        let path = line
+            .split("=>")
+            .last()
+            .unwrap_or("")
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
         if path.starts_with('/') {
             files.push(PathBuf::from(path));
         }
@@ -204,7 +261,8 @@ fn install_uname(lab: &LabHandle) -> Result<()> {
             if std::fs::read(&dest).ok() == std::fs::read(file).ok() {
                 continue; // already there: leave the file (and its mtime) alone
             }
-            std::fs::copy(file, &dest).with_context(|| format!("copying {} to {}", file.display(), dest.display()))?;
+            std::fs::copy(file, &dest)
+                .with_context(|| format!("copying {} to {}", file.display(), dest.display()))?;
         }
     }
     Ok(())

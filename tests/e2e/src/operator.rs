@@ -54,7 +54,11 @@ impl Operator {
 
     /// [`start`](Self::start) with extra arguments for every agent (and its restarts),
     /// such as `--plugin-ca-file` or `--insecure-registry`.
-    pub fn start_with_agent_args(lab: &LabHandle, test: &str, agent_args: &[String]) -> Result<Operator> {
+    pub fn start_with_agent_args(
+        lab: &LabHandle,
+        test: &str,
+        agent_args: &[String],
+    ) -> Result<Operator> {
         let instance = unique(test);
         let dir = target_dir().join("e2e-operator").join(&instance);
         let procs = Processes::new(&dir)?;
@@ -66,7 +70,11 @@ impl Operator {
             dir,
             kubeconfig: lab.kubeconfig.clone(),
             trust_root,
-            nodes: lab.nodes.iter().map(|n| (n.name.clone(), n.host_root.clone())).collect(),
+            nodes: lab
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.host_root.clone()))
+                .collect(),
             agent_args: agent_args.to_vec(),
         };
         op.start_controller()?;
@@ -142,27 +150,39 @@ impl Operator {
     pub async fn create_operation(&self, prefix: &str, spec: serde_json::Value) -> Result<String> {
         let name = unique(prefix);
         let ops: Api<Operation> = Api::all(self.client.clone());
-        ops.patch(&name, &PatchParams::apply(MANAGER), &Patch::Apply(self.operation(&name, spec)))
-            .await
-            .with_context(|| format!("creating Operation {name}"))?;
+        ops.patch(
+            &name,
+            &PatchParams::apply(MANAGER),
+            &Patch::Apply(self.operation(&name, spec)),
+        )
+        .await
+        .with_context(|| format!("creating Operation {name}"))?;
         Ok(name)
     }
 
     /// Merge-patches an Operation's spec (`paused`, …), as a person with kubectl would.
     pub async fn patch_operation_spec(&self, name: &str, spec: serde_json::Value) -> Result<()> {
         let ops: Api<Operation> = Api::all(self.client.clone());
-        ops.patch(name, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec })))
-            .await
-            .with_context(|| format!("patching the spec of Operation {name} with {spec}"))?;
+        ops.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .with_context(|| format!("patching the spec of Operation {name} with {spec}"))?;
         Ok(())
     }
 
     /// Merge-patches a NodeTask's spec (`approve`, `recovery`), as a person with kubectl would.
     pub async fn patch_task_spec(&self, task: &str, spec: serde_json::Value) -> Result<()> {
         let api: Api<NodeTask> = Api::all(self.client.clone());
-        api.patch(task, &PatchParams::default(), &Patch::Merge(json!({ "spec": spec })))
-            .await
-            .with_context(|| format!("patching the spec of NodeTask {task} with {spec}"))?;
+        api.patch(
+            task,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+        .with_context(|| format!("patching the spec of NodeTask {task} with {spec}"))?;
         Ok(())
     }
 
@@ -182,17 +202,29 @@ impl Operator {
     /// Waits until Operation `name` satisfies `done` (`what` says what is awaited, for the
     /// failure message). Fails when a process of this operator exits, or at [`DEADLINE`]
     /// with the Operation's phase and message, every task's status and where the logs are.
-    pub async fn wait_operation(&mut self, name: &str, what: &str, done: impl Fn(&Operation) -> bool) -> Result<Operation> {
+    pub async fn wait_operation(
+        &mut self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&Operation) -> bool,
+    ) -> Result<Operation> {
         let ops: Api<Operation> = Api::all(self.client.clone());
         let started = Instant::now();
         loop {
             self.procs.check_alive()?;
-            let op = ops.get_opt(name).await.with_context(|| format!("getting Operation {name}"))?;
+            let op = ops
+                .get_opt(name)
+                .await
+                .with_context(|| format!("getting Operation {name}"))?;
             if let Some(op) = op.as_ref().filter(|o| done(o)) {
                 return Ok(op.clone());
             }
             if started.elapsed() >= DEADLINE {
-                bail!("{}", self.timeout_report(&format!("Operation {name}: {what}"), name, op.as_ref()).await);
+                bail!(
+                    "{}",
+                    self.timeout_report(&format!("Operation {name}: {what}"), name, op.as_ref())
+                        .await
+                );
             }
             tokio::time::sleep(POLL).await;
         }
@@ -206,12 +238,19 @@ impl Operator {
         let started = Instant::now();
         loop {
             self.procs.check_alive()?;
-            let op = ops.get_opt(name).await.with_context(|| format!("getting Operation {name}"))?;
+            let op = ops
+                .get_opt(name)
+                .await
+                .with_context(|| format!("getting Operation {name}"))?;
             if op.is_none() {
                 return Ok(());
             }
             if started.elapsed() >= DEADLINE {
-                bail!("{}", self.timeout_report(&format!("Operation {name}: deleted"), name, op.as_ref()).await);
+                bail!(
+                    "{}",
+                    self.timeout_report(&format!("Operation {name}: deleted"), name, op.as_ref())
+                        .await
+                );
             }
             tokio::time::sleep(POLL).await;
         }
@@ -220,7 +259,10 @@ impl Operator {
     /// Waits until the Operation is Succeeded, Failed or Blocked.
     pub async fn wait_settled(&mut self, name: &str) -> Result<Operation> {
         self.wait_operation(name, "phase Succeeded, Failed or Blocked", |o| {
-            matches!(phase_of(o), OperationPhase::Succeeded | OperationPhase::Failed | OperationPhase::Blocked)
+            matches!(
+                phase_of(o),
+                OperationPhase::Succeeded | OperationPhase::Failed | OperationPhase::Blocked
+            )
         })
         .await
     }
@@ -244,7 +286,13 @@ impl Operator {
 
     /// Waits until the NodeTask of Operation `op` on `node` satisfies `done`; fails like
     /// [`wait_operation`](Self::wait_operation).
-    pub async fn wait_task(&mut self, op: &str, node: &str, what: &str, done: impl Fn(&NodeTask) -> bool) -> Result<NodeTask> {
+    pub async fn wait_task(
+        &mut self,
+        op: &str,
+        node: &str,
+        what: &str,
+        done: impl Fn(&NodeTask) -> bool,
+    ) -> Result<NodeTask> {
         let started = Instant::now();
         loop {
             self.procs.check_alive()?;
@@ -254,7 +302,15 @@ impl Operator {
             if started.elapsed() >= DEADLINE {
                 let ops: Api<Operation> = Api::all(self.client.clone());
                 let current = ops.get_opt(op).await.ok().flatten();
-                bail!("{}", self.timeout_report(&format!("NodeTask of {op} on {node}: {what}"), op, current.as_ref()).await);
+                bail!(
+                    "{}",
+                    self.timeout_report(
+                        &format!("NodeTask of {op} on {node}: {what}"),
+                        op,
+                        current.as_ref()
+                    )
+                    .await
+                );
             }
             tokio::time::sleep(POLL).await;
         }
@@ -266,7 +322,11 @@ impl Operator {
             None => out.push_str("  the Operation does not exist\n"),
             Some(o) => {
                 let s = o.status.clone().unwrap_or_default();
-                let _ = writeln!(out, "  Operation phase {:?}, progress {:?}, message {:?}", s.phase, s.progress, s.message);
+                let _ = writeln!(
+                    out,
+                    "  Operation phase {:?}, progress {:?}, message {:?}",
+                    s.phase, s.progress, s.message
+                );
             }
         }
         out.push_str(&describe_tasks(&self.client, op).await);
@@ -277,7 +337,10 @@ impl Operator {
 
 impl std::fmt::Debug for Operator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Operator").field("instance", &self.instance).field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("Operator")
+            .field("instance", &self.instance)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -286,9 +349,12 @@ impl std::fmt::Debug for Operator {
 pub async fn delete_instance_operations(client: &Client, instance: &str) -> Result<()> {
     let ops: Api<Operation> = Api::all(client.clone());
     let selector = format!("{INSTANCE_LABEL}={instance}");
-    ops.delete_collection(&DeleteParams::background(), &ListParams::default().labels(&selector))
-        .await
-        .with_context(|| format!("deleting the Operations labelled {selector}"))?;
+    ops.delete_collection(
+        &DeleteParams::background(),
+        &ListParams::default().labels(&selector),
+    )
+    .await
+    .with_context(|| format!("deleting the Operations labelled {selector}"))?;
     Ok(())
 }
 
@@ -309,7 +375,11 @@ pub async fn tasks_of(client: &Client, op: &str) -> Result<BTreeMap<String, Node
         .list(&ListParams::default().labels(&format!("bosun.dev/operation={op}")))
         .await
         .with_context(|| format!("listing the NodeTasks of {op}"))?;
-    Ok(list.items.into_iter().map(|t| (t.spec.node_name.clone(), t)).collect())
+    Ok(list
+        .items
+        .into_iter()
+        .map(|t| (t.spec.node_name.clone(), t))
+        .collect())
 }
 
 /// Every NodeTask of `op` with its phase, reason, message and each step's phase, attempts,
@@ -363,12 +433,16 @@ pub fn hash_tree(root: &Path) -> Result<BTreeMap<PathBuf, String>> {
             let kind = entry.file_type()?;
             let rel = path.strip_prefix(root)?.to_path_buf();
             if kind.is_symlink() {
-                out.insert(rel, format!("symlink -> {}", std::fs::read_link(&path)?.display()));
+                out.insert(
+                    rel,
+                    format!("symlink -> {}", std::fs::read_link(&path)?.display()),
+                );
             } else if kind.is_dir() {
                 out.insert(rel, "dir".into());
                 walk(root, &path, out)?;
             } else {
-                let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                let bytes =
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
                 out.insert(rel, bosun_trust::Digest::of(&bytes).to_string());
             }
         }

@@ -15,7 +15,8 @@ pub fn workspace_root() -> PathBuf {
 
 /// `$CARGO_TARGET_DIR`, or the workspace's `target/`.
 pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), PathBuf::from)
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), PathBuf::from)
 }
 
 /// The dep-info file (`target: dep dep ...`) of the compilation that produced `binary`.
@@ -27,7 +28,8 @@ pub fn target_dir() -> PathBuf {
 /// `cargo test` rebuilds the binary, so it may describe an older build.
 fn dep_info_of(binary: &Path) -> Result<PathBuf> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let meta =
+        std::fs::metadata(binary).with_context(|| format!("reading {}", binary.display()))?;
     let stem = binary
         .file_name()
         .and_then(|n| n.to_str())
@@ -39,11 +41,15 @@ fn dep_info_of(binary: &Path) -> Result<PathBuf> {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            let Some(hash) = name.strip_prefix(&prefix) else { continue };
+            let Some(hash) = name.strip_prefix(&prefix) else {
+                continue;
+            };
             if hash.contains('.') {
                 continue; // the `.d`, `.rlib`, ... files beside the artifacts
             }
-            let same = entry.metadata().is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino());
+            let same = entry
+                .metadata()
+                .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino());
             let dep_info = entry.path().with_extension("d");
             if same && dep_info.is_file() {
                 return Ok(dep_info);
@@ -65,9 +71,12 @@ fn dep_info_of(binary: &Path) -> Result<PathBuf> {
 /// `target: dep dep ...`, spaces in paths escaped as `\ `).
 fn dep_info_sources(binary: &Path) -> Result<Vec<PathBuf>> {
     let dep_info = dep_info_of(binary)?;
-    let text = std::fs::read_to_string(&dep_info).with_context(|| format!("reading {}", dep_info.display()))?;
+    let text = std::fs::read_to_string(&dep_info)
+        .with_context(|| format!("reading {}", dep_info.display()))?;
     let line = text.lines().next().unwrap_or_default();
-    let (_, deps) = line.split_once(": ").with_context(|| format!("{} has no `target: deps` line", dep_info.display()))?;
+    let (_, deps) = line
+        .split_once(": ")
+        .with_context(|| format!("{} has no `target: deps` line", dep_info.display()))?;
     let mut out = Vec::new();
     let mut current = String::new();
     let mut chars = deps.chars().peekable();
@@ -117,8 +126,15 @@ fn ensure_fresh(binary: &Path, root: &Path) -> Result<()> {
             continue; // registry crates do not change under a built binary
         }
         // A source that vanished was renamed or removed: the binary is stale too.
-        let changed = std::fs::metadata(&source).and_then(|m| m.modified()).map_or(true, |t| t > built);
-        ensure!(!changed, "{} is older than {}; {hint}", binary.display(), source.display());
+        let changed = std::fs::metadata(&source)
+            .and_then(|m| m.modified())
+            .map_or(true, |t| t > built);
+        ensure!(
+            !changed,
+            "{} is older than {}; {hint}",
+            binary.display(),
+            source.display()
+        );
     }
     Ok(())
 }
@@ -135,14 +151,23 @@ pub fn build_plugin(package: &str) -> Result<Vec<u8>> {
     let status = Command::new(cargo)
         .current_dir(workspace_root())
         .env("CARGO_TARGET_DIR", &dir)
-        .args(["build", "--release", "--target", "wasm32-wasip2", "-p", package])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "-p",
+            package,
+        ])
         .status()
         .with_context(|| format!("running cargo to build the {package} plugin"))?;
     ensure!(
         status.success(),
         "building the {package} plugin for wasm32-wasip2 failed; is `rustup target add wasm32-wasip2` done?"
     );
-    let path = dir.join("wasm32-wasip2/release").join(format!("{}.wasm", package.replace('-', "_")));
+    let path = dir
+        .join("wasm32-wasip2/release")
+        .join(format!("{}.wasm", package.replace('-', "_")));
     std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
 }
 
@@ -164,11 +189,19 @@ mod tests {
         let source = root.join("src/main.rs");
         fs::write(&source, "fn main() {}").unwrap();
         let old = SystemTime::now() - Duration::from_secs(3600);
-        File::options().write(true).open(&source).unwrap().set_modified(old).unwrap();
+        File::options()
+            .write(true)
+            .open(&source)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
         let artifact = deps.join("my_tool-1111");
         fs::write(&artifact, "binary").unwrap();
-        fs::write(deps.join("my_tool-1111.d"), format!("{}.d: src/main.rs\n\nsrc/main.rs:\n", artifact.display()))
-            .unwrap();
+        fs::write(
+            deps.join("my_tool-1111.d"),
+            format!("{}.d: src/main.rs\n\nsrc/main.rs:\n", artifact.display()),
+        )
+        .unwrap();
         fs::write(deps.join("my_tool-2222"), "unit tests").unwrap();
         fs::write(deps.join("my_tool-2222.d"), "x: src/other.rs\n").unwrap();
         let binary = dir.join("target/debug/my-tool");
@@ -180,14 +213,25 @@ mod tests {
     fn a_binary_built_by_cargo_test_is_checked_against_its_own_relative_dep_info() {
         let dir = tempfile::tempdir().unwrap();
         let (root, binary, source) = layout(dir.path());
-        assert_eq!(dep_info_of(&binary).unwrap(), binary.with_file_name("deps/my_tool-1111.d"));
+        assert_eq!(
+            dep_info_of(&binary).unwrap(),
+            binary.with_file_name("deps/my_tool-1111.d")
+        );
         ensure_fresh(&binary, &root).unwrap();
 
         // Editing the source after the build makes the binary stale.
         let later = SystemTime::now() + Duration::from_secs(60);
-        File::options().write(true).open(&source).unwrap().set_modified(later).unwrap();
+        File::options()
+            .write(true)
+            .open(&source)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
         let err = ensure_fresh(&binary, &root).unwrap_err().to_string();
-        assert!(err.contains("is older than") && err.contains("src/main.rs"), "{err}");
+        assert!(
+            err.contains("is older than") && err.contains("src/main.rs"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -205,13 +249,21 @@ mod tests {
         let (root, binary, _) = layout(dir.path());
         fs::remove_file(binary.with_file_name("deps/my_tool-1111.d")).unwrap();
         let err = ensure_fresh(&binary, &root).unwrap_err().to_string();
-        assert!(err.contains("found no dep-info") && err.contains("my_tool-<hash>.d"), "{err}");
+        assert!(
+            err.contains("found no dep-info") && err.contains("my_tool-<hash>.d"),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_missing_binary_says_how_to_build_it() {
         let dir = tempfile::tempdir().unwrap();
-        let err = ensure_fresh(&dir.path().join("nope"), dir.path()).unwrap_err().to_string();
-        assert!(err.contains("not found") && err.contains("cargo build"), "{err}");
+        let err = ensure_fresh(&dir.path().join("nope"), dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("not found") && err.contains("cargo build"),
+            "{err}"
+        );
     }
 }

@@ -17,7 +17,10 @@ impl Processes {
     /// No processes yet; logs go to `logs` (created if missing).
     pub fn new(logs: &Path) -> Result<Processes> {
         std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
-        Ok(Processes { children: Vec::new(), logs: logs.to_path_buf() })
+        Ok(Processes {
+            children: Vec::new(),
+            logs: logs.to_path_buf(),
+        })
     }
 
     /// The directory the logs are in.
@@ -70,7 +73,10 @@ impl Processes {
     pub fn check_alive(&mut self) -> Result<()> {
         for (name, child) in &mut self.children {
             if let Some(status) = child.try_wait()? {
-                bail!("{name} exited early with {status}; see {}", self.logs.join(format!("{name}.log")).display());
+                bail!(
+                    "{name} exited early with {status}; see {}",
+                    self.logs.join(format!("{name}.log")).display()
+                );
             }
         }
         Ok(())

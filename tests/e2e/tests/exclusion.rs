@@ -40,12 +40,19 @@ fn greet_on(node: &str, file: Option<&str>, mode: &str) -> serde_json::Value {
 }
 
 fn first_worker(lab: &LabHandle) -> Result<String> {
-    lab.nodes.iter().find(|n| n.role == Role::Worker).map(|n| n.name.clone()).context("the lab has no worker node")
+    lab.nodes
+        .iter()
+        .find(|n| n.role == Role::Worker)
+        .map(|n| n.name.clone())
+        .context("the lab has no worker node")
 }
 
 fn held(task: &NodeTask) -> Option<String> {
     let status = task.status.as_ref()?;
-    status.conditions.iter().find(|c| c.type_ == NODE_HELD && c.status == "True")?;
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == NODE_HELD && c.status == "True")?;
     status.message.clone()
 }
 
@@ -62,47 +69,111 @@ async fn clean_up(operator: &Operator, names: &[&str]) {
 /// The waiting side: the second Operation's task stays Pending with the holder named in
 /// its message and condition and in the Operation's status, and has run no step.
 async fn assert_waits(operator: &mut Operator, second: &str, node: &str, want: &str) -> Result<()> {
-    let task = operator.wait_task(second, node, "waiting for the node, saying so", |t| held(t).as_deref() == Some(want)).await?;
+    let task = operator
+        .wait_task(second, node, "waiting for the node, saying so", |t| {
+            held(t).as_deref() == Some(want)
+        })
+        .await?;
     let status = task.status.clone().unwrap_or_default();
-    ensure!(status.phase == NodeTaskPhase::Pending, "the waiting task is {:?}", status.phase);
-    ensure!(status.steps.is_empty(), "the waiting task ran a step: {:?}", status.steps);
-    let condition = status.conditions.iter().find(|c| c.type_ == NODE_HELD).context("no NodeHeld condition")?;
-    ensure!(condition.reason == "HeldByOtherOperation" && condition.message == want, "{condition:?}");
+    ensure!(
+        status.phase == NodeTaskPhase::Pending,
+        "the waiting task is {:?}",
+        status.phase
+    );
+    ensure!(
+        status.steps.is_empty(),
+        "the waiting task ran a step: {:?}",
+        status.steps
+    );
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == NODE_HELD)
+        .context("no NodeHeld condition")?;
+    ensure!(
+        condition.reason == "HeldByOtherOperation" && condition.message == want,
+        "{condition:?}"
+    );
     let op = operator
         .wait_operation(second, "NodeHeld condition on the Operation", |o| {
-            o.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == NODE_HELD && c.status == "True"))
+            o.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == NODE_HELD && c.status == "True")
+            })
         })
         .await?;
     let status = op.status.clone().unwrap_or_default();
-    ensure!(status.message.as_deref().is_some_and(|m| m.contains(want)), "the Operation's message names the holder: {:?}", status.message);
-    ensure!(status.phase == OperationPhase::Running, "the waiting Operation is {:?}", status.phase);
+    ensure!(
+        status.message.as_deref().is_some_and(|m| m.contains(want)),
+        "the Operation's message names the holder: {:?}",
+        status.message
+    );
+    ensure!(
+        status.phase == OperationPhase::Running,
+        "the waiting Operation is {:?}",
+        status.phase
+    );
     Ok(())
 }
 
 /// The waiting side after the release: the second Operation runs to Succeeded, its step
 /// started after the holder let go (`released_after`), and the conditions say nothing is
 /// held any more.
-async fn assert_proceeds(operator: &mut Operator, second: &str, node: &str, released_after: k8s_openapi::jiff::Timestamp) -> Result<()> {
+async fn assert_proceeds(
+    operator: &mut Operator,
+    second: &str,
+    node: &str,
+    released_after: k8s_openapi::jiff::Timestamp,
+) -> Result<()> {
     let op = operator.wait_settled(second).await?;
     let status = op.status.clone().unwrap_or_default();
-    ensure!(status.phase == OperationPhase::Succeeded, "the second Operation ended {:?}: {:?}", status.phase, status.message);
-    let held_condition = status.conditions.iter().find(|c| c.type_ == NODE_HELD).context("no NodeHeld condition on the Operation")?;
-    ensure!(held_condition.status == "False" && held_condition.reason == "NoNodeHeld", "{held_condition:?}");
+    ensure!(
+        status.phase == OperationPhase::Succeeded,
+        "the second Operation ended {:?}: {:?}",
+        status.phase,
+        status.message
+    );
+    let held_condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == NODE_HELD)
+        .context("no NodeHeld condition on the Operation")?;
+    ensure!(
+        held_condition.status == "False" && held_condition.reason == "NoNodeHeld",
+        "{held_condition:?}"
+    );
     let task = operator.task(second, node).await?;
     let ts = task.status.clone().unwrap_or_default();
     ensure!(ts.phase == NodeTaskPhase::Succeeded, "{:?}", ts.message);
-    ensure!(!ts.conditions.iter().any(|c| c.type_ == NODE_HELD), "the started task still carries NodeHeld: {:?}", ts.conditions);
-    let greet = ts.steps.iter().find(|s| s.name == "greet").context("no greet step status")?;
+    ensure!(
+        !ts.conditions.iter().any(|c| c.type_ == NODE_HELD),
+        "the started task still carries NodeHeld: {:?}",
+        ts.conditions
+    );
+    let greet = ts
+        .steps
+        .iter()
+        .find(|s| s.name == "greet")
+        .context("no greet step status")?;
     ensure!(greet.phase == StepPhase::Succeeded, "{greet:?}");
-    let started = greet.started_at.as_ref().context("greet has no start time")?.0;
-    ensure!(started >= released_after, "the second Operation's step started at {started}, before the node was released at {released_after}");
+    let started = greet
+        .started_at
+        .as_ref()
+        .context("greet has no start time")?
+        .0;
+    ensure!(
+        started >= released_after,
+        "the second Operation's step started at {started}, before the node was released at {released_after}"
+    );
     Ok(())
 }
 
 /// A Blocked task holds its node: the second Operation waits until a person skips the
 /// blocked task, then runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocked_task_holds_its_node_until_it_is_skipped_then_the_other_operation_runs() -> Result<()> {
+async fn a_blocked_task_holds_its_node_until_it_is_skipped_then_the_other_operation_runs()
+-> Result<()> {
     let lab = bosun_lab::ensure_lab().await?;
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     bosun_e2e::apply_crds(&lab.client).await?;
@@ -110,19 +181,43 @@ async fn a_blocked_task_holds_its_node_until_it_is_skipped_then_the_other_operat
     let mut operator = Operator::start(&lab, "excl-blocked")?;
     let node = first_worker(&lab)?;
 
-    let first = operator.create_operation("excl-first", greet_on(&node, Some("/etc/bosun-e2e-exclusion-missing"), "Auto")).await?;
+    let first = operator
+        .create_operation(
+            "excl-first",
+            greet_on(&node, Some("/etc/bosun-e2e-exclusion-missing"), "Auto"),
+        )
+        .await?;
     let result: Result<()> = async {
-        let blocked = operator.wait_task(&first, &node, "Blocked by its failing step", |t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Blocked)).await?;
-        let second = operator.create_operation("excl-second", greet_on(&node, None, "Auto")).await?;
+        let blocked = operator
+            .wait_task(&first, &node, "Blocked by its failing step", |t| {
+                t.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == NodeTaskPhase::Blocked)
+            })
+            .await?;
+        let second = operator
+            .create_operation("excl-second", greet_on(&node, None, "Auto"))
+            .await?;
         let r: Result<()> = async {
-            let want = format!("waiting: node {node} is held by Operation {first} (task {}, Blocked)", blocked.name_any());
+            let want = format!(
+                "waiting: node {node} is held by Operation {first} (task {}, Blocked)",
+                blocked.name_any()
+            );
             assert_waits(&mut operator, &second, &node, &want).await?;
 
             // A person gives up on the first Operation's node: the node is released.
             // (The lab, agents and this test share one machine clock.)
             let released = k8s_openapi::jiff::Timestamp::now();
-            operator.patch_task_spec(&blocked.name_any(), json!({ "recovery": "Skip" })).await?;
-            operator.wait_task(&first, &node, "Skipped", |t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Skipped)).await?;
+            operator
+                .patch_task_spec(&blocked.name_any(), json!({ "recovery": "Skip" }))
+                .await?;
+            operator
+                .wait_task(&first, &node, "Skipped", |t| {
+                    t.status
+                        .as_ref()
+                        .is_some_and(|s| s.phase == NodeTaskPhase::Skipped)
+                })
+                .await?;
             assert_proceeds(&mut operator, &second, &node, released).await
         }
         .await;
@@ -148,21 +243,44 @@ async fn a_task_awaiting_approval_holds_its_node_until_it_is_approved_and_done()
     let mut operator = Operator::start(&lab, "excl-approval")?;
     let node = first_worker(&lab)?;
 
-    let first = operator.create_operation("excl-controlled", greet_on(&node, None, "Controlled")).await?;
+    let first = operator
+        .create_operation("excl-controlled", greet_on(&node, None, "Controlled"))
+        .await?;
     let result: Result<()> = async {
         let waiting = operator
-            .wait_task(&first, &node, "AwaitingApproval", |t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::AwaitingApproval))
+            .wait_task(&first, &node, "AwaitingApproval", |t| {
+                t.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == NodeTaskPhase::AwaitingApproval)
+            })
             .await?;
-        let second = operator.create_operation("excl-auto", greet_on(&node, None, "Auto")).await?;
+        let second = operator
+            .create_operation("excl-auto", greet_on(&node, None, "Auto"))
+            .await?;
         let r: Result<()> = async {
-            let want = format!("waiting: node {node} is held by Operation {first} (task {}, AwaitingApproval)", waiting.name_any());
+            let want = format!(
+                "waiting: node {node} is held by Operation {first} (task {}, AwaitingApproval)",
+                waiting.name_any()
+            );
             assert_waits(&mut operator, &second, &node, &want).await?;
 
-            operator.patch_task_spec(&waiting.name_any(), json!({ "approve": true })).await?;
+            operator
+                .patch_task_spec(&waiting.name_any(), json!({ "approve": true }))
+                .await?;
             let op = operator.wait_settled(&first).await?;
-            ensure!(phase(&op) == OperationPhase::Succeeded, "the approved Operation ended {:?}", phase(&op));
+            ensure!(
+                phase(&op) == OperationPhase::Succeeded,
+                "the approved Operation ended {:?}",
+                phase(&op)
+            );
             let done = operator.task(&first, &node).await?;
-            let finished = done.status.as_ref().and_then(|s| s.steps.first()).and_then(|s| s.finished_at.clone()).context("no finish time")?.0;
+            let finished = done
+                .status
+                .as_ref()
+                .and_then(|s| s.steps.first())
+                .and_then(|s| s.finished_at.clone())
+                .context("no finish time")?
+                .0;
             assert_proceeds(&mut operator, &second, &node, finished).await
         }
         .await;

@@ -22,9 +22,7 @@ use bosun_api::node_task::NodeTask;
 use bosun_api::operation::{Operation, OperationPhase};
 use bosun_e2e::cluster::publish_hello;
 use bosun_e2e::identity::{agent_pod, client_with_token, kubectl, token_kubeconfig, token_of};
-use bosun_e2e::{
-    DEADLINE, MANAGER, Processes, apply_crds, binary, target_dir, unique,
-};
+use bosun_e2e::{DEADLINE, MANAGER, Processes, apply_crds, binary, target_dir, unique};
 use bosun_lab::LabHandle;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -35,7 +33,6 @@ const NAMESPACE: &str = "bosun-system";
 const AGENT_SA: &str = "bosun-agent";
 const POLICY: &str = "bosun-agent-own-node";
 const POLL: Duration = Duration::from_millis(250);
-
 
 /// The namespace `deploy/` installs into. A server-side dry run creates nothing, so the
 /// namespaced objects of the same dry run would be refused with "namespaces not found" on
@@ -94,10 +91,6 @@ async fn deploy_kustomization_passes_a_server_side_dry_run() -> Result<()> {
     }
     Ok(())
 }
-
-
-
-
 
 /// A token of the agent's ServiceAccount (see [`token_of`]).
 async fn agent_token(client: &Client, pod: Option<&Pod>) -> Result<String> {
@@ -539,7 +532,11 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
             2.0,
         ),
         // The node's health gates were judged once, after its last step.
-        (&controller, "bosun_gate_duration_seconds_count{gate=\"health\"}", 1.0),
+        (
+            &controller,
+            "bosun_gate_duration_seconds_count{gate=\"health\"}",
+            1.0,
+        ),
         // The greet ran twice: refused by its preflight, then (after the retry) succeeded.
         (
             &agent,
@@ -575,7 +572,12 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
     // Metrics carry no names (docs/observability.md): not the Operation's, the node's, the
     // plugin's or the instance's, though all of them were in play.
     for (who, text) in [("controller", &controller), ("agent", &agent)] {
-        for name in [name.as_str(), node.name.as_str(), "hello", instance.as_str()] {
+        for name in [
+            name.as_str(),
+            node.name.as_str(),
+            "hello",
+            instance.as_str(),
+        ] {
             ensure!(
                 !text.contains(name),
                 "the {who}'s /metrics names {name:?}; metrics must carry no names:\n{text}"
@@ -608,7 +610,9 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
         .await
         .context("deleting the agent Pod")?;
     // Passed: the Operation goes too (its NodeTask with it); the lab outlives test runs.
-    ops.delete(&name, &DeleteParams::background()).await.with_context(|| format!("deleting Operation {name}"))?;
+    ops.delete(&name, &DeleteParams::background())
+        .await
+        .with_context(|| format!("deleting Operation {name}"))?;
     Ok(())
 }
 

@@ -21,7 +21,8 @@ static CRDS: OnceCell<()> = OnceCell::const_new();
 /// The lab's client, with the CRDs installed (once per test binary).
 async fn client() -> Result<Client> {
     let lab = bosun_lab::ensure_lab().await?;
-    CRDS.get_or_try_init(|| async { apply_crds(&lab.client).await }).await?;
+    CRDS.get_or_try_init(|| async { apply_crds(&lab.client).await })
+        .await?;
     Ok(lab.client)
 }
 
@@ -43,22 +44,40 @@ fn custom() -> Value {
 }
 
 fn dry_run() -> PostParams {
-    PostParams { dry_run: true, ..Default::default() }
+    PostParams {
+        dry_run: true,
+        ..Default::default()
+    }
 }
 
 /// Asserts the API server refuses `err` with 422 and a message containing every piece of
 /// `expected` (the field path and what is wrong).
-fn assert_refused<T: std::fmt::Debug>(result: Result<T, kube::Error>, expected: &[&str]) -> Result<()> {
+fn assert_refused<T: std::fmt::Debug>(
+    result: Result<T, kube::Error>,
+    expected: &[&str],
+) -> Result<()> {
     match result {
         Ok(obj) => bail!("the API server accepted what it should refuse: {obj:?}"),
         Err(kube::Error::Api(e)) => {
-            ensure!(e.code == 422, "expected 422 Unprocessable Entity, got {} {}: {}", e.code, e.reason, e.message);
+            ensure!(
+                e.code == 422,
+                "expected 422 Unprocessable Entity, got {} {}: {}",
+                e.code,
+                e.reason,
+                e.message
+            );
             for piece in expected {
-                ensure!(e.message.contains(piece), "the message does not say {piece:?}:\n{}", e.message);
+                ensure!(
+                    e.message.contains(piece),
+                    "the message does not say {piece:?}:\n{}",
+                    e.message
+                );
             }
             Ok(())
         }
-        Err(other) => Err(other).context("expected a 422 from the API server, the request failed otherwise"),
+        Err(other) => {
+            Err(other).context("expected a 422 from the API server, the request failed otherwise")
+        }
     }
 }
 
@@ -89,26 +108,38 @@ fn merge(mut base: Value, extra: Value) -> Value {
     base
 }
 
-const ONE_KIND: &str =
-    "an Operation does exactly one kind of work: set exactly one of spec.upgrade, spec.renewCertificates or spec.custom";
-const MAX_UNAVAILABLE: &str =
-    "rollout.maxUnavailable must be a positive integer up to 10000 (for example 2) or a percentage from 1% to 100%";
+const ONE_KIND: &str = "an Operation does exactly one kind of work: set exactly one of spec.upgrade, spec.renewCertificates or spec.custom";
+const MAX_UNAVAILABLE: &str = "rollout.maxUnavailable must be a positive integer up to 10000 (for example 2) or a percentage from 1% to 100%";
 
 // --- kind of work
 
 #[tokio::test]
 async fn no_operation_kind_is_refused() -> Result<()> {
-    refused(json!({ "paused": true }), &["spec: Invalid value", ONE_KIND]).await
+    refused(
+        json!({ "paused": true }),
+        &["spec: Invalid value", ONE_KIND],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn two_operation_kinds_are_refused() -> Result<()> {
-    refused(merge(custom(), json!({ "upgrade": { "kubernetesVersion": "v1.34.2" } })), &["spec: Invalid value", ONE_KIND]).await
+    refused(
+        merge(
+            custom(),
+            json!({ "upgrade": { "kubernetesVersion": "v1.34.2" } }),
+        ),
+        &["spec: Invalid value", ONE_KIND],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn three_operation_kinds_are_refused() -> Result<()> {
-    let spec = merge(custom(), json!({ "upgrade": { "kubernetesVersion": "v1.34.2" }, "renewCertificates": {} }));
+    let spec = merge(
+        custom(),
+        json!({ "upgrade": { "kubernetesVersion": "v1.34.2" }, "renewCertificates": {} }),
+    );
     refused(spec, &[ONE_KIND]).await
 }
 
@@ -118,21 +149,32 @@ async fn three_operation_kinds_are_refused() -> Result<()> {
 async fn bad_version_format_is_refused() -> Result<()> {
     refused(
         json!({ "upgrade": { "kubernetesVersion": "1.34" } }),
-        &["spec.upgrade.kubernetesVersion", r"should match '^v\d+\.\d+\.\d+$'"],
+        &[
+            "spec.upgrade.kubernetesVersion",
+            r"should match '^v\d+\.\d+\.\d+$'",
+        ],
     )
     .await
 }
 
 #[tokio::test]
 async fn version_with_a_suffix_is_refused() -> Result<()> {
-    refused(json!({ "upgrade": { "kubernetesVersion": "v1.34.2-rc.1" } }), &["spec.upgrade.kubernetesVersion", "should match"]).await
+    refused(
+        json!({ "upgrade": { "kubernetesVersion": "v1.34.2-rc.1" } }),
+        &["spec.upgrade.kubernetesVersion", "should match"],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn unknown_package_is_refused() -> Result<()> {
     refused(
         json!({ "upgrade": { "kubernetesVersion": "v1.34.2", "packages": ["kube-proxy"] } }),
-        &["spec.upgrade.packages[0]", "Unsupported value: \"kube-proxy\"", "\"kubeadm\""],
+        &[
+            "spec.upgrade.packages[0]",
+            "Unsupported value: \"kube-proxy\"",
+            "\"kubeadm\"",
+        ],
     )
     .await
 }
@@ -150,45 +192,81 @@ async fn duplicate_package_is_refused() -> Result<()> {
 
 #[tokio::test]
 async fn max_unavailable_zero_is_refused() -> Result<()> {
-    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": 0 } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE]).await
+    refused(
+        merge(custom(), json!({ "rollout": { "maxUnavailable": 0 } })),
+        &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn max_unavailable_zero_percent_is_refused() -> Result<()> {
-    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": "0%" } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE]).await
+    refused(
+        merge(custom(), json!({ "rollout": { "maxUnavailable": "0%" } })),
+        &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn max_unavailable_over_100_percent_is_refused() -> Result<()> {
-    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": "101%" } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE]).await
+    refused(
+        merge(custom(), json!({ "rollout": { "maxUnavailable": "101%" } })),
+        &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn max_unavailable_negative_is_refused() -> Result<()> {
-    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": -1 } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE]).await
+    refused(
+        merge(custom(), json!({ "rollout": { "maxUnavailable": -1 } })),
+        &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn max_unavailable_not_a_number_is_refused() -> Result<()> {
-    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": "abc" } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE]).await
+    refused(
+        merge(custom(), json!({ "rollout": { "maxUnavailable": "abc" } })),
+        &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn max_unavailable_over_10000_is_refused() -> Result<()> {
-    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": 10001 } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE]).await
+    refused(
+        merge(custom(), json!({ "rollout": { "maxUnavailable": 10001 } })),
+        &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE],
+    )
+    .await
 }
 
 /// Beyond 32 bits: the API server holds it, the planner's integer types could not.
 #[tokio::test]
 async fn max_unavailable_integer_beyond_32_bits_is_refused() -> Result<()> {
-    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": 99_999_999_999_i64 } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE])
-        .await
+    refused(
+        merge(
+            custom(),
+            json!({ "rollout": { "maxUnavailable": 99_999_999_999_i64 } }),
+        ),
+        &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn max_unavailable_huge_digit_string_is_refused() -> Result<()> {
-    refused(merge(custom(), json!({ "rollout": { "maxUnavailable": "99999999999" } })), &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE])
-        .await
+    refused(
+        merge(
+            custom(),
+            json!({ "rollout": { "maxUnavailable": "99999999999" } }),
+        ),
+        &["spec.rollout.maxUnavailable", MAX_UNAVAILABLE],
+    )
+    .await
 }
 
 // --- timing
@@ -198,8 +276,14 @@ async fn max_unavailable_huge_digit_string_is_refused() -> Result<()> {
 #[tokio::test]
 async fn ttl_seconds_after_finished_over_ten_years_is_refused() -> Result<()> {
     refused(
-        merge(custom(), json!({ "ttlSecondsAfterFinished": 300_000_000_000_i64 })),
-        &["spec.ttlSecondsAfterFinished", "should be less than or equal to 315360000"],
+        merge(
+            custom(),
+            json!({ "ttlSecondsAfterFinished": 300_000_000_000_i64 }),
+        ),
+        &[
+            "spec.ttlSecondsAfterFinished",
+            "should be less than or equal to 315360000",
+        ],
     )
     .await
 }
@@ -208,7 +292,10 @@ async fn ttl_seconds_after_finished_over_ten_years_is_refused() -> Result<()> {
 async fn ttl_seconds_after_finished_one_over_ten_years_is_refused() -> Result<()> {
     refused(
         merge(custom(), json!({ "ttlSecondsAfterFinished": 315_360_001 })),
-        &["spec.ttlSecondsAfterFinished", "should be less than or equal to 315360000"],
+        &[
+            "spec.ttlSecondsAfterFinished",
+            "should be less than or equal to 315360000",
+        ],
     )
     .await
 }
@@ -216,8 +303,14 @@ async fn ttl_seconds_after_finished_one_over_ten_years_is_refused() -> Result<()
 #[tokio::test]
 async fn settle_seconds_over_an_hour_is_refused() -> Result<()> {
     refused(
-        merge(custom(), json!({ "healthGates": { "settleSeconds": 3601 } })),
-        &["spec.healthGates.settleSeconds", "should be less than or equal to 3600"],
+        merge(
+            custom(),
+            json!({ "healthGates": { "settleSeconds": 3601 } }),
+        ),
+        &[
+            "spec.healthGates.settleSeconds",
+            "should be less than or equal to 3600",
+        ],
     )
     .await
 }
@@ -226,7 +319,10 @@ async fn settle_seconds_over_an_hour_is_refused() -> Result<()> {
 async fn step_timeout_of_zero_is_refused() -> Result<()> {
     refused(
         merge(custom(), json!({ "stepTimeoutSeconds": 0 })),
-        &["spec.stepTimeoutSeconds", "should be greater than or equal to 1"],
+        &[
+            "spec.stepTimeoutSeconds",
+            "should be greater than or equal to 1",
+        ],
     )
     .await
 }
@@ -237,7 +333,10 @@ async fn step_timeout_of_zero_is_refused() -> Result<()> {
 async fn empty_custom_groups_are_refused() -> Result<()> {
     refused(
         json!({ "custom": { "groups": [] } }),
-        &["spec.custom.groups", "spec.custom.groups is empty: add at least one group"],
+        &[
+            "spec.custom.groups",
+            "spec.custom.groups is empty: add at least one group",
+        ],
     )
     .await
 }
@@ -247,32 +346,55 @@ async fn more_than_20_groups_are_refused() -> Result<()> {
     let groups: Vec<Value> = (0..21)
         .map(|i| json!({ "name": format!("g{i}"), "steps": [{ "name": "greet", "plugin": "hello", "action": "greet" }] }))
         .collect();
-    refused(json!({ "custom": { "groups": groups } }), &["spec.custom.groups", "must have at most 20 items"]).await
+    refused(
+        json!({ "custom": { "groups": groups } }),
+        &["spec.custom.groups", "must have at most 20 items"],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn group_without_steps_is_refused() -> Result<()> {
-    refused(with_steps(json!([])), &["spec.custom.groups[0].steps", "a custom group has no steps"]).await
+    refused(
+        with_steps(json!([])),
+        &["spec.custom.groups[0].steps", "a custom group has no steps"],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn duplicate_group_names_are_refused() -> Result<()> {
     let g = json!({ "name": "same", "steps": [{ "name": "greet", "plugin": "hello", "action": "greet" }] });
-    refused(json!({ "custom": { "groups": [g.clone(), g] } }), &["spec.custom.groups[1]", "Duplicate value"]).await
+    refused(
+        json!({ "custom": { "groups": [g.clone(), g] } }),
+        &["spec.custom.groups[1]", "Duplicate value"],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn group_name_not_a_dns_label_is_refused() -> Result<()> {
     let spec = json!({ "custom": { "groups": [ { "name": "Workers", "steps": [
         { "name": "greet", "plugin": "hello", "action": "greet" } ] } ] } });
-    refused(spec, &["spec.custom.groups[0].name", "should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'"]).await
+    refused(
+        spec,
+        &[
+            "spec.custom.groups[0].name",
+            "should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
+        ],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn step_name_not_a_dns_label_is_refused() -> Result<()> {
     refused(
         with_steps(json!([{ "name": "Drain_1", "plugin": "hello", "action": "greet" }])),
-        &["spec.custom.groups[0].steps[0].name", "Invalid value: \"Drain_1\"", "should match"],
+        &[
+            "spec.custom.groups[0].steps[0].name",
+            "Invalid value: \"Drain_1\"",
+            "should match",
+        ],
     )
     .await
 }
@@ -280,14 +402,21 @@ async fn step_name_not_a_dns_label_is_refused() -> Result<()> {
 #[tokio::test]
 async fn duplicate_step_names_are_refused() -> Result<()> {
     let s = json!({ "name": "greet", "plugin": "hello", "action": "greet" });
-    refused(with_steps(json!([s.clone(), s])), &["spec.custom.groups[0].steps[1]", "Duplicate value"]).await
+    refused(
+        with_steps(json!([s.clone(), s])),
+        &["spec.custom.groups[0].steps[1]", "Duplicate value"],
+    )
+    .await
 }
 
 #[tokio::test]
 async fn agent_step_without_plugin_is_refused() -> Result<()> {
     refused(
         with_steps(json!([{ "name": "greet", "action": "greet" }])),
-        &["spec.custom.groups[0].steps[0]", "a step with runsOn: agent needs `plugin`"],
+        &[
+            "spec.custom.groups[0].steps[0]",
+            "a step with runsOn: agent needs `plugin`",
+        ],
     )
     .await
 }
@@ -316,8 +445,13 @@ async fn controller_step_with_unknown_action_is_refused() -> Result<()> {
 #[tokio::test]
 async fn unknown_runs_on_is_refused() -> Result<()> {
     refused(
-        with_steps(json!([{ "name": "greet", "runsOn": "node", "plugin": "hello", "action": "greet" }])),
-        &["spec.custom.groups[0].steps[0].runsOn", "Unsupported value: \"node\""],
+        with_steps(
+            json!([{ "name": "greet", "runsOn": "node", "plugin": "hello", "action": "greet" }]),
+        ),
+        &[
+            "spec.custom.groups[0].steps[0].runsOn",
+            "Unsupported value: \"node\"",
+        ],
     )
     .await
 }
@@ -325,8 +459,13 @@ async fn unknown_runs_on_is_refused() -> Result<()> {
 #[tokio::test]
 async fn step_params_that_are_not_an_object_are_refused() -> Result<()> {
     refused(
-        with_steps(json!([{ "name": "greet", "plugin": "hello", "action": "greet", "params": ["x"] }])),
-        &["spec.custom.groups[0].steps[0].params", "must be of type object"],
+        with_steps(
+            json!([{ "name": "greet", "plugin": "hello", "action": "greet", "params": ["x"] }]),
+        ),
+        &[
+            "spec.custom.groups[0].steps[0].params",
+            "must be of type object",
+        ],
     )
     .await
 }
@@ -337,7 +476,10 @@ async fn step_params_that_are_not_an_object_are_refused() -> Result<()> {
 async fn match_expression_in_without_values_is_refused() -> Result<()> {
     refused(
         with_group_selector(json!({ "matchExpressions": [{ "key": "zone", "operator": "In" }] })),
-        &["spec.custom.groups[0].nodeSelector.matchExpressions[0]", "operators In and NotIn need a non-empty `values` list"],
+        &[
+            "spec.custom.groups[0].nodeSelector.matchExpressions[0]",
+            "operators In and NotIn need a non-empty `values` list",
+        ],
     )
     .await
 }
@@ -354,8 +496,13 @@ async fn match_expression_exists_with_values_is_refused() -> Result<()> {
 #[tokio::test]
 async fn unknown_selector_operator_is_refused() -> Result<()> {
     refused(
-        with_group_selector(json!({ "matchExpressions": [{ "key": "zone", "operator": "Near", "values": ["a"] }] })),
-        &["spec.custom.groups[0].nodeSelector.matchExpressions[0].operator", "Unsupported value: \"Near\""],
+        with_group_selector(
+            json!({ "matchExpressions": [{ "key": "zone", "operator": "Near", "values": ["a"] }] }),
+        ),
+        &[
+            "spec.custom.groups[0].nodeSelector.matchExpressions[0].operator",
+            "Unsupported value: \"Near\"",
+        ],
     )
     .await
 }
@@ -366,7 +513,10 @@ async fn unknown_selector_operator_is_refused() -> Result<()> {
 async fn all_certificates_combined_with_a_name_is_refused() -> Result<()> {
     refused(
         json!({ "renewCertificates": { "certificates": ["all", "apiserver"] } }),
-        &["spec.renewCertificates.certificates", "`all` cannot be combined with individual names"],
+        &[
+            "spec.renewCertificates.certificates",
+            "`all` cannot be combined with individual names",
+        ],
     )
     .await
 }
@@ -375,7 +525,10 @@ async fn all_certificates_combined_with_a_name_is_refused() -> Result<()> {
 async fn empty_certificate_list_is_refused() -> Result<()> {
     refused(
         json!({ "renewCertificates": { "certificates": [] } }),
-        &["spec.renewCertificates.certificates", "must name at least one certificate"],
+        &[
+            "spec.renewCertificates.certificates",
+            "must name at least one certificate",
+        ],
     )
     .await
 }
@@ -384,7 +537,10 @@ async fn empty_certificate_list_is_refused() -> Result<()> {
 async fn unknown_certificate_name_is_refused() -> Result<()> {
     refused(
         json!({ "renewCertificates": { "certificates": ["kubelet.conf"] } }),
-        &["spec.renewCertificates.certificates[0]", "Unsupported value: \"kubelet.conf\""],
+        &[
+            "spec.renewCertificates.certificates[0]",
+            "Unsupported value: \"kubelet.conf\"",
+        ],
     )
     .await
 }
@@ -393,7 +549,10 @@ async fn unknown_certificate_name_is_refused() -> Result<()> {
 async fn renew_before_in_days_is_refused() -> Result<()> {
     refused(
         json!({ "renewCertificates": { "renewBefore": "30d" } }),
-        &["spec.renewCertificates.renewBefore", "should match '^([0-9]+h)?([0-9]+m)?([0-9]+s)?$'"],
+        &[
+            "spec.renewCertificates.renewBefore",
+            "should match '^([0-9]+h)?([0-9]+m)?([0-9]+s)?$'",
+        ],
     )
     .await
 }
@@ -404,7 +563,11 @@ async fn renew_before_in_days_is_refused() -> Result<()> {
 async fn unknown_execution_mode_is_refused() -> Result<()> {
     refused(
         merge(custom(), json!({ "executionMode": "Manual" })),
-        &["spec.executionMode", "Unsupported value: \"Manual\"", "\"Controlled\""],
+        &[
+            "spec.executionMode",
+            "Unsupported value: \"Manual\"",
+            "\"Controlled\"",
+        ],
     )
     .await
 }
@@ -422,7 +585,10 @@ async fn unknown_failure_mode_is_refused() -> Result<()> {
 async fn retry_limit_without_retry_mode_is_refused() -> Result<()> {
     refused(
         merge(custom(), json!({ "failurePolicy": { "retryLimit": 2 } })),
-        &["spec.failurePolicy", "retryLimit and backoffSeconds only apply with mode: Retry"],
+        &[
+            "spec.failurePolicy",
+            "retryLimit and backoffSeconds only apply with mode: Retry",
+        ],
     )
     .await
 }
@@ -430,8 +596,14 @@ async fn retry_limit_without_retry_mode_is_refused() -> Result<()> {
 #[tokio::test]
 async fn retry_limit_over_10_is_refused() -> Result<()> {
     refused(
-        merge(custom(), json!({ "failurePolicy": { "mode": "Retry", "retryLimit": 11 } })),
-        &["spec.failurePolicy.retryLimit", "should be less than or equal to 10"],
+        merge(
+            custom(),
+            json!({ "failurePolicy": { "mode": "Retry", "retryLimit": 11 } }),
+        ),
+        &[
+            "spec.failurePolicy.retryLimit",
+            "should be less than or equal to 10",
+        ],
     )
     .await
 }
@@ -444,11 +616,22 @@ async fn change_refused(spec: Value, change: Value, expected: &[&str]) -> Result
     let client = client().await?;
     let api = operations(&client);
     let name = unique("immutable");
-    api.create(&PostParams::default(), &operation(&name, spec)?).await.context("creating the Operation to change")?;
+    api.create(&PostParams::default(), &operation(&name, spec)?)
+        .await
+        .context("creating the Operation to change")?;
     let result = api
-        .patch(&name, &PatchParams { dry_run: true, ..Default::default() }, &Patch::Merge(json!({ "spec": change })))
+        .patch(
+            &name,
+            &PatchParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &Patch::Merge(json!({ "spec": change })),
+        )
         .await;
-    api.delete(&name, &DeleteParams::default()).await.context("deleting the test Operation")?;
+    api.delete(&name, &DeleteParams::default())
+        .await
+        .context("deleting the test Operation")?;
     assert_refused(result, expected)
 }
 
@@ -457,7 +640,10 @@ async fn changing_the_upgrade_version_after_creation_is_refused() -> Result<()> 
     change_refused(
         json!({ "upgrade": { "kubernetesVersion": "v1.34.2" } }),
         json!({ "upgrade": { "kubernetesVersion": "v1.35.0" } }),
-        &["spec.upgrade", "spec.upgrade cannot change after creation (the plan is derived from it)"],
+        &[
+            "spec.upgrade",
+            "spec.upgrade cannot change after creation (the plan is derived from it)",
+        ],
     )
     .await
 }
@@ -478,7 +664,10 @@ async fn changing_certificates_after_creation_is_refused() -> Result<()> {
     change_refused(
         json!({ "renewCertificates": {} }),
         json!({ "renewCertificates": { "certificates": ["apiserver"] } }),
-        &["spec.renewCertificates", "spec.renewCertificates cannot change after creation"],
+        &[
+            "spec.renewCertificates",
+            "spec.renewCertificates cannot change after creation",
+        ],
     )
     .await
 }
@@ -506,9 +695,15 @@ async fn adding_a_node_selector_after_creation_is_refused() -> Result<()> {
 #[tokio::test]
 async fn changing_the_node_selector_after_creation_is_refused() -> Result<()> {
     change_refused(
-        merge(custom(), json!({ "nodeSelector": { "matchLabels": { "zone": "a" } } })),
+        merge(
+            custom(),
+            json!({ "nodeSelector": { "matchLabels": { "zone": "a" } } }),
+        ),
         json!({ "nodeSelector": { "matchLabels": { "zone": "b" } } }),
-        &["spec.nodeSelector", "spec.nodeSelector cannot change after creation"],
+        &[
+            "spec.nodeSelector",
+            "spec.nodeSelector cannot change after creation",
+        ],
     )
     .await
 }
@@ -520,15 +715,21 @@ async fn rollout_controls_may_change_after_creation() -> Result<()> {
     let client = client().await?;
     let api = operations(&client);
     let name = unique("mutable");
-    api.create(&PostParams::default(), &operation(&name, custom())?).await?;
+    api.create(&PostParams::default(), &operation(&name, custom())?)
+        .await?;
     let change = json!({ "spec": {
         "paused": true, "executionMode": "Controlled", "rollout": { "maxUnavailable": "50%" },
         "healthGates": { "settleSeconds": 30 }, "failurePolicy": { "mode": "Retry", "retryLimit": 3 } } });
-    let result = api.patch(&name, &PatchParams::default(), &Patch::Merge(change)).await;
+    let result = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(change))
+        .await;
     api.delete(&name, &DeleteParams::default()).await?;
     let patched = result.context("changing rollout controls was refused")?;
     assert_eq!(patched.data["spec"]["paused"], json!(true));
-    assert_eq!(patched.data["spec"]["rollout"]["maxUnavailable"], json!("50%"));
+    assert_eq!(
+        patched.data["spec"]["rollout"]["maxUnavailable"],
+        json!("50%")
+    );
     Ok(())
 }
 
@@ -544,7 +745,10 @@ async fn the_largest_allowed_values_are_accepted() -> Result<()> {
         json!({ "ttlSecondsAfterFinished": 315_360_000 }),
     ] {
         operations(&client)
-            .create(&dry_run(), &operation(&unique("bounds"), merge(custom(), extra.clone()))?)
+            .create(
+                &dry_run(),
+                &operation(&unique("bounds"), merge(custom(), extra.clone()))?,
+            )
             .await
             .with_context(|| format!("{extra} was refused"))?;
     }
@@ -554,7 +758,10 @@ async fn the_largest_allowed_values_are_accepted() -> Result<()> {
 #[tokio::test]
 async fn explicit_null_for_the_other_kinds_is_accepted() -> Result<()> {
     let client = client().await?;
-    let spec = merge(custom(), json!({ "upgrade": null, "renewCertificates": null }));
+    let spec = merge(
+        custom(),
+        json!({ "upgrade": null, "renewCertificates": null }),
+    );
     operations(&client)
         .create(&dry_run(), &operation(&unique("nulls"), spec)?)
         .await
@@ -585,12 +792,19 @@ async fn every_example_in_deploy_examples_is_accepted() -> Result<()> {
     for path in files {
         let mut obj: DynamicObject = serde_yaml::from_str(&std::fs::read_to_string(&path)?)
             .with_context(|| format!("parsing {}", path.display()))?;
-        let kind = obj.types.as_ref().map(|t| t.kind.clone()).context("an example without apiVersion/kind")?;
+        let kind = obj
+            .types
+            .as_ref()
+            .map(|t| t.kind.clone())
+            .context("an example without apiVersion/kind")?;
         let ar = match kind.as_str() {
             "Operation" => ApiResource::erase::<Operation>(&()),
             "Plugin" => ApiResource::erase::<bosun_api::Plugin>(&()),
             "Policy" => ApiResource::erase::<bosun_api::Policy>(&()),
-            other => bail!("{}: unexpected kind {other} among the examples", path.display()),
+            other => bail!(
+                "{}: unexpected kind {other} among the examples",
+                path.display()
+            ),
         };
         // A fresh name, so an object of that name left in the lab does not turn the dry
         // run into a conflict.
@@ -599,9 +813,19 @@ async fn every_example_in_deploy_examples_is_accepted() -> Result<()> {
             .create(&dry_run(), &obj)
             .await
             .with_context(|| format!("{} was refused by the API server", path.display()))?;
-        checked.push(format!("{} ({kind})", path.file_name().unwrap().to_string_lossy()));
+        checked.push(format!(
+            "{} ({kind})",
+            path.file_name().unwrap().to_string_lossy()
+        ));
     }
-    ensure!(checked.iter().filter(|c| c.contains("(Operation)")).count() >= 3, "expected the three Operation examples, checked {checked:?}");
-    ensure!(checked.iter().any(|c| c.contains("(Plugin)")) && checked.iter().any(|c| c.contains("(Policy)")), "{checked:?}");
+    ensure!(
+        checked.iter().filter(|c| c.contains("(Operation)")).count() >= 3,
+        "expected the three Operation examples, checked {checked:?}"
+    );
+    ensure!(
+        checked.iter().any(|c| c.contains("(Plugin)"))
+            && checked.iter().any(|c| c.contains("(Policy)")),
+        "{checked:?}"
+    );
     Ok(())
 }

@@ -25,16 +25,42 @@ use serde_json::json;
 /// (first step started, last step finished) of a task, from its step status.
 fn interval(task: &NodeTask) -> Result<(Timestamp, Timestamp)> {
     let status = task.status.as_ref().context("task has no status")?;
-    let start = status.steps.iter().filter_map(|s| s.started_at.as_ref()).map(|t| t.0).min();
-    let end = status.steps.iter().filter_map(|s| s.finished_at.as_ref()).map(|t| t.0).max();
-    Ok((start.context("no step started")?, end.context("no step finished")?))
+    let start = status
+        .steps
+        .iter()
+        .filter_map(|s| s.started_at.as_ref())
+        .map(|t| t.0)
+        .min();
+    let end = status
+        .steps
+        .iter()
+        .filter_map(|s| s.finished_at.as_ref())
+        .map(|t| t.0)
+        .max();
+    Ok((
+        start.context("no step started")?,
+        end.context("no step finished")?,
+    ))
 }
 
 /// The default lab's nodes: (control planes, workers).
 fn roles(lab: &LabHandle) -> Result<(Vec<String>, Vec<String>)> {
-    let cp: Vec<String> = lab.nodes.iter().filter(|n| n.role == Role::ControlPlane).map(|n| n.name.clone()).collect();
-    let workers: Vec<String> = lab.nodes.iter().filter(|n| n.role == Role::Worker).map(|n| n.name.clone()).collect();
-    ensure!(cp.len() == 1 && workers.len() == 3, "these tests expect the default lab (1 control plane, 3 workers), found {cp:?} and {workers:?}");
+    let cp: Vec<String> = lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane)
+        .map(|n| n.name.clone())
+        .collect();
+    let workers: Vec<String> = lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == Role::Worker)
+        .map(|n| n.name.clone())
+        .collect();
+    ensure!(
+        cp.len() == 1 && workers.len() == 3,
+        "these tests expect the default lab (1 control plane, 3 workers), found {cp:?} and {workers:?}"
+    );
     Ok((cp, workers))
 }
 
@@ -49,7 +75,8 @@ async fn setup(lab: &LabHandle, test: &str) -> Result<Operator> {
 /// the control-plane node greets first; each worker is cordoned, greeted and uncordoned, one
 /// at a time, in plan order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn custom_operation_runs_to_succeeded_in_planned_order_with_max_unavailable_1() -> Result<()> {
+async fn custom_operation_runs_to_succeeded_in_planned_order_with_max_unavailable_1() -> Result<()>
+{
     let lab = bosun_lab::ensure_lab().await?;
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     let client = lab.client.clone();
@@ -73,38 +100,101 @@ async fn custom_operation_runs_to_succeeded_in_planned_order_with_max_unavailabl
     let op = operator.wait_succeeded(&name).await?;
     let status = op.status.clone().unwrap_or_default();
     assert_eq!(status.progress.as_deref(), Some("4/4"));
-    assert!(status.conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True"), "{:?}", status.conditions);
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True"),
+        "{:?}",
+        status.conditions
+    );
 
     // The frozen plan: the control-plane node alone, then the workers one at a time.
     let plan = status.plan.clone().context("no plan in status")?;
     let cp: Vec<&str> = cp.iter().map(String::as_str).collect();
     let workers: Vec<&str> = workers.iter().map(String::as_str).collect();
-    let groups: Vec<(&str, Vec<&str>, u32)> =
-        plan.groups.iter().map(|g| (g.name.as_str(), g.nodes.iter().map(String::as_str).collect(), g.max_parallel)).collect();
+    let groups: Vec<(&str, Vec<&str>, u32)> = plan
+        .groups
+        .iter()
+        .map(|g| {
+            (
+                g.name.as_str(),
+                g.nodes.iter().map(String::as_str).collect(),
+                g.max_parallel,
+            )
+        })
+        .collect();
     let mut sorted_workers = workers.clone();
     sorted_workers.sort_unstable();
-    assert_eq!(groups, vec![("control-plane", cp.clone(), 1), ("workers", sorted_workers.clone(), 1)]);
+    assert_eq!(
+        groups,
+        vec![
+            ("control-plane", cp.clone(), 1),
+            ("workers", sorted_workers.clone(), 1)
+        ]
+    );
 
     let tasks = operator.tasks(&name).await?;
     assert_eq!(tasks.len(), 4, "one NodeTask per node: {:?}", tasks.keys());
-    let kernel = String::from_utf8(Command::new("/usr/bin/uname").arg("-r").output()?.stdout)?.trim().to_string();
+    let kernel = String::from_utf8(Command::new("/usr/bin/uname").arg("-r").output()?.stdout)?
+        .trim()
+        .to_string();
     for node in &lab.nodes {
         let task = &tasks[&node.name];
-        let owner = task.owner_references().first().context("NodeTask has no owner")?;
-        assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("Operation", name.as_str(), Some(true)));
+        let owner = task
+            .owner_references()
+            .first()
+            .context("NodeTask has no owner")?;
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("Operation", name.as_str(), Some(true))
+        );
         let ts = task.status.clone().unwrap_or_default();
-        assert_eq!(ts.phase, NodeTaskPhase::Succeeded, "{}: {:?}", node.name, ts.message);
-        assert!(ts.steps.iter().all(|s| s.phase == StepPhase::Succeeded), "{}: {:?}", node.name, ts.steps);
+        assert_eq!(
+            ts.phase,
+            NodeTaskPhase::Succeeded,
+            "{}: {:?}",
+            node.name,
+            ts.message
+        );
+        assert!(
+            ts.steps.iter().all(|s| s.phase == StepPhase::Succeeded),
+            "{}: {:?}",
+            node.name,
+            ts.steps
+        );
         // The plugin really ran against this node's own host root: each lab node has a
         // different distribution in its os-release.
-        let greet = ts.steps.iter().find(|s| s.name == "greet").context("no greet step status")?;
+        let greet = ts
+            .steps
+            .iter()
+            .find(|s| s.name == "greet")
+            .context("no greet step status")?;
         assert_eq!(greet.outputs.get("os"), Some(&node.os), "{}", node.name);
         assert_eq!(greet.outputs.get("kernel"), Some(&kernel), "{}", node.name);
         // The plugin's own check passed (the agent's built-in checks come with it).
-        let own = greet.preflight.iter().find(|c| c.name == "file-readable").context("no file-readable check")?;
+        let own = greet
+            .preflight
+            .iter()
+            .find(|c| c.name == "file-readable")
+            .context("no file-readable check")?;
         assert_eq!(own.status, CheckStatus::Pass, "{own:?}");
-        assert!(greet.preflight.iter().all(|c| c.status != CheckStatus::Fail), "{:?}", greet.preflight);
-        assert!(greet.log_tail.iter().any(|l| l.contains("greeting the node as e2e")), "{:?}", greet.log_tail);
+        assert!(
+            greet
+                .preflight
+                .iter()
+                .all(|c| c.status != CheckStatus::Fail),
+            "{:?}",
+            greet.preflight
+        );
+        assert!(
+            greet
+                .log_tail
+                .iter()
+                .any(|l| l.contains("greeting the node as e2e")),
+            "{:?}",
+            greet.log_tail
+        );
         assert_eq!(greet.changed, Some(false), "hello only reads");
     }
 
@@ -115,7 +205,10 @@ async fn custom_operation_runs_to_succeeded_in_planned_order_with_max_unavailabl
     let mut previous_end = cp_end;
     for w in &sorted_workers {
         let (start, end) = interval(&tasks[*w])?;
-        assert!(start >= previous_end, "{w} started at {start} before the previous task finished at {previous_end}");
+        assert!(
+            start >= previous_end,
+            "{w} started at {start} before the previous task finished at {previous_end}"
+        );
         assert!(end >= start);
         previous_end = end;
     }
@@ -123,7 +216,11 @@ async fn custom_operation_runs_to_succeeded_in_planned_order_with_max_unavailabl
     let nodes: Api<Node> = Api::all(client.clone());
     for w in &workers {
         let n = nodes.get(w).await?;
-        assert_ne!(n.spec.and_then(|s| s.unschedulable), Some(true), "{w} was left cordoned");
+        assert_ne!(
+            n.spec.and_then(|s| s.unschedulable),
+            Some(true),
+            "{w} was left cordoned"
+        );
     }
     operator.procs.check_alive()?;
     operator.finish().await?;
@@ -148,19 +245,44 @@ async fn failing_preflight_blocks_the_task_and_the_operation_with_the_reason() -
         .await?;
     let op = operator.wait_settled(&name).await?;
     let status = op.status.clone().unwrap_or_default();
-    assert_eq!(status.phase, OperationPhase::Blocked, "{:?}", status.message);
+    assert_eq!(
+        status.phase,
+        OperationPhase::Blocked,
+        "{:?}",
+        status.message
+    );
     let message = status.message.clone().unwrap_or_default();
-    assert!(message.contains("preflight failed") && message.contains("/etc/bosun-e2e-missing"), "{message}");
-    let blocked = status.conditions.iter().find(|c| c.type_ == "Blocked").context("no Blocked condition")?;
-    assert_eq!((blocked.status.as_str(), blocked.reason.as_str()), ("True", "PreflightFailed"));
+    assert!(
+        message.contains("preflight failed") && message.contains("/etc/bosun-e2e-missing"),
+        "{message}"
+    );
+    let blocked = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Blocked")
+        .context("no Blocked condition")?;
+    assert_eq!(
+        (blocked.status.as_str(), blocked.reason.as_str()),
+        ("True", "PreflightFailed")
+    );
     let tasks = operator.tasks(&name).await?;
     let ts = tasks[&cp[0]].status.clone().unwrap_or_default();
-    assert_eq!((ts.phase, ts.reason), (NodeTaskPhase::Blocked, Some(BlockReason::PreflightFailed)));
+    assert_eq!(
+        (ts.phase, ts.reason),
+        (NodeTaskPhase::Blocked, Some(BlockReason::PreflightFailed))
+    );
     let greet = &ts.steps[0];
     assert_eq!(greet.phase, StepPhase::Failed);
-    let own = greet.preflight.iter().find(|c| c.name == "file-readable").context("no file-readable check")?;
+    let own = greet
+        .preflight
+        .iter()
+        .find(|c| c.name == "file-readable")
+        .context("no file-readable check")?;
     assert_eq!(own.status, CheckStatus::Fail, "{own:?}");
-    assert_eq!(greet.error.as_ref().map(|e| e.code.as_str()), Some("preflight-failed"));
+    assert_eq!(
+        greet.error.as_ref().map(|e| e.code.as_str()),
+        Some("preflight-failed")
+    );
 
     operator.procs.check_alive()?;
     operator.finish().await?;

@@ -43,12 +43,19 @@ struct Lab {
 
 impl Lab {
     fn root(&self, node: &str) -> PathBuf {
-        self.lab.nodes.iter().find(|n| n.name == node).map(|n| n.host_root.clone()).expect("a lab node")
+        self.lab
+            .nodes
+            .iter()
+            .find(|n| n.name == node)
+            .map(|n| n.host_root.clone())
+            .expect("a lab node")
     }
 
     /// `STATE_DIR/<name>` in `node`'s host root, as the test (not the plugin) sees it.
     fn state_file(&self, node: &str, name: &str) -> PathBuf {
-        self.root(node).join(STATE_DIR.trim_start_matches('/')).join(name)
+        self.root(node)
+            .join(STATE_DIR.trim_start_matches('/'))
+            .join(name)
     }
 }
 
@@ -56,10 +63,23 @@ impl Lab {
 /// `STATE_DIR` present in every host root, and an operator for this test.
 async fn setup(test: &str) -> Result<(Lab, Operator)> {
     let lab = bosun_lab::ensure_lab().await?;
-    let cp: Vec<String> = lab.nodes.iter().filter(|n| n.role == Role::ControlPlane).map(|n| n.name.clone()).collect();
-    let mut workers: Vec<String> = lab.nodes.iter().filter(|n| n.role == Role::Worker).map(|n| n.name.clone()).collect();
+    let cp: Vec<String> = lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane)
+        .map(|n| n.name.clone())
+        .collect();
+    let mut workers: Vec<String> = lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == Role::Worker)
+        .map(|n| n.name.clone())
+        .collect();
     workers.sort();
-    ensure!(cp.len() == 1 && workers.len() == 3, "these tests expect the default lab (1 control plane, 3 workers), found {cp:?} and {workers:?}");
+    ensure!(
+        cp.len() == 1 && workers.len() == 3,
+        "these tests expect the default lab (1 control plane, 3 workers), found {cp:?} and {workers:?}"
+    );
     bosun_e2e::apply_crds(&lab.client).await?;
     bosun_e2e::cluster::publish_hello(&lab).await?;
     let wasm = bosun_e2e::build_plugin("bosun-test-steps")?;
@@ -78,7 +98,14 @@ async fn setup(test: &str) -> Result<(Lab, Operator)> {
         std::fs::create_dir_all(node.host_root.join(STATE_DIR.trim_start_matches('/')))?;
     }
     let operator = Operator::start(&lab, test)?;
-    Ok((Lab { cp: cp[0].clone(), workers, lab }, operator))
+    Ok((
+        Lab {
+            cp: cp[0].clone(),
+            workers,
+            lab,
+        },
+        operator,
+    ))
 }
 
 /// The custom-group selector of the control-plane node.
@@ -92,7 +119,9 @@ fn step(name: &str, action: &str, params: serde_json::Value) -> serde_json::Valu
 }
 
 fn step_of<'a>(task: &'a NodeTask, name: &str) -> Option<&'a StepStatus> {
-    task.status.as_ref().and_then(|s| s.steps.iter().find(|x| x.name == name))
+    task.status
+        .as_ref()
+        .and_then(|s| s.steps.iter().find(|x| x.name == name))
 }
 
 fn step_phase(task: &NodeTask, name: &str) -> StepPhase {
@@ -104,22 +133,37 @@ fn task_phase(task: &NodeTask) -> NodeTaskPhase {
 }
 
 fn started(task: &NodeTask, name: &str) -> Result<Timestamp> {
-    step_of(task, name).and_then(|s| s.started_at.as_ref()).map(|t| t.0).with_context(|| format!("{}: step {name} never started", task.name_any()))
+    step_of(task, name)
+        .and_then(|s| s.started_at.as_ref())
+        .map(|t| t.0)
+        .with_context(|| format!("{}: step {name} never started", task.name_any()))
 }
 
 /// Waits until the controller acted on the `recovery` set on `node`'s task (cleared it, and
 /// the task left Blocked) and the Operation left Blocked, then until it settles again.
-async fn settle_after_recovery(operator: &mut Operator, op: &str, node: &str) -> Result<bosun_api::operation::Operation> {
+async fn settle_after_recovery(
+    operator: &mut Operator,
+    op: &str,
+    node: &str,
+) -> Result<bosun_api::operation::Operation> {
     operator
-        .wait_task(op, node, "recovery acted on", |t| t.spec.recovery.is_none() && task_phase(t) != NodeTaskPhase::Blocked)
+        .wait_task(op, node, "recovery acted on", |t| {
+            t.spec.recovery.is_none() && task_phase(t) != NodeTaskPhase::Blocked
+        })
         .await?;
-    operator.wait_operation(op, "no longer Blocked", |o| phase_of(o) != OperationPhase::Blocked).await?;
+    operator
+        .wait_operation(op, "no longer Blocked", |o| {
+            phase_of(o) != OperationPhase::Blocked
+        })
+        .await?;
     operator.wait_settled(op).await
 }
 
 /// True when no step of the task has started (no status entry with a start time).
 fn nothing_started(task: &NodeTask) -> bool {
-    task.status.as_ref().is_none_or(|s| s.steps.iter().all(|x| x.started_at.is_none()))
+    task.status
+        .as_ref()
+        .is_none_or(|s| s.steps.iter().all(|x| x.started_at.is_none()))
 }
 
 /// A step fails (retryable) because a file is missing: the task and the Operation Block
@@ -142,32 +186,79 @@ async fn failing_step_blocks_then_retry_after_fixing_the_cause_succeeds() -> Res
 
     let blocked = operator.wait_settled(&op).await?;
     let status = blocked.status.clone().unwrap_or_default();
-    assert_eq!(status.phase, OperationPhase::Blocked, "{:?}", status.message);
-    assert!(status.message.as_deref().unwrap_or("").contains("does not exist yet"), "{:?}", status.message);
+    assert_eq!(
+        status.phase,
+        OperationPhase::Blocked,
+        "{:?}",
+        status.message
+    );
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("does not exist yet"),
+        "{:?}",
+        status.message
+    );
     let task = operator.task(&op, &lab.cp).await?;
     let ts = task.status.clone().unwrap_or_default();
-    assert_eq!((ts.phase, ts.reason, ts.attempts), (NodeTaskPhase::Blocked, Some(BlockReason::StepFailed), 1));
+    assert_eq!(
+        (ts.phase, ts.reason, ts.attempts),
+        (NodeTaskPhase::Blocked, Some(BlockReason::StepFailed), 1)
+    );
     let check = step_of(&task, "check").context("no check step status")?;
     assert_eq!((check.phase, check.attempts), (StepPhase::Failed, 1));
-    assert_eq!(check.error.as_ref().map(|e| (e.code.as_str(), e.retryable)), Some(("missing", true)));
-    assert_eq!(step_phase(&task, "after"), StepPhase::Pending, "nothing runs after a failed step");
+    assert_eq!(
+        check.error.as_ref().map(|e| (e.code.as_str(), e.retryable)),
+        Some(("missing", true))
+    );
+    assert_eq!(
+        step_phase(&task, "after"),
+        StepPhase::Pending,
+        "nothing runs after a failed step"
+    );
 
     // Fix the cause, then ask for a retry.
     std::fs::write(lab.state_file(&lab.cp, &marker), "ok\n")?;
     let asked = Timestamp::now();
-    operator.patch_task_spec(&task.name_any(), json!({ "recovery": "Retry" })).await?;
+    operator
+        .patch_task_spec(&task.name_any(), json!({ "recovery": "Retry" }))
+        .await?;
     let done = settle_after_recovery(&mut operator, &op, &lab.cp).await?;
-    assert_eq!(phase_of(&done), OperationPhase::Succeeded, "{:?}\n{}", done.status.and_then(|s| s.message), bosun_e2e::describe_tasks(&operator.client, &op).await);
+    assert_eq!(
+        phase_of(&done),
+        OperationPhase::Succeeded,
+        "{:?}\n{}",
+        done.status.and_then(|s| s.message),
+        bosun_e2e::describe_tasks(&operator.client, &op).await
+    );
 
     let task = operator.task(&op, &lab.cp).await?;
     let ts = task.status.clone().unwrap_or_default();
-    assert_eq!((ts.phase, ts.attempts, ts.reason), (NodeTaskPhase::Succeeded, 2, None));
-    assert_eq!(task.spec.recovery, None, "the controller clears recovery once it acted");
+    assert_eq!(
+        (ts.phase, ts.attempts, ts.reason),
+        (NodeTaskPhase::Succeeded, 2, None)
+    );
+    assert_eq!(
+        task.spec.recovery, None,
+        "the controller clears recovery once it acted"
+    );
     let check = step_of(&task, "check").context("no check step status")?;
     assert_eq!((check.phase, check.attempts), (StepPhase::Succeeded, 2));
-    assert!(check.error.is_none(), "the old error is gone: {:?}", check.error);
-    assert!(started(&task, "check")? >= asked, "the retry ran after it was asked for");
-    assert_eq!(step_of(&task, "after").map(|s| (s.phase, s.attempts)), Some((StepPhase::Succeeded, 1)));
+    assert!(
+        check.error.is_none(),
+        "the old error is gone: {:?}",
+        check.error
+    );
+    assert!(
+        started(&task, "check")? >= asked,
+        "the retry ran after it was asked for"
+    );
+    assert_eq!(
+        step_of(&task, "after").map(|s| (s.phase, s.attempts)),
+        Some((StepPhase::Succeeded, 1))
+    );
     std::fs::remove_file(lab.state_file(&lab.cp, &marker))?;
     operator.procs.check_alive()?;
     operator.finish().await?;
@@ -196,26 +287,57 @@ async fn skip_leaves_the_blocked_node_and_the_operation_moves_on() -> Result<()>
     assert_eq!(phase_of(&blocked), OperationPhase::Blocked);
     let tasks = operator.tasks(&op).await?;
     for w in &lab.workers {
-        assert!(task_phase(&tasks[w]) == NodeTaskPhase::Pending && nothing_started(&tasks[w]), "{w} started while the Operation was blocked");
+        assert!(
+            task_phase(&tasks[w]) == NodeTaskPhase::Pending && nothing_started(&tasks[w]),
+            "{w} started while the Operation was blocked"
+        );
     }
 
     let skipped_at = Timestamp::now();
-    operator.patch_task_spec(&tasks[&lab.cp].name_any(), json!({ "recovery": "Skip" })).await?;
+    operator
+        .patch_task_spec(&tasks[&lab.cp].name_any(), json!({ "recovery": "Skip" }))
+        .await?;
     let done = settle_after_recovery(&mut operator, &op, &lab.cp).await?;
     let status = done.status.clone().unwrap_or_default();
-    assert_eq!(status.phase, OperationPhase::Succeeded, "{:?}", status.message);
-    assert_eq!((status.counts.skipped, status.counts.succeeded, status.progress.as_deref()), (1, 3, Some("4/4")));
+    assert_eq!(
+        status.phase,
+        OperationPhase::Succeeded,
+        "{:?}",
+        status.message
+    );
+    assert_eq!(
+        (
+            status.counts.skipped,
+            status.counts.succeeded,
+            status.progress.as_deref()
+        ),
+        (1, 3, Some("4/4"))
+    );
 
     let tasks = operator.tasks(&op).await?;
     let cp = &tasks[&lab.cp];
     assert_eq!(task_phase(cp), NodeTaskPhase::Skipped);
     assert_eq!(cp.spec.recovery, None);
-    assert!(cp.status.as_ref().and_then(|s| s.message.as_deref()).unwrap_or("").contains("recovery Skip"), "{:?}", cp.status);
+    assert!(
+        cp.status
+            .as_ref()
+            .and_then(|s| s.message.as_deref())
+            .unwrap_or("")
+            .contains("recovery Skip"),
+        "{:?}",
+        cp.status
+    );
     assert_eq!(step_phase(cp, "check"), StepPhase::Skipped);
-    assert!(step_of(cp, "after").is_none_or(|s| s.started_at.is_none()), "the step after a skipped one never runs");
+    assert!(
+        step_of(cp, "after").is_none_or(|s| s.started_at.is_none()),
+        "the step after a skipped one never runs"
+    );
     for w in &lab.workers {
         assert_eq!(task_phase(&tasks[w]), NodeTaskPhase::Succeeded, "{w}");
-        assert!(started(&tasks[w], "nap")? >= skipped_at, "{w} started before the skip");
+        assert!(
+            started(&tasks[w], "nap")? >= skipped_at,
+            "{w} started before the skip"
+        );
     }
     operator.procs.check_alive()?;
     operator.finish().await?;
@@ -241,23 +363,54 @@ async fn controlled_mode_starts_each_task_only_after_its_approval() -> Result<()
     let mut order = vec![lab.cp.clone()];
     order.extend(lab.workers.iter().cloned());
     for (i, node) in order.iter().enumerate() {
-        operator.wait_task(&op, node, "AwaitingApproval", |t| task_phase(t) == NodeTaskPhase::AwaitingApproval).await?;
-        let waiting = operator.wait_operation(&op, "AwaitingApproval", |o| phase_of(o) == OperationPhase::AwaitingApproval).await?;
-        assert!(waiting.status.and_then(|s| s.message).unwrap_or_default().contains(node.as_str()));
+        operator
+            .wait_task(&op, node, "AwaitingApproval", |t| {
+                task_phase(t) == NodeTaskPhase::AwaitingApproval
+            })
+            .await?;
+        let waiting = operator
+            .wait_operation(&op, "AwaitingApproval", |o| {
+                phase_of(o) == OperationPhase::AwaitingApproval
+            })
+            .await?;
+        assert!(
+            waiting
+                .status
+                .and_then(|s| s.message)
+                .unwrap_or_default()
+                .contains(node.as_str())
+        );
         let tasks = operator.tasks(&op).await?;
         for (n, t) in &tasks {
             let done_before = order[..i].contains(n);
             if !done_before {
-                assert!(nothing_started(t), "{n} started a step before its approval: {:?}", t.status);
+                assert!(
+                    nothing_started(t),
+                    "{n} started a step before its approval: {:?}",
+                    t.status
+                );
             }
             if !done_before && n != node {
-                assert_eq!(task_phase(t), NodeTaskPhase::Pending, "{n}: only the task whose turn it is waits for approval");
+                assert_eq!(
+                    task_phase(t),
+                    NodeTaskPhase::Pending,
+                    "{n}: only the task whose turn it is waits for approval"
+                );
             }
         }
         let approved = Timestamp::now();
-        operator.patch_task_spec(&tasks[node].name_any(), json!({ "approve": true })).await?;
-        let t = operator.wait_task(&op, node, "Succeeded", |t| task_phase(t) == NodeTaskPhase::Succeeded).await?;
-        assert!(started(&t, "nap")? >= approved, "{node} started before it was approved");
+        operator
+            .patch_task_spec(&tasks[node].name_any(), json!({ "approve": true }))
+            .await?;
+        let t = operator
+            .wait_task(&op, node, "Succeeded", |t| {
+                task_phase(t) == NodeTaskPhase::Succeeded
+            })
+            .await?;
+        assert!(
+            started(&t, "nap")? >= approved,
+            "{node} started before it was approved"
+        );
     }
     let done = operator.wait_settled(&op).await?;
     assert_eq!(phase_of(&done), OperationPhase::Succeeded);
@@ -275,7 +428,12 @@ async fn dry_run_leaves_every_host_root_byte_for_byte_unchanged() -> Result<()> 
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     let (lab, mut operator) = setup("dryrun").await?;
     let name = bosun_e2e::unique("dry");
-    let before: BTreeMap<String, _> = lab.lab.nodes.iter().map(|n| Ok((n.name.clone(), hash_tree(&n.host_root)?))).collect::<Result<_>>()?;
+    let before: BTreeMap<String, _> = lab
+        .lab
+        .nodes
+        .iter()
+        .map(|n| Ok((n.name.clone(), hash_tree(&n.host_root)?)))
+        .collect::<Result<_>>()?;
     let steps = json!([
         { "name": "cordon", "runsOn": "controller", "action": "cordon" },
         step("write", "write", json!({ "name": name, "content": "changed by a dry run?\n" })),
@@ -292,14 +450,32 @@ async fn dry_run_leaves_every_host_root_byte_for_byte_unchanged() -> Result<()> 
         )
         .await?;
     let done = operator.wait_settled(&op).await?;
-    assert_eq!(phase_of(&done), OperationPhase::Succeeded, "{:?}\n{}", done.status.and_then(|s| s.message), bosun_e2e::describe_tasks(&operator.client, &op).await);
+    assert_eq!(
+        phase_of(&done),
+        OperationPhase::Succeeded,
+        "{:?}\n{}",
+        done.status.and_then(|s| s.message),
+        bosun_e2e::describe_tasks(&operator.client, &op).await
+    );
 
     for node in &lab.lab.nodes {
         let after = hash_tree(&node.host_root)?;
         let was = &before[&node.name];
-        let changed: Vec<_> = after.iter().filter(|(p, h)| was.get(*p) != Some(h)).map(|(p, _)| p.clone()).collect();
-        let removed: Vec<_> = was.keys().filter(|p| !after.contains_key(*p)).cloned().collect();
-        assert!(changed.is_empty() && removed.is_empty(), "{}: dry run changed {changed:?}, removed {removed:?}", node.name);
+        let changed: Vec<_> = after
+            .iter()
+            .filter(|(p, h)| was.get(*p) != Some(h))
+            .map(|(p, _)| p.clone())
+            .collect();
+        let removed: Vec<_> = was
+            .keys()
+            .filter(|p| !after.contains_key(*p))
+            .cloned()
+            .collect();
+        assert!(
+            changed.is_empty() && removed.is_empty(),
+            "{}: dry run changed {changed:?}, removed {removed:?}",
+            node.name
+        );
     }
     let tasks = operator.tasks(&op).await?;
     assert_eq!(tasks.len(), 4);
@@ -307,17 +483,44 @@ async fn dry_run_leaves_every_host_root_byte_for_byte_unchanged() -> Result<()> 
     for (node, task) in &tasks {
         assert!(task.spec.dry_run, "{node}");
         let write = step_of(task, "write").context("no write status")?;
-        assert_eq!((write.phase, write.changed), (StepPhase::Succeeded, Some(false)), "{node}");
+        assert_eq!(
+            (write.phase, write.changed),
+            (StepPhase::Succeeded, Some(false)),
+            "{node}"
+        );
         let file = format!("{STATE_DIR}/{name}");
-        assert!(write.message.as_deref().unwrap_or("").starts_with(&format!("would write 22 bytes to {file}")), "{node}: {:?}", write.message);
+        assert!(
+            write
+                .message
+                .as_deref()
+                .unwrap_or("")
+                .starts_with(&format!("would write 22 bytes to {file}")),
+            "{node}: {:?}",
+            write.message
+        );
         assert_eq!(write.outputs.get("wouldWrite"), Some(&file));
         let marker = step_of(task, "marker").context("no marker status")?;
-        assert!(marker.message.as_deref().unwrap_or("").starts_with("would write"), "{node}: {:?}", marker.message);
+        assert!(
+            marker
+                .message
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("would write"),
+            "{node}: {:?}",
+            marker.message
+        );
         let cordon = step_of(task, "cordon").context("no cordon status")?;
-        assert_eq!(cordon.message.as_deref(), Some(format!("dry run: would cordon node {node}").as_str()));
+        assert_eq!(
+            cordon.message.as_deref(),
+            Some(format!("dry run: would cordon node {node}").as_str())
+        );
         assert_eq!(cordon.changed, Some(false));
         let n = nodes.get(node).await?;
-        assert_ne!(n.spec.and_then(|s| s.unschedulable), Some(true), "{node} cordoned by a dry run");
+        assert_ne!(
+            n.spec.and_then(|s| s.unschedulable),
+            Some(true),
+            "{node} cordoned by a dry run"
+        );
         assert!(!lab.state_file(node, &name).exists());
     }
     operator.procs.check_alive()?;
@@ -330,7 +533,8 @@ async fn dry_run_leaves_every_host_root_byte_for_byte_unchanged() -> Result<()> 
 /// `paused: false` everything left starts (after the resume, by its recorded start time)
 /// and the Operation succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pause_mid_run_lets_the_running_step_finish_and_starts_nothing_until_resume() -> Result<()> {
+async fn pause_mid_run_lets_the_running_step_finish_and_starts_nothing_until_resume() -> Result<()>
+{
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     let (lab, mut operator) = setup("pause").await?;
     let op = operator
@@ -342,32 +546,69 @@ async fn pause_mid_run_lets_the_running_step_finish_and_starts_nothing_until_res
                 { "name": "workers", "steps": [ step("nap", "sleep", json!({ "millis": 1 })) ] } ] } }),
         )
         .await?;
-    operator.wait_task(&op, &lab.cp, "step long Running", |t| step_phase(t, "long") == StepPhase::Running).await?;
-    operator.patch_operation_spec(&op, json!({ "paused": true })).await?;
+    operator
+        .wait_task(&op, &lab.cp, "step long Running", |t| {
+            step_phase(t, "long") == StepPhase::Running
+        })
+        .await?;
+    operator
+        .patch_operation_spec(&op, json!({ "paused": true }))
+        .await?;
     let paused = Timestamp::now();
-    operator.wait_operation(&op, "Paused", |o| phase_of(o) == OperationPhase::Paused).await?;
-    let t = operator.wait_task(&op, &lab.cp, "step long Succeeded", |t| step_phase(t, "long") == StepPhase::Succeeded).await?;
+    operator
+        .wait_operation(&op, "Paused", |o| phase_of(o) == OperationPhase::Paused)
+        .await?;
+    let t = operator
+        .wait_task(&op, &lab.cp, "step long Succeeded", |t| {
+            step_phase(t, "long") == StepPhase::Succeeded
+        })
+        .await?;
     let long = step_of(&t, "long").context("no long status")?;
-    assert!(long.started_at.as_ref().is_some_and(|s| s.0 < paused), "the long step was running when paused");
-    assert!(long.finished_at.as_ref().is_some_and(|f| f.0 > paused), "the running step finished after the pause");
+    assert!(
+        long.started_at.as_ref().is_some_and(|s| s.0 < paused),
+        "the long step was running when paused"
+    );
+    assert!(
+        long.finished_at.as_ref().is_some_and(|f| f.0 > paused),
+        "the running step finished after the pause"
+    );
     // Leave time for a next step to start if pause did not hold (the assertions below are
     // on recorded start times, not on this wait).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let tasks = operator.tasks(&op).await?;
-    assert_eq!(step_phase(&tasks[&lab.cp], "next"), StepPhase::Pending, "a new step started while paused");
+    assert_eq!(
+        step_phase(&tasks[&lab.cp], "next"),
+        StepPhase::Pending,
+        "a new step started while paused"
+    );
     for w in &lab.workers {
         assert!(nothing_started(&tasks[w]), "{w} started while paused");
     }
-    assert_eq!(phase_of(&operator.wait_operation(&op, "still Paused", |_| true).await?), OperationPhase::Paused);
+    assert_eq!(
+        phase_of(
+            &operator
+                .wait_operation(&op, "still Paused", |_| true)
+                .await?
+        ),
+        OperationPhase::Paused
+    );
 
     let resumed = Timestamp::now();
-    operator.patch_operation_spec(&op, json!({ "paused": false })).await?;
+    operator
+        .patch_operation_spec(&op, json!({ "paused": false }))
+        .await?;
     let done = operator.wait_settled(&op).await?;
     assert_eq!(phase_of(&done), OperationPhase::Succeeded);
     let tasks = operator.tasks(&op).await?;
-    assert!(started(&tasks[&lab.cp], "next")? >= resumed, "next started before the resume");
+    assert!(
+        started(&tasks[&lab.cp], "next")? >= resumed,
+        "next started before the resume"
+    );
     for w in &lab.workers {
-        assert!(started(&tasks[w], "nap")? >= resumed, "{w} started before the resume");
+        assert!(
+            started(&tasks[w], "nap")? >= resumed,
+            "{w} started before the resume"
+        );
     }
     operator.procs.check_alive()?;
     operator.finish().await?;
@@ -379,7 +620,8 @@ async fn pause_mid_run_lets_the_running_step_finish_and_starts_nothing_until_res
 /// exactly once (attempts 1), the steps of a task never overlap, and the workers
 /// (`maxUnavailable: 1`) never overlap either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn controller_killed_mid_operation_and_restarted_completes_with_no_step_run_twice() -> Result<()> {
+async fn controller_killed_mid_operation_and_restarted_completes_with_no_step_run_twice()
+-> Result<()> {
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     let (lab, mut operator) = setup("ctlkill").await?;
     let op = operator
@@ -394,39 +636,82 @@ async fn controller_killed_mid_operation_and_restarted_completes_with_no_step_ru
         )
         .await?;
     let first = &lab.workers[0];
-    operator.wait_task(&op, first, "step long Running", |t| step_phase(t, "long") == StepPhase::Running).await?;
+    operator
+        .wait_task(&op, first, "step long Running", |t| {
+            step_phase(t, "long") == StepPhase::Running
+        })
+        .await?;
     operator.kill("controller")?;
     // The agent finishes its step with no controller; nothing else can move.
-    let t = operator.wait_task(&op, first, "step long Succeeded", |t| step_phase(t, "long") == StepPhase::Succeeded).await?;
-    assert_eq!(step_phase(&t, "uncordon"), StepPhase::Pending, "no controller, no controller step");
+    let t = operator
+        .wait_task(&op, first, "step long Succeeded", |t| {
+            step_phase(t, "long") == StepPhase::Succeeded
+        })
+        .await?;
+    assert_eq!(
+        step_phase(&t, "uncordon"),
+        StepPhase::Pending,
+        "no controller, no controller step"
+    );
     operator.start_controller()?;
     let done = operator.wait_settled(&op).await?;
-    assert_eq!(phase_of(&done), OperationPhase::Succeeded, "{}", bosun_e2e::describe_tasks(&operator.client, &op).await);
+    assert_eq!(
+        phase_of(&done),
+        OperationPhase::Succeeded,
+        "{}",
+        bosun_e2e::describe_tasks(&operator.client, &op).await
+    );
 
     let tasks = operator.tasks(&op).await?;
     assert_eq!(tasks.len(), 4);
     let mut intervals = Vec::new();
     for (node, task) in &tasks {
         let s = task.status.clone().unwrap_or_default();
-        assert_eq!((s.phase, s.attempts), (NodeTaskPhase::Succeeded, 1), "{node}");
+        assert_eq!(
+            (s.phase, s.attempts),
+            (NodeTaskPhase::Succeeded, 1),
+            "{node}"
+        );
         let mut previous_end: Option<Timestamp> = None;
         for spec in &task.spec.steps {
-            let st = step_of(task, &spec.name).with_context(|| format!("{node}: no status for {}", spec.name))?;
-            assert_eq!((st.phase, st.attempts), (StepPhase::Succeeded, 1), "{node} step {}", spec.name);
-            let (start, end) = (st.started_at.as_ref().context("no start")?.0, st.finished_at.as_ref().context("no finish")?.0);
+            let st = step_of(task, &spec.name)
+                .with_context(|| format!("{node}: no status for {}", spec.name))?;
+            assert_eq!(
+                (st.phase, st.attempts),
+                (StepPhase::Succeeded, 1),
+                "{node} step {}",
+                spec.name
+            );
+            let (start, end) = (
+                st.started_at.as_ref().context("no start")?.0,
+                st.finished_at.as_ref().context("no finish")?.0,
+            );
             assert!(end >= start);
             if let Some(p) = previous_end {
-                assert!(start >= p, "{node}: step {} started at {start} before the previous step finished at {p}", spec.name);
+                assert!(
+                    start >= p,
+                    "{node}: step {} started at {start} before the previous step finished at {p}",
+                    spec.name
+                );
             }
             previous_end = Some(end);
         }
         if lab.workers.contains(node) {
-            intervals.push((started(task, "cordon")?, previous_end.context("no end")?, node.clone()));
+            intervals.push((
+                started(task, "cordon")?,
+                previous_end.context("no end")?,
+                node.clone(),
+            ));
         }
     }
     intervals.sort();
     for pair in intervals.windows(2) {
-        assert!(pair[1].0 >= pair[0].1, "{} started before {} finished", pair[1].2, pair[0].2);
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "{} started before {} finished",
+            pair[1].2,
+            pair[0].2
+        );
     }
     operator.procs.check_alive()?;
     operator.finish().await?;
@@ -446,16 +731,28 @@ async fn agent_killed_mid_step_reruns_an_idempotent_step() -> Result<()> {
                 "steps": [ step("long", "sleep", json!({ "millis": 8000 })) ] }] } }),
         )
         .await?;
-    let running = operator.wait_task(&op, &lab.cp, "step long Running", |t| step_phase(t, "long") == StepPhase::Running).await?;
+    let running = operator
+        .wait_task(&op, &lab.cp, "step long Running", |t| {
+            step_phase(t, "long") == StepPhase::Running
+        })
+        .await?;
     let first_start = started(&running, "long")?;
     operator.kill(&agent_name(&lab.cp))?;
     operator.start_agent(&lab.cp)?;
     let done = operator.wait_settled(&op).await?;
-    assert_eq!(phase_of(&done), OperationPhase::Succeeded, "{}", bosun_e2e::describe_tasks(&operator.client, &op).await);
+    assert_eq!(
+        phase_of(&done),
+        OperationPhase::Succeeded,
+        "{}",
+        bosun_e2e::describe_tasks(&operator.client, &op).await
+    );
     let task = operator.task(&op, &lab.cp).await?;
     let long = step_of(&task, "long").context("no long status")?;
     assert_eq!((long.phase, long.attempts), (StepPhase::Succeeded, 2));
-    assert!(started(&task, "long")? > first_start, "the step ran again from the start");
+    assert!(
+        started(&task, "long")? > first_start,
+        "the step ran again from the start"
+    );
     operator.procs.check_alive()?;
     operator.finish().await?;
     Ok(())
@@ -477,23 +774,55 @@ async fn agent_killed_mid_step_blocks_a_non_idempotent_step_as_interrupted() -> 
                 "steps": [ step("once", "sleep-once", json!({ "millis": 8000, "marker": marker })) ] }] } }),
         )
         .await?;
-    operator.wait_task(&op, &lab.cp, "step once Running", |t| step_phase(t, "once") == StepPhase::Running).await?;
+    operator
+        .wait_task(&op, &lab.cp, "step once Running", |t| {
+            step_phase(t, "once") == StepPhase::Running
+        })
+        .await?;
     operator.kill(&agent_name(&lab.cp))?;
     operator.start_agent(&lab.cp)?;
     let blocked = operator.wait_settled(&op).await?;
     let status = blocked.status.clone().unwrap_or_default();
-    assert_eq!(status.phase, OperationPhase::Blocked, "{:?}", status.message);
-    let reason = status.conditions.iter().find(|c| c.type_ == "Blocked").map(|c| c.reason.clone());
+    assert_eq!(
+        status.phase,
+        OperationPhase::Blocked,
+        "{:?}",
+        status.message
+    );
+    let reason = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Blocked")
+        .map(|c| c.reason.clone());
     assert_eq!(reason.as_deref(), Some("Interrupted"));
     let task = operator.task(&op, &lab.cp).await?;
     let ts = task.status.clone().unwrap_or_default();
-    assert_eq!((ts.phase, ts.reason), (NodeTaskPhase::Blocked, Some(BlockReason::Interrupted)));
-    assert!(ts.message.as_deref().unwrap_or("").contains("not idempotent"), "{:?}", ts.message);
+    assert_eq!(
+        (ts.phase, ts.reason),
+        (NodeTaskPhase::Blocked, Some(BlockReason::Interrupted))
+    );
+    assert!(
+        ts.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("not idempotent"),
+        "{:?}",
+        ts.message
+    );
     let once = step_of(&task, "once").context("no once status")?;
-    assert_eq!((once.phase, once.attempts), (StepPhase::Failed, 1), "not run again");
-    assert!(!lab.state_file(&lab.cp, &marker).exists(), "the interrupted run never got to write its marker");
+    assert_eq!(
+        (once.phase, once.attempts),
+        (StepPhase::Failed, 1),
+        "not run again"
+    );
+    assert!(
+        !lab.state_file(&lab.cp, &marker).exists(),
+        "the interrupted run never got to write its marker"
+    );
     // Leave the Operation finished for whoever looks at the lab later.
-    operator.patch_task_spec(&task.name_any(), json!({ "recovery": Recovery::Skip })).await?;
+    operator
+        .patch_task_spec(&task.name_any(), json!({ "recovery": Recovery::Skip }))
+        .await?;
     let done = settle_after_recovery(&mut operator, &op, &lab.cp).await?;
     assert_eq!(phase_of(&done), OperationPhase::Succeeded);
     operator.procs.check_alive()?;
@@ -519,17 +848,29 @@ async fn failure_policy_retry_retries_automatically_up_to_the_limit_then_blocks(
         .await?;
     let task = operator
         .wait_task(&op, &lab.cp, "Blocked after the retries", |t| {
-            task_phase(t) == NodeTaskPhase::Blocked && t.status.as_ref().and_then(|s| s.message.as_deref()).unwrap_or("").contains("no automatic retry")
+            task_phase(t) == NodeTaskPhase::Blocked
+                && t.status
+                    .as_ref()
+                    .and_then(|s| s.message.as_deref())
+                    .unwrap_or("")
+                    .contains("no automatic retry")
         })
         .await?;
     let ts = task.status.clone().unwrap_or_default();
     let message = ts.message.clone().unwrap_or_default();
     assert!(message.contains("retry limit (2) is used up"), "{message}");
     let check = step_of(&task, "check").context("no check status")?;
-    assert_eq!((check.phase, check.attempts), (StepPhase::Failed, 3), "one run and two automatic retries");
+    assert_eq!(
+        (check.phase, check.attempts),
+        (StepPhase::Failed, 3),
+        "one run and two automatic retries"
+    );
     assert_eq!(ts.attempts, 3, "each retry is a task attempt");
     assert_eq!(task.spec.recovery, None, "no person asked");
-    assert_eq!(phase_of(&operator.wait_settled(&op).await?), OperationPhase::Blocked);
+    assert_eq!(
+        phase_of(&operator.wait_settled(&op).await?),
+        OperationPhase::Blocked
+    );
     operator.procs.check_alive()?;
     operator.finish().await?;
     Ok(())
@@ -550,14 +891,26 @@ async fn failure_policy_retry_succeeds_once_the_cause_is_gone() -> Result<()> {
                 "steps": [ step("check", "require", json!({ "path": format!("{STATE_DIR}/{marker}") })) ] }] } }),
         )
         .await?;
-    operator.wait_task(&op, &lab.cp, "step check Failed", |t| step_phase(t, "check") == StepPhase::Failed).await?;
+    operator
+        .wait_task(&op, &lab.cp, "step check Failed", |t| {
+            step_phase(t, "check") == StepPhase::Failed
+        })
+        .await?;
     std::fs::write(lab.state_file(&lab.cp, &marker), "ok\n")?;
-    let done = operator.wait_operation(&op, "Succeeded", |o| phase_of(o) == OperationPhase::Succeeded).await?;
+    let done = operator
+        .wait_operation(&op, "Succeeded", |o| {
+            phase_of(o) == OperationPhase::Succeeded
+        })
+        .await?;
     assert_eq!(phase_of(&done), OperationPhase::Succeeded);
     let task = operator.task(&op, &lab.cp).await?;
     let check = step_of(&task, "check").context("no check status")?;
     assert_eq!(check.phase, StepPhase::Succeeded);
-    assert!((2..=4).contains(&check.attempts), "failed, then retried automatically: {} attempts", check.attempts);
+    assert!(
+        (2..=4).contains(&check.attempts),
+        "failed, then retried automatically: {} attempts",
+        check.attempts
+    );
     assert_eq!(task.spec.recovery, None);
     std::fs::remove_file(lab.state_file(&lab.cp, &marker))?;
     operator.procs.check_alive()?;
@@ -588,51 +941,92 @@ async fn a_deleted_operation_gets_no_task_recreated_or_started() -> Result<()> {
         .await?;
     // Every task exists once the first one waits for approval (tasks are created before any
     // is started).
-    operator.wait_task(&op, &lab.cp, "AwaitingApproval", |t| task_phase(t) == NodeTaskPhase::AwaitingApproval).await?;
+    operator
+        .wait_task(&op, &lab.cp, "AwaitingApproval", |t| {
+            task_phase(t) == NodeTaskPhase::AwaitingApproval
+        })
+        .await?;
     let before = operator.tasks(&op).await?;
-    ensure!(before.len() == lab.lab.nodes.len(), "expected a task per node, found {:?}", before.keys());
-    let known: std::collections::BTreeSet<String> = before.values().filter_map(|t| t.uid()).collect();
+    ensure!(
+        before.len() == lab.lab.nodes.len(),
+        "expected a task per node, found {:?}",
+        before.keys()
+    );
+    let known: std::collections::BTreeSet<String> =
+        before.values().filter_map(|t| t.uid()).collect();
 
     let tasks: Api<NodeTask> = Api::all(operator.client.clone());
     let selector = format!("bosun.dev/operation={op}");
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<NodeTask>::new()));
     let log = seen.clone();
-    let watch = tokio::spawn(watcher(tasks.clone(), watcher::Config::default().labels(&selector)).for_each(move |event| {
-        let log = log.clone();
-        async move {
-            if let Ok(watcher::Event::Apply(t) | watcher::Event::InitApply(t)) = event {
-                log.lock().unwrap().push(t);
-            }
-        }
-    }));
+    let watch = tokio::spawn(
+        watcher(tasks.clone(), watcher::Config::default().labels(&selector)).for_each(
+            move |event| {
+                let log = log.clone();
+                async move {
+                    if let Ok(watcher::Event::Apply(t) | watcher::Event::InitApply(t)) = event {
+                        log.lock().unwrap().push(t);
+                    }
+                }
+            },
+        ),
+    );
 
     let ops: Api<bosun_api::operation::Operation> = Api::all(operator.client.clone());
-    ops.delete(&op, &DeleteParams::foreground()).await.with_context(|| format!("deleting Operation {op}"))?;
+    ops.delete(&op, &DeleteParams::foreground())
+        .await
+        .with_context(|| format!("deleting Operation {op}"))?;
     operator.wait_gone(&op).await?;
 
     let sentinel_name = format!("{op}-sentinel");
     let mut sentinel = NodeTask::new(
         &sentinel_name,
-        serde_json::from_value(json!({ "operation": op, "nodeName": "no-such-node", "group": "sentinel",
+        serde_json::from_value(
+            json!({ "operation": op, "nodeName": "no-such-node", "group": "sentinel",
             // The CRD requires a step; no agent serves `no-such-node`, so it never runs.
-            "steps": [ step("nap", "sleep", json!({ "millis": 1 })) ] }))?,
+            "steps": [ step("nap", "sleep", json!({ "millis": 1 })) ] }),
+        )?,
     );
-    sentinel.metadata.labels = Some(BTreeMap::from([("bosun.dev/operation".to_string(), op.clone())]));
-    tasks.create(&PostParams::default(), &sentinel).await.context("creating the sentinel NodeTask")?;
+    sentinel.metadata.labels = Some(BTreeMap::from([(
+        "bosun.dev/operation".to_string(),
+        op.clone(),
+    )]));
+    tasks
+        .create(&PostParams::default(), &sentinel)
+        .await
+        .context("creating the sentinel NodeTask")?;
     let started = std::time::Instant::now();
-    while !seen.lock().unwrap().iter().any(|t| t.name_any() == sentinel_name) {
-        ensure!(started.elapsed() < bosun_e2e::DEADLINE, "the watch never saw the sentinel NodeTask");
+    while !seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|t| t.name_any() == sentinel_name)
+    {
+        ensure!(
+            started.elapsed() < bosun_e2e::DEADLINE,
+            "the watch never saw the sentinel NodeTask"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     watch.abort();
-    tasks.delete(&sentinel_name, &DeleteParams::default()).await.context("deleting the sentinel NodeTask")?;
+    tasks
+        .delete(&sentinel_name, &DeleteParams::default())
+        .await
+        .context("deleting the sentinel NodeTask")?;
 
     let events = seen.lock().unwrap().clone();
     for t in events.iter().filter(|t| t.name_any() != sentinel_name) {
         let uid = t.uid().unwrap_or_default();
-        assert!(known.contains(&uid), "NodeTask {} (uid {uid}) was created after its Operation's deletion began", t.name_any());
         assert!(
-            matches!(task_phase(t), NodeTaskPhase::Pending | NodeTaskPhase::AwaitingApproval),
+            known.contains(&uid),
+            "NodeTask {} (uid {uid}) was created after its Operation's deletion began",
+            t.name_any()
+        );
+        assert!(
+            matches!(
+                task_phase(t),
+                NodeTaskPhase::Pending | NodeTaskPhase::AwaitingApproval
+            ),
             "NodeTask {} moved to {:?} while its Operation was being deleted",
             t.name_any(),
             task_phase(t)

@@ -661,7 +661,9 @@ pub fn rpm_version(root: &Path, package: &str) -> Option<String> {
 /// use: the runtime that connected it is gone when this returns.
 pub fn lab_control_plane() -> (bosun_lab::LabHandle, bosun_lab::LabNode) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let lab = rt.block_on(bosun_lab::ensure_lab()).expect("the lab starts");
+    let lab = rt
+        .block_on(bosun_lab::ensure_lab())
+        .expect("the lab starts");
     let cp = lab
         .nodes
         .iter()
@@ -701,7 +703,11 @@ pub fn package_family(root: &Path) -> &'static str {
 pub fn simulated_package_manager(root: &Path, packages: &[(&str, &str, bool, &[&str])]) {
     install_programs(root, &["/bin/sh"]);
     let family = package_family(root);
-    let release = if family == "apt" { "-1.1" } else { "-150500.1.1" };
+    let release = if family == "apt" {
+        "-1.1"
+    } else {
+        "-150500.1.1"
+    };
     let db: String = packages
         .iter()
         .map(|(name, installed, held, available)| {
@@ -722,15 +728,23 @@ pub fn simulated_package_manager(root: &Path, packages: &[(&str, &str, bool, &[&
     };
     let scripts: Vec<(&str, String)> = if family == "apt" {
         vec![
-            ("usr/bin/apt-cache", format!(r#"#!/bin/sh
+            (
+                "usr/bin/apt-cache",
+                format!(
+                    r#"#!/bin/sh
 [ "$1" = madison ] && [ $# -eq 2 ] || {{ echo "apt-cache (simulated): only madison NAME" >&2; exit 100; }}
 while IFS='|' read -r name installed held available; do
   if [ "$name" = "$2" ]; then
     for v in $available; do echo " $name | $v | https://pkgs.k8s.io/core:/stable:/v1.34/deb  Packages"; done
   fi
 done < {db}
-"#)),
-            ("usr/bin/dpkg-query", format!(r#"#!/bin/sh
+"#
+                ),
+            ),
+            (
+                "usr/bin/dpkg-query",
+                format!(
+                    r#"#!/bin/sh
 [ "$1" = -W ] && [ $# -eq 3 ] || {{ echo "dpkg-query (simulated): only -W -f=FORMAT NAME" >&2; exit 2; }}
 while IFS='|' read -r name installed held available; do
   if [ "$name" = "$3" ] && [ -n "$installed" ]; then
@@ -740,13 +754,18 @@ while IFS='|' read -r name installed held available; do
 done < {db}
 echo "dpkg-query: no packages found matching $3" >&2
 exit 1
-"#)),
+"#
+                ),
+            ),
             ("usr/bin/apt-get", refuse("apt-get")),
             ("usr/bin/apt-mark", refuse("apt-mark")),
         ]
     } else {
         vec![
-            ("usr/bin/dnf", format!(r#"#!/bin/sh
+            (
+                "usr/bin/dnf",
+                format!(
+                    r#"#!/bin/sh
 if [ "$1 $2 $3 $4" = "-q list --showduplicates --disableexcludes=all" ] && [ $# -eq 5 ]; then
   while IFS='|' read -r name installed held available; do
     if [ "$name" = "$5" ]; then
@@ -763,15 +782,22 @@ if [ "$*" = "-q versionlock list" ]; then
 fi
 echo "dnf (simulated by the Bosun tests) answers queries only: $*" >&2
 exit 100
-"#)),
-            ("usr/bin/rpm", format!(r#"#!/bin/sh
+"#
+                ),
+            ),
+            (
+                "usr/bin/rpm",
+                format!(
+                    r#"#!/bin/sh
 [ "$1 $2" = "-q --qf" ] && [ $# -eq 4 ] || {{ echo "rpm (simulated): only -q --qf FORMAT NAME" >&2; exit 100; }}
 while IFS='|' read -r name installed held available; do
   if [ "$name" = "$4" ] && [ -n "$installed" ]; then printf '%s' "$installed"; exit 0; fi
 done < {db}
 echo "package $4 is not installed"
 exit 1
-"#)),
+"#
+                ),
+            ),
         ]
     };
     for (path, text) in scripts {

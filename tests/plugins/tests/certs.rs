@@ -189,8 +189,13 @@ fn ts(rfc3339: &str) -> i64 {
 /// issued (a lab made moments ago, or the previous renewal) keeps the same NotAfter, and
 /// "NotAfter is later" could not be asserted. A wait, not a timed assertion.
 fn next_second() {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-    std::thread::sleep(std::time::Duration::from_nanos(u64::from(1_000_000_000 - now.subsec_nanos())) + std::time::Duration::from_millis(20));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    std::thread::sleep(
+        std::time::Duration::from_nanos(u64::from(1_000_000_000 - now.subsec_nanos()))
+            + std::time::Duration::from_millis(20),
+    );
 }
 
 #[test]

@@ -88,7 +88,11 @@ async fn renew_certificates_operation_renews_every_control_plane_node() -> Resul
         .arg(&lab.kubeconfig)
         .output()?;
     let shown = String::from_utf8_lossy(&out.stdout).into_owned();
-    ensure!(out.status.success(), "kubectl-bosun status failed: {}", String::from_utf8_lossy(&out.stderr));
+    ensure!(
+        out.status.success(),
+        "kubectl-bosun status failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("{shown}");
 
     let tasks = operator.tasks(&name).await?;
@@ -144,7 +148,10 @@ async fn renew_certificates_operation_renews_every_control_plane_node() -> Resul
             println!("{} {cert}: {reported_before} -> {reported}", cp.name);
             assert_ne!(reported, reported_before);
             let line = format!("{cert}: {reported_before} → {reported}");
-            ensure!(shown.contains(&line), "status does not show {line:?}:\n{shown}");
+            ensure!(
+                shown.contains(&line),
+                "status does not show {line:?}:\n{shown}"
+            );
         }
         assert_eq!(
             ts.steps[1].outputs.get("restarted").map(String::as_str),

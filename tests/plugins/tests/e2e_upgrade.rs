@@ -24,35 +24,70 @@ use serde_json::json;
 const TARGET: &str = "v1.34.5";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_changes_nothing() -> Result<()> {
+async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_changes_nothing()
+-> Result<()> {
     let lab = bosun_lab::ensure_lab().await?;
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     bosun_e2e::apply_crds(&lab.client).await?;
-    ensure!(lab.nodes.len() >= 2, "the lab has fewer than 2 nodes: {:?}", lab.nodes);
+    ensure!(
+        lab.nodes.len() >= 2,
+        "the lab has fewer than 2 nodes: {:?}",
+        lab.nodes
+    );
 
     let available: &[&str] = &["1.34.5", "1.34.4"];
     for node in &lab.nodes {
         simulated_package_manager(
             &node.host_root,
-            &[("kubeadm", "1.34.4", true, available), ("kubelet", "1.34.4", true, available), ("kubectl", "1.34.4", true, available)],
+            &[
+                ("kubeadm", "1.34.4", true, available),
+                ("kubelet", "1.34.4", true, available),
+                ("kubectl", "1.34.4", true, available),
+            ],
         );
     }
-    let families: std::collections::BTreeSet<&str> = lab.nodes.iter().map(|n| package_family(&n.host_root)).collect();
-    ensure!(families.len() == 2, "the lab's roots should mix apt and dnf families, found {families:?}");
+    let families: std::collections::BTreeSet<&str> = lab
+        .nodes
+        .iter()
+        .map(|n| package_family(&n.host_root))
+        .collect();
+    ensure!(
+        families.len() == 2,
+        "the lab's roots should mix apt and dnf families, found {families:?}"
+    );
 
     let version = env!("CARGO_PKG_VERSION");
     let p = plugins();
     for (name, bytes, file) in [
         ("packages", &p.packages, "packages.yaml"),
-        ("kubeadm-upgrade", &p.kubeadm_upgrade, "kubeadm-upgrade.yaml"),
+        (
+            "kubeadm-upgrade",
+            &p.kubeadm_upgrade,
+            "kubeadm-upgrade.yaml",
+        ),
         ("kubelet", &p.kubelet, "kubelet.yaml"),
     ] {
-        bosun_e2e::publish_plugin(&lab.client, name, version, bytes.clone(), serde_json::to_value(example_grants(file))?).await?;
+        bosun_e2e::publish_plugin(
+            &lab.client,
+            name,
+            version,
+            bytes.clone(),
+            serde_json::to_value(example_grants(file))?,
+        )
+        .await?;
     }
 
-    let before: Vec<_> = lab.nodes.iter().map(|n| bosun_e2e::operator::hash_tree(&n.host_root)).collect::<Result<_>>()?;
+    let before: Vec<_> = lab
+        .nodes
+        .iter()
+        .map(|n| bosun_e2e::operator::hash_tree(&n.host_root))
+        .collect::<Result<_>>()?;
 
-    let mut operator = Operator::start_with_agent_args(&lab, "upgrade-dry", &["--service-backend".into(), "simulated".into()])?;
+    let mut operator = Operator::start_with_agent_args(
+        &lab,
+        "upgrade-dry",
+        &["--service-backend".into(), "simulated".into()],
+    )?;
     let name = operator
         .create_operation(
             "upgrade-dry",
@@ -66,27 +101,79 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
     operator.wait_succeeded(&name).await?;
 
     let tasks = operator.tasks(&name).await?;
-    ensure!(tasks.len() == lab.nodes.len(), "one NodeTask per node expected, found {:?}", tasks.keys());
+    ensure!(
+        tasks.len() == lab.nodes.len(),
+        "one NodeTask per node expected, found {:?}",
+        tasks.keys()
+    );
     for node in &lab.nodes {
         let ts = tasks[&node.name].status.clone().unwrap_or_default();
-        ensure!(ts.phase == NodeTaskPhase::Succeeded, "{}: {:?} {:?}", node.name, ts.phase, ts.message);
+        ensure!(
+            ts.phase == NodeTaskPhase::Succeeded,
+            "{}: {:?} {:?}",
+            node.name,
+            ts.phase,
+            ts.message
+        );
         let names: Vec<&str> = ts.steps.iter().map(|s| s.name.as_str()).collect();
-        for step in ["cordon", "drain", "upgrade-kubeadm", "kubeadm-upgrade", "upgrade-kubelet", "restart-kubelet", "wait-node-ready", "uncordon"] {
-            ensure!(names.contains(&step), "{}: no {step} step in {names:?}", node.name);
+        for step in [
+            "cordon",
+            "drain",
+            "upgrade-kubeadm",
+            "kubeadm-upgrade",
+            "upgrade-kubelet",
+            "restart-kubelet",
+            "wait-node-ready",
+            "uncordon",
+        ] {
+            ensure!(
+                names.contains(&step),
+                "{}: no {step} step in {names:?}",
+                node.name
+            );
         }
         for s in &ts.steps {
             let message = s.message.clone().unwrap_or_default();
             println!("{} {}: {message}", node.name, s.name);
-            ensure!(s.phase == StepPhase::Succeeded, "{} {}: {:?} {message}", node.name, s.name, s.phase);
-            ensure!(message.contains("would "), "{} {}: no \"would …\" in {message:?}", node.name, s.name);
-            ensure!(s.changed != Some(true), "{} {}: reports a change in a dry run", node.name, s.name);
+            ensure!(
+                s.phase == StepPhase::Succeeded,
+                "{} {}: {:?} {message}",
+                node.name,
+                s.name,
+                s.phase
+            );
+            ensure!(
+                message.contains("would "),
+                "{} {}: no \"would …\" in {message:?}",
+                node.name,
+                s.name
+            );
+            ensure!(
+                s.changed != Some(true),
+                "{} {}: reports a change in a dry run",
+                node.name,
+                s.name
+            );
         }
-        let step = |n: &str| ts.steps.iter().find(|s| s.name == n).and_then(|s| s.message.clone()).unwrap_or_default();
+        let step = |n: &str| {
+            ts.steps
+                .iter()
+                .find(|s| s.name == n)
+                .and_then(|s| s.message.clone())
+                .unwrap_or_default()
+        };
         // What each node's own package manager would do.
-        let (backend, release) = if package_family(&node.host_root) == "apt" { ("apt", "-1.1") } else { ("dnf", "-150500.1.1") };
+        let (backend, release) = if package_family(&node.host_root) == "apt" {
+            ("apt", "-1.1")
+        } else {
+            ("dnf", "-150500.1.1")
+        };
         let kubeadm = step("upgrade-kubeadm");
         ensure!(
-            kubeadm == format!("would install kubeadm 1.34.4{release} → 1.34.5{release} with {backend}"),
+            kubeadm
+                == format!(
+                    "would install kubeadm 1.34.4{release} → 1.34.5{release} with {backend}"
+                ),
             "{}: {kubeadm}",
             node.name
         );
@@ -103,19 +190,37 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
         } else {
             "kubeadm upgrade node".to_owned()
         };
-        ensure!(upgrade.contains(&format!("would run `{command}`")), "{}: {upgrade}", node.name);
-        ensure!(step("restart-kubelet").starts_with("would restart kubelet.service"), "{}", node.name);
+        ensure!(
+            upgrade.contains(&format!("would run `{command}`")),
+            "{}: {upgrade}",
+            node.name
+        );
+        ensure!(
+            step("restart-kubelet").starts_with("would restart kubelet.service"),
+            "{}",
+            node.name
+        );
     }
 
     for (node, before) in lab.nodes.iter().zip(before) {
-        let after = bosun_e2e::operator::hash_tree(&node.host_root).with_context(|| format!("hashing {}", node.host_root.display()))?;
+        let after = bosun_e2e::operator::hash_tree(&node.host_root)
+            .with_context(|| format!("hashing {}", node.host_root.display()))?;
         let changed: Vec<_> = before
             .iter()
             .filter(|(path, digest)| after.get(*path) != Some(digest))
             .map(|(path, _)| path.display().to_string())
-            .chain(after.keys().filter(|p| !before.contains_key(*p)).map(|p| format!("{} (new)", p.display())))
+            .chain(
+                after
+                    .keys()
+                    .filter(|p| !before.contains_key(*p))
+                    .map(|p| format!("{} (new)", p.display())),
+            )
             .collect();
-        ensure!(changed.is_empty(), "{}: a dry run changed {changed:?}", node.name);
+        ensure!(
+            changed.is_empty(),
+            "{}: a dry run changed {changed:?}",
+            node.name
+        );
     }
     operator.procs.check_alive()?;
     operator.finish().await?;

@@ -67,7 +67,8 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
     let e = behind.error();
     assert_eq!(e.code, "kubeadm-version");
     assert!(
-        e.message.contains(&format!("/usr/bin/kubeadm is {version}, not v1.35.0"))
+        e.message
+            .contains(&format!("/usr/bin/kubeadm is {version}, not v1.35.0"))
             && e.message.contains("install kubeadm v1.35.0 first"),
         "{}",
         e.message
@@ -125,7 +126,8 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
     let e = dry.error();
     assert_eq!(e.code, "command-failed", "{}", e.message);
     assert!(
-        e.message.contains(&format!("/usr/bin/kubeadm upgrade plan {version}"))
+        e.message
+            .contains(&format!("/usr/bin/kubeadm upgrade plan {version}"))
             && e.message.contains("preflight checks failed"),
         "{}",
         e.message

@@ -20,8 +20,18 @@ fn planner_specs() -> Vec<OperationSpec> {
     let mut specs = Vec::new();
     let packages = ["kubeadm", "kubelet", "kubectl"];
     for mask in 0..8u32 {
-        let chosen: Vec<&str> = packages.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, p)| *p).collect();
-        specs.push(serde_json::from_value(json!({ "upgrade": { "kubernetesVersion": "v1.34.5", "packages": chosen } })).unwrap());
+        let chosen: Vec<&str> = packages
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, p)| *p)
+            .collect();
+        specs.push(
+            serde_json::from_value(
+                json!({ "upgrade": { "kubernetesVersion": "v1.34.5", "packages": chosen } }),
+            )
+            .unwrap(),
+        );
     }
     let certificates = [
         "all",
@@ -38,10 +48,21 @@ fn planner_specs() -> Vec<OperationSpec> {
         "scheduler.conf",
     ];
     for c in certificates {
-        specs.push(serde_json::from_value(json!({ "renewCertificates": { "certificates": [c] } })).unwrap());
-        specs.push(serde_json::from_value(json!({ "renewCertificates": { "certificates": [c], "renewBefore": "720h" } })).unwrap());
+        specs.push(
+            serde_json::from_value(json!({ "renewCertificates": { "certificates": [c] } }))
+                .unwrap(),
+        );
+        specs.push(
+            serde_json::from_value(
+                json!({ "renewCertificates": { "certificates": [c], "renewBefore": "720h" } }),
+            )
+            .unwrap(),
+        );
     }
-    specs.push(serde_json::from_value(json!({ "renewCertificates": { "certificates": certificates } })).unwrap());
+    specs.push(
+        serde_json::from_value(json!({ "renewCertificates": { "certificates": certificates } }))
+            .unwrap(),
+    );
     specs
 }
 
@@ -63,22 +84,55 @@ fn every_step_the_planner_builds_matches_the_real_plugins_actions_and_params_sch
     .into_iter()
     .map(|(name, bytes)| (name, node.load(bytes, name)))
     .collect();
-    let cluster = [NodeInfo::control_plane("cp-0"), NodeInfo::control_plane("cp-1"), NodeInfo::worker("w-0")];
+    let cluster = [
+        NodeInfo::control_plane("cp-0"),
+        NodeInfo::control_plane("cp-1"),
+        NodeInfo::worker("w-0"),
+    ];
 
     let mut checked: BTreeMap<(String, String), usize> = BTreeMap::new();
     for spec in planner_specs() {
-        let out = plan("op", &spec, &cluster, None).unwrap_or_else(|e| panic!("planning {spec:?}: {e}"));
+        let out =
+            plan("op", &spec, &cluster, None).unwrap_or_else(|e| panic!("planning {spec:?}: {e}"));
         for task in &out.tasks {
-            for step in task.spec.steps.iter().filter(|s| s.runs_on == RunsOn::Agent) {
-                let name = step.plugin.as_deref().unwrap_or_else(|| panic!("agent step {} names no plugin", step.name));
-                let plugin = loaded.get(name).unwrap_or_else(|| panic!("step {} names plugin {name}, which is not first-party", step.name));
-                let declared: Vec<&str> = plugin.metadata().actions.iter().map(|a| a.name.as_str()).collect();
-                assert!(declared.contains(&step.action.as_str()), "{name} declares {declared:?}, the planner asks for {}", step.action);
+            for step in task
+                .spec
+                .steps
+                .iter()
+                .filter(|s| s.runs_on == RunsOn::Agent)
+            {
+                let name = step
+                    .plugin
+                    .as_deref()
+                    .unwrap_or_else(|| panic!("agent step {} names no plugin", step.name));
+                let plugin = loaded.get(name).unwrap_or_else(|| {
+                    panic!(
+                        "step {} names plugin {name}, which is not first-party",
+                        step.name
+                    )
+                });
+                let declared: Vec<&str> = plugin
+                    .metadata()
+                    .actions
+                    .iter()
+                    .map(|a| a.name.as_str())
+                    .collect();
+                assert!(
+                    declared.contains(&step.action.as_str()),
+                    "{name} declares {declared:?}, the planner asks for {}",
+                    step.action
+                );
                 let params = step.params.clone().unwrap_or_else(|| json!({}));
                 // The host checks action and params against the declared schema before the
                 // plugin's code runs; whatever happens after that (no grants here) is not
                 // the question.
-                if let Err(f) = node.host.preflight(plugin, &Grants::default(), &node.ctx, &step.action, &params.to_string()) {
+                if let Err(f) = node.host.preflight(
+                    plugin,
+                    &Grants::default(),
+                    &node.ctx,
+                    &step.action,
+                    &params.to_string(),
+                ) {
                     assert!(
                         !is_schema_refusal(&f.error),
                         "{} on {} ({name} {}): the plugin refuses the planner's params {params}: {}",
@@ -94,15 +148,30 @@ fn every_step_the_planner_builds_matches_the_real_plugins_actions_and_params_sch
                 wrong["plannerDrift"] = json!(true);
                 let f = node
                     .host
-                    .preflight(plugin, &Grants::default(), &node.ctx, &step.action, &wrong.to_string())
+                    .preflight(
+                        plugin,
+                        &Grants::default(),
+                        &node.ctx,
+                        &step.action,
+                        &wrong.to_string(),
+                    )
                     .expect_err("params with an undeclared field must be refused");
-                assert!(matches!(f.error, Error::InvalidParams { .. }), "{}", f.error);
-                *checked.entry((name.to_owned(), step.action.clone())).or_default() += 1;
+                assert!(
+                    matches!(f.error, Error::InvalidParams { .. }),
+                    "{}",
+                    f.error
+                );
+                *checked
+                    .entry((name.to_owned(), step.action.clone()))
+                    .or_default() += 1;
             }
         }
     }
     // Every plugin action the planner can use was reached.
-    let reached: Vec<(&str, &str)> = checked.keys().map(|(p, a)| (p.as_str(), a.as_str())).collect();
+    let reached: Vec<(&str, &str)> = checked
+        .keys()
+        .map(|(p, a)| (p.as_str(), a.as_str()))
+        .collect();
     assert_eq!(
         reached,
         [

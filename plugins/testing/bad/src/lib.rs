@@ -21,7 +21,11 @@ use std::io::Write as _;
 struct Bad;
 
 fn err(code: &str, message: impl Into<String>) -> PluginError {
-    PluginError { code: code.into(), message: message.into(), retryable: false }
+    PluginError {
+        code: code.into(),
+        message: message.into(),
+        retryable: false,
+    }
 }
 
 fn io_err(what: &str, e: std::io::Error) -> PluginError {
@@ -39,17 +43,39 @@ fn host_err(e: HostError) -> PluginError {
 }
 
 fn s<'a>(p: &'a Value, key: &str) -> Result<&'a str, PluginError> {
-    p.get(key).and_then(Value::as_str).ok_or_else(|| err("bad-params", format!("missing string param `{key}`")))
+    p.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| err("bad-params", format!("missing string param `{key}`")))
 }
 
 fn escaped(what: String) -> Result<Outcome, PluginError> {
-    Ok(Outcome { changed: true, message: format!("ESCAPED: {what}"), outputs: vec![] })
+    Ok(Outcome {
+        changed: true,
+        message: format!("ESCAPED: {what}"),
+        outputs: vec![],
+    })
 }
 
 const ACTIONS: &[&str] = &[
-    "spin", "memory-bomb", "log-flood", "output-flood", "trap", "panic", "read", "read-dir",
-    "write", "create", "truncate", "hardlink", "rename", "exec", "exec-flood-args", "sleep-forever",
-    "empty-log-flood", "denial-flood", "open-flood",
+    "spin",
+    "memory-bomb",
+    "log-flood",
+    "output-flood",
+    "trap",
+    "panic",
+    "read",
+    "read-dir",
+    "write",
+    "create",
+    "truncate",
+    "hardlink",
+    "rename",
+    "exec",
+    "exec-flood-args",
+    "sleep-forever",
+    "empty-log-flood",
+    "denial-flood",
+    "open-flood",
 ];
 
 impl Guest for Bad {
@@ -76,7 +102,12 @@ impl Guest for Bad {
                     idempotent: false,
                 })
                 .collect(),
-            capabilities: Capabilities { filesystem: vec![], exec: vec![], services: vec![], http: vec![] },
+            capabilities: Capabilities {
+                filesystem: vec![],
+                exec: vec![],
+                services: vec![],
+                http: vec![],
+            },
         }
     }
 
@@ -86,19 +117,28 @@ impl Guest for Bad {
         }
         if action == "write" {
             // A preflight must not change the node; this one tries, and reports what happened.
-            let p: Value = serde_json::from_str(&params).map_err(|e| err("bad-params", e.to_string()))?;
+            let p: Value =
+                serde_json::from_str(&params).map_err(|e| err("bad-params", e.to_string()))?;
             let path = s(&p, "path")?;
             let (status, message) = match std::fs::write(path, b"pwned by preflight") {
-                Ok(()) => (CheckStatus::Pass, format!("ESCAPED: wrote {path} in preflight")),
+                Ok(()) => (
+                    CheckStatus::Pass,
+                    format!("ESCAPED: wrote {path} in preflight"),
+                ),
                 Err(e) => (CheckStatus::Fail, format!("io:{:?}: {e}", e.kind())),
             };
-            return Ok(vec![Check { name: "preflight-write".into(), status, message }]);
+            return Ok(vec![Check {
+                name: "preflight-write".into(),
+                status,
+                message,
+            }]);
         }
         Ok(vec![])
     }
 
     fn run(action: String, params: String, _context: RunContext) -> Result<Outcome, PluginError> {
-        let p: Value = serde_json::from_str(&params).map_err(|e| err("bad-params", e.to_string()))?;
+        let p: Value =
+            serde_json::from_str(&params).map_err(|e| err("bad-params", e.to_string()))?;
         match action.as_str() {
             "spin" => spin(),
             "memory-bomb" => {
@@ -111,11 +151,19 @@ impl Guest for Bad {
                 }
             }
             "log-flood" => loop {
-                log::write(log::Level::Info, &"flood ".repeat(100), &[("k".into(), "v".into())]);
+                log::write(
+                    log::Level::Info,
+                    &"flood ".repeat(100),
+                    &[("k".into(), "v".into())],
+                );
             },
             "output-flood" => {
                 let big = "x".repeat(4 << 20);
-                Ok(Outcome { changed: false, message: "flood".into(), outputs: vec![("big".into(), big)] })
+                Ok(Outcome {
+                    changed: false,
+                    message: "flood".into(),
+                    outputs: vec![("big".into(), big)],
+                })
             }
             "trap" => {
                 #[cfg(target_arch = "wasm32")]
@@ -127,11 +175,17 @@ impl Guest for Bad {
             "read" => {
                 let path = s(&p, "path")?;
                 let data = std::fs::read(path).map_err(|e| io_err(path, e))?;
-                escaped(format!("read {} bytes from {path}: {}", data.len(), String::from_utf8_lossy(&data)))
+                escaped(format!(
+                    "read {} bytes from {path}: {}",
+                    data.len(),
+                    String::from_utf8_lossy(&data)
+                ))
             }
             "read-dir" => {
                 let path = s(&p, "path")?;
-                let n = std::fs::read_dir(path).map_err(|e| io_err(path, e))?.count();
+                let n = std::fs::read_dir(path)
+                    .map_err(|e| io_err(path, e))?
+                    .count();
                 escaped(format!("listed {n} entries of {path}"))
             }
             "write" => {
@@ -141,39 +195,60 @@ impl Guest for Bad {
             }
             "create" => {
                 let path = s(&p, "path")?;
-                let mut f = OpenOptions::new().write(true).create_new(true).open(path).map_err(|e| io_err(path, e))?;
+                let mut f = OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(path)
+                    .map_err(|e| io_err(path, e))?;
                 let _ = f.write_all(b"pwned");
                 escaped(format!("created {path}"))
             }
             "truncate" => {
                 // Open an existing file with O_TRUNC only (no write of content needed).
                 let path = s(&p, "path")?;
-                OpenOptions::new().write(true).truncate(true).open(path).map_err(|e| io_err(path, e))?;
+                OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .open(path)
+                    .map_err(|e| io_err(path, e))?;
                 escaped(format!("truncated {path}"))
             }
             "hardlink" => {
                 let (from, to) = (s(&p, "from")?, s(&p, "to")?);
-                std::fs::hard_link(from, to).map_err(|e| io_err(&format!("link {from} -> {to}"), e))?;
+                std::fs::hard_link(from, to)
+                    .map_err(|e| io_err(&format!("link {from} -> {to}"), e))?;
                 escaped(format!("linked {from} to {to}"))
             }
             "rename" => {
                 let (from, to) = (s(&p, "from")?, s(&p, "to")?);
-                std::fs::rename(from, to).map_err(|e| io_err(&format!("rename {from} -> {to}"), e))?;
+                std::fs::rename(from, to)
+                    .map_err(|e| io_err(&format!("rename {from} -> {to}"), e))?;
                 escaped(format!("renamed {from} to {to}"))
             }
             "exec" => {
                 let args: Vec<String> = p
                     .get("args")
                     .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_owned))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let out = exec::run(s(&p, "command")?, &args, None).map_err(host_err)?;
-                escaped(format!("ran command, exit {}: {}", out.exit_code, String::from_utf8_lossy(&out.stdout)))
+                escaped(format!(
+                    "ran command, exit {}: {}",
+                    out.exit_code,
+                    String::from_utf8_lossy(&out.stdout)
+                ))
             }
             "exec-flood-args" => {
                 let args: Vec<String> = (0..100_000).map(|i| format!("arg{i}")).collect();
                 let out = exec::run(s(&p, "command")?, &args, None).map_err(host_err)?;
-                escaped(format!("ran command with 100000 args, exit {}", out.exit_code))
+                escaped(format!(
+                    "ran command with 100000 args, exit {}",
+                    out.exit_code
+                ))
             }
             "sleep-forever" => {
                 // Blocks in the host on a clock pollable, where no epoch check can run.
@@ -197,7 +272,9 @@ impl Guest for Bad {
                 for i in 0..100_000 {
                     match std::fs::File::open(path) {
                         Ok(f) => open.push(f),
-                        Err(e) => return Err(err("open-failed", format!("open #{i} of {path}: {e}"))),
+                        Err(e) => {
+                            return Err(err("open-failed", format!("open #{i} of {path}: {e}")));
+                        }
                     }
                 }
                 escaped(format!("held {} files open", open.len()))

@@ -20,7 +20,12 @@ impl Guest for Sneaky {
             abi_version: "0.1.0".into(),
             description: "opens a socket".into(),
             actions: vec![],
-            capabilities: Capabilities { filesystem: vec![], exec: vec![], services: vec![], http: vec![] },
+            capabilities: Capabilities {
+                filesystem: vec![],
+                exec: vec![],
+                services: vec![],
+                http: vec![],
+            },
         }
     }
     fn preflight(_action: String, _params: String) -> Result<Vec<Check>, PluginError> {
@@ -28,8 +33,16 @@ impl Guest for Sneaky {
     }
     fn run(_action: String, params: String, _context: RunContext) -> Result<Outcome, PluginError> {
         match std::net::TcpStream::connect(params.as_str()) {
-            Ok(_) => Ok(Outcome { changed: false, message: "connected".into(), outputs: vec![] }),
-            Err(e) => Err(PluginError { code: "io".into(), message: e.to_string(), retryable: false }),
+            Ok(_) => Ok(Outcome {
+                changed: false,
+                message: "connected".into(),
+                outputs: vec![],
+            }),
+            Err(e) => Err(PluginError {
+                code: "io".into(),
+                message: e.to_string(),
+                retryable: false,
+            }),
         }
     }
 }

@@ -16,7 +16,11 @@ use serde_json::Value;
 struct Good;
 
 fn err(code: &str, message: impl Into<String>) -> PluginError {
-    PluginError { code: code.into(), message: message.into(), retryable: false }
+    PluginError {
+        code: code.into(),
+        message: message.into(),
+        retryable: false,
+    }
 }
 
 fn host_err(e: HostError) -> PluginError {
@@ -31,13 +35,19 @@ fn host_err(e: HostError) -> PluginError {
 }
 
 fn str_param<'a>(p: &'a Value, key: &str) -> Result<&'a str, PluginError> {
-    p.get(key).and_then(Value::as_str).ok_or_else(|| err("bad-params", format!("missing string param `{key}`")))
+    p.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| err("bad-params", format!("missing string param `{key}`")))
 }
 
 fn args_param(p: &Value) -> Vec<String> {
     p.get("args")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -66,8 +76,14 @@ impl Guest for Good {
                 action("service", "performs `action` on `unit`"),
             ],
             capabilities: Capabilities {
-                filesystem: vec![PathRequest { path: "/data".into(), writable: false }],
-                exec: vec![CommandRequest { command: "/usr/bin/greet".into(), args: vec!["*".into()] }],
+                filesystem: vec![PathRequest {
+                    path: "/data".into(),
+                    writable: false,
+                }],
+                exec: vec![CommandRequest {
+                    command: "/usr/bin/greet".into(),
+                    args: vec!["*".into()],
+                }],
                 services: vec![],
                 http: vec![],
             },
@@ -75,23 +91,37 @@ impl Guest for Good {
     }
 
     fn preflight(action: String, _params: String) -> Result<Vec<Check>, PluginError> {
-        Ok(vec![Check { name: format!("{action}-ready"), status: CheckStatus::Pass, message: "ok".into() }])
+        Ok(vec![Check {
+            name: format!("{action}-ready"),
+            status: CheckStatus::Pass,
+            message: "ok".into(),
+        }])
     }
 
     fn run(action: String, params: String, context: RunContext) -> Result<Outcome, PluginError> {
-        let p: Value = serde_json::from_str(&params).map_err(|e| err("bad-params", e.to_string()))?;
+        let p: Value =
+            serde_json::from_str(&params).map_err(|e| err("bad-params", e.to_string()))?;
         let mut outputs = Vec::new();
         match action.as_str() {
             "noop" => {}
             "happy" => {
                 let file = str_param(&p, "file")?;
-                let content = std::fs::read_to_string(file).map_err(|e| err("io", format!("{file}: {e}")))?;
-                log::write(log::Level::Info, "read granted file", &[("path".into(), file.into())]);
+                let content =
+                    std::fs::read_to_string(file).map_err(|e| err("io", format!("{file}: {e}")))?;
+                log::write(
+                    log::Level::Info,
+                    "read granted file",
+                    &[("path".into(), file.into())],
+                );
                 log::progress(1, 2, "file read");
-                let out = exec::run(str_param(&p, "command")?, &args_param(&p), None).map_err(host_err)?;
+                let out = exec::run(str_param(&p, "command")?, &args_param(&p), None)
+                    .map_err(host_err)?;
                 log::progress(2, 2, "command ran");
                 outputs.push(("file".into(), content));
-                outputs.push(("stdout".into(), String::from_utf8_lossy(&out.stdout).into_owned()));
+                outputs.push((
+                    "stdout".into(),
+                    String::from_utf8_lossy(&out.stdout).into_owned(),
+                ));
                 outputs.push(("exit-code".into(), out.exit_code.to_string()));
             }
             "facts" => {
@@ -115,7 +145,8 @@ impl Guest for Good {
             }
             "write" => {
                 let path = str_param(&p, "path")?;
-                std::fs::write(path, str_param(&p, "content")?).map_err(|e| err("io", format!("{path}: {e}")))?;
+                std::fs::write(path, str_param(&p, "content")?)
+                    .map_err(|e| err("io", format!("{path}: {e}")))?;
             }
             "service" => {
                 let unit = str_param(&p, "unit")?;
@@ -125,7 +156,9 @@ impl Guest for Good {
                     "start" => service::control(unit, service::Action::Start),
                     "stop" => service::control(unit, service::Action::Stop),
                     "reload" => service::control(unit, service::Action::Reload),
-                    other => return Err(err("bad-params", format!("unknown service action {other}"))),
+                    other => {
+                        return Err(err("bad-params", format!("unknown service action {other}")));
+                    }
                 }
                 .map_err(host_err)?;
                 outputs.push(("active-state".into(), st.active_state));
@@ -133,7 +166,11 @@ impl Guest for Good {
             }
             other => return Err(err("unknown-action", format!("no action named {other}"))),
         }
-        Ok(Outcome { changed: !context.dry_run && action == "write", message: format!("{action} done"), outputs })
+        Ok(Outcome {
+            changed: !context.dry_run && action == "write",
+            message: format!("{action} done"),
+            outputs,
+        })
     }
 }
 

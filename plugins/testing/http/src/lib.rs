@@ -15,7 +15,11 @@ use serde_json::Value;
 struct Http;
 
 fn err(code: &str, message: String) -> PluginError {
-    PluginError { code: code.into(), message, retryable: false }
+    PluginError {
+        code: code.into(),
+        message,
+        retryable: false,
+    }
 }
 
 impl Guest for Http {
@@ -31,14 +35,20 @@ impl Guest for Http {
                 params_schema: r#"{"type":"object"}"#.into(),
                 idempotent: true,
             }],
-            capabilities: Capabilities { filesystem: vec![], exec: vec![], services: vec![], http: vec!["127.0.0.1".into()] },
+            capabilities: Capabilities {
+                filesystem: vec![],
+                exec: vec![],
+                services: vec![],
+                http: vec!["127.0.0.1".into()],
+            },
         }
     }
     fn preflight(_action: String, _params: String) -> Result<Vec<Check>, PluginError> {
         Ok(vec![])
     }
     fn run(_action: String, params: String, _context: RunContext) -> Result<Outcome, PluginError> {
-        let p: Value = serde_json::from_str(&params).map_err(|e| err("bad-params", e.to_string()))?;
+        let p: Value =
+            serde_json::from_str(&params).map_err(|e| err("bad-params", e.to_string()))?;
         let url = p.get("url").and_then(Value::as_str).unwrap_or_default();
         let max = p.get("max").and_then(Value::as_u64).unwrap_or(1 << 20);
         match http::get(url, max) {

@@ -68,7 +68,10 @@ pub struct WriteParams {
 /// A file under [`STATE_DIR`], refusing names that would leave it.
 fn state_file(name: &str) -> Result<String, PluginError> {
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-        return Err(PluginError::new("bad-name", format!("{name:?} must be a plain file name (no slashes)")));
+        return Err(PluginError::new(
+            "bad-name",
+            format!("{name:?} must be a plain file name (no slashes)"),
+        ));
     }
     Ok(format!("{STATE_DIR}/{name}"))
 }
@@ -82,18 +85,41 @@ impl Plugin for Steps {
     fn metadata() -> Metadata {
         bosun_plugin_sdk::metadata!()
             .name("e2e-steps")
-            .action(ActionInfo::new("sleep", "Wait, change nothing").params::<SleepParams>().idempotent())
-            .action(ActionInfo::new("sleep-once", "Wait, then write a marker file (not idempotent)").params::<SleepOnceParams>())
-            .action(ActionInfo::new("require", "Fail until a file exists").params::<RequireParams>().idempotent())
-            .action(ActionInfo::new("write", "Write a file under /var/lib/bosun-e2e (not idempotent)").params::<WriteParams>())
+            .action(
+                ActionInfo::new("sleep", "Wait, change nothing")
+                    .params::<SleepParams>()
+                    .idempotent(),
+            )
+            .action(
+                ActionInfo::new(
+                    "sleep-once",
+                    "Wait, then write a marker file (not idempotent)",
+                )
+                .params::<SleepOnceParams>(),
+            )
+            .action(
+                ActionInfo::new("require", "Fail until a file exists")
+                    .params::<RequireParams>()
+                    .idempotent(),
+            )
+            .action(
+                ActionInfo::new(
+                    "write",
+                    "Write a file under /var/lib/bosun-e2e (not idempotent)",
+                )
+                .params::<WriteParams>(),
+            )
             .reads("/etc")
             .writes(STATE_DIR)
     }
 
     fn preflight(action: &Action) -> Result<Vec<Check>, PluginError> {
         let check = match action {
-            Action::SleepOnce(p) => state_file(&p.marker).map(|f| Check::pass("marker-name", format!("would write {f}")))?,
-            Action::Write(p) => state_file(&p.name).map(|f| Check::pass("file-name", format!("would write {f}")))?,
+            Action::SleepOnce(p) => state_file(&p.marker)
+                .map(|f| Check::pass("marker-name", format!("would write {f}")))?,
+            Action::Write(p) => {
+                state_file(&p.name).map(|f| Check::pass("file-name", format!("would write {f}")))?
+            }
             Action::Sleep(_) | Action::Require(_) => Check::pass("params", "nothing to check"),
         };
         Ok(vec![check])
@@ -111,28 +137,47 @@ impl Plugin for Steps {
                 info!("sleeping {} ms, then writing {file}", p.millis);
                 std::thread::sleep(Duration::from_millis(p.millis));
                 if ctx.dry_run {
-                    return Ok(Outcome::unchanged(format!("would write {file} after {} ms", p.millis)));
+                    return Ok(Outcome::unchanged(format!(
+                        "would write {file} after {} ms",
+                        p.millis
+                    )));
                 }
                 bosun_plugin_sdk::fs::write(&file, b"done\n")?;
-                Ok(Outcome::changed(format!("slept {} ms and wrote {file}", p.millis)))
+                Ok(Outcome::changed(format!(
+                    "slept {} ms and wrote {file}",
+                    p.millis
+                )))
             }
             Action::Require(p) => match bosun_plugin_sdk::fs::read_optional(&p.path)? {
                 Some(_) => Ok(Outcome::unchanged(format!("{} exists", p.path))),
-                None => Err(PluginError::retryable("missing", format!("{} does not exist yet: create it, then retry", p.path))),
+                None => Err(PluginError::retryable(
+                    "missing",
+                    format!("{} does not exist yet: create it, then retry", p.path),
+                )),
             },
             Action::Write(p) => {
                 let file = state_file(&p.name)?;
                 let current = bosun_plugin_sdk::fs::read_optional(&file)?;
                 if current.as_deref() == Some(p.content.as_str()) {
-                    return Ok(Outcome::unchanged(format!("{file} already holds the content")));
+                    return Ok(Outcome::unchanged(format!(
+                        "{file} already holds the content"
+                    )));
                 }
-                let now = current.map_or_else(|| "absent".to_owned(), |c| format!("{} bytes", c.len()));
+                let now =
+                    current.map_or_else(|| "absent".to_owned(), |c| format!("{} bytes", c.len()));
                 if ctx.dry_run {
-                    return Ok(Outcome::unchanged(format!("would write {} bytes to {file} (now {now})", p.content.len()))
-                        .output("wouldWrite", &file));
+                    return Ok(Outcome::unchanged(format!(
+                        "would write {} bytes to {file} (now {now})",
+                        p.content.len()
+                    ))
+                    .output("wouldWrite", &file));
                 }
                 bosun_plugin_sdk::fs::write(&file, p.content.as_bytes())?;
-                Ok(Outcome::changed(format!("wrote {} bytes to {file} (was {now})", p.content.len())).output("wrote", &file))
+                Ok(Outcome::changed(format!(
+                    "wrote {} bytes to {file} (was {now})",
+                    p.content.len()
+                ))
+                .output("wrote", &file))
             }
         }
     }
@@ -147,8 +192,20 @@ mod tests {
     #[test]
     fn only_sleep_and_require_are_idempotent() {
         let m = Steps::metadata();
-        let idempotent: Vec<(&str, bool)> = m.actions.iter().map(|a| (a.name.as_str(), a.idempotent)).collect();
-        assert_eq!(idempotent, [("sleep", true), ("sleep-once", false), ("require", true), ("write", false)]);
+        let idempotent: Vec<(&str, bool)> = m
+            .actions
+            .iter()
+            .map(|a| (a.name.as_str(), a.idempotent))
+            .collect();
+        assert_eq!(
+            idempotent,
+            [
+                ("sleep", true),
+                ("sleep-once", false),
+                ("require", true),
+                ("write", false)
+            ]
+        );
     }
 
     #[test]

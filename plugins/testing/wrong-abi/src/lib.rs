@@ -19,14 +19,23 @@ impl Guest for WrongAbi {
             abi_version: "0.2.0".into(),
             description: "built against a future ABI".into(),
             actions: vec![],
-            capabilities: Capabilities { filesystem: vec![], exec: vec![], services: vec![], http: vec![] },
+            capabilities: Capabilities {
+                filesystem: vec![],
+                exec: vec![],
+                services: vec![],
+                http: vec![],
+            },
         }
     }
     fn preflight(_action: String, _params: String) -> Result<Vec<Check>, PluginError> {
         Ok(vec![])
     }
     fn run(_action: String, _params: String, _context: RunContext) -> Result<Outcome, PluginError> {
-        Ok(Outcome { changed: false, message: "ran on the wrong ABI".into(), outputs: vec![] })
+        Ok(Outcome {
+            changed: false,
+            message: "ran on the wrong ABI".into(),
+            outputs: vec![],
+        })
     }
 }
 

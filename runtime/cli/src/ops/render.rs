@@ -387,7 +387,11 @@ fn render_task(
         let _ = write!(out, "  {}", s.dim("dry run"));
     }
     out.push('\n');
-    if let Some(line) = status.node_facts.as_ref().and_then(|f| facts_line(f, now, s)) {
+    if let Some(line) = status
+        .node_facts
+        .as_ref()
+        .and_then(|f| facts_line(f, now, s))
+    {
         let _ = writeln!(out, "{cont}{line}");
     }
 
@@ -534,7 +538,10 @@ fn render_task(
         }
         // Another Operation holds the node (the controller's NodeHeld condition).
         NodeTaskPhase::Pending
-            if status.conditions.iter().any(|c| c.type_ == "NodeHeld" && c.status == "True") =>
+            if status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "NodeHeld" && c.status == "True") =>
         {
             if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
                 hint(out, &s.yellow(message));
@@ -581,7 +588,11 @@ fn facts_line(report: &NodeFactsReport, now: Timestamp, s: Style) -> Option<Stri
                 .and_then(earliest)
                 .filter(|b| b.not_after != first.not_after)
                 .map(|b| format!("{} → ", days(b.not_after.0.duration_since(now))));
-            format!("certs expire in {}{}", previous.unwrap_or_default(), days(left))
+            format!(
+                "certs expire in {}{}",
+                previous.unwrap_or_default(),
+                days(left)
+            )
         };
         parts.push(format!("{when} (earliest: {})", first.name));
     }
@@ -610,7 +621,11 @@ pub fn blocked_summary(op: &Operation, tasks: &[NodeTask]) -> Option<String> {
     let name = op.metadata.name.as_deref().unwrap_or("?");
     let blocked: Vec<&NodeTask> = tasks
         .iter()
-        .filter(|t| t.status.as_ref().is_some_and(|s| s.phase == NodeTaskPhase::Blocked))
+        .filter(|t| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.phase == NodeTaskPhase::Blocked)
+        })
         .collect();
     if blocked.iter().any(|t| t.spec.recovery.is_some()) {
         return None;
@@ -623,7 +638,10 @@ pub fn blocked_summary(op: &Operation, tasks: &[NodeTask]) -> Option<String> {
     let mut out = format!(
         "Operation {name} is Blocked{}: {}\n",
         reason.map(|r| format!(" ({r})")).unwrap_or_default(),
-        status.message.as_deref().unwrap_or("a node task is blocked")
+        status
+            .message
+            .as_deref()
+            .unwrap_or("a node task is blocked")
     );
     for t in &blocked {
         let node = &t.spec.node_name;
@@ -633,7 +651,10 @@ pub fn blocked_summary(op: &Operation, tasks: &[NodeTask]) -> Option<String> {
         );
     }
     if blocked.is_empty() {
-        let _ = writeln!(out, "  see `kubectl bosun status {name}` and the Operation's conditions");
+        let _ = writeln!(
+            out,
+            "  see `kubectl bosun status {name}` and the Operation's conditions"
+        );
     }
     out.push_str("The watch ends here: nothing changes until someone resolves it.\n");
     Some(out)
@@ -1063,8 +1084,14 @@ workers  1/3 finished  (up to 2 at a time)
     #[test]
     fn step_outputs_show_under_the_step_with_before_after_pairs_joined() {
         let mut outputs = std::collections::BTreeMap::new();
-        outputs.insert("apiserver.before".to_owned(), "2027-11-30T02:35:55Z".to_owned());
-        outputs.insert("apiserver.after".to_owned(), "2027-11-30T03:23:03Z".to_owned());
+        outputs.insert(
+            "apiserver.before".to_owned(),
+            "2027-11-30T02:35:55Z".to_owned(),
+        );
+        outputs.insert(
+            "apiserver.after".to_owned(),
+            "2027-11-30T03:23:03Z".to_owned(),
+        );
         outputs.insert("kernel".to_owned(), "6.18.44".to_owned());
         outputs.insert("orphan.after".to_owned(), "x".to_owned());
         assert_eq!(
@@ -1075,17 +1102,31 @@ workers  1/3 finished  (up to 2 at a time)
                 "orphan.after: x".to_owned(),
             ]
         );
-        let many: std::collections::BTreeMap<String, String> =
-            (0..40).map(|i| (format!("k{i:02}"), i.to_string())).collect();
+        let many: std::collections::BTreeMap<String, String> = (0..40)
+            .map(|i| (format!("k{i:02}"), i.to_string()))
+            .collect();
         let lines = output_lines(&many);
         assert_eq!(lines.len(), MAX_OUTPUT_LINES);
-        assert_eq!(lines.last().unwrap(), "… 25 more outputs (-o yaml shows all)");
+        assert_eq!(
+            lines.last().unwrap(),
+            "… 25 more outputs (-o yaml shows all)"
+        );
 
         let mut t = tasks();
-        let step = t[0].status.as_mut().unwrap().steps.iter_mut().find(|x| x.phase == StepPhase::Succeeded).unwrap();
+        let step = t[0]
+            .status
+            .as_mut()
+            .unwrap()
+            .steps
+            .iter_mut()
+            .find(|x| x.phase == StepPhase::Succeeded)
+            .unwrap();
         step.outputs = outputs;
         let text = status(&operation(), &t, NOW.parse().unwrap(), Style::PLAIN);
-        assert!(text.contains("apiserver: 2027-11-30T02:35:55Z → 2027-11-30T03:23:03Z"), "{text}");
+        assert!(
+            text.contains("apiserver: 2027-11-30T02:35:55Z → 2027-11-30T03:23:03Z"),
+            "{text}"
+        );
     }
 
     fn facts(at: &str, kubelet: &str, kubeadm: Option<&str>, certs: &[(&str, &str)]) -> NodeFacts {
@@ -1098,7 +1139,10 @@ workers  1/3 finished  (up to 2 at a time)
             kernel: Some("6.12.0".into()),
             certificates: certs
                 .iter()
-                .map(|(n, t)| bosun_api::node_task::CertificateExpiry { name: (*n).into(), not_after: ts(t) })
+                .map(|(n, t)| bosun_api::node_task::CertificateExpiry {
+                    name: (*n).into(),
+                    not_after: ts(t),
+                })
                 .collect(),
             certificates_omitted: 0,
         }
@@ -1111,10 +1155,17 @@ workers  1/3 finished  (up to 2 at a time)
             "2026-11-30T03:00:01Z",
             "v1.33.5",
             Some("v1.33.5"),
-            &[("apiserver", "2026-12-30T03:00:00Z"), ("ca", "2035-11-28T03:00:00Z"), ("apiserver-kubelet-client", "2026-12-29T03:00:00Z")],
+            &[
+                ("apiserver", "2026-12-30T03:00:00Z"),
+                ("ca", "2035-11-28T03:00:00Z"),
+                ("apiserver-kubelet-client", "2026-12-29T03:00:00Z"),
+            ],
         );
         // Only `before` yet: the values as they are.
-        let report = NodeFactsReport { before: Some(before.clone()), after: None };
+        let report = NodeFactsReport {
+            before: Some(before.clone()),
+            after: None,
+        };
         assert_eq!(
             facts_line(&report, now, Style::PLAIN).unwrap(),
             "kubelet v1.33.5 · kubeadm v1.33.5 · certs expire in 28d (earliest: apiserver-kubelet-client)"
@@ -1124,30 +1175,55 @@ workers  1/3 finished  (up to 2 at a time)
             "2026-11-30T03:05:00Z",
             "v1.34.4",
             Some("v1.34.4"),
-            &[("apiserver", "2027-11-29T03:04:00Z"), ("apiserver-kubelet-client", "2027-11-29T03:04:30Z")],
+            &[
+                ("apiserver", "2027-11-29T03:04:00Z"),
+                ("apiserver-kubelet-client", "2027-11-29T03:04:30Z"),
+            ],
         );
-        let report = NodeFactsReport { before: Some(before.clone()), after: Some(after) };
+        let report = NodeFactsReport {
+            before: Some(before.clone()),
+            after: Some(after),
+        };
         assert_eq!(
             facts_line(&report, now, Style::PLAIN).unwrap(),
             "kubelet v1.33.5 → v1.34.4 · kubeadm v1.33.5 → v1.34.4 · certs expire in 28d → 364d (earliest: apiserver)"
         );
         // A worker: no kubeadm PKI, no kubeadm.
-        let worker = NodeFactsReport { before: Some(facts("2026-11-30T03:00:01Z", "v1.34.4", None, &[])), after: None };
-        assert_eq!(facts_line(&worker, now, Style::PLAIN).unwrap(), "kubelet v1.34.4");
+        let worker = NodeFactsReport {
+            before: Some(facts("2026-11-30T03:00:01Z", "v1.34.4", None, &[])),
+            after: None,
+        };
+        assert_eq!(
+            facts_line(&worker, now, Style::PLAIN).unwrap(),
+            "kubelet v1.34.4"
+        );
         // An expired certificate says so.
-        let expired = NodeFactsReport { before: Some(facts("2026-11-30T03:00:01Z", "v1.34.4", None, &[("front-proxy-client", "2026-11-27T03:00:00Z")])), after: None };
+        let expired = NodeFactsReport {
+            before: Some(facts(
+                "2026-11-30T03:00:01Z",
+                "v1.34.4",
+                None,
+                &[("front-proxy-client", "2026-11-27T03:00:00Z")],
+            )),
+            after: None,
+        };
         assert_eq!(
             facts_line(&expired, now, Style::PLAIN).unwrap(),
             "kubelet v1.34.4 · a certificate EXPIRED 3d ago (earliest: front-proxy-client)"
         );
-        assert_eq!(facts_line(&NodeFactsReport::default(), now, Style::PLAIN), None);
+        assert_eq!(
+            facts_line(&NodeFactsReport::default(), now, Style::PLAIN),
+            None
+        );
 
         // In the tree: right under the node's line.
         let mut t = tasks();
         t[0].status.as_mut().unwrap().node_facts = Some(report);
         let text = status(&operation(), &t, now, Style::PLAIN);
         assert!(
-            text.contains("└─ ✓ lab-cp-1  Succeeded  350ms\n   kubelet v1.33.5 → v1.34.4 · kubeadm"),
+            text.contains(
+                "└─ ✓ lab-cp-1  Succeeded  350ms\n   kubelet v1.33.5 → v1.34.4 · kubeadm"
+            ),
             "{text}"
         );
     }
@@ -1155,7 +1231,10 @@ workers  1/3 finished  (up to 2 at a time)
     #[test]
     fn a_task_waiting_for_a_node_held_by_another_operation_says_by_whom() {
         let mut t = tasks();
-        let waiting = t.iter_mut().find(|x| x.spec.node_name == "lab-worker-3").unwrap();
+        let waiting = t
+            .iter_mut()
+            .find(|x| x.spec.node_name == "lab-worker-3")
+            .unwrap();
         let st = waiting.status.as_mut().unwrap();
         st.message = Some("waiting: node lab-worker-3 is held by Operation upgrade-x (task upgrade-x-lab-worker-3, Blocked)".into());
         st.conditions.push(Condition {
@@ -1275,6 +1354,9 @@ error preflight-failed: /etc/missing not found
         // With log lines, the message comes after them.
         t.status.as_mut().unwrap().steps[1].log_tail = vec!["planning".into()];
         let got = logs(&t, Some("greet"), NOW.parse().unwrap());
-        assert!(got.ends_with("planning\nresult: would run `kubeadm upgrade node` (kubeadm v1.34.5)\n"), "{got}");
+        assert!(
+            got.ends_with("planning\nresult: would run `kubeadm upgrade node` (kubeadm v1.34.5)\n"),
+            "{got}"
+        );
     }
 }

@@ -6,7 +6,10 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
 use bosun_api::grants::{Access, ExecGrant, FilesystemGrant, Grants};
-use bosun_host::{CallFailure, Host, HostConfig, LoadedPlugin, NodeContext, PluginPin, RecordingBackend, RunOptions, RunReport};
+use bosun_host::{
+    CallFailure, Host, HostConfig, LoadedPlugin, NodeContext, PluginPin, RecordingBackend,
+    RunOptions, RunReport,
+};
 use bosun_trust::{Digest, SigningKey, Statement, TrustRoots};
 
 /// The compiled test plugins (see plugins/testing/README.md).
@@ -19,7 +22,10 @@ pub struct Plugins {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// Runs `cargo build --release --target wasm32-wasip2` for the test plugins once per
@@ -65,7 +71,9 @@ impl Signer {
     pub fn new() -> Signer {
         let key = SigningKey::generate_ed25519();
         let mut roots = TrustRoots::new();
-        roots.add_pem(&key.public_key().to_pem(), "test-admin.pub").unwrap();
+        roots
+            .add_pem(&key.public_key().to_pem(), "test-admin.pub")
+            .unwrap();
         Signer { key, roots }
     }
 
@@ -73,7 +81,12 @@ impl Signer {
     pub fn pin(&self, bytes: &[u8], name: &str, version: &str) -> PluginPin {
         let digest = Digest::of(bytes);
         let statement = Statement::new(name, version, digest).unwrap();
-        PluginPin { name: name.into(), version: version.into(), sha256: digest, signatures: vec![self.key.sign_statement(&statement)] }
+        PluginPin {
+            name: name.into(),
+            version: version.into(),
+            sha256: digest,
+            signatures: vec![self.key.sign_statement(&statement)],
+        }
     }
 }
 
@@ -118,14 +131,19 @@ impl Node {
     }
 
     pub fn load(&self, host: &Host, bytes: &[u8], name: &str) -> LoadedPlugin {
-        host.load(bytes, &self.signer.pin(bytes, name, "1.0.0")).unwrap()
+        host.load(bytes, &self.signer.pin(bytes, name, "1.0.0"))
+            .unwrap()
     }
 }
 
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
         .unwrap_or(false)
 }
 
@@ -140,7 +158,13 @@ fn install_shell(root: &Path) {
     let mut files = vec![PathBuf::from("/bin/sh")];
     let ldd = Command::new("ldd").arg("/bin/sh").output().expect("ldd");
     for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-        let path = line.split("=>").last().unwrap_or(line).split_whitespace().next().unwrap_or("");
+        let path = line
+            .split("=>")
+            .last()
+            .unwrap_or(line)
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
         if path.starts_with('/') {
             files.push(PathBuf::from(path));
         }
@@ -178,26 +202,44 @@ pub fn node() -> Node {
         "NAME=\"Rocky Linux\"\nID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.4\"\nPRETTY_NAME=\"Rocky Linux 9.4 (Blue Onyx)\"\n",
     );
     write(&root.join("etc/marker"), "inside-the-root\n");
-    write(&root.join("usr/bin/greet"), "#!/bin/sh\nread marker < /etc/marker || marker=unconfined\necho \"hello $1 from $marker\"\n");
-    write(&root.join("usr/bin/spin"), "#!/bin/sh\nwhile :; do :; done\n");
+    write(
+        &root.join("usr/bin/greet"),
+        "#!/bin/sh\nread marker < /etc/marker || marker=unconfined\necho \"hello $1 from $marker\"\n",
+    );
+    write(
+        &root.join("usr/bin/spin"),
+        "#!/bin/sh\nwhile :; do :; done\n",
+    );
     use std::os::unix::fs::PermissionsExt;
     for script in ["usr/bin/greet", "usr/bin/spin"] {
-        std::fs::set_permissions(root.join(script), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(root.join(script), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
     }
     install_shell(&root);
-    Node { dir, signer: Signer::new(), services: Arc::new(RecordingBackend::logging_to_host_root()) }
+    Node {
+        dir,
+        signer: Signer::new(),
+        services: Arc::new(RecordingBackend::logging_to_host_root()),
+    }
 }
 
 /// A filesystem grant of `path`.
 pub fn fs(path: &str, access: Access) -> FilesystemGrant {
-    FilesystemGrant { path: path.into(), access, optional: false }
+    FilesystemGrant {
+        path: path.into(),
+        access,
+        optional: false,
+    }
 }
 
 /// An exec grant of `command` with argument-pattern lists `args` (60 s, 4 KiB of output).
 pub fn exec_grant(command: &str, args: &[&[&str]]) -> ExecGrant {
     ExecGrant {
         command: command.into(),
-        args: args.iter().map(|l| l.iter().map(|s| (*s).to_owned()).collect()).collect(),
+        args: args
+            .iter()
+            .map(|l| l.iter().map(|s| (*s).to_owned()).collect())
+            .collect(),
         timeout_seconds: Some(60),
         max_output_bytes: Some(4096),
         dry_run: false,
@@ -206,6 +248,23 @@ pub fn exec_grant(command: &str, args: &[&[&str]]) -> ExecGrant {
 }
 
 /// Runs `action` of `p` for real (not a dry run) with a 60 s deadline on node `ctx`.
-pub fn run_on(host: &Host, p: &LoadedPlugin, grants: &Grants, ctx: &NodeContext, action: &str, params: &str) -> Result<RunReport, CallFailure> {
-    host.run(p, grants, ctx, action, params, RunOptions { dry_run: false, deadline: Some(std::time::Duration::from_secs(60)) })
+pub fn run_on(
+    host: &Host,
+    p: &LoadedPlugin,
+    grants: &Grants,
+    ctx: &NodeContext,
+    action: &str,
+    params: &str,
+) -> Result<RunReport, CallFailure> {
+    host.run(
+        p,
+        grants,
+        ctx,
+        action,
+        params,
+        RunOptions {
+            dry_run: false,
+            deadline: Some(std::time::Duration::from_secs(60)),
+        },
+    )
 }
