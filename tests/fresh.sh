@@ -15,6 +15,7 @@
 #   bash tests/fresh.sh                 # demo first, then the tests (README order)
 #   bash tests/fresh.sh --tests-first   # the other order
 #   bash tests/fresh.sh --keep          # keep the temporary directory (logs, caches)
+#   bash tests/fresh.sh --only tests    # just one of the two commands (tests or demo)
 #
 # The lab listens on 127.0.0.1 ports BOSUN_LAB_PORT_BASE..+3 (default 26443 here, so a lab
 # already running on the default 16443 is not disturbed). Expect about an hour on two cores
@@ -24,13 +25,20 @@ src="$(cd "$(dirname "$0")/.." && pwd)"
 
 order=(demo tests)
 keep=0
-for arg in "$@"; do
-  case "$arg" in
+while [ $# -gt 0 ]; do
+  case "$1" in
     --tests-first) order=(tests demo) ;;
     --keep) keep=1 ;;
-    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "fresh.sh: unknown argument '$arg' (see --help)" >&2; exit 2 ;;
+    --only)
+      case "${2:-}" in
+        tests | demo) order=("$2"); shift ;;
+        *) echo "fresh.sh: --only takes 'tests' or 'demo', got '${2:-}'" >&2; exit 2 ;;
+      esac
+      ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "fresh.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
+  shift
 done
 
 for tool in git cargo rustup go; do
