@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
         *) echo "fresh.sh: --only takes 'tests' or 'demo', got '${2:-}'" >&2; exit 2 ;;
       esac
       ;;
-    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fresh.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
