@@ -10,9 +10,12 @@ use crate::service::{ServiceBackend, SystemctlBackend};
 /// How granted commands (and the kubeadm fact) are started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecIsolation {
-    /// `chroot(2)` into the host root before `exec` when the root is not `/`: the command
-    /// sees only the node's file system. Needs `CAP_SYS_CHROOT` (the agent runs as root);
-    /// without it every command fails with `host-error.failed` saying so.
+    /// The command's `/` is the host root when the root is not `/`: its own mount
+    /// namespace with `pivot_root` into the host root where the agent may create one
+    /// (`CAP_SYS_ADMIN`), else `chroot(2)`; it sees only the node's file system. Needs
+    /// `CAP_SYS_CHROOT` or `CAP_SYS_ADMIN` (the agent runs as root); without either every
+    /// command fails with `host-error.failed` saying so. Either way the command keeps only
+    /// a reduced capability set (docs/security.md, "Confinement of granted commands").
     Chroot,
     /// Resolve the command under the host root and start it with the host root as its
     /// working directory, but without chroot. For unprivileged development runs only:

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -364,11 +364,11 @@ pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> 
             Stdio::null()
         });
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    let chroot = match spec.isolation {
+    let root = match spec.isolation {
         ExecIsolation::Chroot if !real_root => Some(root_cstring(spec.root)?),
         _ => None,
     };
-    confine_before_exec(&mut cmd, chroot);
+    confine_before_exec(&mut cmd, Confinement::new(root)?);
     let deadline = Instant::now() + spec.timeout.min(MAX_TIMEOUT);
     let mut child = cmd
         .spawn()
@@ -513,61 +513,47 @@ impl Pipes {
 
     /// Waits up to `wait` for any pipe to be ready, then reads what is there and writes
     /// what fits. Closes a pipe at its end (EOF, or the command closed its stdin).
-    #[allow(unsafe_code)]
     fn pump(&mut self, wait: Duration) -> std::io::Result<()> {
-        let fd = |f: Option<&File>| f.map_or(-1, AsRawFd::as_raw_fd);
-        let mut fds = [
-            libc::pollfd {
-                fd: fd(self.out.as_ref()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: fd(self.err.as_ref()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: fd(self.stdin.as_ref().map(|s| &s.0)),
-                events: libc::POLLOUT,
-                revents: 0,
-            },
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let (readable, writable) = (PollFlags::IN, PollFlags::OUT);
+        let pipes = [
+            (self.out.as_ref(), readable),
+            (self.err.as_ref(), readable),
+            (self.stdin.as_ref().map(|s| &s.0), writable),
         ];
-        if fds.iter().all(|p| p.fd < 0) {
+        let mut fds = Vec::with_capacity(pipes.len());
+        let mut slots = Vec::with_capacity(pipes.len());
+        for (slot, (pipe, events)) in pipes.into_iter().enumerate() {
+            if let Some(pipe) = pipe {
+                fds.push(PollFd::new(pipe, events));
+                slots.push(slot);
+            }
+        }
+        if fds.is_empty() {
             std::thread::sleep(wait);
             return Ok(());
         }
-        let timeout = libc::timespec {
-            tv_sec: libc::time_t::try_from(wait.as_secs()).unwrap_or(libc::time_t::MAX),
-            // Below 10^9: fits every `c_long`.
-            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        let timeout = Timespec {
+            tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: wait.subsec_nanos().into(),
         };
-        // SAFETY: `fds` is a live array of 3 initialised pollfds (ppoll ignores negative
-        // fds), `timeout` a live timespec, and a null signal mask leaves the mask alone;
-        // ppoll writes only the `revents` fields.
-        let n = unsafe {
-            libc::ppoll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                &timeout,
-                std::ptr::null(),
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return if e.kind() == std::io::ErrorKind::Interrupted {
-                Ok(())
-            } else {
-                Err(e)
-            };
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => return Ok(()),
+            Err(e) => return Err(e.into()),
         }
-        if fds[0].revents != 0 {
+        let mut ready = [false; 3];
+        for (fd, slot) in fds.iter().zip(slots) {
+            ready[slot] = !fd.revents().is_empty();
+        }
+        drop(fds);
+        if ready[0] {
             drain(&mut self.out, &mut self.stdout);
         }
-        if fds[1].revents != 0 {
+        if ready[1] {
             drain(&mut self.err, &mut self.stderr);
         }
-        if fds[2].revents != 0 {
+        if ready[2] {
             self.feed();
         }
         Ok(())
@@ -613,18 +599,10 @@ fn drain(pipe: &mut Option<File>, into: &mut Capped) {
 }
 
 /// Turns our end of a pipe into a non-blocking file.
-#[allow(unsafe_code)]
 fn nonblocking(fd: OwnedFd) -> std::io::Result<File> {
-    let raw = fd.as_raw_fd();
-    // SAFETY: fcntl(2) on a descriptor we own; F_GETFL/F_SETFL touch only the status
-    // flags of our end (the command's end of the pipe is a separate open file).
-    let ok = unsafe {
-        let flags = libc::fcntl(raw, libc::F_GETFL);
-        flags >= 0 && libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
-    };
-    if !ok {
-        return Err(std::io::Error::last_os_error());
-    }
+    // Only the status flags of our end change: the command's end is a separate open file.
+    let flags = rustix::fs::fcntl_getfl(&fd)?;
+    rustix::fs::fcntl_setfl(&fd, flags | rustix::fs::OFlags::NONBLOCK)?;
     Ok(File::from(fd))
 }
 
@@ -659,7 +637,7 @@ fn resolve_under(root: &Path, rel: &str) -> Result<PathBuf, CommandError> {
     Ok(path)
 }
 
-/// The host root as a C string for chroot(2).
+/// The host root as a C string for the system calls that enter it.
 fn root_cstring(root: &Path) -> Result<std::ffi::CString, CommandError> {
     use std::os::unix::ffi::OsStrExt;
     std::ffi::CString::new(root.as_os_str().as_bytes())
@@ -677,11 +655,131 @@ extern "C" fn on_terminate(_signal: libc::c_int) {
 /// before killing the whole process group.
 const TERM_GRACE: Duration = Duration::from_secs(1);
 
+/// The capabilities a granted command keeps (of those the agent has): what maintaining
+/// root-owned files needs (read and write them whatever their mode, set their owners and
+/// modes) and switching users (package maintainer scripts). Everything else the agent
+/// may hold is dropped: `CAP_SYS_CHROOT` (so a command cannot chroot(2) its way out of the
+/// host root), `CAP_SYS_ADMIN` (no mounts, no namespaces), `CAP_KILL`, `CAP_SETPCAP`,
+/// `CAP_SYS_PTRACE` and the rest. Because the command's set is then a strict subset of
+/// the agent's, the kernel also refuses it ptrace-mode access to the agent and the
+/// command's keeper (`/proc/<pid>/root`, `/proc/<pid>/fd`, `/proc/<pid>/mem`).
+pub(crate) const COMMAND_CAPABILITIES: rustix::thread::CapabilitySet =
+    rustix::thread::CapabilitySet::CHOWN
+        .union(rustix::thread::CapabilitySet::DAC_OVERRIDE)
+        .union(rustix::thread::CapabilitySet::DAC_READ_SEARCH)
+        .union(rustix::thread::CapabilitySet::FOWNER)
+        .union(rustix::thread::CapabilitySet::FSETID)
+        .union(rustix::thread::CapabilitySet::SETGID)
+        .union(rustix::thread::CapabilitySet::SETUID);
+
+/// How one command is confined, prepared before the fork (nothing is allocated after it).
+struct Confinement {
+    /// The host root to enter, when it is not `/` and isolation is
+    /// [`ExecIsolation::Chroot`].
+    root: Option<std::ffi::CString>,
+    /// The command's permitted and effective capabilities: [`COMMAND_CAPABILITIES`] that
+    /// the calling thread has.
+    capabilities: rustix::thread::CapabilitySet,
+    /// Whether the calling thread may also drop capabilities from the bounding set
+    /// (`CAP_SETPCAP`). Without it the bounding set stays, which `no_new_privs` makes
+    /// harmless: an exec under `no_new_privs` never gains a capability the process did
+    /// not already have.
+    drop_bounding: bool,
+}
+
+impl Confinement {
+    fn new(root: Option<std::ffi::CString>) -> Result<Confinement, CommandError> {
+        let current = rustix::thread::capabilities(None).map_err(|e| {
+            CommandError::Failed(format!("reading the agent's own capabilities: {e}"))
+        })?;
+        Ok(Confinement {
+            root,
+            capabilities: current.permitted & COMMAND_CAPABILITIES,
+            drop_bounding: current
+                .effective
+                .contains(rustix::thread::CapabilitySet::SETPCAP),
+        })
+    }
+}
+
+/// Puts the calling process (the forked command, before exec) under `root`.
+///
+/// Where the process may create a mount namespace (`CAP_SYS_ADMIN`), it gets its own: all
+/// mounts become slaves (nothing the command mounts reaches the node), the root is bind
+/// mounted onto itself with everything below it, `pivot_root` makes it `/`, and the old
+/// root is detached, so nothing outside the host root is left in the command's mount
+/// namespace at all, whatever capabilities it had. Without `CAP_SYS_ADMIN` (the shipped
+/// DaemonSet) `unshare` is refused and the command is `chroot`ed instead; it then loses
+/// `CAP_SYS_CHROOT` with the rest (see [`COMMAND_CAPABILITIES`]), which closes the
+/// chroot(2) way back out. Either way it starts in `/`.
+///
+/// # Safety
+///
+/// Only between fork and exec; makes system calls on `root` and static C strings and
+/// allocates nothing.
+#[allow(unsafe_code)]
+unsafe fn enter_root(root: &std::ffi::CStr) -> std::io::Result<()> {
+    use rustix::mount::{MountPropagationFlags, UnmountFlags};
+    // SAFETY: unsharing the mount namespace in a single-threaded forked child affects
+    // only this process, which then execs.
+    match unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) } {
+        Ok(()) => {
+            rustix::mount::mount_change(
+                c"/",
+                MountPropagationFlags::DOWNSTREAM | MountPropagationFlags::REC,
+            )?;
+            rustix::mount::mount_bind_recursive(root, root)?;
+            rustix::process::chdir(root)?;
+            rustix::process::pivot_root(c".", c".")?;
+            rustix::mount::unmount(c".", UnmountFlags::DETACH)?;
+        }
+        Err(rustix::io::Errno::PERM) => rustix::process::chroot(root)?,
+        Err(e) => return Err(e.into()),
+    }
+    rustix::process::chdir(c"/")?;
+    Ok(())
+}
+
+/// Leaves the calling process (the forked command, before exec) with `keep` as its
+/// permitted and effective capabilities, none inheritable or ambient, and, with
+/// `drop_bounding`, none outside `keep` in its bounding set. Under `no_new_privs` the
+/// exec that follows cannot add any back, root or not.
+fn reduce_capabilities(
+    keep: rustix::thread::CapabilitySet,
+    drop_bounding: bool,
+) -> std::io::Result<()> {
+    use rustix::thread::CapabilitySet;
+    if drop_bounding {
+        for bit in 0..64 {
+            let cap = CapabilitySet::from_bits_retain(1 << bit);
+            if keep.contains(cap) {
+                continue;
+            }
+            match rustix::thread::remove_capability_from_bounding_set(cap) {
+                // Past the last capability this kernel knows.
+                Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    rustix::thread::clear_ambient_capability_set()?;
+    rustix::thread::set_capabilities(
+        None,
+        rustix::thread::CapabilitySets {
+            effective: keep,
+            permitted: keep,
+            inheritable: CapabilitySet::empty(),
+        },
+    )?;
+    Ok(())
+}
+
 /// Confines the command between fork and exec. The forked child becomes the command's
 /// *keeper*; it forks the command and stays behind:
 ///
 /// - `no_new_privs` for both: exec never grants privileges (setuid/setgid bits and file
-///   capabilities are ignored), so a plugin-written setuid binary gains nothing;
+///   capabilities are ignored, and root gains no capability it did not have), so a
+///   plugin-written setuid binary gains nothing;
 /// - a PID namespace whose init is the command, where the agent may create one
 ///   (`CAP_SYS_ADMIN`): when the command ends, the kernel kills everything left in it;
 /// - the keeper is a child subreaper: whatever the command leaves running (a daemon
@@ -690,7 +788,11 @@ const TERM_GRACE: Duration = Duration::from_secs(1);
 ///   ended the keeper kills and reaps all of its remaining children, round after round,
 ///   until none is left (listed in `/proc/thread-self/children`; without that file, as
 ///   before, only the process group is killed). This needs no privilege;
-/// - with `chroot`, the command (only) is chrooted into the host root and starts in `/`.
+/// - with a root to enter, the command (only) gets its own mount namespace with the host
+///   root as `/`, or is chrooted there (see [`enter_root`]), and starts in `/`;
+/// - the command (only) keeps just [`COMMAND_CAPABILITIES`] (see
+///   [`reduce_capabilities`]); the keeper keeps the agent's, so it can still kill
+///   whatever the command leaves and the command cannot reach into it.
 ///
 /// The keeper closes every descriptor (so the command alone holds the output pipes and
 /// the spawn's exec-error pipe), waits for the command and exits with its status (by the
@@ -698,14 +800,15 @@ const TERM_GRACE: Duration = Duration::from_secs(1);
 /// command, sweeps, and exits. The keeper and the command share the process group the
 /// host kills last.
 #[allow(unsafe_code)]
-fn confine_before_exec(cmd: &mut Command, chroot: Option<std::ffi::CString>) {
+fn confine_before_exec(cmd: &mut Command, confinement: Confinement) {
     use std::os::unix::process::CommandExt;
     // SAFETY: runs in the forked child before exec, single-threaded. It makes only
-    // async-signal-safe system calls (prctl, unshare, sigaction, fork, chroot, chdir,
-    // close_range, close, open, read, kill, waitpid, signal, getpid, _exit) on C strings
-    // prepared before the fork, plain integers and stack buffers; it allocates nothing and
-    // takes no lock. The keeper never returns into the standard library: it leaves with
-    // `_exit`. The handler only stores to an atomic.
+    // async-signal-safe system calls (prctl, unshare, sigaction, fork, mount, pivot_root,
+    // umount2, chroot, chdir, capget, capset, close_range, close, open, read, kill,
+    // waitpid, signal, getpid, _exit) on C strings prepared before the fork, plain
+    // integers and stack buffers; it allocates nothing and takes no lock. The keeper never
+    // returns into the standard library: it leaves with `_exit`. The handler only stores
+    // to an atomic.
     unsafe {
         cmd.pre_exec(move || {
             let (zero, one): (libc::c_ulong, libc::c_ulong) = (0, 1);
@@ -727,15 +830,10 @@ fn confine_before_exec(cmd: &mut Command, chroot: Option<std::ffi::CString>) {
                 -1 => Err(std::io::Error::last_os_error()),
                 0 => {
                     libc::signal(libc::SIGTERM, libc::SIG_DFL);
-                    if let Some(root) = &chroot {
-                        if libc::chroot(root.as_ptr()) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        if libc::chdir(c"/".as_ptr()) != 0 {
-                            return Err(std::io::Error::last_os_error());
-                        }
+                    if let Some(root) = &confinement.root {
+                        enter_root(root)?;
                     }
-                    Ok(())
+                    reduce_capabilities(confinement.capabilities, confinement.drop_bounding)
                 }
                 command => keep(command),
             }
@@ -830,13 +928,10 @@ unsafe fn sweep() {
 
 /// Stops a command at its timeout: asks its keeper to kill it and everything it left
 /// (SIGTERM), gives it [`TERM_GRACE`], then kills the process group and reaps the keeper.
-#[allow(unsafe_code)]
 fn terminate(child: &mut std::process::Child, pid: u32) {
-    if let Ok(p) = libc::pid_t::try_from(pid) {
-        // SAFETY: kill(2) on our own child, not yet reaped, so the pid is still ours.
-        unsafe {
-            libc::kill(p, libc::SIGTERM);
-        }
+    if let Some(p) = as_pid(pid) {
+        // Our own child, not yet reaped: the pid is still ours.
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
         let until = Instant::now() + TERM_GRACE;
         while Instant::now() < until {
             if !matches!(child.try_wait(), Ok(None)) {
@@ -850,17 +945,17 @@ fn terminate(child: &mut std::process::Child, pid: u32) {
 }
 
 /// Sends SIGKILL to the process group led by `pid` (the command and anything it forked).
-#[allow(unsafe_code)]
+/// The group was created for this command by `process_group(0)`, so it holds only the
+/// command, its keeper and their descendants.
 fn kill_group(pid: u32) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return;
-    };
-    // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
-    // The group was created for this command by `process_group(0)`, so it holds only
-    // the command and its descendants.
-    unsafe {
-        libc::kill(-pid, libc::SIGKILL);
+    if let Some(p) = as_pid(pid) {
+        let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
     }
+}
+
+/// A child's id as a pid for kill(2).
+fn as_pid(pid: u32) -> Option<rustix::process::Pid> {
+    rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)
 }
 
 #[cfg(test)]
@@ -1111,11 +1206,11 @@ mod tests {
         ));
         let left = processes_with(&marker);
         for pid in &left {
-            // SAFETY: signals the daemon this test started, by its outer pid.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::kill(*pid, libc::SIGKILL);
-            }
+            // The daemon this test started, by its outer pid.
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(*pid).unwrap(),
+                rustix::process::Signal::KILL,
+            );
         }
         let out = out.unwrap();
         assert_eq!(out.exit_code, 0);
@@ -1208,5 +1303,189 @@ mod tests {
         let out = run(s).unwrap();
         assert_eq!(out.stdout.len(), 10);
         assert!(out.truncated);
+    }
+
+    /// Fails, rather than passes vacuously, when the test is not run as root: what it
+    /// checks (the capabilities and mount namespace of commands an agent running as root
+    /// starts) exists only then. CI and `tests/run.sh` run as root.
+    fn require_root(what: &str) {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "{what}: this test needs root (the agent runs as root); run the host's tests as root"
+        );
+    }
+
+    /// The `Cap*` lines of `/proc/self/status` as the command saw them, by name.
+    fn capability_lines(out: &CommandOutput) -> std::collections::BTreeMap<String, u64> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k.to_owned(), u64::from_str_radix(v.trim(), 16).ok()?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn commands_keep_only_the_command_capabilities() {
+        use rustix::thread::CapabilitySet;
+        require_root("commands_keep_only_the_command_capabilities");
+        let ours = rustix::thread::capabilities(None).unwrap();
+        let more = CapabilitySet::SYS_CHROOT | CapabilitySet::SYS_ADMIN | CapabilitySet::KILL;
+        assert!(
+            ours.permitted.contains(more),
+            "the test must hold more than the command set to show it is reduced: {:?}",
+            ours.permitted
+        );
+        let expected = (ours.permitted & COMMAND_CAPABILITIES).bits();
+        let script = "while read -r k v; do case $k in Cap*) echo \"$k $v\";; esac; done < /proc/self/status";
+        let out = run(spec(
+            Path::new("/"),
+            "/bin/sh",
+            &v(&["-c", script]),
+            Duration::from_secs(60),
+        ))
+        .unwrap();
+        let caps = capability_lines(&out);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(caps.get("CapPrm:"), Some(&expected), "{stdout}");
+        assert_eq!(caps.get("CapEff:"), Some(&expected), "{stdout}");
+        assert_eq!(caps.get("CapInh:"), Some(&0), "{stdout}");
+        assert_eq!(caps.get("CapAmb:"), Some(&0), "{stdout}");
+        if ours.effective.contains(CapabilitySet::SETPCAP) {
+            assert_eq!(caps.get("CapBnd:"), Some(&expected), "{stdout}");
+        }
+        // What the reduction is for: as root, chroot(2) is the way out of a chroot.
+        let out = run(spec(
+            Path::new("/"),
+            "/usr/sbin/chroot",
+            &v(&["/", "/bin/true"]),
+            Duration::from_secs(60),
+        ))
+        .expect("/usr/sbin/chroot (coreutils) is needed by this test");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.exit_code, 0, "a command could chroot(2): {stderr}");
+        assert!(stderr.contains("Operation not permitted"), "{stderr}");
+    }
+
+    /// Copies `/bin/sh` and the libraries `ldd` lists for it into `root`.
+    fn install_shell(root: &Path) {
+        let mut files = vec![PathBuf::from("/bin/sh")];
+        let ldd = Command::new("ldd").arg("/bin/sh").output().expect("ldd");
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let path = line.split("=>").last().unwrap_or(line);
+            let path = path.split_whitespace().next().unwrap_or("");
+            if path.starts_with('/') {
+                files.push(PathBuf::from(path));
+            }
+        }
+        for f in files {
+            let dest = root.join(f.strip_prefix("/").unwrap());
+            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            std::fs::copy(f.canonicalize().unwrap(), &dest).unwrap();
+        }
+    }
+
+    /// What a command under a host root saw of its confinement, read from outside while
+    /// it waits on a FIFO.
+    struct Probe {
+        own_mount_namespace: bool,
+        root_link: PathBuf,
+        mount_points: Vec<String>,
+        stdout: String,
+    }
+
+    /// Runs a shell chrooted (isolation `Chroot`) into a fresh root and inspects it while
+    /// it runs; with `without_sys_admin` the spawning thread first gives up
+    /// `CAP_SYS_ADMIN`, as an agent deployed without it.
+    fn probe_confinement(without_sys_admin: bool) -> Probe {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        install_shell(&root);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            root.join("fifo"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let marker = format!(
+            "bosun-confinement-probe-{}-{without_sys_admin}",
+            std::process::id()
+        );
+        let command_root = root.clone();
+        let args = v(&[
+            "-c",
+            "echo ready > /ready; read x < /fifo; echo done",
+            &marker,
+        ]);
+        let command = std::thread::spawn(move || {
+            if without_sys_admin {
+                let mut caps = rustix::thread::capabilities(None).unwrap();
+                caps.effective -= rustix::thread::CapabilitySet::SYS_ADMIN;
+                rustix::thread::set_capabilities(None, caps).unwrap();
+            }
+            let mut s = spec(&command_root, "/bin/sh", &args, Duration::from_secs(300));
+            s.isolation = ExecIsolation::Chroot;
+            run(s)
+        });
+        while !root.join("ready").exists() {
+            if command.is_finished() {
+                panic!("the command ended early: {:?}", command.join().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pids = processes_with(&marker);
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        let proc = PathBuf::from(format!("/proc/{}", pids[0]));
+        let ns = |p: &Path| std::fs::read_link(p.join("ns/mnt")).unwrap();
+        let own_mount_namespace = ns(&proc) != ns(Path::new("/proc/self"));
+        let root_link = std::fs::read_link(proc.join("root")).unwrap();
+        let mount_points = std::fs::read_to_string(proc.join("mountinfo"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+            .collect();
+        std::fs::write(root.join("fifo"), "go\n").unwrap();
+        let out = command.join().unwrap().unwrap();
+        Probe {
+            own_mount_namespace,
+            root_link,
+            mount_points,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        }
+    }
+
+    #[test]
+    fn a_command_under_a_host_root_gets_a_mount_namespace_where_it_is_slash() {
+        require_root("a_command_under_a_host_root_gets_a_mount_namespace_where_it_is_slash");
+        assert!(
+            may_unshare(),
+            "this test needs CAP_SYS_ADMIN, which root has outside a container"
+        );
+        let p = probe_confinement(false);
+        assert_eq!(p.stdout, "done\n");
+        assert!(
+            p.own_mount_namespace,
+            "the command shares the agent's mount namespace"
+        );
+        // pivot_root made the host root `/`, and the old root was detached: the command's
+        // namespace holds the host root's mount and nothing else.
+        assert_eq!(p.root_link, Path::new("/"));
+        assert_eq!(p.mount_points, ["/"]);
+    }
+
+    #[test]
+    fn without_sys_admin_a_command_is_chrooted_instead() {
+        require_root("without_sys_admin_a_command_is_chrooted_instead");
+        let p = probe_confinement(true);
+        assert_eq!(p.stdout, "done\n");
+        assert!(!p.own_mount_namespace);
+        assert!(
+            p.root_link.ends_with("root") && p.root_link != Path::new("/"),
+            "{}",
+            p.root_link.display()
+        );
     }
 }

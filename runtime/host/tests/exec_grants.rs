@@ -7,7 +7,7 @@ mod support;
 
 use bosun_api::grants::{Grants, ServiceAction, ServiceGrant};
 use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, RunReport};
-use support::{exec_grant, node, plugins, run_on};
+use support::{exec_grant, node, plugins, require_root, run_on};
 
 fn ctx() -> NodeContext {
     NodeContext {
@@ -63,6 +63,8 @@ fn refused(
 
 #[test]
 fn path_patterns_do_not_admit_dotdot_or_deeper_paths() {
+    // The granted run below is checked to be confined ("from inside-the-root").
+    require_root("path_patterns_do_not_admit_dotdot_or_deeper_paths");
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");

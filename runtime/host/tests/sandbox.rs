@@ -11,7 +11,7 @@ use bosun_host::{
 };
 use bosun_trust::{Digest, TrustError};
 use std::time::Duration;
-use support::{Node, exec_grant, fs, is_root, node, plugins, run_on};
+use support::{Node, exec_grant, fs, is_root, node, plugins, require_root, run_on};
 
 fn greet_grant(args: &[&[&str]]) -> ExecGrant {
     exec_grant("/usr/bin/greet", args)
@@ -344,6 +344,7 @@ fn http_reaches_a_granted_loopback_host_only() {
         .unwrap();
     assert_eq!(o.outputs[0].1, "hello");
     server.join().unwrap();
+    assert_happy(&node, &host);
 }
 
 // ---------------------------------------------------------------- load-time refusals
@@ -538,13 +539,21 @@ fn a_second_host_loads_from_the_on_disk_cache() {
     node.load(&node.host(), &plugins().good, "good");
     let before = cached_entries(&node);
     assert_eq!(before.len(), 1);
-    let modified = std::fs::metadata(&before[0]).unwrap().modified().unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let identity = |p: &std::path::Path| {
+        let m = std::fs::metadata(p).unwrap();
+        (m.dev(), m.ino())
+    };
+    let (inode, content) = (identity(&before[0]), std::fs::read(&before[0]).unwrap());
     let host = node.host();
     assert_happy(&node, &host);
-    assert_eq!(
-        std::fs::metadata(&before[0]).unwrap().modified().unwrap(),
-        modified,
-        "entry reused, not rewritten"
+    // Rewriting the entry (a new file renamed over it) would give it a new inode; its
+    // content must be what the first host wrote, byte for byte.
+    assert_eq!(cached_entries(&node), before);
+    assert_eq!(identity(&before[0]), inode, "entry reused, not rewritten");
+    assert!(
+        std::fs::read(&before[0]).unwrap() == content,
+        "the entry's content changed"
     );
 }
 
@@ -583,7 +592,11 @@ fn an_infinite_loop_in_preflight_is_stopped_too() {
     let f = host
         .preflight(&bad, &Grants::default(), &node_ctx(), "spin", "{}")
         .unwrap_err();
-    assert!(matches!(f.error, Error::DeadlineExceeded { .. }), "{f}");
+    assert!(
+        matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(300)),
+        "{f}"
+    );
+    assert_happy(&node, &host);
 }
 
 #[test]
@@ -679,7 +692,11 @@ fn a_sleep_in_the_host_is_cut_at_the_deadline() {
             deadline: Some(Duration::from_millis(300)),
         },
     ));
-    assert!(matches!(f.error, Error::DeadlineExceeded { .. }), "{f}");
+    assert!(
+        matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(300)),
+        "{f}"
+    );
+    assert_happy(&node, &host);
 }
 
 #[test]
@@ -737,37 +754,43 @@ fn repeated_refusals_are_kept_only_up_to_a_cap() {
 
 #[test]
 fn a_plugin_cannot_hold_more_than_its_resource_limit_open() {
+    // Far below any descriptor limit of the machine (`ulimit -n` is 1 024 at least), so
+    // only the host's own table limit can stop the plugin this early.
+    const LIMIT: usize = 64;
     let node = node();
-    let host = node.host();
+    let mut config = node.config();
+    config.limits.max_resources = LIMIT;
+    let host = Host::new(config).unwrap();
     let bad = node.load(&host, &plugins().bad, "bad");
     let grants = Grants {
         filesystem: vec![fs("/data", Access::ReadOnly)],
         ..Grants::default()
     };
-    let result = run(
+    // The open past the limit finds the host's resource table full, and the call stops
+    // with that trap; the plugin logged how many files it held until then.
+    let f = failure(run(
         &host,
         &bad,
         &grants,
         "open-flood",
         r#"{"path":"/data/input.txt"}"#,
+    ));
+    assert!(
+        matches!(&f.error, Error::GuestTrap { message, .. } if message.contains("resource table has no free keys")),
+        "{f}"
     );
-    match result {
-        // The open past the limit fails inside the guest, or the host stops the call.
-        Ok(report) => {
-            let e = report.result.expect_err("100 000 files were held open");
-            assert_eq!(e.code, "open-failed", "{e:?}");
-            let n: usize = e
-                .message
-                .trim_start_matches("open #")
-                .split(' ')
-                .next()
-                .unwrap()
-                .parse()
-                .unwrap();
-            assert!(n <= 1024, "{}", e.message);
-        }
-        Err(f) => assert!(matches!(f.error, Error::GuestTrap { .. }), "{f}"),
-    }
+    let n: usize = f
+        .captured
+        .lines
+        .last()
+        .and_then(|l| l.fields.iter().find(|(k, _)| k == "n"))
+        .map(|(_, v)| v.parse().unwrap())
+        .expect("the plugin logged no open file");
+    // The table also holds the call's own resources (stdio streams, the preopen).
+    assert!(
+        (LIMIT - 16..LIMIT).contains(&n),
+        "held {n} files open with a limit of {LIMIT} resources"
+    );
     assert_happy(&node, &host);
 }
 
@@ -834,12 +857,21 @@ fn unknown_actions_and_malformed_params_are_refused_before_instantiating() {
 
 // ---------------------------------------------------------------- filesystem escapes
 
-fn assert_fs_refused(node: &Node, host: &Host, action: &str, params: &str) -> PluginError {
+/// Runs a `bad` filesystem action that must be refused, and checks the refusal is the
+/// expected one (`io:<ErrorKind>` as the guest's standard library reports it), so that a
+/// different failure (a missing file where a permission refusal is due) does not pass.
+fn assert_fs_refused(
+    node: &Node,
+    host: &Host,
+    action: &str,
+    params: &str,
+    expected: &str,
+) -> PluginError {
     let bad = node.load(host, &plugins().bad, "bad");
     let (e, _) = refused(host, &bad, &split_grants(), action, params);
-    assert!(
-        e.code.starts_with("io:"),
-        "{action} {params}: expected an I/O refusal, got {e:?}"
+    assert_eq!(
+        e.code, expected,
+        "{action} {params}: expected the refusal {expected}, got {e:?}"
     );
     e
 }
@@ -854,14 +886,22 @@ fn fs_dotdot_cannot_leave_a_preopen() {
         &host,
         "read",
         r#"{"path":"/data/../../outside/secret.txt"}"#,
+        "io:PermissionDenied",
     );
     assert_fs_refused(
         &node,
         &host,
         "read",
         r#"{"path":"/data/../etc/os-release"}"#,
+        "io:PermissionDenied",
     );
-    assert_fs_refused(&node, &host, "read-dir", r#"{"path":"/data/.."}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "read-dir",
+        r#"{"path":"/data/.."}"#,
+        "io:PermissionDenied",
+    );
     assert_happy(&node, &host);
 }
 
@@ -869,15 +909,30 @@ fn fs_dotdot_cannot_leave_a_preopen() {
 fn fs_absolute_paths_outside_the_grants_are_refused() {
     let node = node();
     let host = node.host();
-    assert_fs_refused(&node, &host, "read", r#"{"path":"/etc/os-release"}"#);
+    // No preopen covers these paths, so for the plugin they do not exist: `NotFound`,
+    // although /etc/os-release is in the host root and the secret is next to it.
+    assert_fs_refused(
+        &node,
+        &host,
+        "read",
+        r#"{"path":"/etc/os-release"}"#,
+        "io:NotFound",
+    );
     let outside = node.outside().join("secret.txt");
     assert_fs_refused(
         &node,
         &host,
         "read",
         &format!(r#"{{"path":"{}"}}"#, outside.display()),
+        "io:NotFound",
     );
-    assert_fs_refused(&node, &host, "read", r#"{"path":"/etc/passwd"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "read",
+        r#"{"path":"/etc/passwd"}"#,
+        "io:NotFound",
+    );
     assert_happy(&node, &host);
 }
 
@@ -885,19 +940,33 @@ fn fs_absolute_paths_outside_the_grants_are_refused() {
 fn fs_symlinks_pointing_outside_are_not_followed() {
     let node = node();
     let host = node.host();
-    assert_fs_refused(&node, &host, "read", r#"{"path":"/data/link-out"}"#);
-    assert_fs_refused(&node, &host, "read", r#"{"path":"/rw/escape/secret.txt"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "read",
+        r#"{"path":"/data/link-out"}"#,
+        "io:PermissionDenied",
+    );
+    assert_fs_refused(
+        &node,
+        &host,
+        "read",
+        r#"{"path":"/rw/escape/secret.txt"}"#,
+        "io:PermissionDenied",
+    );
     assert_fs_refused(
         &node,
         &host,
         "read",
         r#"{"path":"/rw/abs-escape/secret.txt"}"#,
+        "io:PermissionDenied",
     );
     assert_fs_refused(
         &node,
         &host,
         "write",
         r#"{"path":"/rw/escape/planted.txt"}"#,
+        "io:PermissionDenied",
     );
     assert!(!node.outside().join("planted.txt").exists());
     assert_happy(&node, &host);
@@ -907,13 +976,26 @@ fn fs_symlinks_pointing_outside_are_not_followed() {
 fn fs_trailing_slash_symlinks_are_not_followed() {
     let node = node();
     let host = node.host();
-    assert_fs_refused(&node, &host, "read-dir", r#"{"path":"/rw/escape/"}"#);
-    assert_fs_refused(&node, &host, "read-dir", r#"{"path":"/rw/abs-escape/"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "read-dir",
+        r#"{"path":"/rw/escape/"}"#,
+        "io:PermissionDenied",
+    );
+    assert_fs_refused(
+        &node,
+        &host,
+        "read-dir",
+        r#"{"path":"/rw/abs-escape/"}"#,
+        "io:PermissionDenied",
+    );
     assert_fs_refused(
         &node,
         &host,
         "read",
         r#"{"path":"/rw/escape/./secret.txt"}"#,
+        "io:PermissionDenied",
     );
     assert_happy(&node, &host);
 }
@@ -927,6 +1009,7 @@ fn fs_hardlink_from_read_only_into_read_write_is_refused() {
         &host,
         "hardlink",
         r#"{"from":"/ro/secret.txt","to":"/rw/stolen.txt"}"#,
+        "io:PermissionDenied",
     );
     assert!(!node.root().join("rw/stolen.txt").exists());
     // And the other direction: planting a link inside the read-only domain.
@@ -936,6 +1019,7 @@ fn fs_hardlink_from_read_only_into_read_write_is_refused() {
         &host,
         "hardlink",
         r#"{"from":"/rw/mine.txt","to":"/ro/planted.txt"}"#,
+        "io:PermissionDenied",
     );
     assert!(!node.root().join("ro/planted.txt").exists());
     assert_happy(&node, &host);
@@ -950,6 +1034,7 @@ fn fs_rename_across_permission_domains_is_refused() {
         &host,
         "rename",
         r#"{"from":"/ro/secret.txt","to":"/rw/moved.txt"}"#,
+        "io:PermissionDenied",
     );
     assert_eq!(
         std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(),
@@ -961,6 +1046,7 @@ fn fs_rename_across_permission_domains_is_refused() {
         &host,
         "rename",
         r#"{"from":"/rw/mine.txt","to":"/ro/secret.txt"}"#,
+        "io:PermissionDenied",
     );
     assert_eq!(
         std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(),
@@ -973,9 +1059,21 @@ fn fs_rename_across_permission_domains_is_refused() {
 fn fs_create_in_a_read_only_grant_is_refused() {
     let node = node();
     let host = node.host();
-    assert_fs_refused(&node, &host, "create", r#"{"path":"/ro/new.txt"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "create",
+        r#"{"path":"/ro/new.txt"}"#,
+        "io:PermissionDenied",
+    );
     assert!(!node.root().join("ro/new.txt").exists());
-    assert_fs_refused(&node, &host, "write", r#"{"path":"/data/new.txt"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "write",
+        r#"{"path":"/data/new.txt"}"#,
+        "io:PermissionDenied",
+    );
     assert!(!node.root().join("data/new.txt").exists());
     assert_happy(&node, &host);
 }
@@ -984,8 +1082,20 @@ fn fs_create_in_a_read_only_grant_is_refused() {
 fn fs_truncate_in_a_read_only_grant_is_refused() {
     let node = node();
     let host = node.host();
-    assert_fs_refused(&node, &host, "truncate", r#"{"path":"/ro/secret.txt"}"#);
-    assert_fs_refused(&node, &host, "write", r#"{"path":"/ro/secret.txt"}"#);
+    assert_fs_refused(
+        &node,
+        &host,
+        "truncate",
+        r#"{"path":"/ro/secret.txt"}"#,
+        "io:PermissionDenied",
+    );
+    assert_fs_refused(
+        &node,
+        &host,
+        "write",
+        r#"{"path":"/ro/secret.txt"}"#,
+        "io:PermissionDenied",
+    );
     assert_eq!(
         std::fs::read_to_string(node.root().join("ro/secret.txt")).unwrap(),
         "read-only content"
@@ -1140,15 +1250,39 @@ fn exec_paths_with_dotdot_are_invalid_not_resolved() {
     assert_happy(&node, &host);
 }
 
+/// Outer pids of the processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .collect()
+}
+
 #[test]
 fn exec_that_outlives_its_grant_timeout_is_killed() {
     let node = node();
-    let host = node.host();
+    let root = node.root();
+    std::fs::write(
+        root.join("usr/bin/spin-marked"),
+        "#!/bin/sh\necho started > /spin.started\nwhile :; do :; done\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        root.join("usr/bin/spin-marked"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let host = std::sync::Arc::new(node.host());
     let bad = node.load(&host, &plugins().bad, "bad");
     let grants = Grants {
         exec: vec![ExecGrant {
-            command: "/usr/bin/spin".into(),
-            args: vec![],
+            command: "/usr/bin/spin-marked".into(),
+            args: vec![vec!["*".into()]],
             timeout_seconds: Some(1),
             max_output_bytes: None,
             dry_run: false,
@@ -1156,18 +1290,164 @@ fn exec_that_outlives_its_grant_timeout_is_killed() {
         }],
         ..Grants::default()
     };
-    let (e, _) = refused(
+    // The script's command line carries a marker no other process has, so the test can
+    // find the spinning process by it while the call waits.
+    let marker = format!(
+        "spin-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    )
+    .replace(['(', ')'], "");
+    let params =
+        serde_json::json!({"command": "/usr/bin/spin-marked", "args": [marker]}).to_string();
+    let call = {
+        let (host, grants) = (host.clone(), grants.clone());
+        std::thread::spawn(move || refused(&host, &bad, &grants, "exec", &params).0)
+    };
+    let pid = loop {
+        if let [pid] = processes_with(&marker)[..]
+            && root.join("spin.started").exists()
+        {
+            break pid;
+        }
+        assert!(
+            !call.is_finished(),
+            "the call ended before the command was seen running"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let e = call.join().unwrap();
+    assert_eq!(e.code, "host:timeout");
+    assert!(
+        e.message
+            .contains("/usr/bin/spin-marked ran longer than 1s"),
+        "{}",
+        e.message
+    );
+    // Killed and reaped by the time the call returned: no process (not even a zombie) is
+    // left with that pid or that command line.
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "process {pid} outlived its timeout: {:?}",
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+    );
+    assert_eq!(processes_with(&marker), Vec::<u32>::new());
+    assert_happy(&node, &host);
+}
+
+// ---------------------------------------------------------------- what plugins and commands get
+
+#[test]
+fn granted_commands_run_confined_to_the_host_root() {
+    require_root("granted_commands_run_confined_to_the_host_root");
+    let node = node();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    let report = run(
+        &host,
+        &good,
+        &happy_grants(),
+        "happy",
+        r#"{"file":"/data/input.txt","command":"/usr/bin/greet","args":["world"]}"#,
+    )
+    .unwrap();
+    let outcome = report.result.unwrap();
+    // greet reads /etc/marker, which exists only inside the host root.
+    assert!(
+        outcome
+            .outputs
+            .contains(&("stdout".into(), "hello world from inside-the-root\n".into())),
+        "{:?}",
+        outcome.outputs
+    );
+}
+
+#[test]
+fn granted_commands_get_an_empty_environment_but_path() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let grants = Grants {
+        exec: vec![exec_grant("/bin/sh", &[&["-c", "export -p"]])],
+        ..Grants::default()
+    };
+    let message = run(
         &host,
         &bad,
         &grants,
         "exec",
-        r#"{"command":"/usr/bin/spin"}"#,
-    );
-    assert_eq!(e.code, "host:timeout");
+        r#"{"command":"/bin/sh","args":["-c","export -p"]}"#,
+    )
+    .unwrap()
+    .result
+    .unwrap()
+    .message;
+    let listing = message
+        .strip_prefix("ESCAPED: ran command, exit 0: ")
+        .unwrap_or_else(|| panic!("{message}"));
+    // The shell exports what it got, and PWD, which it sets itself.
+    let names: Vec<&str> = listing
+        .lines()
+        .map(|l| {
+            let l = l.strip_prefix("export ").unwrap_or(l);
+            l.split('=').next().unwrap()
+        })
+        .collect();
+    assert_eq!(names, ["PATH", "PWD"], "{listing}");
     assert!(
-        e.message.contains("/usr/bin/spin ran longer than 1s"),
-        "{}",
-        e.message
+        listing.contains(
+            "export PATH='/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'\n"
+        ),
+        "{listing}"
     );
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn the_plugin_gets_an_empty_environment() {
+    // This test process has plenty of variables (HOME, PATH, CARGO_*): none may reach the
+    // plugin.
+    assert!(std::env::vars_os().count() > 0);
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let o = run(&host, &bad, &Grants::default(), "environment", "{}")
+        .unwrap()
+        .result
+        .unwrap();
+    assert_eq!(o.message, "0 variables", "{:?}", o.outputs);
+    assert!(o.outputs.is_empty(), "{:?}", o.outputs);
+    assert_happy(&node, &host);
+}
+
+#[test]
+fn each_result_entry_is_charged_even_when_empty() {
+    // 32 bytes per output entry: 40 000 empty entries are 1 280 000 bytes, over the
+    // 1 MiB result limit although they hold no text at all; 30 000 (960 000) fit.
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let f = failure(run(
+        &host,
+        &bad,
+        &Grants::default(),
+        "empty-output-flood",
+        r#"{"n":40000}"#,
+    ));
+    assert!(
+        matches!(f.error, Error::OutputLimit { limit, found } if limit == 1 << 20 && found == 40_000 * 32),
+        "{f}"
+    );
+    let o = run(
+        &host,
+        &bad,
+        &Grants::default(),
+        "empty-output-flood",
+        r#"{"n":30000}"#,
+    )
+    .unwrap()
+    .result
+    .unwrap();
+    assert_eq!(o.outputs.len(), 30_000);
     assert_happy(&node, &host);
 }

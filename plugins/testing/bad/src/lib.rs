@@ -76,6 +76,8 @@ const ACTIONS: &[&str] = &[
     "empty-log-flood",
     "denial-flood",
     "open-flood",
+    "empty-output-flood",
+    "environment",
 ];
 
 impl Guest for Bad {
@@ -271,13 +273,48 @@ impl Guest for Bad {
                 let mut open = Vec::new();
                 for i in 0..100_000 {
                     match std::fs::File::open(path) {
-                        Ok(f) => open.push(f),
+                        Ok(f) => {
+                            open.push(f);
+                            // The count survives in the captured log when the host stops
+                            // the call at its resource limit.
+                            if i < 4096 {
+                                log::write(
+                                    log::Level::Info,
+                                    "held",
+                                    &[("n".into(), (i + 1).to_string())],
+                                );
+                            }
+                        }
                         Err(e) => {
                             return Err(err("open-failed", format!("open #{i} of {path}: {e}")));
                         }
                     }
                 }
                 escaped(format!("held {} files open", open.len()))
+            }
+            "empty-output-flood" => {
+                // Zero bytes of text per output: only a per-entry charge bounds this.
+                let n = p.get("n").and_then(Value::as_u64).unwrap_or(100_000);
+                Ok(Outcome {
+                    changed: false,
+                    message: String::new(),
+                    outputs: (0..n).map(|_| (String::new(), String::new())).collect(),
+                })
+            }
+            "environment" => {
+                // Looks for secrets in the environment the host gave the plugin.
+                Ok(Outcome {
+                    changed: false,
+                    message: format!("{} variables", std::env::vars_os().count()),
+                    outputs: std::env::vars_os()
+                        .map(|(k, v)| {
+                            (
+                                k.to_string_lossy().into_owned(),
+                                v.to_string_lossy().into_owned(),
+                            )
+                        })
+                        .collect(),
+                })
             }
             other => Err(err("unknown-action", format!("no action named {other}"))),
         }

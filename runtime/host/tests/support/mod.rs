@@ -136,6 +136,16 @@ impl Node {
     }
 }
 
+/// Fails, rather than passes without checking, when a test that needs root (chroot, a
+/// mount namespace, the agent's capabilities) does not run as root. CI and
+/// `tests/run.sh` run as root.
+pub fn require_root(test: &str) {
+    assert!(
+        is_root(),
+        "{test} needs root (the agent runs as root, and this test checks what only root can do): run the host's tests as root"
+    );
+}
+
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
