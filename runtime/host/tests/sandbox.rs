@@ -1427,13 +1427,19 @@ fn each_result_entry_is_charged_even_when_empty() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let f = failure(run(
+    let f = match run(
         &host,
         &bad,
         &Grants::default(),
         "empty-output-flood",
         r#"{"n":40000}"#,
-    ));
+    ) {
+        Err(f) => f,
+        Ok(report) => panic!(
+            "40 000 empty outputs were accepted: {:?}",
+            report.result.map(|o| o.outputs.len())
+        ),
+    };
     assert!(
         matches!(f.error, Error::OutputLimit { limit, found } if limit == 1 << 20 && found == 40_000 * 32),
         "{f}"
