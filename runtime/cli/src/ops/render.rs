@@ -249,10 +249,11 @@ pub fn status(op: &Operation, tasks: &[NodeTask], now: Timestamp, s: Style) -> S
     let pause_line = op.spec.paused && !status.phase.is_finished();
     // The controller's own message for a paused Operation says the same as the line below,
     // which adds the command that resumes it: show that one only.
+    let repeats_pause = |m: &str| pause_line && m.starts_with("paused:");
     if let Some(message) = status
         .message
         .as_deref()
-        .filter(|m| !m.is_empty() && !(pause_line && m.starts_with("paused:")))
+        .filter(|m| !m.is_empty() && !repeats_pause(m))
     {
         let _ = writeln!(out, "  {message}");
     }
