@@ -110,7 +110,7 @@ fn run_block(block: &Block) -> Vec<String> {
 /// Runs the transcripts of one doc page, each block in its own session, and fails listing
 /// every command whose output differs. `at_least` guards against a marker lost in an edit.
 fn check_page(page: &str, at_least: usize) {
-    let blocks = transcript::page_blocks(&workspace_root(), page, at_least);
+    let blocks = transcript::page_blocks(&workspace_root(), page, false, at_least);
     let problems: Vec<String> = blocks.iter().flat_map(run_block).collect();
     transcript::assert_no_problems(&format!("docs/{page}"), &problems);
 }

@@ -1,5 +1,5 @@
-//! The console transcripts of docs/first-operation.md and docs/troubleshooting.md, run for
-//! real on a lab of their own: what a newcomer types after the page's build step, in one
+//! The console transcripts of docs/first-operation.md, docs/troubleshooting.md and
+//! docs/cli.md (its failing-step walk-through), run for real on a lab of their own: what a newcomer types after the page's build step, in one
 //! terminal, from `lab up` to a retried Operation. A sample in these pages can no longer
 //! go stale unnoticed. The format and the matching are in `runtime/cli/tests/transcript/`.
 //!
@@ -71,8 +71,9 @@ fn lab_command(lab: &Path, env: &[(OsString, OsString)], args: &[&str]) -> Resul
 #[test]
 fn first_operation_and_troubleshooting_transcripts_are_true_on_a_lab() -> Result<()> {
     let root = workspace_root();
-    let first = transcript::page_blocks(&root, "first-operation.md", 3);
-    let trouble = transcript::page_blocks(&root, "troubleshooting.md", 3);
+    let first = transcript::page_blocks(&root, "first-operation.md", true, 3);
+    let trouble = transcript::page_blocks(&root, "troubleshooting.md", true, 3);
+    let cli = transcript::page_blocks(&root, "cli.md", true, 1);
 
     let lab = binary("lab")?;
     for name in ["kubectl-bosun", "bosun-controller", "bosun-agent"] {
@@ -158,11 +159,11 @@ fn first_operation_and_troubleshooting_transcripts_are_true_on_a_lab() -> Result
         loose: true,
         stop_background: true,
     };
-    let blocks: Vec<&transcript::Block> = first.iter().chain(&trouble).collect();
+    let blocks: Vec<&transcript::Block> = first.iter().chain(&trouble).chain(&cli).collect();
     let problems = transcript::run(&blocks, &session);
     transcript::assert_no_problems(
         &format!(
-            "docs/first-operation.md and docs/troubleshooting.md on a lab (its logs: {}/logs; the session's files: {})",
+            "docs/first-operation.md, troubleshooting.md and cli.md on a lab (its logs: {}/logs; the session's files: {})",
             lab_dir.display(),
             work.display()
         ),

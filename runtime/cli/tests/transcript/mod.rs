@@ -3,7 +3,8 @@
 //! and the lab's (`tests/e2e/tests/doc_transcripts_lab.rs`, pages that do).
 //!
 //! A fenced ```` ```console ```` block right after a line `<!-- doc-test -->` in a file
-//! under docs/ is a transcript. Lines starting with `$ ` are commands (a trailing `\`
+//! under docs/ is a transcript; after `<!-- doc-test: lab -->`, one that needs a cluster
+//! (the lab test runs those, the CLI test the others). Lines starting with `$ ` are commands (a trailing `\`
 //! continues one on the next line; a here-document `<<'EOF'` takes the lines up to `EOF`);
 //! the lines up to the next command are its expected output, stdout and stderr together as
 //! a terminal shows them. A final `[exit code N]` line expects exit status N (default 0).
@@ -34,6 +35,8 @@ pub struct Block {
     pub file: PathBuf,
     /// 1-based line of the opening fence.
     pub line: usize,
+    /// Marked `<!-- doc-test: lab -->`: it needs a cluster.
+    pub lab: bool,
     pub commands: Vec<Step>,
 }
 
@@ -51,11 +54,12 @@ pub fn blocks_of(file: &Path) -> Vec<Block> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        if lines[i].trim() == "<!-- doc-test -->" {
+        let marker = lines[i].trim();
+        if marker == "<!-- doc-test -->" || marker == "<!-- doc-test: lab -->" {
             let fence = i + 1;
             assert!(
                 lines.get(fence).is_some_and(|l| l.trim() == "```console"),
-                "{}:{}: `<!-- doc-test -->` must be followed by a ```console block",
+                "{}:{}: `{marker}` must be followed by a ```console block",
                 file.display(),
                 fence + 1
             );
@@ -68,6 +72,7 @@ pub fn blocks_of(file: &Path) -> Vec<Block> {
             out.push(Block {
                 file: file.to_owned(),
                 line: fence + 1,
+                lab: marker.ends_with("lab -->"),
                 commands: parse(&body),
             });
             i = j;
@@ -385,13 +390,21 @@ pub fn run(blocks: &[&Block], session: &Session) -> Vec<String> {
     problems
 }
 
-/// The transcripts of `docs/<page>` under `root`; fails when there are fewer than
-/// `at_least` (a marker lost in an edit).
-pub fn page_blocks(root: &Path, page: &str, at_least: usize) -> Vec<Block> {
-    let blocks = blocks_of(&root.join("docs").join(page));
+/// The transcripts of `docs/<page>` under `root` that need a cluster (`lab`) or not; fails
+/// when there are fewer than `at_least` (a marker lost in an edit).
+pub fn page_blocks(root: &Path, page: &str, lab: bool, at_least: usize) -> Vec<Block> {
+    let blocks: Vec<Block> = blocks_of(&root.join("docs").join(page))
+        .into_iter()
+        .filter(|b| b.lab == lab)
+        .collect();
+    let marker = if lab {
+        "<!-- doc-test: lab -->"
+    } else {
+        "<!-- doc-test -->"
+    };
     assert!(
         blocks.len() >= at_least,
-        "docs/{page} has {} `<!-- doc-test -->` transcripts, expected at least {at_least}",
+        "docs/{page} has {} `{marker}` transcripts, expected at least {at_least}",
         blocks.len()
     );
     blocks
