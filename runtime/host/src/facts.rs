@@ -287,13 +287,12 @@ fn file_key(root: &Path, rel: &str) -> Option<FileKey> {
 /// a plugin asking for facts in a loop costs a `stat` each, not a read of the binary.
 #[derive(Default)]
 pub(crate) struct FactsCache {
-    kubeadm: Mutex<
-        Option<(
-            (std::path::PathBuf, Option<FileKey>, Option<FileKey>),
-            Option<String>,
-        )>,
-    >,
+    kubeadm: Mutex<Option<(KubeadmSources, Option<String>)>>,
 }
+
+/// What a cached kubeadm version was read from: the host root, then the identities of the
+/// dpkg status database and of the kubeadm binary (`None` where the file was missing).
+type KubeadmSources = (std::path::PathBuf, Option<FileKey>, Option<FileKey>);
 
 impl FactsCache {
     fn kubeadm_version(&self, root: &Path) -> Option<String> {
