@@ -29,9 +29,7 @@
 //! Operation is paused) starts; a running step finishes.
 
 pub mod facts;
-pub mod fetch;
 pub mod gate;
-pub mod oci;
 pub mod plugins;
 pub mod preflight;
 pub mod step;
@@ -78,8 +76,8 @@ pub struct Agent {
     pub node_name: String,
     pub host: Arc<Host>,
     pub store: Store,
-    /// The HTTP client for `url` and `oci` plugin sources (see [`fetch`]).
-    pub fetcher: fetch::Fetcher,
+    /// The HTTP client for `url` and `oci` plugin sources (see [`bosun_fetch`]).
+    pub fetcher: bosun_fetch::Fetcher,
     /// Field manager for server-side apply of step status.
     pub manager: String,
     /// (task uid, step) → the latest attempt of that step this process started, and what
@@ -105,7 +103,7 @@ impl Agent {
         node_name: String,
         host: Arc<Host>,
         store: Store,
-        fetcher: fetch::Fetcher,
+        fetcher: bosun_fetch::Fetcher,
         manager: String,
     ) -> Agent {
         Agent {

@@ -97,11 +97,17 @@ fn the_agent_and_the_controller_share_bosun_cluster_and_neither_builds_the_other
         !controller.contains("bosun-agent"),
         "bosun-controller depends on bosun-agent: move what it needs into bosun-cluster instead"
     );
-    let cluster = closure(&graph, "bosun-cluster");
-    for binary in ["bosun-agent", "bosun-controller", "kubectl-bosun"] {
-        assert!(
-            !cluster.contains(binary),
-            "bosun-cluster depends on {binary}; the shared crate must sit below the binaries"
-        );
+    assert!(
+        agent.contains("bosun-fetch"),
+        "bosun-agent does not reach bosun-fetch"
+    );
+    for shared in ["bosun-cluster", "bosun-fetch"] {
+        let below = closure(&graph, shared);
+        for binary in ["bosun-agent", "bosun-controller", "kubectl-bosun"] {
+            assert!(
+                !below.contains(binary),
+                "{shared} depends on {binary}; a shared crate must sit below the binaries"
+            );
+        }
     }
 }
