@@ -2,7 +2,8 @@
 //! kubeadm v1.34.4 and kubeadm-made manifests), through the real sandbox with the grants
 //! of deploy/examples/plugins/kubeadm-upgrade.yaml. `apply` and `node` are run for real
 //! only where they are no-ops or dry runs: a real `kubeadm upgrade apply` would change the
-//! lab's shared cluster.
+//! lab's shared cluster. `plan` (and the dry run of `apply`, which runs it) succeeds for
+//! real against the lab, made to look enough like a kubeadm cluster ([`KubeadmCluster`]).
 
 use bosun_plugins_tests::{Node, Ran, copy_tree, example_grants, plugins};
 use serde_json::json;
@@ -83,33 +84,34 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
     );
 
     // `plan` runs the real `kubeadm upgrade plan` through the exec grant, against the lab's
-    // API server (the copy's admin.conf points there). The lab has no CoreDNS, which
-    // kubeadm's own preflight refuses; the plugin reports kubeadm's words. `plan`'s success
-    // path is not tested here: past CoreDNS (a `coredns` Deployment and ConfigMap in
-    // kube-system), kubeadm 1.34 also needs the `kubeadm-config` and `kubelet-config`
-    // ConfigMaps (`init phase upload-config`) and a kube-apiserver Pod on the node carrying
-    // kubeadm's advertise-address annotation, none of which the shared lab has (tried by
-    // hand against the lab, 2026-12-01); adding them would change kube-system for every
-    // other test.
+    // API server (the copy's admin.conf points there), made to look like a kubeadm cluster
+    // for it (see `KubeadmCluster`): kubeadm's preflight, its configuration from the
+    // cluster, its health check and its version lookup all pass.
+    let _cluster = KubeadmCluster::prepare(&lab, &cp);
     let plan = run("plan", &version, false);
-    let e = plan.error();
-    assert_eq!(e.code, "command-failed", "{}", e.message);
-    assert!(
-        e.message
-            .contains(&format!("/usr/bin/kubeadm upgrade plan {version}")),
-        "{}",
-        e.message
+    assert!(plan.failed_checks().is_empty(), "{:?}", plan.checks);
+    let outcome = plan.outcome();
+    assert_eq!(
+        outcome.message,
+        format!("kubeadm upgrade plan {version}: see the log for kubeadm's plan")
     );
-    assert!(
-        e.message.contains("preflight checks failed"),
-        "{}",
-        e.message
-    );
+    assert!(!outcome.changed);
+    let said = plan_output(outcome);
+    let minor = version.trim_start_matches('v');
+    for line in [
+        format!("[upgrade/versions] Cluster version: {minor}"),
+        format!("[upgrade/versions] kubeadm version: {version}"),
+        format!("[upgrade/versions] Target version: {version}"),
+    ] {
+        assert!(
+            said.contains(&line),
+            "kubeadm's plan lacks {line:?}:\n{said}"
+        );
+    }
 
     // One minor behind: the step to the lab's version is allowed, and with kubeadm at the
     // target the dry run runs `kubeadm upgrade plan` (the one kubeadm command its grant
-    // marks `dryRun`) and reports what kubeadm says: here its own preflight refuses (the
-    // lab has no CoreDNS), which the real `apply` would hit too.
+    // marks `dryRun`) and reports that it passed, with kubeadm's plan.
     let manifest = root.join("etc/kubernetes/manifests/kube-apiserver.yaml");
     let text = std::fs::read_to_string(&manifest).unwrap().replace(
         &format!("kube-apiserver:{version}"),
@@ -123,14 +125,17 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
         "{:?}",
         dry.checks
     );
-    let e = dry.error();
-    assert_eq!(e.code, "command-failed", "{}", e.message);
+    let outcome = dry.outcome();
+    assert_eq!(
+        outcome.message,
+        format!(
+            "would run `kubeadm upgrade apply --yes {version}`; `kubeadm upgrade plan {version}` passed (its plan is in the log)"
+        )
+    );
+    let said = plan_output(outcome);
     assert!(
-        e.message
-            .contains(&format!("/usr/bin/kubeadm upgrade plan {version}"))
-            && e.message.contains("preflight checks failed"),
-        "{}",
-        e.message
+        said.contains(&format!("[upgrade/versions] Target version: {version}")),
+        "{said}"
     );
 
     // `apply` belongs on a control-plane node.
@@ -144,4 +149,212 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
         false,
     );
     assert!(failed(&on_worker, "control-plane").contains("is not a control-plane node"));
+}
+
+/// The `plan` output: kubeadm's own words.
+fn plan_output(outcome: &bosun_host::Outcome) -> &str {
+    outcome
+        .outputs
+        .iter()
+        .find(|(k, _)| k == "plan")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no `plan` output: {outcome:?}"))
+}
+
+/// The lab made to look like a kubeadm cluster to `kubeadm upgrade plan`, for as long as this
+/// lives. kubeadm 1.34's plan needs, beyond the API server and the node's admin.conf:
+/// - the `kubeadm-config` and `kubelet-config` ConfigMaps (`kubeadm init phase upload-config
+///   all` with the lab's own kubeadm.yaml),
+/// - CoreDNS's Deployment and ConfigMap, for its CoreDNS preflight (`init phase addon
+///   coredns`; its pods stay unscheduled: no scheduler runs),
+/// - the control-plane node's kube-apiserver Pod carrying kubeadm's advertise-address
+///   annotation (here a mirror Pod, as the kubelet makes for a static Pod; drains leave
+///   mirror Pods alone),
+/// - a health-check Job that completes within 15 s: no kubelet runs, so a thread acts as
+///   one for the Job's pods only, binding each to the control-plane node and reporting it
+///   Succeeded (the Job controller then completes the Job).
+///
+/// The objects stay (every step is idempotent): other tests do not look at kube-system.
+struct KubeadmCluster {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    kubelet: Option<std::thread::JoinHandle<()>>,
+}
+
+impl KubeadmCluster {
+    fn prepare(lab: &bosun_lab::LabHandle, cp: &bosun_lab::LabNode) -> KubeadmCluster {
+        let config = lab.state_dir.join("kubeadm.yaml");
+        for phase in [&["upload-config", "all"][..], &["addon", "coredns"][..]] {
+            let out = std::process::Command::new(lab.bin_dir.join("kubeadm"))
+                .args(["init", "phase"])
+                .args(phase)
+                .arg("--config")
+                .arg(&config)
+                .arg("--kubeconfig")
+                .arg(&lab.kubeconfig)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "kubeadm init phase {phase:?} against the lab failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": format!("kube-apiserver-{}", cp.name), "namespace": "kube-system",
+                "labels": { "component": "kube-apiserver", "tier": "control-plane" },
+                "annotations": {
+                    "kubeadm.kubernetes.io/kube-apiserver.advertise-address.endpoint":
+                        format!("{}:{}", cp.internal_ip, lab.ports.apiserver),
+                    "kubernetes.io/config.mirror": "bosun-test",
+                },
+            },
+            "spec": {
+                "nodeName": cp.name,
+                "containers": [{ "name": "kube-apiserver",
+                    "image": format!("registry.k8s.io/kube-apiserver:{}", lab.kubernetes_version) }],
+            },
+        });
+        // Created once (a mirror Pod's annotation cannot be added by an update).
+        if let Err(e) = kubectl(
+            &LabPaths::of(lab),
+            &["create", "-f", "-"],
+            Some(&pod.to_string()),
+        ) && !e.contains("AlreadyExists")
+        {
+            panic!("{e}");
+        }
+
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let kubelet = {
+            let stop = stop.clone();
+            let (lab, node) = (LabPaths::of(lab), cp.name.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    complete_health_check_pods(&lab, &node);
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+            })
+        };
+        KubeadmCluster {
+            stop,
+            kubelet: Some(kubelet),
+        }
+    }
+}
+
+impl Drop for KubeadmCluster {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(k) = self.kubelet.take() {
+            let _ = k.join();
+        }
+    }
+}
+
+/// What the simulated kubelet needs of the lab.
+#[derive(Clone)]
+struct LabPaths {
+    kubectl: std::path::PathBuf,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl LabPaths {
+    fn of(lab: &bosun_lab::LabHandle) -> LabPaths {
+        LabPaths {
+            kubectl: lab.bin_dir.join("kubectl"),
+            kubeconfig: lab.kubeconfig.clone(),
+        }
+    }
+}
+
+fn kubectl(lab: &LabPaths, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(&lab.kubectl)
+        .arg("--kubeconfig")
+        .arg(&lab.kubeconfig)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting kubectl: {e}"))?;
+    let input = stdin.unwrap_or_default().to_owned();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Binds each pending pod of kubeadm's health-check Job to `node` and reports it Succeeded,
+/// as a kubelet would once its container exited 0.
+fn complete_health_check_pods(lab: &LabPaths, node: &str) {
+    let Ok(names) = kubectl(
+        lab,
+        &[
+            "-n",
+            "kube-system",
+            "get",
+            "pods",
+            "-l",
+            "batch.kubernetes.io/job-name",
+            "-o",
+            "jsonpath={range .items[?(@.status.phase==\"Pending\")]}{.metadata.name}{\"\\n\"}{end}",
+        ],
+        None,
+    ) else {
+        return;
+    };
+    for pod in names
+        .lines()
+        .filter(|n| n.starts_with("upgrade-health-check"))
+    {
+        let binding = json!({
+            "apiVersion": "v1", "kind": "Binding", "metadata": { "name": pod },
+            "target": { "apiVersion": "v1", "kind": "Node", "name": node },
+        });
+        let _ = kubectl(
+            lab,
+            &[
+                "create",
+                "--raw",
+                &format!("/api/v1/namespaces/kube-system/pods/{pod}/binding"),
+                "-f",
+                "-",
+            ],
+            Some(&binding.to_string()),
+        );
+        let status = json!({ "status": { "phase": "Succeeded", "containerStatuses": [{
+            "name": "upgrade-health-check", "image": "registry.k8s.io/pause", "imageID": "",
+            "ready": false, "restartCount": 0,
+            "state": { "terminated": { "exitCode": 0, "reason": "Completed" } } }] } });
+        let _ = kubectl(
+            lab,
+            &[
+                "-n",
+                "kube-system",
+                "patch",
+                "pod",
+                pod,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &status.to_string(),
+            ],
+            None,
+        );
+    }
 }

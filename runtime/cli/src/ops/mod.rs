@@ -238,7 +238,8 @@ async fn status(args: StatusArgs) -> Result<Status> {
             Some(f) => machine_output(f, op, tasks),
             None => {
                 // Plugins write the messages, logs and outputs shown here.
-                let (op, tasks) = (terminal::cleaned(op)?, terminal::cleaned(&tasks.to_vec())?);
+                let op = terminal::cleaned(op)?;
+                let tasks = tasks.iter().map(for_people).collect::<Result<Vec<_>>>()?;
                 Ok(render::status(&op, &tasks, Timestamp::now(), style))
             }
         }
@@ -309,6 +310,21 @@ async fn status(args: StatusArgs) -> Result<Status> {
         tokio::time::sleep(Duration::from_millis(150)).await;
         while let Some(Some(_)) = events.next().now_or_never() {}
     }
+}
+
+/// A NodeTask for the human renderings: every string escaped ([`terminal::cleaned`]), and
+/// the steps' recorded start and end times kept as they are. (The escaping goes through
+/// serde, where a `Time` keeps whole seconds only: a 30 ms step would read `0ms`, a 1.7 s
+/// one `1.0s`.)
+fn for_people(task: &NodeTask) -> Result<NodeTask> {
+    let mut clean = terminal::cleaned(task)?;
+    if let (Some(to), Some(from)) = (clean.status.as_mut(), task.status.as_ref()) {
+        for (step, recorded) in to.steps.iter_mut().zip(&from.steps) {
+            step.started_at.clone_from(&recorded.started_at);
+            step.finished_at.clone_from(&recorded.finished_at);
+        }
+    }
+    Ok(clean)
 }
 
 fn style_hint(style: render::Style) -> String {
@@ -466,10 +482,46 @@ async fn logs(args: LogsArgs) -> Result<Status> {
         );
     }
     // The log lines are the plugin's own.
-    let task = terminal::cleaned(task)?;
+    let task = for_people(task)?;
     print!(
         "{}",
         render::logs(&task, args.step.as_deref(), Timestamp::now())
     );
     Ok(Status::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bosun_api::node_task::{NodeTaskSpec, NodeTaskStatus, StepPhase, StepStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    /// What `status` and `logs` render keeps the steps' sub-second times (the agent records
+    /// microseconds), and still escapes what plugins wrote.
+    #[test]
+    fn tasks_for_people_keep_sub_second_step_times() {
+        let spec: NodeTaskSpec = serde_json::from_value(json!({
+            "operation": "op", "nodeName": "n1", "group": "g",
+            "steps": [{"name": "greet", "plugin": "hello", "action": "greet"}]
+        }))
+        .unwrap();
+        let mut task = NodeTask::new("op-n1", spec);
+        let time = |s: &str| Some(Time(s.parse().unwrap()));
+        task.status = Some(NodeTaskStatus {
+            steps: vec![StepStatus {
+                name: "greet".into(),
+                phase: StepPhase::Succeeded,
+                started_at: time("2026-11-30T03:00:02.123456Z"),
+                finished_at: time("2026-11-30T03:00:03.854321Z"),
+                message: Some("hi\x1b[2J".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let shown = for_people(&task).unwrap();
+        let step = &shown.status.as_ref().unwrap().steps[0];
+        assert_eq!(step.started_at, time("2026-11-30T03:00:02.123456Z"));
+        assert_eq!(step.finished_at, time("2026-11-30T03:00:03.854321Z"));
+        assert_eq!(step.message.as_deref(), Some("hi\\u{1b}[2J"));
+    }
 }

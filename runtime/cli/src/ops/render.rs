@@ -126,33 +126,39 @@ pub fn human_duration(d: SignedDuration) -> String {
     }
 }
 
-/// How long a step ran: finished − started, or now − started while it runs.
+/// How long a step ran: finished − started, or now − started while it runs. A Pending step
+/// has no duration: times it still carries are an earlier attempt's (a retry sets the failed
+/// step back to Pending and leaves its times until the agent starts it again).
 fn step_duration(step: &StepStatus, now: Timestamp) -> Option<String> {
     let start = step.started_at.as_ref()?.0;
-    match (&step.finished_at, step.phase) {
-        (Some(end), _) => Some(human_duration(end.0.duration_since(start))),
-        (None, StepPhase::Running) => Some(format!(
+    match (step.phase, &step.finished_at) {
+        (StepPhase::Pending, _) => None,
+        (StepPhase::Running, _) => Some(format!(
             "{} so far",
             human_duration(now.duration_since(start))
         )),
-        (None, _) => None,
+        (_, Some(end)) => Some(human_duration(end.0.duration_since(start))),
+        (_, None) => None,
     }
 }
 
 /// How long a task ran: from its first step's start to its last step's end (or now, while
-/// it is not finished).
+/// it is not finished). Pending steps do not count (their times are an earlier attempt's),
+/// so a task just retried at its first step shows no time until that step starts again.
 fn task_duration(task: &NodeTask, now: Timestamp) -> Option<String> {
     let status = task.status.as_ref()?;
-    let start = status
-        .steps
-        .iter()
+    let ran = || {
+        status
+            .steps
+            .iter()
+            .filter(|s| s.phase != StepPhase::Pending)
+    };
+    let start = ran()
         .filter_map(|s| s.started_at.as_ref())
         .map(|t| t.0)
         .min()?;
     if status.phase.is_finished() || status.phase == NodeTaskPhase::Blocked {
-        let end = status
-            .steps
-            .iter()
+        let end = ran()
             .filter_map(|s| s.finished_at.as_ref())
             .map(|t| t.0)
             .max()?;
@@ -240,10 +246,18 @@ pub fn status(op: &Operation, tasks: &[NodeTask], now: Timestamp, s: Style) -> S
     }
     out.push('\n');
     let _ = writeln!(out, "  {}", kind_line(op));
-    if let Some(message) = status.message.as_deref().filter(|m| !m.is_empty()) {
+    let pause_line = op.spec.paused && !status.phase.is_finished();
+    // The controller's own message for a paused Operation says the same as the line below,
+    // which adds the command that resumes it: show that one only.
+    let repeats_pause = |m: &str| pause_line && m.starts_with("paused:");
+    if let Some(message) = status
+        .message
+        .as_deref()
+        .filter(|m| !m.is_empty() && !repeats_pause(m))
+    {
         let _ = writeln!(out, "  {message}");
     }
-    if op.spec.paused && !status.phase.is_finished() {
+    if pause_line {
         let _ = writeln!(
             out,
             "  paused: running steps finish, nothing new starts. Resume: {}",
@@ -986,6 +1000,93 @@ workers  1/3 finished  (up to 2 at a time)
         // A planned node whose task does not exist yet is shown, not dropped.
         assert!(
             got.contains("└─ · lab-worker-3  no NodeTask yet\n"),
+            "{got}"
+        );
+    }
+
+    /// The controller's message for a paused Operation (runtime/planner's schedule) and the
+    /// CLI's own paused line say the same: one `paused:` line is shown, the one with the
+    /// command that resumes. A paused Operation that is blocked keeps both lines.
+    #[test]
+    fn paused_operation_says_paused_once() {
+        let mut op = operation();
+        op.spec.paused = true;
+        let st = op.status.as_mut().unwrap();
+        st.phase = OperationPhase::Paused;
+        st.message = Some(
+            "paused: running steps finish, nothing new starts; set spec.paused: false to resume"
+                .into(),
+        );
+        let got = status(&op, &tasks(), NOW.parse().unwrap(), Style::PLAIN);
+        let paused: Vec<&str> = got
+            .lines()
+            .filter(|l| l.trim_start().starts_with("paused:"))
+            .collect();
+        assert_eq!(
+            paused,
+            [
+                "  paused: running steps finish, nothing new starts. Resume: kubectl bosun resume hello-everyone"
+            ],
+            "{got}"
+        );
+
+        op.status.as_mut().unwrap().message =
+            Some("blocked on [\"lab-worker-2\"]: see `kubectl bosun status`".into());
+        let got = status(&op, &tasks(), NOW.parse().unwrap(), Style::PLAIN);
+        assert!(got.contains("\n  blocked on [\"lab-worker-2\"]: see `kubectl bosun status`\n  paused: running steps finish"), "{got}");
+    }
+
+    /// Just after `kubectl bosun retry`, the controller has set the task Running and the
+    /// failed step back to Pending, and the step still carries the failed attempt's start and
+    /// end until the agent starts it again: no time from that attempt is shown as this one's.
+    #[test]
+    fn a_retried_step_shows_no_time_of_the_previous_attempt() {
+        let op = operation();
+        let mut ts_ = tasks();
+        let w2 = ts_[2].status.as_mut().unwrap();
+        assert_eq!(w2.phase, NodeTaskPhase::Blocked);
+        w2.phase = NodeTaskPhase::Running;
+        w2.reason = None;
+        w2.attempts = 3;
+        let greet = w2.steps.iter_mut().find(|s| s.name == "greet").unwrap();
+        greet.phase = StepPhase::Pending;
+        greet.error = None;
+        // The failed attempt's times (200ms, started 1m09s ago) are still there.
+        assert!(greet.started_at.is_some() && greet.finished_at.is_some());
+        let got = status(&op, &ts_, NOW.parse().unwrap(), Style::PLAIN);
+        let lines: Vec<&str> = got.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with("├─ ▶ lab-worker-2"))
+            .unwrap();
+        // cordon ran in an earlier attempt and counts for the task's time; greet, Pending
+        // again, has none.
+        let cordon_start = ts_[2].status.as_ref().unwrap().steps[0]
+            .started_at
+            .clone()
+            .unwrap();
+        let since = human_duration(
+            NOW.parse::<Timestamp>()
+                .unwrap()
+                .duration_since(cordon_start.0),
+        );
+        assert_eq!(
+            lines[at],
+            format!("├─ ▶ lab-worker-2  Running  attempt 3  {since} so far"),
+            "{got}"
+        );
+        assert_eq!(
+            lines[at + 2],
+            "│  ├─ · greet     Pending  attempt 2",
+            "{got}"
+        );
+
+        // Retried at its only step: nothing of this attempt has started, so no time at all.
+        let w2 = ts_[2].status.as_mut().unwrap();
+        w2.steps.retain(|s| s.name == "greet");
+        let got = status(&op, &ts_, NOW.parse().unwrap(), Style::PLAIN);
+        assert!(
+            got.contains("├─ ▶ lab-worker-2  Running  attempt 3\n"),
             "{got}"
         );
     }
