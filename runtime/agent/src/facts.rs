@@ -31,7 +31,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use bosun_controller::time::precise;
+use bosun_cluster::time::precise;
 
 use crate::{Agent, Error};
 
@@ -127,10 +127,9 @@ pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> 
         &Patch::Apply(&patch),
     )
     .await
-    .map_err(|source| Error::Kube {
-        what: format!("writing the node facts of NodeTask {name}"),
-        source,
-    })?;
+    .map_err(bosun_cluster::Error::kube(format!(
+        "writing the node facts of NodeTask {name}"
+    )))?;
     agent.facts_written.record(&uid, stage);
     tracing::info!(
         task = %name,

@@ -28,9 +28,10 @@ use bosun_api::node_task::{
 };
 use bosun_api::operation::Operation;
 use bosun_api::policy::Enforcement as ApiEnforcement;
-use bosun_controller::gate::{
-    Generation, SYNC_WAIT, cluster_annotations, cluster_version, control_plane, is_ready,
-    operation_ref, roles_of,
+use bosun_cluster::events::{Notice, Publisher};
+use bosun_cluster::policies::{Generation, SYNC_WAIT};
+use bosun_cluster::readers::{
+    cluster_annotations, cluster_version, control_plane, is_ready, operation_ref, roles_of,
 };
 use bosun_host::{LoadedPlugin, NodeContext};
 use bosun_policy::capabilities::RequestedCapabilities;
@@ -41,9 +42,8 @@ use bosun_policy::input::{
 use bosun_policy::{Decision, Finding};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Resource, ResourceExt};
 
 use crate::plugins::Resolved;
 use crate::step::{StepCall, StepResult, execute};
@@ -90,22 +90,18 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         .generation(SYNC_WAIT)
         .await
         .map_err(|e| Error::Gate(e.to_string()))?;
-    let kube_err = |what: &str| {
-        let what = what.to_owned();
-        move |source| Error::Kube { what, source }
-    };
     let nodes: Api<Node> = Api::all(agent.client.clone());
     let all = nodes
         .list(&ListParams::default())
         .await
-        .map_err(kube_err("listing Nodes"))?
+        .map_err(bosun_cluster::Error::kube("listing Nodes"))?
         .items;
     let node = all.iter().find(|n| n.name_any() == agent.node_name);
     let operations: Api<Operation> = Api::all(agent.client.clone());
     let operation = match operations
         .get_opt(&task.spec.operation)
         .await
-        .map_err(kube_err("reading the task's Operation"))?
+        .map_err(bosun_cluster::Error::kube("reading the task's Operation"))?
     {
         Some(op) => operation_ref(&op),
         None => OperationRef {
@@ -321,37 +317,17 @@ impl Prepared {
                 format!("step {step}: {} (policy set {digest})", warnings.join("; ")),
             ));
         }
-        let recorder = Recorder::new(
+        let publisher = Publisher::new(
             agent.client.clone(),
-            Reporter {
-                controller: "bosun.dev/agent".into(),
-                instance: Some(agent.node_name.clone()),
-            },
+            bosun_cluster::events::AGENT,
+            agent.node_name.clone(),
         );
         for (reason, note) in events {
-            let event = Event {
-                type_: EventType::Warning,
-                reason: reason.into(),
-                note: Some(truncate(note, 1000)),
-                action: "PolicyGate".into(),
-                secondary: None,
-            };
-            if let Err(e) = recorder.publish(&event, &task.object_ref(&())).await {
-                tracing::warn!(error = %e, "publishing a policy Event failed");
-            }
+            publisher
+                .publish(task, &Notice::warning(reason, "PolicyGate", note))
+                .await;
         }
     }
-}
-
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-    s
 }
 
 /// The gate [`crate::step::execute`] calls for one step.

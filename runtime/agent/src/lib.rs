@@ -29,9 +29,7 @@
 //! Operation is paused) starts; a running step finishes.
 
 pub mod facts;
-pub mod fetch;
 pub mod gate;
-pub mod oci;
 pub mod plugins;
 pub mod preflight;
 pub mod step;
@@ -39,19 +37,20 @@ pub mod step;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bosun_api::labels;
 use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, NodeTaskStatus, StepPhase};
-use bosun_api::operation::{RunsOn, labels};
-use bosun_controller::progress::{Progress, progress, step_status};
-use bosun_controller::time::precise;
+use bosun_api::operation::RunsOn;
+use bosun_cluster::status::{StepEnd, StepReport, StepWrite, TaskStatusWrite, step_manager};
 use bosun_host::Host;
-use bosun_planner::state::{StepEvent, TaskEvent, step_transition, task_transition};
+use bosun_planner::state::{
+    Progress, StepEvent, TaskEvent, progress, step_status, step_transition, task_transition,
+};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
-use serde_json::json;
 use tracing::Instrument;
 
 use crate::plugins::{Store, resolve};
@@ -61,18 +60,9 @@ use crate::step::StepResult;
 /// here; it is a Failed step in status.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{what}: {source}")]
-    Kube {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("NodeTask {task}: {source}")]
-    Transition {
-        task: String,
-        #[source]
-        source: bosun_planner::state::TransitionError,
-    },
+    /// An API call failed, or a state transition was refused.
+    #[error(transparent)]
+    Cluster(#[from] bosun_cluster::Error),
     #[error("the step runner thread stopped: {0}")]
     Join(#[from] tokio::task::JoinError),
     /// A policy gate cannot decide yet (the Policy objects are not listed): nothing runs.
@@ -86,8 +76,8 @@ pub struct Agent {
     pub node_name: String,
     pub host: Arc<Host>,
     pub store: Store,
-    /// The HTTP client for `url` and `oci` plugin sources (see [`fetch`]).
-    pub fetcher: fetch::Fetcher,
+    /// The HTTP client for `url` and `oci` plugin sources (see [`bosun_fetch`]).
+    pub fetcher: bosun_fetch::Fetcher,
     /// Field manager for server-side apply of step status.
     pub manager: String,
     /// (task uid, step) → the latest attempt of that step this process started, and what
@@ -95,11 +85,11 @@ pub struct Agent {
     runs: std::sync::Mutex<std::collections::HashMap<(String, String), StepRun>>,
     /// `--instance`: act only on NodeTasks labelled `bosun.dev/instance=<instance>`
     /// (without it, only on NodeTasks without that label); see
-    /// [`bosun_controller::instance_selector`].
+    /// [`bosun_cluster::instance_selector`].
     pub instance: Option<String>,
     /// The Policy objects of this agent's instance, compiled once per change of the set:
     /// the capabilities and step gates (see [`gate`]).
-    pub policies: Arc<bosun_controller::gate::PolicyWatch>,
+    pub policies: Arc<bosun_cluster::policies::PolicyWatch>,
     /// Thresholds of the built-in preflight checks (see [`preflight`]).
     pub preflight: preflight::Settings,
     /// The node-facts reports this process wrote (see [`facts`]).
@@ -113,7 +103,7 @@ impl Agent {
         node_name: String,
         host: Arc<Host>,
         store: Store,
-        fetcher: fetch::Fetcher,
+        fetcher: bosun_fetch::Fetcher,
         manager: String,
     ) -> Agent {
         Agent {
@@ -186,8 +176,8 @@ enum StepRun {
 #[derive(Debug)]
 struct Unsent {
     attempt: u32,
-    /// The status the result write applies.
-    body: serde_json::Value,
+    /// The status the result write applies; sent again unchanged.
+    body: TaskStatusWrite,
     /// Failed writes of it so far (at least 1).
     failures: u32,
     /// Not sent again before this.
@@ -227,9 +217,7 @@ pub async fn run(agent: Arc<Agent>) {
     // Policies of the same instance as the tasks; until they are listed, no step runs.
     if let Some(watch) = agent.policies.drive(
         agent.client.clone(),
-        Some(bosun_controller::instance_selector(
-            agent.instance.as_deref(),
-        )),
+        Some(bosun_cluster::instance_selector(agent.instance.as_deref())),
     ) {
         tokio::spawn(watch);
     }
@@ -255,7 +243,7 @@ pub fn task_selector(node_name: &str, instance: Option<&str>) -> String {
         "{}={},{}",
         labels::NODE,
         bosun_planner::label_value(node_name),
-        bosun_controller::instance_selector(instance)
+        bosun_cluster::instance_selector(instance)
     )
 }
 
@@ -311,7 +299,7 @@ pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action,
         Progress::Next {
             runs_on: RunsOn::Agent,
             ..
-        } if bosun_controller::recovery::is_paused(&task) => Ok(Action::await_change()),
+        } if bosun_cluster::is_paused(&task) => Ok(Action::await_change()),
         Progress::Next {
             index,
             runs_on: RunsOn::Agent,
@@ -344,23 +332,16 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name)
         .cloned()
         .unwrap_or_default();
-    let phase =
-        step_transition(previous.phase, StepEvent::Start).map_err(|source| Error::Transition {
-            task: name.clone(),
-            source,
-        })?;
+    let phase = step_transition(previous.phase, StepEvent::Start)
+        .map_err(bosun_cluster::Error::transition(&name))?;
     let attempts = previous.attempts + 1;
-    let started = precise(Timestamp::now());
+    let started = Timestamp::now();
     let clock = Instant::now();
     apply_status(
         agent,
         &name,
         &step.name,
-        json!({
-            "currentStep": step.name,
-            "message": format!("running step {}", step.name),
-            "steps": [{ "name": step.name, "phase": phase, "attempts": attempts, "startedAt": started }],
-        }),
+        &TaskStatusWrite::step_started(&step.name, phase, attempts, started),
     )
     .await?;
     // Recorded only now: had the start write failed, nothing ran and nothing is owed.
@@ -384,7 +365,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
             Ok(resolved) => prepared.clone().run(agent, task, index, resolved).await?,
         },
     };
-    let finished = precise(Timestamp::now());
+    let finished = Timestamp::now();
     bosun_telemetry::metrics().step_finished(
         bosun_telemetry::Side::Agent,
         bosun_telemetry::StepOutcome::from_block(result.block),
@@ -395,45 +376,40 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     } else {
         StepEvent::Failed
     };
-    let end_phase = step_transition(phase, event).map_err(|source| Error::Transition {
-        task: name.clone(),
-        source,
-    })?;
-    let outputs: serde_json::Map<String, serde_json::Value> = result
-        .outputs
-        .iter()
-        .map(|(k, v)| (k.clone(), json!(v)))
-        .collect();
-    let mut entry = json!({
-        "name": step.name, "phase": end_phase, "attempts": attempts,
-        "startedAt": started, "finishedAt": finished,
-        "changed": result.changed, "message": result.message,
-        "outputs": outputs, "logTail": result.log_tail, "preflight": result.preflight,
-    });
-    if let Some(e) = &result.error {
-        entry["error"] = json!(e);
-    }
-    if let Some(decision) = prepared.decision() {
-        entry["policy"] = json!(decision);
-    }
-    let mut body = json!({ "currentStep": step.name, "steps": [entry] });
-    if let Some(reason) = result.block {
-        let next =
-            task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| {
-                Error::Transition {
-                    task: name.clone(),
-                    source,
-                }
-            })?;
-        body["phase"] = json!(next);
-        body["reason"] = json!(reason);
-        body["message"] = json!(format!("step {} failed: {}", step.name, result.message));
-        tracing::warn!(reason = ?reason, outcome = %result.message, "step failed; task blocked");
-    } else {
-        body["message"] = json!(format!("step {} succeeded: {}", step.name, result.message));
-        tracing::info!(outcome = %result.message, "step succeeded");
-    }
-    let written = apply_status(agent, &name, &step.name, body.clone()).await;
+    let end_phase =
+        step_transition(phase, event).map_err(bosun_cluster::Error::transition(&name))?;
+    let block = match result.block {
+        Some(reason) => {
+            let next = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed)
+                .map_err(bosun_cluster::Error::transition(&name))?;
+            tracing::warn!(reason = ?reason, outcome = %result.message, "step failed; task blocked");
+            Some((next, reason))
+        }
+        None => {
+            tracing::info!(outcome = %result.message, "step succeeded");
+            None
+        }
+    };
+    let entry = StepWrite::finished(
+        &step.name,
+        attempts,
+        started,
+        finished,
+        StepEnd {
+            phase: end_phase,
+            changed: result.changed,
+            message: result.message,
+            error: result.error,
+        },
+        Some(StepReport {
+            outputs: result.outputs.into_iter().collect(),
+            log_tail: result.log_tail,
+            preflight: result.preflight,
+            policy: prepared.decision(),
+        }),
+    );
+    let body = TaskStatusWrite::step_finished(entry, block);
+    let written = apply_status(agent, &name, &step.name, &body).await;
     // The policy decision was made whether or not its status landed yet.
     prepared.publish_events(agent, task, &step.name).await;
     match written {
@@ -492,31 +468,29 @@ async fn resend_result(task: &NodeTask, status: &NodeTaskStatus, agent: &Agent) 
         if !wait.is_zero() {
             return Some(Action::requeue(wait));
         }
-        return Some(
-            match apply_status(agent, &name, &step.name, body.clone()).await {
-                Ok(()) => {
-                    tracing::info!(task = %name, step = %step.name, attempt, failures, "step result written after failed writes");
-                    agent.record(task, &step.name, StepRun::Written(attempt));
-                    Action::await_change()
-                }
-                Err(error) => {
-                    let failures = failures + 1;
-                    let wait = result_backoff(failures);
-                    tracing::warn!(task = %name, step = %step.name, attempt, failures, %error, retry_in = ?wait, "writing the step's result failed again; it is kept and sent again");
-                    agent.record(
-                        task,
-                        &step.name,
-                        StepRun::Unsent(Box::new(Unsent {
-                            attempt,
-                            body,
-                            failures,
-                            next_try: Instant::now() + wait,
-                        })),
-                    );
-                    Action::requeue(wait)
-                }
-            },
-        );
+        return Some(match apply_status(agent, &name, &step.name, &body).await {
+            Ok(()) => {
+                tracing::info!(task = %name, step = %step.name, attempt, failures, "step result written after failed writes");
+                agent.record(task, &step.name, StepRun::Written(attempt));
+                Action::await_change()
+            }
+            Err(error) => {
+                let failures = failures + 1;
+                let wait = result_backoff(failures);
+                tracing::warn!(task = %name, step = %step.name, attempt, failures, %error, retry_in = ?wait, "writing the step's result failed again; it is kept and sent again");
+                agent.record(
+                    task,
+                    &step.name,
+                    StepRun::Unsent(Box::new(Unsent {
+                        attempt,
+                        body,
+                        failures,
+                        next_try: Instant::now() + wait,
+                    })),
+                );
+                Action::requeue(wait)
+            }
+        });
     }
     None
 }
@@ -548,39 +522,28 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
         None => false,
     };
     let next = step_transition(StepPhase::Running, StepEvent::AgentRestarted { idempotent })
-        .map_err(|source| Error::Transition {
-            task: name.clone(),
-            source,
-        })?;
+        .map_err(bosun_cluster::Error::transition(&name))?;
     // The entry keeps the interrupted run's attempt and start time: this manager wrote
     // them when the step started, and server-side apply would drop them if left out.
     let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name)
         .cloned()
         .unwrap_or_default();
-    let mut entry = json!({ "name": step.name, "phase": next, "attempts": previous.attempts });
-    if let Some(t) = &previous.started_at {
-        entry["startedAt"] = json!(precise(t.0));
-    }
-    let mut body = json!({ "steps": [entry] });
-    if next == StepPhase::Failed {
-        let phase =
-            task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed).map_err(|source| {
-                Error::Transition {
-                    task: name.clone(),
-                    source,
-                }
-            })?;
-        body["phase"] = json!(phase);
-        body["reason"] = json!(BlockReason::Interrupted);
-        body["message"] = json!(format!(
-            "step {} was interrupted by an agent restart and its action is not idempotent: check the node, then retry or skip",
-            step.name
-        ));
-        body["steps"][0]["finishedAt"] = json!(precise(Timestamp::now()));
-        body["steps"][0]["message"] = json!("interrupted by an agent restart");
-    }
+    let block = if next == StepPhase::Failed {
+        let phase = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed)
+            .map_err(bosun_cluster::Error::transition(&name))?;
+        Some((phase, Timestamp::now()))
+    } else {
+        None
+    };
+    let body = TaskStatusWrite::step_interrupted(
+        &step.name,
+        next,
+        previous.attempts,
+        previous.started_at.map(|t| t.0),
+        block,
+    );
     tracing::warn!(step = %step.name, idempotent, "found a step interrupted by a restart");
-    apply_status(agent, &name, &step.name, body).await
+    apply_status(agent, &name, &step.name, &body).await
 }
 
 /// Applied with one field manager per step (`<manager>.step.<name>`): server-side apply
@@ -590,21 +553,15 @@ async fn apply_status(
     agent: &Agent,
     name: &str,
     step: &str,
-    status: serde_json::Value,
+    status: &TaskStatusWrite,
 ) -> Result<(), Error> {
-    let api: Api<NodeTask> = Api::all(agent.client.clone());
-    let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
-    let manager = format!("{}.step.{step}", agent.manager);
-    api.patch_status(
+    bosun_cluster::status::apply(
+        &agent.client,
         name,
-        &PatchParams::apply(&manager).force(),
-        &Patch::Apply(&patch),
+        &step_manager(&agent.manager, step),
+        status,
     )
-    .await
-    .map_err(|source| Error::Kube {
-        what: format!("writing the status of NodeTask {name}"),
-        source,
-    })?;
+    .await?;
     Ok(())
 }
 
@@ -614,6 +571,7 @@ mod selector_tests {
 
     use bosun_api::operation::OperationSpec;
     use bosun_planner::NodeInfo;
+    use serde_json::json;
 
     use super::*;
 
@@ -653,10 +611,7 @@ mod selector_tests {
             Some(label),
             "selector {selector:?}"
         );
-        assert_eq!(
-            required(&selector, bosun_controller::INSTANCE_LABEL),
-            Some("lab-1")
-        );
+        assert_eq!(required(&selector, labels::INSTANCE), Some("lab-1"));
 
         // A short name is used as it is.
         assert_eq!(

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use bosun_agent::Agent;
-use bosun_agent::fetch::{FetchConfig, Fetcher};
 use bosun_agent::plugins::Store;
+use bosun_fetch::{FetchConfig, Fetcher};
 use bosun_host::{Host, HostConfig};
 use bosun_trust::TrustRoots;
 use clap::Parser;

@@ -29,8 +29,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
 
-use crate::fetch::{FetchError, Fetcher};
-use crate::oci::OciError;
+use bosun_fetch::oci::OciError;
+use bosun_fetch::{FetchError, Fetcher};
 
 /// The annotation carrying the plugin version that the signatures bind (the signed
 /// statement names the plugin's name, version and digest; the Plugin resource's spec has
@@ -278,7 +278,7 @@ pub async fn resolve(
         }
         (None, Some(url), _) => (fetch_url(fetcher, name, &url.url).await?, url.url.clone()),
         (None, None, Some(oci)) => {
-            let bytes = crate::oci::pull(fetcher, &oci.reference)
+            let bytes = bosun_fetch::oci::pull(fetcher, &oci.reference)
                 .await
                 .map_err(|source| ResolveError::Oci {
                     name: name.into(),

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bosun_agent::fetch::{FetchConfig, FetchError, Fetcher};
-use bosun_agent::oci::{self, OciError, WASM_LAYER};
 use bosun_agent::plugins::{ResolveError, Store, fetch_url};
+use bosun_fetch::oci::{self, OciError, WASM_LAYER};
+use bosun_fetch::{FetchConfig, FetchError, Fetcher};
 use bosun_trust::Digest;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -13,10 +13,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bosun_agent::fetch::{FetchConfig, Fetcher};
 use bosun_agent::plugins::Store;
 use bosun_agent::{Agent, reconcile};
 use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
+use bosun_fetch::{FetchConfig, Fetcher};
 use bosun_host::{Host, HostConfig};
 use bosun_trust::TrustRoots;
 use kube::Client;

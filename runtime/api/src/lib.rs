@@ -11,6 +11,7 @@
 
 pub mod crd;
 pub mod grants;
+pub mod labels;
 pub mod node_task;
 pub mod operation;
 pub mod plugin;
@@ -24,7 +25,6 @@ pub use node_task::{
 pub use operation::{
     CustomGroup, CustomSpec, ExecutionMode, KubePackage, Operation, OperationPhase, OperationSpec,
     OperationStatus, Plan, PlannedGroup, RenewCertificatesSpec, Rollout, RunsOn, Step, UpgradeSpec,
-    labels,
 };
 pub use plugin::{Plugin, PluginSpec};
 pub use policy::{Enforcement, Policy, PolicySpec, PolicyStatus};

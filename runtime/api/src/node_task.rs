@@ -309,6 +309,23 @@ pub enum BlockReason {
     NodeGone,
 }
 
+impl BlockReason {
+    /// The reason's name as it is written in status (and used as a condition reason).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockReason::StepFailed => "StepFailed",
+            BlockReason::StepTimedOut => "StepTimedOut",
+            BlockReason::PreflightFailed => "PreflightFailed",
+            BlockReason::PolicyDenied => "PolicyDenied",
+            BlockReason::Interrupted => "Interrupted",
+            BlockReason::DrainTimedOut => "DrainTimedOut",
+            BlockReason::HealthGateFailed => "HealthGateFailed",
+            BlockReason::PluginUnavailable => "PluginUnavailable",
+            BlockReason::NodeGone => "NodeGone",
+        }
+    }
+}
+
 /// What happened to one step.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -423,4 +440,27 @@ pub struct StepError {
     /// True when the same step may succeed if tried again unchanged.
     #[serde(default)]
     pub retryable: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_reasons_are_named_as_they_serialize() {
+        use BlockReason as B;
+        for r in [
+            B::StepFailed,
+            B::StepTimedOut,
+            B::PreflightFailed,
+            B::PolicyDenied,
+            B::Interrupted,
+            B::DrainTimedOut,
+            B::HealthGateFailed,
+            B::PluginUnavailable,
+            B::NodeGone,
+        ] {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+    }
 }

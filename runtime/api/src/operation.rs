@@ -599,6 +599,19 @@ impl OperationPhase {
     pub fn is_finished(self) -> bool {
         matches!(self, OperationPhase::Succeeded | OperationPhase::Failed)
     }
+
+    /// The phase's name as it is written in status (and used as a condition reason).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationPhase::Pending => "Pending",
+            OperationPhase::Running => "Running",
+            OperationPhase::Paused => "Paused",
+            OperationPhase::AwaitingApproval => "AwaitingApproval",
+            OperationPhase::Blocked => "Blocked",
+            OperationPhase::Succeeded => "Succeeded",
+            OperationPhase::Failed => "Failed",
+        }
+    }
 }
 
 /// The frozen plan: groups in the order they run.
@@ -650,16 +663,6 @@ pub struct TaskCounts {
     pub invalid: u32,
 }
 
-/// Labels Bosun sets on NodeTasks so they can be listed by operation or node.
-pub mod labels {
-    /// The owning Operation's name.
-    pub const OPERATION: &str = "bosun.dev/operation";
-    /// The node's name.
-    pub const NODE: &str = "bosun.dev/node";
-    /// The planned group's name.
-    pub const GROUP: &str = "bosun.dev/group";
-}
-
 /// Convenience for building selectors in code and tests.
 pub fn match_labels<const N: usize>(pairs: [(&str, &str); N]) -> LabelSelector {
     LabelSelector {
@@ -670,5 +673,26 @@ pub fn match_labels<const N: usize>(pairs: [(&str, &str); N]) -> LabelSelector {
                 .collect::<BTreeMap<_, _>>(),
         ),
         match_expressions: None,
+    }
+}
+
+#[cfg(test)]
+mod phase_name_tests {
+    use super::*;
+
+    #[test]
+    fn operation_phases_are_named_as_they_serialize() {
+        use OperationPhase as P;
+        for p in [
+            P::Pending,
+            P::Running,
+            P::Paused,
+            P::AwaitingApproval,
+            P::Blocked,
+            P::Succeeded,
+            P::Failed,
+        ] {
+            assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
+        }
     }
 }

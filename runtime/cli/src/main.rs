@@ -31,7 +31,7 @@ struct Cli {
 enum Command {
     /// Work with plugins: keys, signatures, inspection, local runs, scaffolding, publishing.
     #[command(subcommand)]
-    Plugin(ops::publish::PluginCommand),
+    Plugin(plugin::Command),
     #[command(flatten)]
     Ops(ops::Command),
     /// Test policies and explain decisions offline: `policy test DIR`, `policy eval --input FILE`.
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Plugin(cmd) => ops::publish::execute(cmd),
+        Command::Plugin(cmd) => plugin::execute(cmd),
         Command::Ops(cmd) => ops::execute(cmd),
         Command::Policy(cmd) => policy::execute(cmd),
     };

@@ -18,7 +18,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use crate::drain::{self, Left, Pass};
-use crate::gates;
+use crate::health;
 
 /// How often a drain that is waiting for pods looks again.
 pub const DRAIN_RECHECK: Duration = Duration::from_secs(2);
@@ -123,7 +123,7 @@ pub async fn run_step(
                     events
                         .publish(
                             task,
-                            crate::events::Notice {
+                            bosun_cluster::events::Notice {
                                 warning: false,
                                 reason: crate::events::reasons::DRAINED,
                                 action: "Drain",
@@ -187,9 +187,9 @@ pub async fn run_step(
         }
         controller_actions::WAIT_NODE_READY | controller_actions::WAIT_API_SERVER => {
             let check = if step.action == controller_actions::WAIT_NODE_READY {
-                gates::node_ready(client, node).await
+                health::node_ready(client, node).await
             } else {
-                gates::api_server_ready(client).await
+                health::api_server_ready(client).await
             };
             let timeout = op.health_gates.timeout_seconds;
             match check {
@@ -217,7 +217,7 @@ pub async fn run_step(
                     },
                     |deadline| StepOutcome::InProgress {
                         message: format!("waiting until {deadline}: {why}"),
-                        recheck: gates::RECHECK,
+                        recheck: health::RECHECK,
                     },
                 ),
             }

@@ -17,12 +17,8 @@ use std::sync::Mutex;
 
 use bosun_api::node_task::{NodeTask, NodeTaskPhase};
 use bosun_api::operation::{Operation, OperationPhase};
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use bosun_cluster::events::{Notice, Publisher};
 use kube::{Client, Resource, ResourceExt};
-
-/// The `reportingController` of every Event Bosun's controller publishes.
-pub const REPORTING_CONTROLLER: &str = "bosun.dev/controller";
 
 /// Event reasons, stable so people and tests can filter on them.
 pub mod reasons {
@@ -37,34 +33,6 @@ pub mod reasons {
     pub const PAUSED: &str = "Paused";
     pub const RESUMED: &str = "Resumed";
     pub const FAILED: &str = "Failed";
-}
-
-/// What to publish: severity, reason, action and a note for people.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Notice {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub action: &'static str,
-    pub note: String,
-}
-
-impl Notice {
-    fn normal(reason: &'static str, action: &'static str, note: String) -> Self {
-        Notice {
-            warning: false,
-            reason,
-            action,
-            note,
-        }
-    }
-    fn warning(reason: &'static str, action: &'static str, note: String) -> Self {
-        Notice {
-            warning: true,
-            reason,
-            action,
-            note,
-        }
-    }
 }
 
 /// The Events a NodeTask deserves when its phase moved from `from` to `to`, in order. A task
@@ -179,7 +147,7 @@ pub fn operation_event(from: OperationPhase, to: OperationPhase, message: &str) 
 /// Publishes Events and remembers the task phases it has seen. Cheap to share (`Arc`-backed
 /// recorder, one lock held only for map updates).
 pub struct Events {
-    recorder: Recorder,
+    publisher: Publisher,
     seen: Mutex<HashMap<String, NodeTaskPhase>>,
 }
 
@@ -191,36 +159,17 @@ impl std::fmt::Debug for Events {
 
 impl Events {
     /// `instance` names this controller process (its leader-election identity), so Events
-    /// say which replica acted.
+    /// say which replica acted. Reported as [`bosun_cluster::events::CONTROLLER`].
     pub fn new(client: Client, instance: String) -> Self {
-        let reporter = Reporter {
-            controller: REPORTING_CONTROLLER.to_string(),
-            instance: Some(instance),
-        };
         Events {
-            recorder: Recorder::new(client, reporter),
+            publisher: Publisher::new(client, bosun_cluster::events::CONTROLLER, instance),
             seen: Mutex::default(),
         }
     }
 
     /// Publishes `notice` about `object`. Never fails: a refused Event is logged.
     pub async fn publish<K: Resource<DynamicType = ()>>(&self, object: &K, notice: Notice) {
-        let reference: ObjectReference = object.object_ref(&());
-        let event = Event {
-            type_: if notice.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: notice.reason.to_string(),
-            // The API server refuses notes over 1 kB.
-            note: Some(truncate(&notice.note, 1000)),
-            action: notice.action.to_string(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(%error, object = %object.name_any(), reason = notice.reason, "could not publish an Event");
-        }
+        self.publisher.publish(object, &notice).await;
     }
 
     /// Reports every task whose phase changed since this controller last saw it, and the
@@ -269,18 +218,6 @@ impl Events {
             self.publish(op, notice).await;
         }
     }
-}
-
-/// At most `max` bytes of `text`, cut at a character boundary, with `…` when cut.
-pub fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 #[cfg(test)]
@@ -417,13 +354,5 @@ mod tests {
                 .warning
         );
         assert_eq!(operation_event(O::Running, O::Running, ""), None);
-    }
-
-    #[test]
-    fn notes_are_cut_at_a_character_boundary() {
-        assert_eq!(truncate("short", 10), "short");
-        let long = "é".repeat(600);
-        let cut = truncate(&long, 1000);
-        assert!(cut.len() <= 1000 && cut.ends_with('…'));
     }
 }

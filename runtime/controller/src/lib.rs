@@ -4,17 +4,21 @@
 //!   plus [`error_policy`](reconcile::error_policy)), which plans with `bosun-planner`,
 //!   freezes the plan in status, creates NodeTasks, runs controller-side steps and starts
 //!   tasks when the rollout allows.
+//! - [`summary`]: the Operation's status summary (message, conditions), a pure function.
 //! - [`recovery`]: a person's `spec.recovery` (Retry, Skip), `failurePolicy: Retry`
 //!   (automatic retries with backoff, by requeue), and `spec.paused` mirrored onto tasks.
 //! - [`actions`]: the controller steps (`cordon`, `drain`, `uncordon`, `waitNodeReady`,
 //!   `waitApiServer`) as non-blocking passes; [`drain`] the eviction pass and its messages;
-//!   [`gates`] the health gates a task passes before it succeeds.
+//!   [`health`] the health gates a task passes before it succeeds.
+//! - [`operation_gate`]: the operation policy decision point (before planning, before each
+//!   group); [`policy_status`]: the status of every Policy object.
 //! - [`leader`]: leader election through a Lease (only the holder runs [`run`]); [`events`]:
 //!   Events for Operations and NodeTasks; [`ttl`]: `ttlSecondsAfterFinished`.
 //! - [`exclusion`]: one Operation at a time per node (a task waits while another
 //!   Operation's task holds its node).
-//! - [`progress`]: where a NodeTask stands in its step list (re-exported from
-//!   `bosun_planner::state`); shared with the agent so both agree whose turn a step is.
+//! - The code shared with the agent (instance selector, pause mark, Policy watch, cluster
+//!   readers, Events, typed NodeTask status writes) is in `bosun-cluster`; where a NodeTask
+//!   stands in its step list is `bosun_planner::state`, read the same way by both.
 //! - [`run`]: wires the reconciler into a kube-runtime `Controller` watching the Operations
 //!   of its instance ([`instance_selector`]) and the NodeTasks they own.
 //!
@@ -27,12 +31,13 @@ pub mod events;
 pub mod exclusion;
 #[cfg(test)]
 mod fake_api;
-pub mod gate;
-pub mod gates;
+pub mod health;
 pub mod leader;
-pub mod progress;
+pub mod operation_gate;
+pub mod policy_status;
 pub mod reconcile;
 pub mod recovery;
+pub mod summary;
 pub mod time;
 pub mod ttl;
 
@@ -41,6 +46,8 @@ use std::time::Duration;
 
 use bosun_api::node_task::NodeTask;
 use bosun_api::operation::Operation;
+use bosun_cluster::instance_selector;
+use bosun_cluster::policies::PolicyWatch;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
@@ -51,20 +58,6 @@ pub use reconcile::{Context, error_policy, reconcile};
 
 /// The field manager the controller writes with unless told otherwise.
 pub const FIELD_MANAGER: &str = "bosun-controller";
-
-/// The label that scopes Operations and their NodeTasks to one install of the controller
-/// and agents (their `--instance NAME`), for running installs side by side, and tests.
-pub const INSTANCE_LABEL: &str = "bosun.dev/instance";
-
-/// The label selector of the objects an install with `instance` acts on: those labelled
-/// `bosun.dev/instance=<instance>`, or, with no instance, only those without the label
-/// (so a default install never touches a side-by-side install's objects).
-pub fn instance_selector(instance: Option<&str>) -> String {
-    match instance {
-        Some(name) => format!("{INSTANCE_LABEL}={name}"),
-        None => format!("!{INSTANCE_LABEL}"),
-    }
-}
 
 /// Runs the controller until a shutdown signal (SIGTERM, Ctrl-C). Watches the Operations
 /// of its instance (see [`instance_selector`]) and their NodeTasks (mapped to their owning
@@ -83,9 +76,9 @@ pub async fn run(
     let selector = instance_selector(instance.as_deref());
     // Policies of this instance: the operation gate, their status, and a reconcile of every
     // Operation whenever they change (a fixed policy unblocks without waiting for a resync).
-    let policies = Arc::new(gate::PolicyWatch::new());
+    let policies = Arc::new(PolicyWatch::new());
     let policy_changes = policies.changes(client.clone(), Some(selector.clone()));
-    tokio::spawn(gate::run_status(
+    tokio::spawn(policy_status::run_status(
         client.clone(),
         manager.clone(),
         Some(selector.clone()),

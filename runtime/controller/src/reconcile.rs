@@ -11,11 +11,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
+use bosun_api::labels;
+use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepError, StepPhase};
 use bosun_api::operation::{
-    Operation, OperationPhase, OperationSpec, OperationStatus, Plan, Rollout, RunsOn, labels,
+    Operation, OperationPhase, OperationSpec, OperationStatus, Plan, Rollout, RunsOn,
 };
-use bosun_planner::state::{TaskEvent, operation_transition, task_transition};
+use bosun_planner::state::{TaskEvent, task_transition};
 use bosun_planner::{NodeInfo, PlanError, PlanOutput, TaskView, plan, schedule};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -27,8 +28,10 @@ use serde_json::json;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::progress::{Progress, progress};
-use crate::time::{precise, set_condition};
+use bosun_cluster::status::{StepEnd, StepWrite, TaskStatusWrite, step_manager};
+use bosun_planner::state::{Progress, progress, step_status};
+
+use crate::time::set_condition;
 
 /// What every reconcile shares.
 #[derive(Clone)]
@@ -39,11 +42,11 @@ pub struct Context {
     /// How often a running Operation is looked at even without a change (watches normally
     /// trigger reconciles sooner).
     pub resync: Duration,
-    /// `--instance`: the value of [`crate::INSTANCE_LABEL`] this install acts on and puts
+    /// `--instance`: the value of [`bosun_api::labels::INSTANCE`] this install acts on and puts
     /// on the NodeTasks it creates.
     pub instance: Option<String>,
     /// The cluster's Policy objects (of this instance), compiled: the operation gate.
-    pub policies: Arc<crate::gate::PolicyWatch>,
+    pub policies: Arc<bosun_cluster::policies::PolicyWatch>,
     /// Events about Operations and NodeTasks (and the task phases seen so far).
     pub events: Arc<crate::events::Events>,
     /// Held while one reconcile reads which nodes other Operations hold and starts its own
@@ -129,15 +132,8 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     let mut status = stored.clone();
     if stored.plan.is_none() {
         // The operation gate before planning: a deny blocks before anything is frozen.
-        match crate::gate::hold_before_planning(
-            &ctx.client,
-            &ctx.policies,
-            &op,
-            &planned.plan,
-            &stored,
-            now,
-        )
-        .await
+        match crate::operation_gate::hold_before_planning(&ctx, &op, &planned.plan, &stored, now)
+            .await
         {
             Ok(None) => {}
             Ok(Some(blocked)) => {
@@ -146,7 +142,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
                 }
                 return Ok(Action::requeue(ctx.resync));
             }
-            Err(e) => return crate::gate::retry_later(e),
+            Err(e) => return crate::operation_gate::retry_later(e),
         }
         // Freeze first: once this write lands, a restart plans nothing anew.
         status.plan = Some(planned.plan.clone());
@@ -218,7 +214,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         }
         let mut task_labels = planned_task.labels.clone();
         if let Some(instance) = &ctx.instance {
-            task_labels.insert(crate::INSTANCE_LABEL.to_string(), instance.clone());
+            task_labels.insert(labels::INSTANCE.to_string(), instance.clone());
         }
         let task = NodeTask {
             metadata: ObjectMeta {
@@ -308,9 +304,8 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         .await?;
     }
     // The operation gate before each group: a held group's tasks are not started.
-    let hold = match crate::gate::hold_groups(
-        &ctx.client,
-        &ctx.policies,
+    let hold = match crate::operation_gate::hold_groups(
+        &ctx,
         &op,
         &frozen,
         &tasks,
@@ -320,7 +315,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     .await
     {
         Ok(h) => h,
-        Err(e) => return crate::gate::retry_later(e),
+        Err(e) => return crate::operation_gate::retry_later(e),
     };
     // One Operation at a time per node: a Pending task whose node another Operation of
     // this instance holds waits, and says so. The guard is held until the moves below are
@@ -388,153 +383,28 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     drop(exclusion_guard);
 
     // The Operation's status.
-    status.phase = operation_transition(stored.phase, decision.phase);
-    status.counts = decision.counts.clone();
-    status.progress = Some(decision.progress.clone());
-    status.observed_generation = op.metadata.generation;
-    let blocked: Vec<String> = tasks
-        .values()
-        .filter(|t| {
-            t.status
-                .as_ref()
-                .is_some_and(|s| s.phase == NodeTaskPhase::Blocked)
-        })
-        .map(|t| {
-            let s = t
-                .status
-                .as_ref()
-                .map(|s| s.message.clone().unwrap_or_default())
-                .unwrap_or_default();
-            format!("{}: {s}", t.spec.node_name)
-        })
-        .collect();
-    let mut message = if blocked.is_empty() {
-        decision.message.clone()
-    } else {
-        format!("{} — {}", blocked.join("; "), decision.message)
-    };
-    if !waiting.is_empty() {
-        message = format!("{} — {message}", waiting.join("; "));
-    }
-    if let Some(note) = &ignored {
-        message = format!("{note} — {message}");
-    }
-    status.message = Some(message);
-    let gen_ = op.metadata.generation;
-    let is_blocked = status.phase == OperationPhase::Blocked;
-    let block_reason = tasks
-        .values()
-        .filter_map(|t| t.status.as_ref())
-        .find(|s| s.phase == NodeTaskPhase::Blocked)
-        .and_then(|s| s.reason)
-        .map_or_else(|| "NotBlocked".to_string(), |r| format!("{r:?}"));
-    set_condition(
-        &mut status.conditions,
-        "Blocked",
-        is_blocked,
-        &block_reason,
-        if is_blocked {
-            status.message.as_deref().unwrap_or("")
-        } else {
-            ""
-        },
-        gen_,
-        now,
-    );
-    let done = status.phase == OperationPhase::Succeeded;
-    set_condition(
-        &mut status.conditions,
-        "Progressing",
-        !done && !is_blocked && status.phase != OperationPhase::Paused,
-        &format!("{:?}", status.phase),
-        &decision.progress,
-        gen_,
-        now,
-    );
-    set_condition(
-        &mut status.conditions,
-        "Complete",
-        done,
-        if done {
-            "AllTasksFinished"
-        } else {
-            "InProgress"
-        },
-        "",
-        gen_,
-        now,
-    );
-    if done {
-        // Succeeded with no node succeeded (every one skipped or gone): nothing was done.
-        let nothing = status.counts.succeeded == 0;
-        let (reason, message) = if nothing {
-            (
-                REASON_NOTHING_DONE,
-                "no node succeeded: every NodeTask was skipped or invalid, so nothing was done",
-            )
-        } else {
-            (REASON_WORK_DONE, "")
-        };
-        set_condition(
-            &mut status.conditions,
-            NOTHING_DONE,
-            nothing,
-            reason,
-            message,
-            gen_,
-            now,
-        );
-    }
-    let is_waiting = !waiting.is_empty();
-    let held_reason = if is_waiting {
-        crate::exclusion::REASON_HELD
-    } else {
-        crate::exclusion::REASON_FREE
-    };
-    set_condition(
-        &mut status.conditions,
-        crate::exclusion::CONDITION,
-        is_waiting,
-        held_reason,
-        &waiting.join("; "),
-        gen_,
-        now,
-    );
-    // Written once it matters: an Operation whose spec was always readable has no such
-    // condition.
     let was_ignoring = stored
         .conditions
         .iter()
-        .any(|c| c.type_ == SPEC_IGNORED && c.status == "True");
-    match &ignored {
-        Some(note) => {
-            if !was_ignoring {
-                tracing::warn!(note = %note, "a rollout control changed after the plan was frozen cannot be read; carrying on with the frozen plan");
-            }
-            set_condition(
-                &mut status.conditions,
-                SPEC_IGNORED,
-                true,
-                REASON_UNREADABLE,
-                note,
-                gen_,
-                now,
-            );
-        }
-        None if status.conditions.iter().any(|c| c.type_ == SPEC_IGNORED) => {
-            set_condition(
-                &mut status.conditions,
-                SPEC_IGNORED,
-                false,
-                REASON_READ,
-                "",
-                gen_,
-                now,
-            );
-        }
-        None => {}
+        .any(|c| c.type_ == crate::summary::SPEC_IGNORED && c.status == "True");
+    if let Some(note) = &ignored
+        && !was_ignoring
+    {
+        tracing::warn!(note = %note, "a rollout control changed after the plan was frozen cannot be read; carrying on with the frozen plan");
     }
-    hold.record(&ctx.client, &op, &stored, &mut status, now)
+    crate::summary::summarize(
+        &mut status,
+        &crate::summary::Summary {
+            stored_phase: stored.phase,
+            schedule: &decision,
+            tasks: &tasks,
+            waiting: &waiting,
+            ignored: ignored.as_deref(),
+            generation: op.metadata.generation,
+            now,
+        },
+    );
+    hold.record(&ctx.events, &op, &stored, &mut status, now)
         .await;
     if status.phase.is_finished() && status.completion_time.is_none() {
         status.completion_time = Some(Time(now));
@@ -567,24 +437,6 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
 pub fn being_deleted(op: &Operation) -> bool {
     op.metadata.deletion_timestamp.is_some()
 }
-
-/// Condition type on a Succeeded Operation: True (reason [`REASON_NOTHING_DONE`]) when no
-/// NodeTask succeeded (each was skipped or invalid), False (reason [`REASON_WORK_DONE`])
-/// otherwise. Absent until the Operation has succeeded.
-pub const NOTHING_DONE: &str = "NothingDone";
-/// [`NOTHING_DONE`] is True.
-pub const REASON_NOTHING_DONE: &str = "AllNodesSkipped";
-/// [`NOTHING_DONE`] is False.
-pub const REASON_WORK_DONE: &str = "NodesSucceeded";
-
-/// Condition type on an Operation while part of its spec is set aside: True (reason
-/// [`REASON_UNREADABLE`]) while `rollout.maxUnavailable` cannot be read after the plan was
-/// frozen, False (reason [`REASON_READ`]) once it can again; absent if it never happened.
-pub const SPEC_IGNORED: &str = "SpecIgnored";
-/// [`SPEC_IGNORED`] is True: `rollout.maxUnavailable` cannot be read.
-pub const REASON_UNREADABLE: &str = "MaxUnavailableUnreadable";
-/// [`SPEC_IGNORED`] is False: the spec reads again.
-pub const REASON_READ: &str = "SpecRead";
 
 /// Plans the Operation, or, once its plan is frozen, rebuilds the task specs of that plan.
 ///
@@ -637,15 +489,10 @@ async fn snapshot_nodes(client: &Client) -> Result<Vec<NodeInfo>> {
 
 /// A Node object as the planner sees it.
 pub fn node_info(node: &Node) -> NodeInfo {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
     NodeInfo {
         name: node.name_any(),
         labels: node.labels().clone(),
-        ready,
+        ready: bosun_cluster::readers::is_ready(node),
         unschedulable: node
             .spec
             .as_ref()
@@ -677,7 +524,7 @@ async fn held_nodes(
     operation: &str,
 ) -> Result<BTreeMap<String, crate::exclusion::Holder>> {
     let api: Api<NodeTask> = Api::all(ctx.client.clone());
-    let selector = crate::instance_selector(ctx.instance.as_deref());
+    let selector = bosun_cluster::instance_selector(ctx.instance.as_deref());
     let list = api
         .list(&ListParams::default().labels(&selector))
         .await
@@ -730,10 +577,8 @@ async fn move_task(
 ) -> Result<NodeTaskPhase> {
     let name = task.name_any();
     let current = task.status.clone().unwrap_or_default();
-    let next = task_transition(current.phase, event).map_err(|source| Error::Transition {
-        task: name.clone(),
-        source,
-    })?;
+    let next =
+        task_transition(current.phase, event).map_err(bosun_cluster::Error::transition(&name))?;
     // Server-side apply drops fields this manager set before and omits now: every apply
     // carries the whole set the controller owns at the top level.
     let mut body = json!({ "phase": next, "attempts": current.attempts, "message": current.message.clone().unwrap_or_default() });
@@ -772,20 +617,10 @@ async fn move_task(
 pub(crate) async fn apply_task_status(
     ctx: &Context,
     name: &str,
-    status: serde_json::Value,
+    status: impl serde::Serialize,
     manager: &str,
 ) -> Result<()> {
-    let api: Api<NodeTask> = Api::all(ctx.client.clone());
-    let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
-    api.patch_status(
-        name,
-        &PatchParams::apply(manager).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!(
-        "writing the status of NodeTask {name}"
-    )))?;
+    bosun_cluster::status::apply(&ctx.client, name, manager, &status).await?;
     Ok(())
 }
 
@@ -816,7 +651,7 @@ async fn write_operation_status(
 /// For a Running task: runs the controller-side steps that are next, in order, one pass
 /// each ([`crate::actions::run_step`]: a drain or a wait that is not done yet stays Running
 /// and asks to be looked at again); once every step succeeded, checks the health gates
-/// ([`crate::gates::evaluate`]), and moves the task to Succeeded only when they pass (or to
+/// ([`crate::health::evaluate`]), and moves the task to Succeeded only when they pass (or to
 /// Blocked, `HealthGateFailed`, when they do not in time). Agent steps are left to the agent.
 /// Updates `task`'s status in memory to what was written. Returns when to look again, when
 /// that should be sooner than the resync.
@@ -830,7 +665,7 @@ async fn advance_running_task(
         let status = task.status.clone().unwrap_or_default();
         match progress(&task.spec.steps, &status.steps) {
             Progress::Done => {
-                let (event, reason) = match crate::gates::evaluate(
+                let (event, reason) = match crate::health::evaluate(
                     &ctx.client,
                     &ctx.manager,
                     &op.spec.health_gates,
@@ -838,15 +673,15 @@ async fn advance_running_task(
                 )
                 .await?
                 {
-                    crate::gates::Verdict::Wait(d) => return Ok(Some(d)),
-                    crate::gates::Verdict::Fail(message) => {
+                    crate::health::Verdict::Wait(d) => return Ok(Some(d)),
+                    crate::health::Verdict::Fail(message) => {
                         record_health_gate(&status);
                         (
                             TaskEvent::StepFailed,
                             Some((BlockReason::HealthGateFailed, message)),
                         )
                     }
-                    crate::gates::Verdict::Pass => {
+                    crate::health::Verdict::Pass => {
                         record_health_gate(&status);
                         (TaskEvent::StepsDone, None)
                     }
@@ -873,28 +708,34 @@ async fn advance_running_task(
                 runs_on: RunsOn::Controller,
             } if task.spec.dry_run => {
                 let step = task.spec.steps[index].clone();
-                let at = precise(Timestamp::now());
+                let at = Timestamp::now();
                 let message = format!(
                     "dry run: would {} node {}",
                     step.action, task.spec.node_name
                 );
-                let entry = json!({ "name": step.name, "phase": StepPhase::Succeeded, "attempts": step_attempts(&status, &step.name) + 1,
-                    "startedAt": at, "finishedAt": at, "changed": false, "message": message });
+                let entry = StepWrite::finished(
+                    &step.name,
+                    step_attempts(&status, &step.name) + 1,
+                    at,
+                    at,
+                    StepEnd {
+                        phase: StepPhase::Succeeded,
+                        changed: false,
+                        message,
+                        error: None,
+                    },
+                    None,
+                );
                 apply_task_status(
                     ctx,
                     &task.name_any(),
-                    json!({ "currentStep": step.name, "steps": [entry.clone()] }),
-                    &format!("{}.step.{}", ctx.manager, step.name),
+                    TaskStatusWrite::step(entry.clone()),
+                    &step_manager(&ctx.manager, &step.name),
                 )
                 .await?;
-                let written: bosun_api::node_task::StepStatus = serde_json::from_value(entry)
-                    .map_err(|source| Error::Serialize {
-                        what: "step status",
-                        source,
-                    })?;
                 let s = task.status.get_or_insert_with(Default::default);
-                s.steps.retain(|x| x.name != written.name);
-                s.steps.push(written);
+                s.steps.retain(|x| x.name != entry.name);
+                s.steps.push(entry.to_status());
             }
             Progress::Next {
                 index,
@@ -906,7 +747,7 @@ async fn advance_running_task(
             } => {
                 let step = task.spec.steps[index].clone();
                 // A step already Running is a drain or wait in progress: same clock, same attempt.
-                let prior = crate::progress::step_status(&status.steps, &step.name)
+                let prior = step_status(&status.steps, &step.name)
                     .filter(|s| s.phase == StepPhase::Running)
                     .cloned();
                 let started = prior
@@ -927,7 +768,7 @@ async fn advance_running_task(
                 )
                 .instrument(span)
                 .await;
-                let finished = precise(Timestamp::now());
+                let finished = Timestamp::now();
                 let ended = match &outcome {
                     StepOutcome::Succeeded { .. } => Some(None),
                     StepOutcome::Failed { reason, .. } => Some(Some(*reason)),
@@ -940,22 +781,29 @@ async fn advance_running_task(
                         Timestamp::now().duration_since(started).unsigned_abs(),
                     )
                 });
-                let mut entry = json!({ "name": step.name, "attempts": attempts, "startedAt": precise(started) });
                 let (mut recheck, mut blocked) = (None, None);
-                match &outcome {
+                let write = match outcome {
                     StepOutcome::Succeeded { message, changed } => {
-                        entry["phase"] = json!(StepPhase::Succeeded);
-                        entry["finishedAt"] = json!(finished);
-                        entry["changed"] = json!(changed);
-                        entry["message"] = json!(message);
+                        TaskStatusWrite::step(StepWrite::finished(
+                            &step.name,
+                            attempts,
+                            started,
+                            finished,
+                            StepEnd {
+                                phase: StepPhase::Succeeded,
+                                changed,
+                                message,
+                                error: None,
+                            },
+                            None,
+                        ))
                     }
                     StepOutcome::InProgress {
                         message,
                         recheck: r,
                     } => {
-                        entry["phase"] = json!(StepPhase::Running);
-                        entry["message"] = json!(message);
-                        recheck = Some(*r);
+                        recheck = Some(r);
+                        TaskStatusWrite::step_progress(&step.name, attempts, started, &message)
                     }
                     StepOutcome::Failed {
                         reason,
@@ -963,51 +811,55 @@ async fn advance_running_task(
                         message,
                         retryable,
                     } => {
-                        entry["phase"] = json!(StepPhase::Failed);
-                        entry["finishedAt"] = json!(finished);
-                        entry["changed"] = json!(false);
-                        entry["message"] = json!(message);
-                        entry["error"] =
-                            json!({ "code": code, "message": message, "retryable": retryable });
-                        blocked = Some((*reason, format!("step {}: {message}", step.name)));
+                        blocked = Some((reason, format!("step {}: {message}", step.name)));
+                        TaskStatusWrite::step(StepWrite::finished(
+                            &step.name,
+                            attempts,
+                            started,
+                            finished,
+                            StepEnd {
+                                phase: StepPhase::Failed,
+                                changed: false,
+                                message: message.clone(),
+                                error: Some(StepError {
+                                    code: code.to_string(),
+                                    message,
+                                    retryable,
+                                }),
+                            },
+                            None,
+                        ))
                     }
-                }
+                };
+                let entry = write.steps[0].clone();
                 // An in-progress step that reports the same as last time writes nothing: the
                 // write would wake this controller again at once.
-                let unchanged = recheck.is_some()
-                    && prior
-                        .as_ref()
-                        .is_some_and(|p| p.message.as_deref() == entry["message"].as_str());
+                let unchanged =
+                    recheck.is_some() && prior.as_ref().is_some_and(|p| p.message == entry.message);
                 if !unchanged {
-                    let body = json!({ "currentStep": step.name, "steps": [entry.clone()] });
                     apply_task_status(
                         ctx,
                         &task.name_any(),
-                        body,
-                        &format!("{}.step.{}", ctx.manager, step.name),
+                        write,
+                        &step_manager(&ctx.manager, &step.name),
                     )
                     .await?;
                 }
                 if let Some((reason, message)) = &blocked {
-                    let next =
-                        task_transition(status.phase, TaskEvent::StepFailed).map_err(|source| {
-                            Error::Transition {
-                                task: task.name_any(),
-                                source,
-                            }
-                        })?;
-                    let top = json!({ "phase": next, "attempts": status.attempts, "reason": reason, "message": message });
-                    apply_task_status(ctx, &task.name_any(), top, &ctx.manager).await?;
+                    let next = task_transition(status.phase, TaskEvent::StepFailed)
+                        .map_err(bosun_cluster::Error::transition(task.name_any()))?;
+                    apply_task_status(
+                        ctx,
+                        &task.name_any(),
+                        TaskStatusWrite::blocked(next, status.attempts, *reason, message),
+                        &ctx.manager,
+                    )
+                    .await?;
                 }
                 // Mirror the write in memory, then look at the next step.
-                let written: bosun_api::node_task::StepStatus = serde_json::from_value(entry)
-                    .map_err(|source| Error::Serialize {
-                        what: "step status",
-                        source,
-                    })?;
                 let s = task.status.get_or_insert_with(Default::default);
-                s.steps.retain(|x| x.name != written.name);
-                s.steps.push(written);
+                s.steps.retain(|x| x.name != entry.name);
+                s.steps.push(entry.to_status());
                 if let Some((reason, message)) = blocked {
                     s.phase = NodeTaskPhase::Blocked;
                     s.message = Some(message);
@@ -1050,7 +902,7 @@ fn record_health_gate(status: &bosun_api::node_task::NodeTaskStatus) {
 }
 
 fn step_attempts(status: &bosun_api::node_task::NodeTaskStatus, step: &str) -> u32 {
-    crate::progress::step_status(&status.steps, step).map_or(0, |s| s.attempts)
+    step_status(&status.steps, step).map_or(0, |s| s.attempts)
 }
 
 #[cfg(test)]

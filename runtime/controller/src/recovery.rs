@@ -9,8 +9,12 @@
 
 use std::time::Duration;
 
+// The annotation the controller puts on an Operation's unfinished NodeTasks while the
+// Operation is paused (`"true"`); agents start no new step of a task that has it.
+use bosun_api::labels::annotations::PAUSED as PAUSED_ANNOTATION;
 use bosun_api::node_task::{NodeTask, NodeTaskPhase, Recovery};
 use bosun_api::operation::Operation;
+use bosun_cluster::is_paused;
 use bosun_planner::state::{AutoRetry, Resumer, Resumption, auto_retry, resume};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -19,17 +23,6 @@ use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::reconcile::{Context, apply_task_status};
-
-/// The annotation the controller puts on an Operation's unfinished NodeTasks while the
-/// Operation is paused (`"true"`); agents start no new step of a task that has it.
-pub const PAUSED_ANNOTATION: &str = "bosun.dev/paused";
-
-/// True when the task carries [`PAUSED_ANNOTATION`].
-pub fn is_paused(task: &NodeTask) -> bool {
-    task.annotations()
-        .get(PAUSED_ANNOTATION)
-        .is_some_and(|v| v == "true")
-}
 
 /// Acts on one task: a person's `spec.recovery` first, else `failurePolicy: Retry`.
 /// Updates `task` in memory to what was written. Returns how long until an automatic
@@ -96,10 +89,7 @@ pub async fn handle(
                 Recovery::Retry,
                 Resumer::Automatic { retry, limit },
             )
-            .map_err(|source| Error::Transition {
-                task: task.name_any(),
-                source,
-            })?;
+            .map_err(bosun_cluster::Error::transition(task.name_any()))?;
             write(ctx, task, &resumption, Recovery::Retry, None).await?;
             tracing::info!(task = %task.name_any(), retry, limit, "automatic retry");
             Ok(None)
@@ -274,7 +264,7 @@ async fn clear_recovery(ctx: &Context, task: &mut NodeTask) -> Result<()> {
     Ok(())
 }
 
-/// Puts [`PAUSED_ANNOTATION`] on the task while `paused`, and removes it otherwise.
+/// Puts the pause annotation ([`bosun_api::labels::annotations::PAUSED`]) on the task while `paused`, and removes it otherwise.
 /// Finished tasks are left alone.
 pub async fn mirror_pause(ctx: &Context, task: &mut NodeTask, paused: bool) -> Result<()> {
     let finished = task.status.as_ref().is_some_and(|s| s.phase.is_finished());

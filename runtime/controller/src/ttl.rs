@@ -90,12 +90,9 @@ pub async fn after_finished(client: &Client, op: &Operation) -> Result<Action> {
                 // Gone already, or a different object now has the name (uid precondition).
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                 Err(e) => {
-                    return Err(Error::Kube {
-                        what: format!(
-                            "deleting finished Operation {name} (ttlSecondsAfterFinished)"
-                        ),
-                        source: e,
-                    });
+                    return Err(Error::kube(format!(
+                        "deleting finished Operation {name} (ttlSecondsAfterFinished)"
+                    ))(e));
                 }
             }
             Ok(Action::await_change())

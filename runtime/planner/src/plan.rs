@@ -17,10 +17,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bosun_api::labels;
 use bosun_api::node_task::NodeTaskSpec;
 use bosun_api::operation::{
     CustomSpec, ExecutionMode, KubePackage, OperationSpec, Plan, PlannedGroup,
-    RenewCertificatesSpec, RunsOn, Step, UpgradeSpec, labels,
+    RenewCertificatesSpec, RunsOn, Step, UpgradeSpec,
 };
 use bosun_api::plugin::well_known;
 use serde_json::json;

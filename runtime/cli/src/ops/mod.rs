@@ -1,5 +1,6 @@
 //! The operator commands: `status`, `approve`, `retry`, `skip`, `pause`, `resume`, `logs`
-//! on Operations and their NodeTasks, and `plugin publish` (see [`publish`]).
+//! on Operations and their NodeTasks. (`plugin publish` is in `crate::plugin::publish`; it
+//! connects through [`Connection`] too.)
 //!
 //! This module owns the cluster side of the CLI: connecting with the usual kubeconfig
 //! rules, reading an Operation with its NodeTasks, checking the state before any change
@@ -28,7 +29,6 @@ use crate::Status;
 use crate::terminal;
 
 pub mod checks;
-pub mod publish;
 pub mod render;
 
 /// The field manager recorded for this CLI's writes.

@@ -1,5 +1,6 @@
 //! `kubectl bosun plugin ...`: the commands a plugin author and an administrator use on
-//! plugin files, without a cluster.
+//! plugin files (all but `publish` without a cluster), and [`publish`], which puts a signed
+//! plugin into the cluster.
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +11,9 @@ use clap::Subcommand;
 
 use crate::Status;
 
+mod grants;
 mod inspect;
+pub mod publish;
 mod run;
 mod scaffold;
 mod signing;
@@ -32,6 +35,9 @@ pub enum Command {
     Run(run::RunArgs),
     /// Scaffold a new plugin crate that builds for wasm32-wasip2.
     New(scaffold::NewArgs),
+    /// Publish a signed plugin to the cluster: a ConfigMap with its bytes and the Plugin
+    /// resource with its digest, signatures (from FILE.sig.json) and grants.
+    Publish(publish::PublishArgs),
 }
 
 /// Runs a plugin command.
@@ -44,6 +50,7 @@ pub fn execute(cmd: Command) -> Result<Status> {
         Command::Inspect(a) => inspect::inspect(&a),
         Command::Run(a) => run::run(&a),
         Command::New(a) => scaffold::new(&a),
+        Command::Publish(a) => publish::execute(a),
     }
 }
 

@@ -101,7 +101,7 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> Result<Status> {
     let file = PluginFile::read(&args.file)?;
     let params = read_params(&args.params)?;
-    let grants = crate::ops::publish::read_grants(args.grants.as_ref())?;
+    let grants = super::grants::read_grants(args.grants.as_ref())?;
     let bundle_path = args
         .bundle
         .clone()

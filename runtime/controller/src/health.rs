@@ -157,12 +157,7 @@ pub async fn node_ready(client: &Client, node: &str) -> Result<(), String> {
 /// Reads the node's Ready condition. Pure.
 pub fn node_ready_condition(node: &Node) -> Result<(), String> {
     let name = node.metadata.name.clone().unwrap_or_default();
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
-    match ready {
+    match bosun_cluster::readers::ready_condition(node) {
         Some(c) if c.status == "True" => Ok(()),
         Some(c) => {
             let reason = c.reason.clone().unwrap_or_default();
@@ -257,10 +252,9 @@ pub async fn evaluate(
             &Patch::Apply(&patch),
         )
         .await
-        .map_err(|source| Error::Kube {
-            what: format!("writing the HealthGates condition of NodeTask {name}"),
-            source,
-        })?;
+        .map_err(Error::kube(format!(
+            "writing the HealthGates condition of NodeTask {name}"
+        )))?;
     }
     Ok(verdict)
 }

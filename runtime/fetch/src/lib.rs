@@ -1,7 +1,7 @@
 //! Bounded HTTP GETs for plugin sources (https URLs and OCI registries).
 //!
-//! This module owns the agent's only outbound HTTP client outside the Kubernetes API. Its
-//! guarantees:
+//! This crate is the agent's only outbound HTTP client outside the Kubernetes API: the
+//! https client here, and the OCI registry client ([`oci`]) on top of it. Its guarantees:
 //!
 //! - **TLS by default.** A request goes over `https://`, verified against the platform's
 //!   trust roots (the system CA bundle; the bundled Mozilla roots when the system has none)
@@ -45,6 +45,8 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use url::Url;
+
+pub mod oci;
 
 /// Redirects followed per request at most.
 pub const MAX_REDIRECTS: usize = 5;

@@ -15,20 +15,21 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use bosun_api::grants::Grants;
 use bosun_api::plugin::{
     ConfigMapSource, OciSource, Plugin, PluginSource, PluginSpec, Signature, SignatureAlgorithm,
     UrlSource,
 };
 use bosun_trust::{Algorithm, Digest, SignatureBundle};
-use clap::{Args, Subcommand};
+use clap::Args;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
-use super::{Connection, FIELD_MANAGER};
+use super::grants::read_grants;
 use crate::Status;
+use crate::ops::{Connection, FIELD_MANAGER};
 
 /// The annotation the agent reads the plugin's version from.
 pub const VERSION_ANNOTATION: &str = "bosun.dev/plugin-version";
@@ -36,28 +37,13 @@ pub const VERSION_ANNOTATION: &str = "bosun.dev/plugin-version";
 /// The API server's limit on a ConfigMap's data (keys and values together).
 pub const CONFIGMAP_LIMIT: usize = 1024 * 1024;
 
-/// `kubectl bosun plugin ...`: the local plugin tools and `publish`.
-#[derive(Debug, Subcommand)]
-pub enum PluginCommand {
-    #[command(flatten)]
-    Local(crate::plugin::Command),
-    /// Publish a signed plugin to the cluster: a ConfigMap with its bytes and the Plugin
-    /// resource with its digest, signatures (from FILE.sig.json) and grants.
-    Publish(PublishArgs),
-}
-
-/// Runs a plugin command.
-pub fn execute(cmd: PluginCommand) -> Result<Status> {
-    match cmd {
-        PluginCommand::Local(c) => crate::plugin::execute(c),
-        PluginCommand::Publish(a) => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
-            runtime.block_on(publish(a))
-        }
-    }
+/// Runs `plugin publish`.
+pub fn execute(args: PublishArgs) -> Result<Status> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(publish(args))
 }
 
 #[derive(Debug, Args)]
@@ -252,44 +238,6 @@ fn checked_signatures(
         })
         .collect();
     Ok((name.to_owned(), version.to_owned(), signatures))
-}
-
-/// Reads a grants file, or the `spec.grants` of a Plugin manifest (such as
-/// deploy/examples/plugins/certs.yaml); absent means nothing granted. `plugin run` and
-/// `plugin publish` both read grants through this.
-pub fn read_grants(path: Option<&PathBuf>) -> Result<Grants> {
-    let Some(path) = path else {
-        return Ok(Grants::default());
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading grants file {}", path.display()))?;
-    if text.trim().is_empty() {
-        bail!(
-            "grants file {} is empty; write `{{}}` to grant nothing",
-            path.display()
-        );
-    }
-    if let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(&text)
-        && doc.get("kind").and_then(|k| k.as_str()) == Some("Plugin")
-    {
-        let grants = doc
-            .get("spec")
-            .and_then(|s| s.get("grants"))
-            .cloned()
-            .unwrap_or(serde_yaml::Value::Mapping(Default::default()));
-        return serde_yaml::from_value(grants).with_context(|| {
-            format!(
-                "the Plugin manifest {} has spec.grants that are not a Plugin's grants (filesystem, exec, services, http)",
-                path.display()
-            )
-        });
-    }
-    serde_yaml::from_str(&text).with_context(|| {
-        format!(
-            "grants file {} is not a Plugin's grants (filesystem, exec, services, http)",
-            path.display()
-        )
-    })
 }
 
 async fn publish(args: PublishArgs) -> Result<Status> {
@@ -637,22 +585,5 @@ mod tests {
                 "{bad:?}"
             );
         }
-    }
-
-    #[test]
-    fn grants_files_are_strict() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("g.yaml");
-        std::fs::write(&path, "filesytem: [{path: /etc, access: ReadOnly}]\n").unwrap();
-        let e = read_grants(Some(&path)).unwrap_err();
-        assert!(format!("{e:#}").contains("filesytem"), "{e:#}");
-        std::fs::write(&path, "  \n").unwrap();
-        assert!(
-            read_grants(Some(&path))
-                .unwrap_err()
-                .to_string()
-                .contains("is empty")
-        );
-        assert_eq!(read_grants(None).unwrap(), Grants::default());
     }
 }

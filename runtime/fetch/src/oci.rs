@@ -4,7 +4,7 @@
 //! This module owns the registry protocol and nothing else: parsing references, the
 //! anonymous bearer-token handshake, manifest parsing and picking the component's layer.
 //! Transport rules (TLS, size caps, redirects, plain http only for listed registries) are
-//! [`crate::fetch`]'s. What a pull guarantees:
+//! [`crate`]'s. What a pull guarantees:
 //!
 //! - The manifest is an OCI image manifest or a Docker v2 manifest (an index or manifest
 //!   list is followed only when it names exactly one manifest, or exactly one for the
@@ -37,7 +37,7 @@ use url::Url;
 
 use bosun_trust::Digest;
 
-use crate::fetch::{Credentials, FetchError, Fetcher, host_port};
+use crate::{Credentials, FetchError, Fetcher, host_port};
 
 /// The media type of the layer holding a WebAssembly component.
 pub const WASM_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
@@ -561,7 +561,7 @@ impl Session<'_> {
         url: &Url,
         accept: Option<&str>,
         limit: u64,
-    ) -> Result<crate::fetch::Response, OciError> {
+    ) -> Result<crate::Response, OciError> {
         let mut answered = false;
         loop {
             let mut headers: Vec<(HeaderName, String)> = Vec::new();

@@ -1,0 +1,20 @@
+//! The labels and annotations Bosun reads and writes on its objects: the one place their
+//! keys are spelled. The planner writes the NodeTask labels; `bosun-cluster` builds the
+//! selectors and reads the annotations from them.
+
+/// The owning Operation's name (on NodeTasks).
+pub const OPERATION: &str = "bosun.dev/operation";
+/// The node's name (on NodeTasks).
+pub const NODE: &str = "bosun.dev/node";
+/// The planned group's name (on NodeTasks).
+pub const GROUP: &str = "bosun.dev/group";
+/// Scopes Operations, their NodeTasks and Policies to one install of the controller and
+/// agents (their `--instance NAME`), for running installs side by side, and tests.
+pub const INSTANCE: &str = "bosun.dev/instance";
+
+/// Annotations Bosun reads or writes.
+pub mod annotations {
+    /// On a NodeTask while its Operation is paused (`"true"`): the agent starts no new step
+    /// of it; a running step finishes. Set and removed by the controller.
+    pub const PAUSED: &str = "bosun.dev/paused";
+}

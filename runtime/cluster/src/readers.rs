@@ -1,0 +1,161 @@
+//! What the policy inputs read from the cluster, the same way on the controller and the
+//! agent: the cluster's version and annotations, the control-plane nodes, a node's roles and
+//! Ready condition, and an Operation as the policies name it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bosun_api::node_task::{NodeTask, NodeTaskPhase};
+use bosun_api::operation::{ExecutionMode, Operation};
+use bosun_policy::input::{ControlPlaneNode, OperationKind, OperationRef};
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeCondition};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+use crate::{Error, Result};
+
+/// The Kubernetes version the API server reports, for example `v1.34.4`.
+pub async fn cluster_version(client: &Client) -> Option<String> {
+    client.apiserver_version().await.ok().map(|i| i.git_version)
+}
+
+/// Cluster-wide annotations: those of the `kube-system` Namespace (where
+/// `bosun.dev/change-freeze` is set).
+pub async fn cluster_annotations(client: &Client) -> BTreeMap<String, String> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .get_opt("kube-system")
+        .await
+        .ok()
+        .flatten()
+        .map(|n| n.annotations().clone())
+        .unwrap_or_default()
+}
+
+/// The node's roles from its `node-role.kubernetes.io/<role>` labels (`worker` when none).
+pub fn roles_of(node: &Node) -> Vec<String> {
+    let mut roles: Vec<String> = node
+        .labels()
+        .keys()
+        .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+        .map(str::to_owned)
+        .collect();
+    if roles.is_empty() {
+        roles.push("worker".into());
+    }
+    roles
+}
+
+/// The Node's Ready condition, if it reports one.
+pub fn ready_condition(node: &Node) -> Option<&NodeCondition> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+}
+
+/// True when the Node's Ready condition is True.
+pub fn is_ready(node: &Node) -> bool {
+    ready_condition(node).is_some_and(|c| c.status == "True")
+}
+
+/// Every control-plane node: Ready, and whether a NodeTask of any Operation is Running on
+/// it now.
+pub async fn control_plane(client: &Client, nodes: &[Node]) -> Result<Vec<ControlPlaneNode>> {
+    let tasks: Api<NodeTask> = Api::all(client.clone());
+    let running: BTreeSet<String> = tasks
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing NodeTasks"))?
+        .items
+        .into_iter()
+        .filter(|t| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.phase == NodeTaskPhase::Running)
+        })
+        .map(|t| t.spec.node_name)
+        .collect();
+    Ok(nodes
+        .iter()
+        .filter(|n| roles_of(n).iter().any(|r| r == "control-plane"))
+        .map(|n| ControlPlaneNode {
+            name: n.name_any(),
+            ready: is_ready(n),
+            in_progress: running.contains(&n.name_any()),
+        })
+        .collect())
+}
+
+/// The Operation as the policy input names it.
+pub fn operation_ref(op: &Operation) -> OperationRef {
+    let kind = if op.spec.upgrade.is_some() {
+        OperationKind::Upgrade
+    } else if op.spec.renew_certificates.is_some() {
+        OperationKind::RenewCertificates
+    } else {
+        OperationKind::Custom
+    };
+    let mut annotations = op.labels().clone();
+    annotations.extend(op.annotations().iter().map(|(k, v)| (k.clone(), v.clone())));
+    OperationRef {
+        name: op.name_any(),
+        kind,
+        target_version: op
+            .spec
+            .upgrade
+            .as_ref()
+            .map(|u| u.kubernetes_version.clone()),
+        execution_mode: Some(
+            match op.spec.execution_mode {
+                ExecutionMode::Auto => "Auto",
+                ExecutionMode::Controlled => "Controlled",
+                ExecutionMode::DryRun => "DryRun",
+            }
+            .into(),
+        ),
+        annotations,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn node(labels: serde_json::Value, ready: Option<&str>) -> Node {
+        let conditions = match ready {
+            Some(s) => {
+                json!([{ "type": "MemoryPressure", "status": "False" }, { "type": "Ready", "status": s }])
+            }
+            None => json!([]),
+        };
+        serde_json::from_value(json!({
+            "metadata": { "name": "n1", "labels": labels },
+            "status": { "conditions": conditions }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_node_is_ready_only_when_its_ready_condition_is_true() {
+        assert!(is_ready(&node(json!({}), Some("True"))));
+        assert!(!is_ready(&node(json!({}), Some("False"))));
+        assert!(!is_ready(&node(json!({}), Some("Unknown"))));
+        assert!(!is_ready(&node(json!({}), None)));
+        assert_eq!(
+            ready_condition(&node(json!({}), Some("False"))).map(|c| c.status.as_str()),
+            Some("False")
+        );
+    }
+
+    #[test]
+    fn roles_come_from_node_role_labels_and_default_to_worker() {
+        let cp = node(
+            json!({ "node-role.kubernetes.io/control-plane": "", "kubernetes.io/os": "linux" }),
+            None,
+        );
+        assert_eq!(roles_of(&cp), vec!["control-plane".to_string()]);
+        assert_eq!(roles_of(&node(json!({}), None)), vec!["worker".to_string()]);
+    }
+}
