@@ -351,6 +351,7 @@ pub fn run(blocks: &[&Block], session: &Session) -> Vec<String> {
     for block in blocks {
         for step in &block.commands {
             let mut got = Vec::new();
+            let mut got_raw = Vec::new();
             let mut code = None;
             for line in outputs.by_ref() {
                 if let Some(c) = line.strip_prefix(MARK) {
@@ -358,12 +359,27 @@ pub fn run(blocks: &[&Block], session: &Session) -> Vec<String> {
                     break;
                 }
                 got.push(localise(line));
+                got_raw.push(line.to_owned());
             }
             let want: Vec<String> = step
                 .expected
                 .iter()
                 .map(|l| normalise(l, session.loose))
                 .collect();
+            // YAML folds long values at a width, so where a line breaks depends on how long
+            // the values before it are (a path, a disk-free figure): compare unfolded.
+            let (want, got) = if session.loose && step.command.contains("-o yaml") {
+                let raw: Vec<String> = step.expected.clone();
+                (
+                    unfold_yaml(&raw)
+                        .iter()
+                        .map(|l| normalise(l, true))
+                        .collect(),
+                    unfold_yaml(&got_raw).iter().map(|l| localise(l)).collect(),
+                )
+            } else {
+                (want, got)
+            };
             let Some(code) = code else {
                 problems.push(format!(
                     "{}:{}: $ {}\nthe session ended before this command finished; its output:\n{}",
@@ -388,6 +404,49 @@ pub fn run(blocks: &[&Block], session: &Session) -> Vec<String> {
         }
     }
     problems
+}
+
+/// `lines` of YAML (as kubectl prints it) with every folded scalar value on one line: a
+/// line indented deeper than the key of a `key: value` line above it continues that value
+/// (a key with a value on its line has no children), and is joined to it with one space.
+/// A `...` line (any lines, in expected output) is left alone.
+pub fn unfold_yaml(lines: &[String]) -> Vec<String> {
+    let indent = |l: &str| l.len() - l.trim_start_matches(' ').len();
+    // The column of the key, if `line` is `key: value` or `- key: value`.
+    let key_with_value = |line: &str| -> Option<usize> {
+        let mut col = indent(line);
+        let mut rest = &line[col..];
+        while let Some(r) = rest.strip_prefix("- ") {
+            rest = r;
+            col += 2;
+        }
+        let (key, value) = rest.split_once(": ")?;
+        let plain_key = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-/".contains(c));
+        (plain_key && !value.trim().is_empty()).then_some(col)
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut open_key: Option<usize> = None;
+    for line in lines {
+        if line.trim() == "..." {
+            open_key = None;
+            out.push(line.clone());
+            continue;
+        }
+        if let (Some(col), Some(last)) = (open_key, out.last_mut())
+            && !line.trim().is_empty()
+            && indent(line) > col
+        {
+            last.push(' ');
+            last.push_str(line.trim_start());
+            continue;
+        }
+        open_key = key_with_value(line);
+        out.push(line.clone());
+    }
+    out
 }
 
 /// The transcripts of `docs/<page>` under `root` that need a cluster (`lab`) or not; fails
@@ -455,6 +514,32 @@ pub fn check_the_matcher() {
         normalise("NAME   PHASE\tAGE  ", true),
         "NAME PHASE AGE",
         "blanks collapse when loose"
+    );
+    // The same YAML folded at two places unfolds to the same lines; children of a key
+    // without a value, sequence items and `...` stay lines of their own.
+    let lines = |text: &str| text.lines().map(String::from).collect::<Vec<_>>();
+    let short = lines(
+        "preflight:\n- message: /n/w1 has 9.5 GiB free (at least\n    1.0 GiB needed)\n  name: disk\n...\nphase: Failed",
+    );
+    let long = lines(
+        "preflight:\n- message: /n/w1 has 22.8 GiB free (at\n    least 1.0 GiB needed)\n  name: disk\n...\nphase: Failed",
+    );
+    assert_eq!(
+        unfold_yaml(&short),
+        lines(
+            "preflight:\n- message: /n/w1 has 9.5 GiB free (at least 1.0 GiB needed)\n  name: disk\n...\nphase: Failed"
+        )
+    );
+    assert_eq!(
+        unfold_yaml(&long)[1],
+        "- message: /n/w1 has 22.8 GiB free (at least 1.0 GiB needed)"
+    );
+    assert_eq!(
+        unfold_yaml(&lines(
+            "steps:\n- name: a\n  phase: Failed\nmeta:\n  uid: x"
+        )),
+        lines("steps:\n- name: a\n  phase: Failed\nmeta:\n  uid: x"),
+        "nothing to unfold"
     );
     assert!(line_matches(
         "plugin [..] (sha256:<hex>)",
