@@ -64,7 +64,12 @@ wrapper_module() {
     echo "require $mod $ver"
     echo
     echo "replace ("
-    grep -E "=> $rel" "$upstream_mod" | awk -v v="$pin" '{print "\t" $1 " => " $1 " " v}'
+    # etcd 3.5's client/v2 module is versioned v2.3MM.P for etcd v3.MM.P (v3.5.24: v2.305.24).
+    grep -E "=> $rel" "$upstream_mod" | awk -v v="$pin" '{
+      ver = v
+      if ($1 ~ /\/v2$/ && v ~ /^v3\.[0-9]+\.[0-9]+$/) { split(substr(v, 2), p, "."); ver = sprintf("v2.3%02d.%s", p[2], p[3]) }
+      print "\t" $1 " => " $1 " " ver
+    }'
     echo ")"
   } >"$dir/go.mod"
   {
