@@ -295,11 +295,19 @@ pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action,
             Ok(Action::requeue(STALE_RETRY))
         }
         // The Operation is paused: no new step starts (the controller removes the mark on
-        // resume, and that change wakes this reconcile).
+        // resume, and that change wakes this reconcile). Said in the log, once per change of
+        // the task, so a reader (and a test) can see the agent held the step.
         Progress::Next {
+            index,
             runs_on: RunsOn::Agent,
-            ..
-        } if bosun_cluster::is_paused(&task) => Ok(Action::await_change()),
+        } if bosun_cluster::is_paused(&task) => {
+            tracing::info!(
+                task = %task.name_any(),
+                step = %task.spec.steps[index].name,
+                "step waits: the Operation is paused"
+            );
+            Ok(Action::await_change())
+        }
         Progress::Next {
             index,
             runs_on: RunsOn::Agent,

@@ -572,9 +572,29 @@ async fn pause_mid_run_lets_the_running_step_finish_and_starts_nothing_until_res
         long.finished_at.as_ref().is_some_and(|f| f.0 > paused),
         "the running step finished after the pause"
     );
-    // Leave time for a next step to start if pause did not hold (the assertions below are
-    // on recorded start times, not on this wait).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The agent has decided about the next step once it logs that the step waits (a next
+    // step started despite the pause would show in the recorded phases below).
+    let agent_log = operator.procs.log_of(&format!("agent-{}", lab.cp));
+    let waiting = |text: &str| {
+        text.lines()
+            .any(|l| l.contains("step waits: the Operation is paused") && l.contains("step=next"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(&agent_log).unwrap_or_default();
+        if waiting(&text) {
+            break;
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "the agent of {} did not log within 60 s that step next waits for the pause \
+             (its log: {}); the last lines:\n{}",
+            lab.cp,
+            agent_log.display(),
+            text.lines().rev().take(15).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let tasks = operator.tasks(&op).await?;
     assert_eq!(
         step_phase(&tasks[&lab.cp], "next"),
