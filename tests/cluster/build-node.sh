@@ -70,9 +70,13 @@ tar -C "$stage" --numeric-owner -c . | podman import \
   --change 'ENTRYPOINT ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' --change 'ENV container=podman' \
   - "$IMAGE" >>"$LOG" 2>&1 || { echo "cluster node: podman import failed; see $LOG" >&2; exit 1; }
 rm -rf "$stage"
-# Older node images of this lab are not needed any more (each is about 0.5 GB).
+# Older node images of this lab are not needed any more (each is about 0.5 GB), except those
+# of the other Kubernetes versions built (build.sh's versions/*.env name them).
 for old in $(podman images --format '{{.Repository}}:{{.Tag}}'); do
-  case "$old" in localhost/bosun-cluster-node:*) [ "$old" = "$IMAGE" ] || podman rmi "$old" >/dev/null 2>&1 || true ;; esac
+  case "$old" in localhost/bosun-cluster-node:*) ;; *) continue ;; esac
+  [ "$old" = "$IMAGE" ] && continue
+  grep -qsx "BOSUN_CLUSTER_NODE_IMAGE=$old" "$CACHE"/cluster/versions/*.env && continue
+  podman rmi "$old" >/dev/null 2>&1 || true
 done
 echo "cluster node: image $IMAGE built in $(( $(date +%s) - t0 ))s" >&2
 echo "$IMAGE"

@@ -8,7 +8,10 @@
 #   4. the node image (build-node.sh): Debian minbase + systemd + containerd + runc + the .debs;
 #   5. the control-plane/addon images kubeadm wants (build-images.sh), as OCI archives.
 # Each step rebuilds only what is missing. Writes the results to
-# $BOSUN_CACHE_DIR/cluster/current.env (sourced by cluster.sh) and prints it.
+# $BOSUN_CACHE_DIR/cluster/current.env (sourced by cluster.sh) and to versions/<version>.env,
+# and prints them. Another Kubernetes version: BOSUN_K8S_VERSION, with the etcd and CoreDNS
+# versions its kubeadm names (build-images.sh says which when they differ), e.g.
+#   BOSUN_K8S_VERSION=v1.33.13 BOSUN_CLUSTER_ETCD_VERSION=v3.5.24 BOSUN_COREDNS_VERSION=v1.12.0 build.sh
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
@@ -45,6 +48,10 @@ BOSUN_CLUSTER_NODE_IMAGE=$node_image
 BOSUN_CLUSTER_IMAGES=$images
 BOSUN_CLUSTER_APT=$repo
 ENV
+# Every version built keeps its own file (cluster.sh up --version, load-images); the last
+# build is the default.
+mkdir -p "$CACHE/cluster/versions"
+cp "$CACHE/cluster/current.env.tmp" "$CACHE/cluster/versions/$version.env"
 mv "$CACHE/cluster/current.env.tmp" "$CACHE/cluster/current.env"
 echo "cluster build: done in $(( $(date +%s) - t0 ))s" >&2
 cat "$CACHE/cluster/current.env"

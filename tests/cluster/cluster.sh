@@ -3,6 +3,8 @@
 # systemd as PID 1, containerd + runc and a real kubelet, on a bridge network the lab creates.
 #
 #   cluster.sh up [--control-planes M] [--workers N]   build (cached), create, init, join, CNI
+#   cluster.sh up --version vX.Y.Z ...                 the same from that version's build
+#   cluster.sh load-images vX.Y.Z                      that version's images into every node
 #   cluster.sh status                                  containers, nodes and pods
 #   cluster.sh env                                     `export KUBECONFIG=...` for the host
 #   cluster.sh down                                    remove everything `up` made, then check
@@ -42,13 +44,21 @@ node_put() { # node_put <node> <host file> <path in node>
 }
 lab_containers() { podman ps -a --filter "label=$LABEL" --format '{{.Names}}'; }
 
-load_build() {
-  [ -f "$CACHE/cluster/current.env" ] || die "no cluster build found ($CACHE/cluster/current.env); run tests/cluster/build.sh"
-  # shellcheck disable=SC1091
-  source "$CACHE/cluster/current.env"
+load_build() { # load_build [version]: that version's build, else the last one built
+  local env="$CACHE/cluster/current.env"
+  if [ -n "${1:-}" ]; then
+    env="$CACHE/cluster/versions/$1.env"
+    [ -f "$env" ] || die "no cluster build of Kubernetes $1 ($env); build it with BOSUN_K8S_VERSION=$1 tests/cluster/build.sh (see its header for the etcd and CoreDNS versions)"
+  fi
+  [ -f "$env" ] || die "no cluster build found ($env); run tests/cluster/build.sh"
+  # shellcheck disable=SC1090
+  source "$env"
   export BOSUN_CLUSTER_VERSION BOSUN_CLUSTER_BIN BOSUN_CLUSTER_NODE_IMAGE BOSUN_CLUSTER_IMAGES
   export BOSUN_CLUSTER_APT
 }
+
+# (A function, so each try asks again: `wait_for … test -n "$(kubectl …)"` asked once.)
+has_pod_cidr() { [ -n "$(kubectl_ get node "$1" -o jsonpath='{.spec.podCIDR}' 2>/dev/null)" ]; }
 
 wait_for() { # wait_for <seconds> <what> <command...>
   local limit="$1" what="$2"; shift 2
@@ -60,12 +70,13 @@ wait_for() { # wait_for <seconds> <what> <command...>
 }
 
 cmd_up() {
-  local cps=1 workers=1
+  local cps=1 workers=1 version=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --control-planes) cps="$2"; shift 2 ;;
       --workers) workers="$2"; shift 2 ;;
-      *) die "unknown argument '$1'; expected --control-planes M or --workers N" ;;
+      --version) version="$2"; shift 2 ;;
+      *) die "unknown argument '$1'; expected --control-planes M, --workers N or --version vX.Y.Z" ;;
     esac
   done
   [[ "$cps" =~ ^[1-9]$ ]] || die "--control-planes must be 1..9 (found '$cps')"
@@ -74,8 +85,8 @@ cmd_up() {
   podman network exists "$NET" && die "network $NET exists from an earlier run; run 'cluster.sh down' first"
 
   local t0; t0=$(now)
-  "$HERE/build.sh" >/dev/null
-  load_build
+  if [ -z "$version" ]; then "$HERE/build.sh" >/dev/null; fi
+  load_build "$version"
   local tb; tb=$(now)
   rm -rf "$DIR"; mkdir -p "$DIR/nodes"
   cat /proc/sys/net/ipv4/ip_forward >"$DIR/host-ip_forward"
@@ -103,8 +114,17 @@ cmd_up() {
       "$BOSUN_CLUSTER_NODE_IMAGE" >/dev/null
     echo "$n ${ips[$i]}" >>"$DIR/nodes.ips"
   done
+  # containerd's sandbox (pause) image: the one this version's kubeadm names, which is among
+  # the images imported below (the node image's config names v1.34's).
+  local pause; pause=$(awk '$1 ~ /\/pause$/ {print $1 ":" $2}' "$BOSUN_CLUSTER_IMAGES/images.list")
+  [ -n "$pause" ] || die "no pause image in $BOSUN_CLUSTER_IMAGES/images.list"
   for n in "${nodes[@]}"; do
     wait_for 90 "containerd in $n" node_exec "$n" ctr -n k8s.io version
+    if ! node_exec "$n" grep -q "sandbox_image = \"$pause\"" /etc/containerd/config.toml; then
+      node_exec "$n" sed -i "s|^\( *sandbox_image = \).*|\1\"$pause\"|" /etc/containerd/config.toml
+      node_exec "$n" systemctl restart containerd
+      wait_for 90 "containerd in $n" node_exec "$n" ctr -n k8s.io version
+    fi
     while read -r repo tag file; do
       node_exec "$n" ctr -n k8s.io images import --base-name "$repo" "/opt/bosun/images/$file" >/dev/null \
         || die "importing $repo:$tag into $n failed"
@@ -234,7 +254,7 @@ YAML
   local cidrs=()
   for i in "${!nodes[@]}"; do
     local n="${nodes[$i]}"
-    wait_for 60 "the pod CIDR of node $n" test -n "$(kubectl_ get node "$n" -o jsonpath='{.spec.podCIDR}' 2>/dev/null)"
+    wait_for 180 "the pod CIDR of node $n" has_pod_cidr "$n"
     cidrs+=("$(kubectl_ get node "$n" -o jsonpath='{.spec.podCIDR}')")
   done
   for i in "${!nodes[@]}"; do
@@ -404,11 +424,29 @@ cmd_check_clean() {
   echo "cluster '$NAME': nothing left (containers, network, bridge, iptables, cgroups, mounts)"
 }
 
+# Imports another built version's images into every node's containerd (what an upgrade to
+# that version pulls; nothing can be pulled here).
+cmd_load_images() {
+  local version="${1:-}"
+  [ -n "$version" ] || die "usage: cluster.sh load-images vX.Y.Z"
+  [ -f "$DIR/nodes.list" ] || die "cluster '$NAME' is not up"
+  load_build "$version"
+  local n repo tag file
+  while read -r n; do
+    while read -r repo tag file; do
+      podman exec -i "$n" ctr -n k8s.io images import --base-name "$repo" - \
+        <"$BOSUN_CLUSTER_IMAGES/$file" >/dev/null || die "importing $repo:$tag into $n failed"
+    done <"$BOSUN_CLUSTER_IMAGES/images.list"
+    say "$n: the images of Kubernetes $version imported"
+  done <"$DIR/nodes.list"
+}
+
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
+  load-images) shift; cmd_load_images "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
   check-clean) cmd_check_clean ;;
-  *) die "usage: cluster.sh up [--control-planes M] [--workers N] | status | env | down | check-clean" ;;
+  *) die "usage: cluster.sh up [--control-planes M] [--workers N] [--version vX.Y.Z] | load-images vX.Y.Z | status | env | down | check-clean" ;;
 esac
