@@ -574,7 +574,7 @@ async fn pause_mid_run_lets_the_running_step_finish_and_starts_nothing_until_res
     );
     // The agent has decided about the next step once it logs that the step waits (a next
     // step started despite the pause would show in the recorded phases below).
-    let agent_log = operator.procs.log_of(&format!("agent-{}", lab.cp));
+    let agent_log = operator.procs.log_of(&agent_name(&lab.cp));
     let waiting = |text: &str| {
         text.lines()
             .any(|l| l.contains("step waits: the Operation is paused") && l.contains("step=next"))

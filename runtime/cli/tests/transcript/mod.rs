@@ -350,35 +350,37 @@ pub fn run(blocks: &[&Block], session: &Session) -> Vec<String> {
     let mut outputs = text.split_inclusive('\n').map(|l| l.trim_end_matches('\n'));
     for block in blocks {
         for step in &block.commands {
-            let mut got = Vec::new();
-            let mut got_raw = Vec::new();
+            let mut printed = Vec::new();
             let mut code = None;
             for line in outputs.by_ref() {
                 if let Some(c) = line.strip_prefix(MARK) {
                     code = c.trim().parse::<i32>().ok();
                     break;
                 }
-                got.push(localise(line));
-                got_raw.push(line.to_owned());
+                printed.push(line.to_owned());
             }
-            let want: Vec<String> = step
-                .expected
+            // YAML folds long values at a width, so where a line breaks depends on how long
+            // the values before it are (a path, a disk-free figure): compare unfolded.
+            let yaml = session.loose && step.command.contains("-o yaml");
+            let unfold = |lines: &[String]| {
+                if yaml {
+                    unfold_yaml(lines)
+                } else {
+                    lines.to_vec()
+                }
+            };
+            let want: Vec<String> = unfold(&step.expected)
                 .iter()
                 .map(|l| normalise(l, session.loose))
                 .collect();
-            // YAML folds long values at a width, so where a line breaks depends on how long
-            // the values before it are (a path, a disk-free figure): compare unfolded.
-            let (want, got) = if session.loose && step.command.contains("-o yaml") {
-                let raw: Vec<String> = step.expected.clone();
-                (
-                    unfold_yaml(&raw)
-                        .iter()
-                        .map(|l| normalise(l, true))
-                        .collect(),
-                    unfold_yaml(&got_raw).iter().map(|l| localise(l)).collect(),
-                )
-            } else {
-                (want, got)
+            let got: Vec<String> = unfold(&printed).iter().map(|l| localise(l)).collect();
+            // As printed (folded), for the messages.
+            let shown = || {
+                printed
+                    .iter()
+                    .map(|l| localise(l))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             };
             let Some(code) = code else {
                 problems.push(format!(
@@ -386,7 +388,7 @@ pub fn run(blocks: &[&Block], session: &Session) -> Vec<String> {
                     block.file.display(),
                     block.line,
                     step.command,
-                    got.join("\n")
+                    shown()
                 ));
                 return problems;
             };
@@ -398,7 +400,7 @@ pub fn run(blocks: &[&Block], session: &Session) -> Vec<String> {
                     step.command,
                     step.exit,
                     step.expected.join("\n"),
-                    got.join("\n"),
+                    shown(),
                 ));
             }
         }
