@@ -5,6 +5,7 @@
 #   cluster.sh up [--control-planes M] [--workers N]   build (cached), create, init, join, CNI
 #   cluster.sh up --version vX.Y.Z ...                 the same from that version's build
 #   cluster.sh load-images vX.Y.Z                      that version's images into every node
+#   cluster.sh check-nodes vX.Y.Z                      every Node Ready with its kubelet at that version
 #   cluster.sh status                                  containers, nodes and pods
 #   cluster.sh env                                     `export KUBECONFIG=...` for the host
 #   cluster.sh down                                    remove everything `up` made, then check
@@ -424,6 +425,22 @@ cmd_check_clean() {
   echo "cluster '$NAME': nothing left (containers, network, bridge, iptables, cgroups, mounts)"
 }
 
+# Prints every Node with its kubelet version and Ready status; fails naming the first one
+# whose kubelet is not at <version> or that is not Ready.
+cmd_check_nodes() {
+  local want="${1:-}"
+  [ -n "$want" ] || die "usage: cluster.sh check-nodes vX.Y.Z"
+  load_build
+  local nodes n v r
+  nodes=$(kubectl_ get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.nodeInfo.kubeletVersion}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}') \
+    || die "cannot list the Nodes of cluster '$NAME'"
+  echo "$nodes"
+  while read -r n v r; do
+    [ "$v" = "$want" ] || die "node $n: kubelet $v, expected $want"
+    [ "$r" = True ] || die "node $n: Ready=$r, expected True"
+  done <<<"$nodes"
+}
+
 # Imports another built version's images into every node's containerd (what an upgrade to
 # that version pulls; nothing can be pulled here).
 cmd_load_images() {
@@ -444,9 +461,10 @@ cmd_load_images() {
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   load-images) shift; cmd_load_images "$@" ;;
+  check-nodes) shift; cmd_check_nodes "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
   check-clean) cmd_check_clean ;;
-  *) die "usage: cluster.sh up [--control-planes M] [--workers N] [--version vX.Y.Z] | load-images vX.Y.Z | status | env | down | check-clean" ;;
+  *) die "usage: cluster.sh up [--control-planes M] [--workers N] [--version vX.Y.Z] | load-images vX.Y.Z | check-nodes vX.Y.Z | status | env | down | check-clean" ;;
 esac

@@ -35,8 +35,8 @@ echo "test-kubeadm-upgrade: $FROM -> $TO; log: $LOG"
 "$C" up --version "$FROM" --control-planes 1 --workers 1 >>"$LOG" 2>&1 || { tail -n 20 "$LOG" >&2; fail "cluster.sh up --version $FROM"; }
 eval "$("$C" env)"
 k() { kubectl "$@"; }
-[ "$(k version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -n1)" = "$FROM" ] \
-  || fail "the API server is not at $FROM after up"
+server_version() { k version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -n1; }
+[ "$(server_version)" = "$FROM" ] || fail "the API server is not at $FROM after up"
 phase "up at $FROM"
 "$C" load-images "$TO" >>"$LOG" 2>&1 || fail "cluster.sh load-images $TO"
 phase "images of $TO loaded"
@@ -87,14 +87,9 @@ k wait --for=condition=Ready "node/$W" --timeout=180s >/dev/null || fail "$W not
 k uncordon "$W" >/dev/null
 phase "worker $W"
 
-server=$(k version -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -n1)
+server=$(server_version)
 [ "$server" = "$TO" ] || fail "the API server reports $server, expected $TO"
-nodes=$(k get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.nodeInfo.kubeletVersion}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}')
-echo "$nodes"
-while read -r n v r; do
-  [ "$v" = "$TO" ] || fail "node $n: kubelet $v, expected $TO"
-  [ "$r" = True ] || fail "node $n: Ready=$r, expected True"
-done <<<"$nodes"
+"$C" check-nodes "$TO" || fail "the nodes are not all Ready at $TO"
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
   img=$(k -n kube-system get pod "$c-$CP" -o jsonpath='{.spec.containers[0].image}')
   [ "${img##*:}" = "$TO" ] || fail "static Pod $c-$CP runs $img, expected tag $TO"

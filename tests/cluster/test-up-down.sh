@@ -18,12 +18,8 @@ eval "$("$C" env)"
 k() { kubectl "$@"; }
 
 want=$(kubeadm version -o short 2>/dev/null || "$BOSUN_CLUSTER_BIN/kubeadm" version -o short)
-nodes=$(k get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.status.nodeInfo.kubeletVersion}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}')
+nodes=$("$C" check-nodes "$want") || fail "the nodes are not all Ready at $want"
 echo "$nodes"
-while read -r n v r; do
-  [ "$v" = "$want" ] || fail "node $n: kubelet $v, expected $want"
-  [ "$r" = True ] || fail "node $n: Ready=$r, expected True"
-done <<<"$nodes"
 first=$(echo "$nodes" | head -n1 | cut -d' ' -f1)
 last=$(echo "$nodes" | tail -n1 | cut -d' ' -f1)
 
