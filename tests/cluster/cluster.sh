@@ -5,6 +5,7 @@
 #   cluster.sh up [--control-planes M] [--workers N]   build (cached), create, init, join, CNI
 #   cluster.sh up --version vX.Y.Z ...                 the same from that version's build
 #   cluster.sh load-images vX.Y.Z                      that version's images into every node
+#   cluster.sh import DIR                              the images of DIR/images.list into every node
 #   cluster.sh check-nodes vX.Y.Z                      every Node Ready with its kubelet at that version
 #   cluster.sh status                                  containers, nodes and pods
 #   cluster.sh env                                     `export KUBECONFIG=...` for the host
@@ -92,6 +93,7 @@ cmd_up() {
   rm -rf "$DIR"; mkdir -p "$DIR/nodes"
   cat /proc/sys/net/ipv4/ip_forward >"$DIR/host-ip_forward"
   echo "$cps $workers" >"$DIR/shape"
+  echo "$BOSUN_CLUSTER_VERSION" >"$DIR/version"
 
   podman network create --label "$LABEL" --subnet "$SUBNET" --gateway "$GATEWAY" \
     --disable-dns "$NET" >/dev/null
@@ -121,6 +123,10 @@ cmd_up() {
   [ -n "$pause" ] || die "no pause image in $BOSUN_CLUSTER_IMAGES/images.list"
   for n in "${nodes[@]}"; do
     wait_for 90 "containerd in $n" node_exec "$n" ctr -n k8s.io version
+    # On a real host systemd makes / a shared mount; in a container it starts private, and the
+    # kubelet then refuses a hostPath volume with mountPropagation HostToContainer (the agent's
+    # host root). Make it shared, as on a real node.
+    node_exec "$n" mount --make-rshared /
     if ! node_exec "$n" grep -q "sandbox_image = \"$pause\"" /etc/containerd/config.toml; then
       node_exec "$n" sed -i "s|^\( *sandbox_image = \).*|\1\"$pause\"|" /etc/containerd/config.toml
       node_exec "$n" systemctl restart containerd
@@ -304,7 +310,9 @@ T
 
 cmd_env() {
   [ -f "$DIR/kubeconfig" ] || die "cluster '$NAME' is not up (no $DIR/kubeconfig); run 'cluster.sh up'"
-  load_build
+  # The tools of the version the cluster was made with (kubectl within the skew kubeadm
+  # supports during an upgrade).
+  load_build "$(cat "$DIR/version" 2>/dev/null || true)"
   echo "export KUBECONFIG=$DIR/kubeconfig"
   echo "export BOSUN_CLUSTER_BIN=$BOSUN_CLUSTER_BIN"
   echo "export PATH=$BOSUN_CLUSTER_BIN:\$PATH"
@@ -441,30 +449,46 @@ cmd_check_nodes() {
   done <<<"$nodes"
 }
 
-# Imports another built version's images into every node's containerd (what an upgrade to
-# that version pulls; nothing can be pulled here).
+# Imports every image of an image directory (images.list: repository tag archive) into every
+# node's containerd (nothing can be pulled here).
+import_dir() { # import_dir <image dir> <what, for messages>
+  local images="$1" what="$2" n repo tag file
+  [ -f "$images/images.list" ] || die "no $images/images.list"
+  while read -r n; do
+    while read -r repo tag file; do
+      podman exec -i "$n" ctr -n k8s.io images import --base-name "$repo" - \
+        <"$images/$file" >/dev/null || die "importing $repo:$tag into $n failed"
+    done <"$images/images.list"
+    say "$n: $what imported"
+  done <"$DIR/nodes.list"
+}
+
+# Imports another built version's images into every node (what an upgrade to that version
+# pulls).
 cmd_load_images() {
   local version="${1:-}"
   [ -n "$version" ] || die "usage: cluster.sh load-images vX.Y.Z"
   [ -f "$DIR/nodes.list" ] || die "cluster '$NAME' is not up"
   load_build "$version"
-  local n repo tag file
-  while read -r n; do
-    while read -r repo tag file; do
-      podman exec -i "$n" ctr -n k8s.io images import --base-name "$repo" - \
-        <"$BOSUN_CLUSTER_IMAGES/$file" >/dev/null || die "importing $repo:$tag into $n failed"
-    done <"$BOSUN_CLUSTER_IMAGES/images.list"
-    say "$n: the images of Kubernetes $version imported"
-  done <"$DIR/nodes.list"
+  import_dir "$BOSUN_CLUSTER_IMAGES" "the images of Kubernetes $version"
+}
+
+# Imports the images of a directory build-bosun-images.sh made into every node.
+cmd_import() {
+  local images="${1:-}"
+  [ -n "$images" ] || die "usage: cluster.sh import <image directory with images.list>"
+  [ -f "$DIR/nodes.list" ] || die "cluster '$NAME' is not up"
+  import_dir "$images" "$(awk '{printf "%s%s:%s", (NR > 1 ? ", " : ""), $1, $2}' "$images/images.list")"
 }
 
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   load-images) shift; cmd_load_images "$@" ;;
+  import) shift; cmd_import "$@" ;;
   check-nodes) shift; cmd_check_nodes "$@" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
   check-clean) cmd_check_clean ;;
-  *) die "usage: cluster.sh up [--control-planes M] [--workers N] [--version vX.Y.Z] | load-images vX.Y.Z | check-nodes vX.Y.Z | status | env | down | check-clean" ;;
+  *) die "usage: cluster.sh up [--control-planes M] [--workers N] [--version vX.Y.Z] | load-images vX.Y.Z | import DIR | check-nodes vX.Y.Z | status | env | down | check-clean" ;;
 esac

@@ -394,7 +394,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
             Some((next, reason))
         }
         None => {
-            tracing::info!(outcome = %result.message, "step succeeded");
+            tracing::info!(outcome = %result.message, host = ?result.host_time, "step succeeded");
             None
         }
     };
@@ -414,6 +414,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
             log_tail: result.log_tail,
             preflight: result.preflight,
             policy: prepared.decision(),
+            host_milliseconds: u64::try_from(result.host_time.as_millis()).unwrap_or(u64::MAX),
         }),
     );
     let body = TaskStatusWrite::step_finished(entry, block);

@@ -33,6 +33,9 @@ pub struct StepResult {
     pub error: Option<StepError>,
     /// Why the task blocks, when the step failed.
     pub block: Option<BlockReason>,
+    /// Time the plugin spent in granted host commands and service actions (preflight and
+    /// run together).
+    pub host_time: Duration,
 }
 
 impl StepResult {
@@ -51,6 +54,7 @@ impl StepResult {
                 retryable,
             }),
             block: Some(block),
+            host_time: Duration::ZERO,
         }
     }
 }
@@ -92,6 +96,7 @@ pub fn execute(
         return *refused;
     }
     let mut lines = Vec::new();
+    let mut host_time = Duration::ZERO;
     let preflight_clock = std::time::Instant::now();
     let preflight_report = host.preflight_with(
         &loaded,
@@ -106,6 +111,7 @@ pub fn execute(
     let checks = match preflight_report {
         Ok(report) => {
             lines.extend(tail_of(&report.captured));
+            host_time += report.captured.host_time;
             match report.result {
                 Ok(checks) => checks,
                 Err(pe) => {
@@ -116,6 +122,7 @@ pub fn execute(
                         pe.retryable,
                     );
                     r.log_tail = keep_tail(lines);
+                    r.host_time = host_time;
                     return r;
                 }
             }
@@ -143,12 +150,14 @@ pub fn execute(
         );
         r.preflight = preflight;
         r.log_tail = keep_tail(lines);
+        r.host_time = host_time;
         return r;
     }
     if let Err(refused) = gate.before_run(&loaded, &preflight) {
         let mut refused = *refused;
         refused.preflight = preflight;
         refused.log_tail = keep_tail(lines);
+        refused.host_time = host_time;
         return refused;
     }
     let options = RunOptions {
@@ -165,6 +174,7 @@ pub fn execute(
     ) {
         Ok(report) => {
             lines.extend(tail_of(&report.captured));
+            host_time += report.captured.host_time;
             match report.result {
                 Ok(outcome) => StepResult {
                     phase: StepPhase::Succeeded,
@@ -175,6 +185,7 @@ pub fn execute(
                     preflight: Vec::new(),
                     error: None,
                     block: None,
+                    host_time: Duration::ZERO,
                 },
                 Err(pe) => {
                     StepResult::failed(BlockReason::StepFailed, &pe.code, pe.message, pe.retryable)
@@ -183,11 +194,13 @@ pub fn execute(
         }
         Err(failure) => {
             lines.extend(tail_of(&failure.captured));
+            host_time += failure.captured.host_time;
             from_failure(failure, "run")
         }
     };
     result.preflight = preflight;
     result.log_tail = keep_tail(lines);
+    result.host_time = host_time;
     result
 }
 

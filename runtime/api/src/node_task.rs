@@ -364,6 +364,12 @@ pub struct StepStatus {
     /// Why the step failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<StepError>,
+    /// Of the step's wall time, the milliseconds its plugin waited for granted host commands
+    /// and service actions (kubeadm, the package manager, systemd): the node's own work. The
+    /// rest is Bosun's (verifying, compiling and running the plugin, its gates). Agent steps
+    /// only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_milliseconds: Option<u64>,
 }
 
 /// A step's state.

@@ -51,6 +51,8 @@ pub struct StepWrite {
     pub policy: Option<PolicyDecision>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<StepError>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_milliseconds: Option<u64>,
 }
 
 /// What a plugin step reported besides its outcome (the agent's steps only).
@@ -60,6 +62,8 @@ pub struct StepReport {
     pub log_tail: Vec<String>,
     pub preflight: Vec<PreflightCheck>,
     pub policy: Option<PolicyDecision>,
+    /// Milliseconds spent in granted host commands and service actions.
+    pub host_milliseconds: u64,
 }
 
 /// How a step ended.
@@ -89,6 +93,7 @@ impl StepWrite {
             preflight: None,
             policy: None,
             error: None,
+            host_milliseconds: None,
         }
     }
 
@@ -113,6 +118,7 @@ impl StepWrite {
             entry.log_tail = Some(report.log_tail);
             entry.preflight = Some(report.preflight);
             entry.policy = report.policy;
+            entry.host_milliseconds = Some(report.host_milliseconds);
         }
         entry
     }
@@ -138,6 +144,7 @@ impl StepWrite {
             preflight: self.preflight.clone().unwrap_or_default(),
             policy: self.policy.clone(),
             error: self.error.clone(),
+            host_milliseconds: self.host_milliseconds,
         }
     }
 }
@@ -450,6 +457,7 @@ mod tests {
                     allowed: false,
                     ..PolicyDecision::default()
                 }),
+                host_milliseconds: 1250,
             }),
         );
         assert_eq!(
@@ -467,7 +475,8 @@ mod tests {
                     "changed": false, "message": "no",
                     "outputs": { "k": "v" }, "logTail": ["line"], "preflight": [],
                     "policy": { "allowed": false },
-                    "error": { "code": "denied", "message": "no", "retryable": false } }],
+                    "error": { "code": "denied", "message": "no", "retryable": false },
+                    "hostMilliseconds": 1250 }],
             })
         );
     }

@@ -920,6 +920,7 @@ impl Host {
             progress: None,
             denied: Vec::new(),
             facts: None,
+            host_time: Duration::ZERO,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -948,6 +949,7 @@ impl Host {
             progress: state.progress,
             denied: state.denied,
             stderr: String::from_utf8_lossy(&stderr.contents()).into_owned(),
+            host_time: state.host_time,
         };
         match result {
             Ok(r) => Ok((r, captured)),

@@ -47,6 +47,10 @@ pub struct Captured {
     pub denied: Vec<Denial>,
     /// What the guest wrote to stderr (a panic message, typically), capped.
     pub stderr: String,
+    /// Wall time the call spent inside granted host commands and service actions: the
+    /// node's own work (kubeadm, the package manager, systemd), as opposed to Bosun's
+    /// (compiling, instantiating and running the plugin, checking its grants).
+    pub host_time: std::time::Duration,
 }
 
 /// What the plugin says it is (from `describe`).

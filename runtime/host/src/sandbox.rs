@@ -148,6 +148,8 @@ pub(crate) struct RunState {
     /// The node's facts, read at the first `facts.node` of the call and answered from
     /// here after that.
     pub facts: Option<crate::facts::NodeFacts>,
+    /// Time spent inside granted host commands and service actions ([`Captured::host_time`]).
+    pub host_time: Duration,
 }
 
 impl WasiView for RunState {
@@ -482,6 +484,7 @@ impl RunState {
             });
         // The command may not outlive the call that started it.
         let timeout = grant_timeout.min(self.remaining());
+        let started = Instant::now();
         let out = crate::exec::run(CommandSpec {
             root: &self.env.root,
             isolation: self.env.isolation,
@@ -493,6 +496,7 @@ impl RunState {
                 .max_output_bytes
                 .unwrap_or(crate::exec::DEFAULT_MAX_OUTPUT),
         });
+        self.host_time += started.elapsed();
         match out {
             Ok(o) => Ok(exec::Output {
                 exit_code: o.exit_code,
@@ -568,10 +572,13 @@ impl service::Host for RunState {
                 ),
             )));
         }
-        Ok(self
+        let started = Instant::now();
+        let result = self
             .env
             .service
-            .control(&self.env.root, &unit, action, self.remaining())
+            .control(&self.env.root, &unit, action, self.remaining());
+        self.host_time += started.elapsed();
+        Ok(result
             .map(|s| service::UnitStatus {
                 active_state: s.active_state,
                 sub_state: s.sub_state,
@@ -586,10 +593,13 @@ impl service::Host for RunState {
         if let Err(e) = self.unit_grant(&unit, None) {
             return Ok(Err(e));
         }
-        Ok(self
+        let started = Instant::now();
+        let result = self
             .env
             .service
-            .status(&self.env.root, &unit, self.remaining())
+            .status(&self.env.root, &unit, self.remaining());
+        self.host_time += started.elapsed();
+        Ok(result
             .map(|s| service::UnitStatus {
                 active_state: s.active_state,
                 sub_state: s.sub_state,

@@ -169,6 +169,42 @@ fn commands_on_the_real_root_start_in_slash_not_in_the_agents_directory() {
     assert!(out.ends_with("exit 0: /\n"), "{out:?}");
 }
 
+/// A step's `hostMilliseconds` (the node's share of its time) comes from here: the time
+/// inside granted commands is counted, and a refused command counts nothing.
+#[test]
+fn time_inside_granted_commands_is_reported_and_refused_calls_count_none() {
+    let node = node();
+    let mut config = node.config();
+    config.host_root = "/".into();
+    let host = Host::new(config).unwrap();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let grants = Grants {
+        exec: vec![exec_grant("/usr/bin/sleep", &[&["0.3"]])],
+        ..Grants::default()
+    };
+    let call = |args: &[&str]| {
+        let params = serde_json::json!({ "command": "/usr/bin/sleep", "args": args }).to_string();
+        run(&host, &bad, &grants, "exec", &params).unwrap()
+    };
+    let slept = call(&["0.3"]);
+    assert!(slept.result.is_ok(), "{:?}", slept.result);
+    assert!(
+        slept.captured.host_time >= std::time::Duration::from_millis(300),
+        "a 0.3 s sleep counted {:?} of host time",
+        slept.captured.host_time
+    );
+    let refused = call(&["5"]);
+    assert_eq!(
+        refused
+            .result
+            .as_ref()
+            .map_err(|e| e.code.as_str())
+            .unwrap_err(),
+        "host:not-granted"
+    );
+    assert_eq!(refused.captured.host_time, std::time::Duration::ZERO);
+}
+
 #[test]
 fn unit_names_with_glob_characters_are_refused_in_requests_and_grants() {
     let node = node();

@@ -78,6 +78,7 @@ async fn deploy_kustomization_passes_a_server_side_dry_run() -> Result<()> {
         "daemonset.apps/bosun-agent",
         "service/bosun-controller-metrics",
         "service/bosun-agent-metrics",
+        "poddisruptionbudget.policy/bosun-controller",
         "validatingadmissionpolicy.admissionregistration.k8s.io/bosun-agent-own-node",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/bosun-agent-own-node",
     ] {

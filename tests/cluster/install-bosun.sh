@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs Bosun on the running real-node cluster lab the way docs/install.md tells a user to,
+# with images built here instead of pulled:
+#   1. the workspace's binaries and the four first-party plugins (cargo, cached);
+#   2. the bosun-controller and bosun-agent images (build-bosun-images.sh) imported into every
+#      node's containerd;
+#   3. `kubectl apply --server-side -k` of an overlay of deploy/ that only names those images;
+#   4. a signing key (kept in the lab's state directory) as the trust roots ConfigMap;
+#   5. the plugins signed and published with the grants of deploy/examples/plugins/;
+#   6. waits until the controller Deployment and the agent DaemonSet are rolled out.
+# Running it again re-does each step (a rebuilt binary is a new image tag and rolls the Pods).
+# Environment: as cluster.sh (BOSUN_CLUSTER_NAME, BOSUN_CLUSTER_DIR, BOSUN_CACHE_DIR), and
+# CARGO_TARGET_DIR (default ~/.cache/bosun/target, as tests/run.sh). Needs root.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
+NAME="${BOSUN_CLUSTER_NAME:-bosun}"
+DIR="${BOSUN_CLUSTER_DIR:-$CACHE/cluster-state/$NAME}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
+say() { echo "install-bosun: $*" >&2; }
+die() { echo "install-bosun: $*" >&2; exit 1; }
+t0=$(date +%s)
+
+[ -f "$DIR/kubeconfig" ] || die "cluster '$NAME' is not up (no $DIR/kubeconfig); run tests/cluster/cluster.sh up"
+eval "$("$HERE/cluster.sh" env)"
+
+cd "$ROOT"
+say "building Bosun's binaries and plugins (cargo, cached in $CARGO_TARGET_DIR)"
+cargo build --workspace --locked --bins --quiet
+cargo build --locked --release --target wasm32-wasip2 --quiet \
+  -p bosun-plugin-certs -p bosun-plugin-kubeadm-upgrade -p bosun-plugin-packages -p bosun-plugin-kubelet
+BOSUN="$CARGO_TARGET_DIR/debug/kubectl-bosun"
+
+images=$("$HERE/build-bosun-images.sh" "$CARGO_TARGET_DIR/debug" | tail -n 1)
+"$HERE/cluster.sh" import "$images"
+tag=$(awk 'NR == 1 {print $2}' "$images/images.list")
+
+state="$DIR/bosun"
+mkdir -p "$state/deploy" "$state/plugins"
+# The overlay renames deploy/'s published images to the lab's; everything else is deploy/ as it is (kustomize takes
+# only a relative path to it).
+cat >"$state/deploy/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$state/deploy" "$ROOT/deploy")
+images:
+  - name: ghcr.io/bosun-dev/bosun-controller
+    newName: localhost/bosun/bosun-controller
+    newTag: $tag
+  - name: ghcr.io/bosun-dev/bosun-agent
+    newName: localhost/bosun/bosun-agent
+    newTag: $tag
+YAML
+say "kubectl apply --server-side -k deploy/ (images localhost/bosun/*:$tag)"
+kubectl apply --server-side -k "$state/deploy" >"$state/apply.log" 2>&1 \
+  || { cat "$state/apply.log" >&2; die "kubectl apply -k failed"; }
+
+if [ ! -f "$state/keys/bosun-signing.key" ]; then
+  "$BOSUN" plugin keygen --out "$state/keys" >&2
+fi
+kubectl -n bosun-system create configmap bosun-trust-roots \
+  --from-file="$state/keys/bosun-signing.pub" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+
+for p in certs kubeadm-upgrade packages kubelet; do
+  wasm="$state/plugins/$p.wasm"
+  cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/bosun_plugin_${p//-/_}.wasm" "$wasm"
+  # The grants of the example resource, as docs/plugins-first-party.md extracts them.
+  sed -n '/^  grants:/,$p' "$ROOT/deploy/examples/plugins/$p.yaml" | sed '1d; s/^    //' >"$state/plugins/$p-grants.yaml"
+  "$BOSUN" plugin sign --key "$state/keys/bosun-signing.key" "$wasm" >/dev/null
+  "$BOSUN" plugin publish --grants "$state/plugins/$p-grants.yaml" "$wasm" >&2
+done
+
+say "waiting for the controller and the agents to roll out"
+kubectl -n bosun-system rollout status deploy/bosun-controller --timeout=180s >&2 \
+  || { kubectl -n bosun-system get pods -o wide >&2; die "the controller Deployment did not roll out"; }
+kubectl -n bosun-system rollout status ds/bosun-agent --timeout=180s >&2 \
+  || { kubectl -n bosun-system get pods -o wide >&2; die "the agent DaemonSet did not roll out"; }
+kubectl -n bosun-system get pods -o wide >&2
+say "Bosun installed in $(( $(date +%s) - t0 ))s"
