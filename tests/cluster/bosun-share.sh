@@ -10,7 +10,8 @@
 #   Bosun's share = node time - outside Bosun: picking the step up, verifying and compiling
 #                   the plugin, preflight, policies, running the wasm, status writes, cordon
 #                   and uncordon, and the gaps between steps.
-# The Operation line adds the gaps between nodes (the Operation's creation to its last step).
+# The Operation line adds the gaps between nodes (the Operation's creation to its last step),
+# less each node's settleSeconds (its health gates holding it after its last step).
 # Usage: bosun-share.sh OPERATION   (KUBECONFIG of the cluster; kubectl on PATH)
 set -euo pipefail
 op="${1:?usage: bosun-share.sh OPERATION}"
@@ -48,6 +49,10 @@ for task in sorted(tasks, key=lambda x: min(t(s["startedAt"]) for s in x["status
         side = f"host {h / 1000:.1f}s" if h is not None else ("k8s wait" if s["name"].startswith(WAITS) else "controller")
         print(f"    {s['name']:<18} {d:>8.2f}s  {side}")
 op_wall = last_end - t(op["metadata"]["creationTimestamp"])
+# Each node's health gates hold its task settleSeconds after its last step (a wait the user
+# asked for, not Bosun's work); the last node's settling ends after its last step.
+settle = float(op["spec"].get("healthGates", {}).get("settleSeconds", 0)) * max(len(tasks) - 1, 0)
+total_outside += settle
 bosun = op_wall - total_outside
 print(f"{'Operation':<14} {op_wall:>9.1f}s {'':>10} {'':>10} {bosun:>7.1f}s {100 * bosun / op_wall:>6.1f}%  (creation, 1 s resolution, to the last step)")
 PY

@@ -6,16 +6,29 @@
 #      trust roots, the first-party plugins signed and published with the example grants);
 #   3. a workload of 2 replicas held by a PodDisruptionBudget (minAvailable 1), so each
 #      drain waits for a replacement to be Ready elsewhere;
-#   4. `kubectl apply` of an upgrade Operation FROM -> TO (packages kubeadm, kubelet, kubectl
-#      through the node's real apt from the lab repository; `kubeadm upgrade apply` on the
-#      first control plane, `kubeadm upgrade node` elsewhere; drain; the kubelet restarted
-#      through the node's systemd; uncordon; health gates), then waits for it to end;
+#   4. policy deny (BOSUN_TEST_DENY=1, the default): a step Policy freezes upgrades; the
+#      upgrade Operation blocks PolicyDenied on the first node before any plugin step, and no
+#      package or static Pod image changed on any node; the Policy is deleted and the node
+#      retried (`kubectl bosun retry`);
+#   5. the upgrade Operation FROM -> TO (packages kubeadm, kubelet, kubectl through the node's
+#      real apt from the lab repository; `kubeadm upgrade apply` on the first control plane,
+#      `kubeadm upgrade node` elsewhere; drain; the kubelet restarted through the node's
+#      systemd; uncordon; health gates) runs to the end. Agent killed (BOSUN_TEST_KILL=1, the
+#      default): 20 s into `kubeadm upgrade apply` the control plane's agent Pod is deleted;
+#      the DaemonSet brings a new one, which runs the step again (the plugin declares it
+#      idempotent: attempt 2), or the task blocks Interrupted and is retried once;
 #   5. checks: the Operation Succeeded; the API server and every kubelet at TO; the static
 #      Pods on TO images; kubeadm/kubelet/kubectl packages at TO on every node; `kubeadm
 #      upgrade plan` has nothing left to apply; the workload Running again; `kubectl bosun
 #      status` shows every node's kubelet before -> after;
-#   6. prints each node's wall time and Bosun's own share of it (see docs/benchmarks.md), then
-#      `down` and `check-clean`.
+#   7. prints each node's wall time and Bosun's own share of it (see docs/benchmarks.md);
+#   8. certificate renewal (BOSUN_TEST_RENEW=1, the default): a renewCertificates Operation
+#      renews every certificate and restarts the control plane through the kubelet; the API
+#      server then serves the new certificate (the serial `openssl s_client` reads equals the
+#      file's, and differs from the old one) and `kubeadm certs check-expiration` agrees with
+#      the file's expiry; then `down` and `check-clean`.
+# BOSUN_TEST_DENY=0 BOSUN_TEST_KILL=0 BOSUN_TEST_RENEW=0 is the plain upgrade whose timings
+# docs/benchmarks.md reports.
 # Usage: test-bosun-upgrade.sh [FROM [TO]]   (default v1.33.13 v1.34.4; both built with
 # tests/cluster/build.sh, see its header). BOSUN_KEEP_CLUSTER=1 leaves the cluster up. Needs root.
 set -euo pipefail
@@ -94,10 +107,35 @@ spec:
 YAML
 kubectl rollout status deploy/web --timeout=120s >>"$LOG" 2>&1 || fail "the workload did not become Ready"
 
-before_pkgs=""
-for n in "${NODES[@]}"; do
-  before_pkgs+="$n: $(podman exec "$n" dpkg-query -W -f='${Package}=${Version} ' kubeadm kubelet kubectl)"$'\n'
-done
+snapshot() { # package versions and control-plane image tags of every node, one line each
+  local n c
+  for n in "${NODES[@]}"; do
+    echo "$n: $(podman exec "$n" dpkg-query -W -f='${Package}=${Version} ' kubeadm kubelet kubectl)"
+    case "$n" in *-cp*) ;; *) continue ;; esac
+    for c in kube-apiserver kube-controller-manager kube-scheduler; do
+      echo "$n: $c $(podman exec "$n" sed -n 's/^ *image: //p' "/etc/kubernetes/manifests/$c.yaml")"
+    done
+  done
+}
+task_of() { kubectl get nodetasks -l "bosun.dev/operation=$OP,bosun.dev/node=$1" -o name; }
+task_field() { kubectl get "$(task_of "$1")" -o jsonpath="$2" 2>/dev/null || true; }
+before_state=$(snapshot)
+echo "$before_state" >>"$LOG"
+
+if [ "${BOSUN_TEST_DENY:-1}" = 1 ]; then
+  kubectl apply -f - >>"$LOG" 2>&1 <<'YAML' || fail "creating the freeze Policy"
+apiVersion: bosun.dev/v1alpha1
+kind: Policy
+metadata:
+  name: freeze-upgrades
+spec:
+  enforcement: Deny
+  rego: |
+    package bosun.step.freeze_upgrades
+
+    deny contains "upgrades are frozen (test-bosun-upgrade.sh)" if input.operation.kind == "Upgrade"
+YAML
+fi
 
 kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the upgrade Operation"
 apiVersion: bosun.dev/v1alpha1
@@ -118,21 +156,76 @@ spec:
     timeoutSeconds: 600
 YAML
 t_op=$(date +%s)
-phase_now=""
+
+if [ "${BOSUN_TEST_DENY:-1}" = 1 ]; then
+  cp1="${NODES[0]}"
+  deadline=$(( $(date +%s) + 300 ))
+  until [ "$(task_field "$cp1" '{.status.reason}')" = PolicyDenied ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the upgrade did not block PolicyDenied on $cp1 within 300 s (phase $(task_field "$cp1" '{.status.phase}'))"
+    sleep 2
+  done
+  denied_step=$(task_field "$cp1" '{.status.currentStep}')
+  denied_msg=$(task_field "$cp1" '{.status.message}')
+  [[ "$denied_msg" == *"upgrades are frozen"* ]] || fail "the block on $cp1 does not give the policy's message: $denied_msg"
+  after_deny=$(snapshot)
+  [ "$after_deny" = "$before_state" ] || fail "the denied upgrade changed a node:
+before: $before_state
+after:  $after_deny"
+  for n in "${NODES[@]:1}"; do
+    [ -z "$(task_field "$n" '{.status.steps[?(@.phase=="Succeeded")].name}')" ] \
+      || fail "a step ran on $n while $cp1 was blocked"
+  done
+  echo "policy deny: $cp1 blocked PolicyDenied at step $denied_step; packages and images unchanged on every node"
+  kubectl delete policy freeze-upgrades >>"$LOG" 2>&1 || fail "deleting the freeze Policy"
+  # The agents drop a deleted Policy as their watch sees it; retry once it has.
+  sleep 5
+  kubectl-bosun retry "$OP" "$cp1" >>"$LOG" 2>&1 || fail "kubectl bosun retry $OP $cp1"
+  phase "policy deny, then retry"
+fi
+
+killed=""
+retried_interrupted=0
 deadline=$(( t_op + ${BOSUN_UPGRADE_TIMEOUT:-1800} ))
 while :; do
   phase_now=$(kubectl get operation "$OP" -o jsonpath='{.status.phase}' 2>/dev/null || true)
-  case "$phase_now" in
-    Succeeded) break ;;
-    Failed|Blocked) fail "the Operation is $phase_now" ;;
-  esac
-  # A Blocked node task shows as the Operation's condition before its phase: check the tasks.
-  if kubectl get nodetasks -l "bosun.dev/operation=$OP" -o jsonpath='{.items[*].status.phase}' 2>/dev/null | grep -q Blocked; then
-    fail "a NodeTask of $OP is Blocked"
+  [ "$phase_now" = Succeeded ] && break
+  [ "$phase_now" = Failed ] && fail "the Operation Failed"
+  if [ "${BOSUN_TEST_KILL:-1}" = 1 ] && [ -z "$killed" ]; then
+    cp1="${NODES[0]}"
+    started=$(task_field "$cp1" '{.status.steps[?(@.name=="kubeadm-upgrade")].startedAt}')
+    if [ "$(task_field "$cp1" '{.status.currentStep}')" = kubeadm-upgrade ] && [ -n "$started" ] \
+      && [ "$(task_field "$cp1" '{.status.steps[?(@.name=="kubeadm-upgrade")].phase}')" = Running ] \
+      && [ $(( $(date +%s) - $(date -d "$started" +%s) )) -ge 20 ]; then
+      killed=$(kubectl -n bosun-system get pods -l app.kubernetes.io/name=bosun-agent \
+        --field-selector "spec.nodeName=$cp1" -o jsonpath='{.items[0].metadata.name}')
+      kubectl -n bosun-system delete pod "$killed" --wait=false >>"$LOG" 2>&1 || fail "deleting agent Pod $killed"
+      echo "agent killed: Pod $killed deleted $(( $(date +%s) - $(date -d "$started" +%s) )) s into kubeadm-upgrade on $cp1"
+    fi
   fi
+  for n in "${NODES[@]}"; do
+    [ "$(task_field "$n" '{.status.phase}')" = Blocked ] || continue
+    reason=$(task_field "$n" '{.status.reason}')
+    if [ "$reason" = Interrupted ] && [ -n "$killed" ] && [ "$retried_interrupted" = 0 ]; then
+      echo "agent killed: $n blocked Interrupted ($(task_field "$n" '{.status.message}')); retrying"
+      kubectl-bosun retry "$OP" "$n" >>"$LOG" 2>&1 || fail "kubectl bosun retry $OP $n"
+      retried_interrupted=1
+    else
+      fail "NodeTask of $n is Blocked ($reason): $(task_field "$n" '{.status.message}')"
+    fi
+  done
   [ "$(date +%s)" -lt "$deadline" ] || fail "the Operation did not end within ${BOSUN_UPGRADE_TIMEOUT:-1800}s (phase '$phase_now')"
-  sleep 5
+  sleep 3
 done
+if [ -n "$killed" ]; then
+  cp1="${NODES[0]}"
+  attempts=$(task_field "$cp1" '{.status.steps[?(@.name=="kubeadm-upgrade")].attempts}')
+  [ "${attempts:-0}" -ge 2 ] || fail "kubeadm-upgrade on $cp1 ran $attempts time(s) after its agent was killed mid-step; expected a second attempt"
+  kubectl -n bosun-system get pod "$killed" >/dev/null 2>&1 && fail "the killed agent Pod $killed still exists"
+  kubectl -n bosun-system rollout status ds/bosun-agent --timeout=60s >>"$LOG" 2>&1 || fail "the agent DaemonSet is not whole again"
+  echo "agent killed: kubeadm-upgrade on $cp1 finished at attempt $attempts (interrupted-and-retried: $retried_interrupted); the DaemonSet replaced $killed"
+elif [ "${BOSUN_TEST_KILL:-1}" = 1 ]; then
+  fail "the agent was never killed: kubeadm-upgrade on ${NODES[0]} never ran 20 s"
+fi
 op_s=$(( $(date +%s) - t_op ))
 phase "upgrade Operation $OP Succeeded"
 
@@ -150,10 +243,8 @@ for n in "${NODES[@]}"; do
     esac
   done
 done
-after_pkgs=""
 for n in "${NODES[@]}"; do
   pkgs=$(podman exec "$n" dpkg-query -W -f='${Package}=${Version} ' kubeadm kubelet kubectl)
-  after_pkgs+="$n: $pkgs"$'\n'
   for p in kubeadm kubelet kubectl; do
     [[ " $pkgs" == *" $p=${TO#v}-"* ]] || fail "$n: package $p is not at ${TO#v} ($pkgs)"
   done
@@ -173,14 +264,57 @@ done
 grep -q "kubelet $FROM → $TO" <<<"$status" || fail "kubectl bosun status does not show the kubelet before → after"
 [ "$(grep -c "kubelet $FROM → $TO" <<<"$status")" = "${#NODES[@]}" ] \
   || fail "kubectl bosun status shows the kubelet before → after for $(grep -c "kubelet $FROM → $TO" <<<"$status") of ${#NODES[@]} nodes"
-echo "packages before:"; printf '%s' "$before_pkgs"
-echo "packages after:"; printf '%s' "$after_pkgs"
+echo "before:"; echo "$before_state"
+echo "after:"; snapshot
 
 # Timings: each node's task wall time, and Bosun's share of it (see docs/benchmarks.md).
 "$HERE/bosun-share.sh" "$OP" || fail "bosun-share.sh $OP"
 echo "operation wall time: ${op_s}s"
 # shellcheck disable=SC2046
 podman stats --no-stream --format '{{.Name}} {{.MemUsage}}' $(podman ps -q --filter "label=bosun.cluster=$NAME")
+
+if [ "${BOSUN_TEST_RENEW:-1}" = 1 ]; then
+  cp1="${NODES[0]}"
+  cp1_ip=$(awk -v n="$cp1" '$1 == n {print $2}' "${BOSUN_CLUSTER_DIR:-$HOME/.cache/bosun/cluster-state/$NAME}/nodes.ips")
+  file_serial() { podman exec "$cp1" openssl x509 -noout -serial -in /etc/kubernetes/pki/apiserver.crt | cut -d= -f2; }
+  served_serial() {
+    openssl s_client -connect "$cp1_ip:6443" -servername kubernetes </dev/null 2>/dev/null \
+      | openssl x509 -noout -serial | cut -d= -f2
+  }
+  old=$(file_serial)
+  [ "$(served_serial)" = "$old" ] || fail "before renewal the API server does not serve apiserver.crt (serial $(served_serial), file $old)"
+  ROP=renew-all
+  kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the renewCertificates Operation"
+apiVersion: bosun.dev/v1alpha1
+kind: Operation
+metadata:
+  name: $ROP
+spec:
+  renewCertificates:
+    certificates: [all]
+YAML
+  deadline=$(( $(date +%s) + 600 ))
+  until [ "$(kubectl get operation "$ROP" -o jsonpath='{.status.phase}' 2>/dev/null)" = Succeeded ]; do
+    if kubectl get nodetasks -l "bosun.dev/operation=$ROP" -o jsonpath='{.items[*].status.phase}' 2>/dev/null | grep -q Blocked; then
+      OP=$ROP fail "the renewal blocked"
+    fi
+    [ "$(date +%s)" -lt "$deadline" ] || OP=$ROP fail "the renewal did not finish within 600 s"
+    sleep 3
+  done
+  new=$(file_serial)
+  [ "$new" != "$old" ] || fail "apiserver.crt has its old serial $old after the renewal"
+  # The restarted API server serves the new certificate (give a slow restart a moment).
+  for _ in $(seq 1 30); do [ "$(served_serial)" = "$new" ] && break; sleep 2; done
+  [ "$(served_serial)" = "$new" ] || fail "the API server serves serial $(served_serial), the file has $new (old $old)"
+  file_end=$(podman exec "$cp1" openssl x509 -noout -enddate -in /etc/kubernetes/pki/apiserver.crt | cut -d= -f2)
+  kubeadm_end=$(podman exec "$cp1" kubeadm certs check-expiration 2>/dev/null | awk '$1 == "apiserver" {print $2, $3, $4, $5, $6}')
+  [ "$(date -u -d "$file_end" '+%b %d, %Y %H:%M UTC')" = "$kubeadm_end" ] \
+    || fail "kubeadm certs check-expiration says apiserver expires '$kubeadm_end', the file says '$file_end'"
+  kubectl-bosun status "$ROP" | head -n 30
+  echo "renewal: apiserver serial $old -> $new, served by the API server; expiry $kubeadm_end (kubeadm agrees)"
+  phase "certificate renewal"
+fi
+
 if [ "${BOSUN_KEEP_CLUSTER:-0}" != 1 ]; then
   "$C" down >>"$LOG" 2>&1 || fail "cluster.sh down"
   "$C" check-clean || exit 1

@@ -222,6 +222,9 @@ pub async fn run(agent: Arc<Agent>) {
         tokio::spawn(watch);
     }
     Controller::new(tasks, watcher::Config::default().labels(&selector))
+        .trigger_backoff(bosun_cluster::watch::WatchBackoff::new(
+            bosun_cluster::watch::seed_of(&agent.node_name),
+        ))
         .shutdown_on_signal()
         .run(reconcile, error_policy, agent)
         .for_each(|r| async move {

@@ -11,6 +11,7 @@
 //! - [`status`]: the NodeTask status writes of a step's transitions (started, progress,
 //!   finished, interrupted, task blocked), as typed patches.
 //! - [`time`]: step times with microseconds.
+//! - [`watch`]: how soon a broken watch is opened again (an API server that kubeadm restarts).
 //! - [`Error`]: the errors both binaries share (an API call, a refused state transition, the
 //!   policies not listed yet).
 
@@ -20,6 +21,7 @@ pub mod policies;
 pub mod readers;
 pub mod status;
 pub mod time;
+pub mod watch;
 
 use bosun_api::labels;
 use bosun_api::node_task::NodeTask;

@@ -150,7 +150,9 @@ impl PolicyWatch {
         let api: Api<Policy> = Api::all(client);
         Some(
             reflector::reflector(writer, watcher(api, config))
-                .default_backoff()
+                .backoff(crate::watch::WatchBackoff::new(crate::watch::seed_of(
+                    "bosun.dev/policies",
+                )))
                 .filter_map(|event| async move {
                     match event {
                         Ok(

@@ -96,6 +96,9 @@ pub async fn run(
     Controller::new(operations, watcher::Config::default().labels(&selector))
         .owns(tasks, watcher::Config::default().labels(&selector))
         .reconcile_all_on(futures::stream::iter(policy_changes).flatten())
+        .trigger_backoff(bosun_cluster::watch::WatchBackoff::new(
+            bosun_cluster::watch::seed_of("bosun-controller"),
+        ))
         .shutdown_on_signal()
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
