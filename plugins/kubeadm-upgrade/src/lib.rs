@@ -13,8 +13,12 @@
 //! `apply` runs the plan when kubeadm is already at the target, and otherwise reports the
 //! command it would run; `node` reports the command it would run.
 //!
-//! `apply` and `node` are idempotent: a control-plane node already at the target reports no
-//! change without running kubeadm, and `kubeadm upgrade node` converges when re-run.
+//! `apply` and `node` are idempotent: a control-plane node whose kube-apiserver,
+//! kube-controller-manager and kube-scheduler manifests are all at the target reports no
+//! change without running kubeadm, and kubeadm converges when re-run. All three are read
+//! because kubeadm upgrades them one after the other: a run stopped part-way (the agent killed
+//! mid-step, as the real-node test does) can leave the API server at the target and the
+//! others behind, and the next attempt must then run kubeadm again, not report "done".
 
 use bosun_plugin_sdk::exec::Command;
 use bosun_plugin_sdk::prelude::*;
@@ -24,6 +28,11 @@ use bosun_plugin_sdk::{facts, fs};
 pub const KUBEADM: &str = "/usr/bin/kubeadm";
 /// The API server's static pod manifest: its image tag is the control plane's version.
 pub const APISERVER_MANIFEST: &str = "/etc/kubernetes/manifests/kube-apiserver.yaml";
+/// The other static Pods `kubeadm upgrade apply/node` moves to the target, after the API server.
+pub const OTHER_MANIFESTS: [&str; 2] = [
+    "/etc/kubernetes/manifests/kube-controller-manager.yaml",
+    "/etc/kubernetes/manifests/kube-scheduler.yaml",
+];
 
 /// The actions with their params.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -204,9 +213,16 @@ impl Plugin for KubeadmUpgrade {
                 if let Some(current) = control_plane_version()?
                     && current == target
                 {
-                    return Ok(Outcome::unchanged(format!(
-                        "the control plane already runs {target}; nothing to apply"
-                    )));
+                    let behind = components_behind(target)?;
+                    if behind.is_empty() {
+                        return Ok(Outcome::unchanged(format!(
+                            "the control plane already runs {target}; nothing to apply"
+                        )));
+                    }
+                    warn!(
+                        "kube-apiserver is at {target} but {} not: an earlier run stopped part-way; running kubeadm again",
+                        behind.join(", ")
+                    );
                 }
                 if ctx.dry_run {
                     return dry_apply(target, kubeadm);
@@ -235,9 +251,16 @@ impl Plugin for KubeadmUpgrade {
                 if let Some(current) = cp
                     && current == target
                 {
-                    return Ok(Outcome::unchanged(format!(
-                        "this control-plane node already runs {target}"
-                    )));
+                    let behind = components_behind(target)?;
+                    if behind.is_empty() {
+                        return Ok(Outcome::unchanged(format!(
+                            "this control-plane node already runs {target}"
+                        )));
+                    }
+                    warn!(
+                        "kube-apiserver is at {target} but {} not: an earlier run stopped part-way; running kubeadm again",
+                        behind.join(", ")
+                    );
                 }
                 if ctx.dry_run {
                     return Ok(Outcome::unchanged(match kubeadm {
@@ -311,6 +334,31 @@ fn control_plane_version() -> Result<Option<Version>, PluginError> {
         Err(e) if e.code() == "file-not-found" => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The static Pods other than the API server whose manifest exists and is not at `target`,
+/// as `name (version)`.
+fn components_behind(target: Version) -> Result<Vec<String>, PluginError> {
+    let mut behind = Vec::new();
+    for path in OTHER_MANIFESTS {
+        let text = match fs::read_optional(path) {
+            Ok(Some(text)) => text,
+            Ok(None) => continue,
+            Err(e) if e.code() == "file-not-found" => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let name = path
+            .rsplit('/')
+            .next()
+            .unwrap_or(path)
+            .trim_end_matches(".yaml");
+        match manifest_version(&text) {
+            Some(v) if v == target => {}
+            Some(v) => behind.push(format!("{name} ({v})")),
+            None => behind.push(format!("{name} (no version tag)")),
+        }
+    }
+    Ok(behind)
 }
 
 /// The node's current version and where it came from.

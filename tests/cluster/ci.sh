@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The real-node tests as CI runs them (.ci/run, after the README's test command): builds what
+# the cluster lab needs (cached under ~/.cache/bosun/cluster; a no-op when it is there), then
+# test-bosun-upgrade.sh: Bosun installed with `kubectl apply -k deploy/`, a step policy that
+# denies the upgrade, the upgrade Operation with its control plane's agent killed in the middle
+# of `kubeadm upgrade apply`, and a certificate renewal, on 1 control plane and 1 worker.
+#
+# CI runs a patch upgrade (BOSUN_CI_FROM, default v1.34.3 -> v1.34.4): a second patch release
+# shares etcd, CoreDNS, crictl and nearly every compiled Go package with the first, so it
+# costs CI a fraction of a second minor's build. The minor upgrade v1.33.13 -> v1.34.4 is the
+# documented command in docs/lab.md (`tests/cluster/test-bosun-upgrade.sh`).
+# Needs root (privileged node containers, a bridge network, iptables).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+FROM="${BOSUN_CI_FROM:-v1.34.3}"
+TO="${BOSUN_CI_TO:-v1.34.4}"
+t0=$(date +%s)
+# The target version last, so that it stays the default build (current.env) for cluster.sh.
+BOSUN_K8S_VERSION="$FROM" "$HERE/build.sh" >/dev/null
+BOSUN_K8S_VERSION="$TO" "$HERE/build.sh" >/dev/null
+echo "cluster ci: builds of $FROM and $TO ready in $(( $(date +%s) - t0 ))s"
+"$HERE/test-bosun-upgrade.sh" "$FROM" "$TO"
+echo "cluster ci: done in $(( $(date +%s) - t0 ))s"
