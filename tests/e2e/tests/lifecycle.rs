@@ -329,6 +329,28 @@ async fn a_fresh_install_adopts_the_cluster_as_it_is_and_starts_nothing() -> Res
         "a fresh install started Operations: {:?}",
         ops.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
     );
+
+    // `kubectl bosun status` without an Operation shows the ClusterLifecycle.
+    let out = std::process::Command::new(bosun_e2e::binary("kubectl-bosun")?)
+        .args(["status", "--kubeconfig"])
+        .arg(&lab.kubeconfig)
+        .env("NO_COLOR", "1")
+        .env_remove("KUBECONFIG")
+        .output()
+        .context("running kubectl-bosun status")?;
+    let text = String::from_utf8(out.stdout)?;
+    ensure!(
+        out.status.success()
+            && text.starts_with(&format!(
+                "ClusterLifecycle cluster  InSync  desired {}",
+                lab_version(&lab)
+            ))
+            && text.contains("no Operation generated")
+            && text.contains(&format!("certificates: earliest {earliest} expires")),
+        "kubectl bosun status ({}):\n{text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     cleanup(&lab).await?;
     op.finish().await
 }
@@ -749,6 +771,8 @@ async fn pausing_stops_generation_and_deleting_the_lifecycle_deletes_no_operatio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_may_write_only_its_own_nodes_report() -> Result<()> {
+    // It forges a report the other tests' agents and controller read.
+    let _nodes = lock_lab_nodes().await;
     let lab = bosun_lab::ensure_lab().await?;
     apply_crds(&lab.client).await?;
     apply_deploy_file(&lab, "deploy/agent/rbac.yaml").await?;
