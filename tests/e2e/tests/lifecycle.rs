@@ -800,10 +800,10 @@ async fn an_agent_may_write_only_its_own_nodes_report() -> Result<()> {
         let result = reports
             .patch(&node_b, &apply, &Patch::Apply(report(&node_b)))
             .await;
-        if let Some(m) = forbidden(&result) {
-            if m.contains("bosun-agent-own-node") {
-                break m;
-            }
+        if let Some(m) = forbidden(&result)
+            && m.contains("bosun-agent-own-node")
+        {
+            break m;
         }
         ensure!(
             started.elapsed() < DEADLINE,
