@@ -14,6 +14,8 @@
 //! - The API server refuses a downgrade, a skipped minor, a rotation decrease, a malformed
 //!   version and another name, with messages that say so.
 //! - `paused` generates nothing; deleting the ClusterLifecycle deletes no Operation.
+//! - An operation Policy blocks a generated Operation as any other, and the
+//!   ClusterLifecycle waits for it.
 //! - An agent's token may write only its own node's NodeReport.
 //!
 //! The ClusterLifecycle is one per cluster: every test here takes the lab-nodes lock and
@@ -837,4 +839,81 @@ async fn an_agent_may_write_only_its_own_nodes_report() -> Result<()> {
         .await
         .context("removing the forged report")?;
     Ok(())
+}
+
+/// Generated Operations are ordinary Operations: an operation Policy that denies them
+/// blocks one exactly as it blocks a hand-written one, the ClusterLifecycle waits with
+/// `BlockedOperation`, and deleting the Policy lets the Operation be planned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_gate_generated_operations_like_any_other() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-policy")?;
+    adopted_in_sync(&mut op, &lab).await?;
+    let policies: Api<bosun_api::Policy> = Api::all(lab.client.clone());
+    let policy = format!("{}-board", op.instance);
+    let message = "generated Operations wait for the change board (e2e)";
+    policies
+        .patch(
+            &policy,
+            &PatchParams::apply(MANAGER),
+            &Patch::Apply(json!({
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "Policy",
+                "metadata": { "name": policy, "labels": { "bosun.dev/instance": op.instance } },
+                "spec": { "enforcement": "Deny", "rego": format!(
+                    "package bosun.operation.e2e_lifecycle\n\ndeny contains msg if {{\n\tstartswith(input.operation.name, \"lifecycle-\")\n\tmsg := \"{message}\"\n}}\n"
+                ) },
+            })),
+        )
+        .await
+        .context("creating the Policy")?;
+    let started = Instant::now();
+    while !policies
+        .get(&policy)
+        .await?
+        .status
+        .is_some_and(|s| s.compiled)
+    {
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "the controller never compiled Policy {policy}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+
+    patch_spec(&lab.client, json!({ "certificates": { "rotation": 1 } })).await?;
+    let blocked = op
+        .wait_operation("lifecycle-renew-r1", "Blocked by the policy", |o| {
+            o.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Blocked" && c.reason == "PolicyDenied")
+            })
+        })
+        .await?;
+    let status = blocked.status.clone().unwrap_or_default();
+    ensure!(
+        status.plan.is_none() && status.message.as_deref().unwrap_or("").contains(message),
+        "held before planning with the policy's message: {status:?}"
+    );
+    wait_lifecycle(&mut op, "waiting: BlockedOperation", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.waiting.as_deref() == Some("BlockedOperation"))
+    })
+    .await?;
+
+    policies
+        .delete(&policy, &DeleteParams::default())
+        .await
+        .context("deleting the Policy")?;
+    op.wait_operation(
+        "lifecycle-renew-r1",
+        "planned once the Policy is gone",
+        |o| o.status.as_ref().is_some_and(|s| s.plan.is_some()),
+    )
+    .await?;
+    cleanup(&lab).await?;
+    op.finish().await
 }
