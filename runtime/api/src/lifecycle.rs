@@ -60,9 +60,9 @@ const VERSION_RE: &str = "^v[0-9]{1,4}[.][0-9]{1,4}[.][0-9]{1,4}$";
     ),
     printcolumn(
         name = "Certs-Expire",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.certificates.earliestExpiry",
-        description = "The earliest expiry of a renewable control-plane certificate"
+        description = "The earliest expiry of a renewable control-plane certificate (a timestamp: a date column would show a future time as <invalid>)"
     ),
     printcolumn(
         name = "Paused",

@@ -37,7 +37,7 @@ use crate::node_task::NodeFacts;
     ),
     printcolumn(
         name = "Cert-Expiry",
-        type_ = "date",
+        type_ = "string",
         json_path = ".spec.facts.certificates[0].notAfter",
         description = "The soonest certificate expiry on the node"
     ),
