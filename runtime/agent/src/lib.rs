@@ -32,6 +32,7 @@ pub mod facts;
 pub mod gate;
 pub mod plugins;
 pub mod preflight;
+pub mod report;
 pub mod step;
 
 use std::sync::Arc;
