@@ -42,6 +42,7 @@ mod bindings {
 }
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -272,13 +273,15 @@ pub struct Host {
     config: HostConfig,
     linker: wasmtime::component::Linker<RunState>,
     linker_http: wasmtime::component::Linker<RunState>,
-    cache: Option<cache::DiskCache>,
-    compiled: Mutex<HashMap<Digest, Arc<Compiled>>>,
+    cache: Option<Arc<cache::DiskCache>>,
+    /// Shared with this host's [siblings](Host::sibling): compiled code does not depend on
+    /// the host root.
+    compiled: Arc<Mutex<HashMap<Digest, Arc<Compiled>>>>,
     /// Plugins [`Host::load`] verified, by the exact pin they were verified against.
-    verified: Mutex<HashMap<PluginPin, LoadedPlugin>>,
+    verified: Arc<Mutex<HashMap<PluginPin, LoadedPlugin>>>,
     /// The kubeadm version fact, by the identity of the files it was read from.
     facts_cache: Arc<facts::FactsCache>,
-    _ticker: Ticker,
+    _ticker: Arc<Ticker>,
 }
 
 impl std::fmt::Debug for Host {
@@ -324,11 +327,11 @@ impl Host {
         let linker_http =
             sandbox::linker(&engine, true).map_err(|e| Error::setup(format!("linker: {e}")))?;
         let cache = match &config.cache_dir {
-            Some(dir) => Some(
+            Some(dir) => Some(Arc::new(
                 cache::DiskCache::open(dir, cache::engine_fingerprint(&engine)).map_err(|e| {
                     Error::setup(format!("compiled-plugin cache {}: {e}", dir.display()))
                 })?,
-            ),
+            )),
             None => None,
         };
         let ticker = Ticker::start(
@@ -341,10 +344,44 @@ impl Host {
             linker,
             linker_http,
             cache,
-            compiled: Mutex::new(HashMap::new()),
-            verified: Mutex::new(HashMap::new()),
+            compiled: Arc::default(),
+            verified: Arc::default(),
             facts_cache: Arc::new(facts::FactsCache::default()),
-            _ticker: ticker,
+            _ticker: Arc::new(ticker),
+        })
+    }
+
+    /// A host for another node's root that shares this one's engine (its pooling
+    /// allocator and epoch ticker), linkers, compiled and verified plugins and compiled
+    /// cache: for one process that hosts many agents (the fleet harness of benchmarks and
+    /// tests). Only the host root and the service backend are its own; the limits, pool
+    /// and trust roots are this host's. The pool is shared too: at most
+    /// [`PoolConfig::max_instances`] runs are alive at once across all siblings.
+    pub fn sibling(
+        &self,
+        host_root: &Path,
+        service_backend: Arc<dyn ServiceBackend>,
+    ) -> Result<Host, Error> {
+        if !host_root.is_dir() {
+            return Err(Error::setup(format!(
+                "host root {} is not a directory; point host_root at the node's root file system",
+                host_root.display()
+            )));
+        }
+        let mut config = self.config.clone();
+        config.host_root = host_root.to_path_buf();
+        config.service_backend = service_backend;
+        Ok(Host {
+            engine: self.engine.clone(),
+            config,
+            linker: self.linker.clone(),
+            linker_http: self.linker_http.clone(),
+            cache: self.cache.clone(),
+            compiled: Arc::clone(&self.compiled),
+            verified: Arc::clone(&self.verified),
+            // Facts are read from the host root: each root has its own.
+            facts_cache: Arc::new(facts::FactsCache::default()),
+            _ticker: Arc::clone(&self._ticker),
         })
     }
 
