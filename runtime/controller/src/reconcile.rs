@@ -53,6 +53,9 @@ pub struct Context {
     /// tasks ([`crate::exclusion`]): reconciles of different Operations run concurrently,
     /// and without it both could see a node free and both take it.
     pub exclusion: Arc<tokio::sync::Mutex<()>>,
+    /// Operations waiting for a node another Operation holds: woken by a change of a task
+    /// on that node ([`crate::exclusion::Waiters`]).
+    pub waiters: Arc<crate::exclusion::Waiters>,
 }
 
 impl std::fmt::Debug for Context {
@@ -338,20 +341,25 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     } else {
         Some(ctx.exclusion.lock().await)
     };
+    // Registered before the holders are read: a holder that finishes after the read
+    // wakes this Operation (see `Waiters`).
+    for node in &wanted {
+        ctx.waiters.wait(node, &name);
+    }
     let held = if wanted.is_empty() {
         BTreeMap::new()
     } else {
         held_nodes(&ctx, &name).await?
     };
+    for node in wanted.iter().filter(|n| !held.contains_key(n.as_str())) {
+        ctx.waiters.forget(node, &name);
+    }
     let mut waiting: Vec<String> = Vec::new();
     for node in wanted.iter().filter(|n| held.contains_key(n.as_str())) {
         let holder = &held[node.as_str()];
         note_held(&ctx, &tasks[*node], holder, now).await?;
         waiting.push(holder.message());
         tracing::info!(node = %node, holder = %holder.operation, task = %holder.task, phase = ?holder.phase, "node held by another Operation; task waits");
-    }
-    if !waiting.is_empty() {
-        recheck = Some(recheck.map_or(HELD_RECHECK, |r| r.min(HELD_RECHECK)));
     }
     let waits_for_holder =
         |n: &String| crate::exclusion::needs_node(phase_of(n)) && held.contains_key(n.as_str());
@@ -511,10 +519,6 @@ fn owner_reference(op: &Operation) -> OwnerReference {
         block_owner_deletion: Some(true),
     }
 }
-
-/// How soon an Operation waiting for a node held by another Operation looks again (the
-/// other Operation's tasks do not wake this one), unless the resync is sooner.
-const HELD_RECHECK: Duration = Duration::from_secs(2);
 
 /// The nodes held by NodeTasks of Operations other than `operation`, of this instance
 /// (read from the API server, not a cache: the caller holds [`Context::exclusion`], and the

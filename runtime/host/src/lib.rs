@@ -277,6 +277,9 @@ pub struct Host {
     /// Shared with this host's [siblings](Host::sibling): compiled code does not depend on
     /// the host root.
     compiled: Arc<Mutex<HashMap<Digest, Arc<Compiled>>>>,
+    /// Held while compiling: loads of one plugin at the same moment (many tasks, or many
+    /// siblings) compile it once; the compile itself uses every core.
+    compiling: Arc<Mutex<()>>,
     /// Plugins [`Host::load`] verified, by the exact pin they were verified against.
     verified: Arc<Mutex<HashMap<PluginPin, LoadedPlugin>>>,
     /// The kubeadm version fact, by the identity of the files it was read from.
@@ -345,6 +348,7 @@ impl Host {
             linker_http,
             cache,
             compiled: Arc::default(),
+            compiling: Arc::default(),
             verified: Arc::default(),
             facts_cache: Arc::new(facts::FactsCache::default()),
             _ticker: Arc::new(ticker),
@@ -378,6 +382,7 @@ impl Host {
             linker_http: self.linker_http.clone(),
             cache: self.cache.clone(),
             compiled: Arc::clone(&self.compiled),
+            compiling: Arc::clone(&self.compiling),
             verified: Arc::clone(&self.verified),
             // Facts are read from the host root: each root has its own.
             facts_cache: Arc::new(facts::FactsCache::default()),
@@ -502,12 +507,21 @@ impl Host {
     }
 
     fn compile(&self, digest: &Digest, bytes: &[u8]) -> Result<Arc<Compiled>, Error> {
-        if let Some(c) = self
-            .compiled
+        let known = || {
+            self.compiled
+                .lock()
+                .ok()
+                .and_then(|m| m.get(digest).cloned())
+        };
+        if let Some(c) = known() {
+            return Ok(c);
+        }
+        let _compiling = self
+            .compiling
             .lock()
-            .ok()
-            .and_then(|m| m.get(digest).cloned())
-        {
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Another load may have compiled it while this one waited.
+        if let Some(c) = known() {
             return Ok(c);
         }
         let hex = digest.to_hex();
