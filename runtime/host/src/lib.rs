@@ -43,7 +43,6 @@ mod bindings {
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -233,33 +232,88 @@ impl LoadedPlugin {
     }
 }
 
-/// Advances the engine's epoch every tick until dropped.
+/// Advances the engine's epoch every tick while at least one call runs, and sleeps
+/// otherwise: an idle host (an agent waiting for work) costs no wake-ups. Deadlines are
+/// counted in ticks from a call's start, and the ticker runs for the whole call.
 struct Ticker {
-    stop: Option<mpsc::Sender<()>>,
+    state: Arc<TickState>,
     thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct TickState {
+    /// (calls running, stop requested).
+    active: Mutex<(usize, bool)>,
+    wake: std::sync::Condvar,
+}
+
+/// Keeps the ticker running while alive (one per call).
+struct Ticking<'a>(&'a TickState);
+
+impl Drop for Ticking<'_> {
+    fn drop(&mut self) {
+        let mut a = self
+            .0
+            .active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.0 = a.0.saturating_sub(1);
+    }
 }
 
 impl Ticker {
     fn start(engine: Engine, tick: Duration) -> Result<Ticker, Error> {
-        let (stop, rx) = mpsc::channel::<()>();
+        let state = Arc::new(TickState::default());
+        let shared = Arc::clone(&state);
         let thread = std::thread::Builder::new()
             .name("bosun-host-epoch".into())
             .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(tick) {
+                loop {
+                    {
+                        let mut a = shared
+                            .active
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        while a.0 == 0 && !a.1 {
+                            a = shared
+                                .wake
+                                .wait(a)
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        }
+                        if a.1 {
+                            return;
+                        }
+                    }
+                    std::thread::sleep(tick);
                     engine.increment_epoch();
                 }
             })
             .map_err(|e| Error::setup(format!("starting the epoch ticker: {e}")))?;
         Ok(Ticker {
-            stop: Some(stop),
+            state,
             thread: Some(thread),
         })
+    }
+
+    /// Runs the ticker until the returned guard drops.
+    fn busy(&self) -> Ticking<'_> {
+        let mut a = self
+            .state
+            .active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.0 += 1;
+        self.state.wake.notify_one();
+        Ticking(&self.state)
     }
 }
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        drop(self.stop.take());
+        if let Ok(mut a) = self.state.active.lock() {
+            a.1 = true;
+        }
+        self.state.wake.notify_one();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -902,6 +956,7 @@ impl Host {
         dry_run: bool,
         f: impl FnOnce(&mut Store<RunState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<(R, Captured), CallFailure> {
+        let _ticking = self._ticker.busy();
         let limits = &self.config.limits;
         let mut preopens = fs::resolve(&self.config.host_root, &grants.filesystem)?;
         if dry_run {

@@ -152,7 +152,11 @@ pub fn start_controller(
         .env("BOSUN_LOG", "warn")
         .arg("--instance")
         .arg(instance)
-        .args(["--resync-seconds", &resync_seconds.to_string()]);
+        .args(["--resync-seconds", &resync_seconds.to_string()])
+        // A longer lease than the default 15 s: on this shared 2-core machine, with a
+        // thousand agents starting their watches, a renewal once took over 10 s to answer
+        // and the controller stopped (as it must when it loses the lease).
+        .args(["--lease-duration-seconds", "60", "--lease-renew-seconds", "10"]);
     ChildGuard::spawn("controller", &mut cmd, dir)
 }
 
@@ -169,7 +173,8 @@ pub struct FleetEnv {
     /// This process's RSS before the agents started and once their watches were open.
     pub rss_before_kib: u64,
     pub rss_watching_kib: u64,
-    /// NodeTask watches the API server had open before the agents started and after.
+    /// NodeTask watches the API server had open before the controller and the agents
+    /// started, and the agents' watches opened since (the controller's one not counted).
     pub watches_before: f64,
     pub watches_open: f64,
     /// How long adding the fleet Nodes took.
@@ -188,6 +193,21 @@ impl FleetEnv {
     /// Adds the fleet nodes, starts the controller and the agents, and waits until the API
     /// server has every agent's NodeTask watch open.
     pub async fn start(lab: LabHandle, opts: &FleetOptions) -> Result<FleetEnv> {
+        let client = lab.client.clone();
+        let prefix = opts.prefix.clone();
+        let lab_for_cleanup = bosun_lab::running(&lab.state_dir).await?;
+        match FleetEnv::start_inner(lab, opts).await {
+            Ok(env) => Ok(env),
+            Err(e) => {
+                // Fleet nodes left behind would be selected by other Operations.
+                let _ = bosun_lab::remove_fleet_nodes(&lab_for_cleanup, &prefix).await;
+                drop(client);
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_inner(lab: LabHandle, opts: &FleetOptions) -> Result<FleetEnv> {
         let instance = bosun_e2e::unique("fleet");
         let dir = work_dir(&instance);
         let trust_root = publish(&lab).await?;
@@ -197,13 +217,18 @@ impl FleetEnv {
         let nodes = bosun_lab::add_fleet_nodes(&lab, &opts.prefix, opts.nodes).await?;
         prepare_roots(&nodes)?;
         let nodes_added_in = t.elapsed();
+        // Before the controller starts: its own NodeTask watch is one of those counted.
+        let watches_before = metrics::scrape(&lab.client).await?.watches("nodetasks");
         let controller = start_controller(&lab, &instance, opts.resync_seconds, &dir)?;
 
         let roots = bosun_trust::TrustRoots::load([&trust_root]).context("loading the trust root")?;
         let base_root = dir.join("root");
         std::fs::create_dir_all(&base_root)?;
-        let host = bosun_host::Host::new(bosun_host::HostConfig::new(&base_root, roots))
-            .context("starting the plugin host")?;
+        let mut config = bosun_host::HostConfig::new(&base_root, roots);
+        // One pool for every agent (an agent process has its own, of 16): as many slots as
+        // agents, so a step never finds the pool full (slots are address space until used).
+        config.pool.max_instances = opts.nodes.clamp(16, 1024);
+        let host = bosun_host::Host::new(config).context("starting the plugin host")?;
         let shared = FleetShared {
             client: lab.client.clone(),
             host: Arc::new(host),
@@ -219,7 +244,6 @@ impl FleetEnv {
                 host_root: n.host_root.clone(),
             })
             .collect();
-        let watches_before = metrics::scrape(&lab.client).await?.watches("nodetasks");
         let rss_before_kib = procfs::own()?.rss_kib;
         let fleet = Fleet::start(&shared, &fleet_nodes)?;
         let mut env = FleetEnv {
@@ -237,18 +261,19 @@ impl FleetEnv {
             watches_open: 0.0,
             nodes_added_in,
         };
-        let want = watches_before + f64::from(opts.nodes);
+        // The agents' watches and the controller's.
+        let want = watches_before + f64::from(opts.nodes) + 1.0;
         let deadline = Instant::now() + Duration::from_secs(120 + u64::from(opts.nodes) / 5);
         loop {
             env.controller.check_alive()?;
             let open = metrics::scrape(&env.lab.client).await?.watches("nodetasks");
             if open >= want {
-                env.watches_open = open - watches_before;
+                env.watches_open = open - watches_before - 1.0;
                 break;
             }
             if Instant::now() > deadline {
                 bail!(
-                    "only {} of {} agents' NodeTask watches opened",
+                    "only {} of {} agents' NodeTask watches (and the controller's) opened",
                     open - watches_before,
                     opts.nodes
                 );
