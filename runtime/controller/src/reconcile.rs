@@ -18,6 +18,7 @@ use bosun_api::operation::{
 };
 use bosun_planner::state::{TaskEvent, task_transition};
 use bosun_planner::{NodeInfo, PlanError, PlanOutput, TaskView, plan, schedule};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -263,12 +264,23 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     // Running tasks: run controller-side steps that are next, and finish tasks whose steps
     // all succeeded and whose health gates passed. A drain or wait in progress asks to be
     // looked at again sooner than the resync.
-    for task in tasks.values_mut() {
-        if task.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running)
-            && let Some(d) = advance_running_task(&ctx, &op, task).await?
-        {
-            recheck = Some(recheck.map_or(d, |r| r.min(d)));
-        }
+    //
+    // The tasks are independent (each its own node and objects), so up to
+    // `RUNNING_TASKS_AT_ONCE` advance at the same time: one after another, a pass over a
+    // thousand running tasks took minutes of API round trips (docs/benchmarks.md, fleet).
+    // The futures are made before they are polled (a lazily mapped stream would hold a
+    // closure across the await, which the reconcile's `Send` bound cannot name).
+    let advancing: Vec<_> = tasks
+        .values_mut()
+        .filter(|t| t.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running))
+        .map(|task| advance_running_task(&ctx, &op, task))
+        .collect();
+    let advanced: Vec<Option<Duration>> = futures::stream::iter(advancing)
+        .buffer_unordered(RUNNING_TASKS_AT_ONCE)
+        .try_collect()
+        .await?;
+    for d in advanced.into_iter().flatten() {
+        recheck = Some(recheck.map_or(d, |r| r.min(d)));
     }
 
     let present: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
@@ -519,6 +531,10 @@ fn owner_reference(op: &Operation) -> OwnerReference {
         block_owner_deletion: Some(true),
     }
 }
+
+/// Running tasks one reconcile advances at the same time (their controller steps and
+/// finishing writes).
+const RUNNING_TASKS_AT_ONCE: usize = 16;
 
 /// The nodes held by NodeTasks of Operations other than `operation`, of this instance
 /// (read from the API server, not a cache: the caller holds [`Context::exclusion`], and the
