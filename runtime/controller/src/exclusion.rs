@@ -71,7 +71,9 @@ pub struct Waiters(std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>);
 
 impl Waiters {
     fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeSet<String>>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// `operation` waits for `node`.
@@ -279,8 +281,16 @@ mod tests {
         assert_eq!(waiters.woken_by(&holder), vec!["op-b".to_string()]);
         assert!(waiters.woken_by(&holder).is_empty(), "woken once");
         // A task on a node nobody waits for wakes nobody; n2 is still waited for.
-        assert!(waiters.woken_by(&task("op-a", "n3", NodeTaskPhase::Succeeded)).is_empty());
+        assert!(
+            waiters
+                .woken_by(&task("op-a", "n3", NodeTaskPhase::Succeeded))
+                .is_empty()
+        );
         waiters.forget("n2", "op-b");
-        assert!(waiters.woken_by(&task("op-a", "n2", NodeTaskPhase::Succeeded)).is_empty());
+        assert!(
+            waiters
+                .woken_by(&task("op-a", "n2", NodeTaskPhase::Succeeded))
+                .is_empty()
+        );
     }
 }

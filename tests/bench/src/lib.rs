@@ -156,7 +156,12 @@ pub fn start_controller(
         // A longer lease than the default 15 s: on this shared 2-core machine, with a
         // thousand agents starting their watches, a renewal once took over 10 s to answer
         // and the controller stopped (as it must when it loses the lease).
-        .args(["--lease-duration-seconds", "60", "--lease-renew-seconds", "10"]);
+        .args([
+            "--lease-duration-seconds",
+            "60",
+            "--lease-renew-seconds",
+            "10",
+        ]);
     ChildGuard::spawn("controller", &mut cmd, dir)
 }
 
@@ -221,7 +226,8 @@ impl FleetEnv {
         let watches_before = metrics::scrape(&lab.client).await?.watches("nodetasks");
         let controller = start_controller(&lab, &instance, opts.resync_seconds, &dir)?;
 
-        let roots = bosun_trust::TrustRoots::load([&trust_root]).context("loading the trust root")?;
+        let roots =
+            bosun_trust::TrustRoots::load([&trust_root]).context("loading the trust root")?;
         let base_root = dir.join("root");
         std::fs::create_dir_all(&base_root)?;
         let mut config = bosun_host::HostConfig::new(&base_root, roots);
@@ -458,7 +464,12 @@ impl RunResult {
 }
 
 /// The custom Operation of a run: cordon (controller), the no-op plugin step, uncordon.
-pub fn operation(name: &str, instance: &str, prefix: &str, max_unavailable: &str) -> Result<serde_json::Value> {
+pub fn operation(
+    name: &str,
+    instance: &str,
+    prefix: &str,
+    max_unavailable: &str,
+) -> Result<serde_json::Value> {
     let mu = match max_unavailable.strip_suffix('%') {
         Some(p) => {
             let _: u32 = p.parse().with_context(|| {
@@ -467,7 +478,9 @@ pub fn operation(name: &str, instance: &str, prefix: &str, max_unavailable: &str
             json!(max_unavailable)
         }
         None => json!(max_unavailable.parse::<u32>().with_context(|| {
-            format!("--max-unavailable {max_unavailable}: a whole number or a percentage such as 10%")
+            format!(
+                "--max-unavailable {max_unavailable}: a whole number or a percentage such as 10%"
+            )
         })?),
     };
     Ok(json!({
@@ -493,8 +506,10 @@ pub fn operation(name: &str, instance: &str, prefix: &str, max_unavailable: &str
 pub async fn run_once(env: &mut FleetEnv, max_unavailable: &str, floor: bool) -> Result<RunResult> {
     let client = env.lab.client.clone();
     let instance_sel = format!("{INSTANCE_LABEL}={}", env.instance);
-    let (tasks_seen, t1) = EventCount::spawn(Api::<NodeTask>::all(client.clone()), instance_sel.clone());
-    let (ops_seen, t2) = EventCount::spawn(Api::<Operation>::all(client.clone()), instance_sel.clone());
+    let (tasks_seen, t1) =
+        EventCount::spawn(Api::<NodeTask>::all(client.clone()), instance_sel.clone());
+    let (ops_seen, t2) =
+        EventCount::spawn(Api::<Operation>::all(client.clone()), instance_sel.clone());
     let fleet_sel = format!(
         "{FLEET_LABEL}={}",
         bosun_lab::fleet::fleet_label_value(&env.prefix)
@@ -504,22 +519,27 @@ pub async fn run_once(env: &mut FleetEnv, max_unavailable: &str, floor: bool) ->
     let all = [&tasks_seen, &ops_seen, &nodes_seen];
     let deadline = Instant::now() + Duration::from_secs(60);
     while !all.iter().all(|c| c.ready.load(Ordering::SeqCst)) {
-        ensure!(Instant::now() < deadline, "the bench's own watches did not list in 60s");
+        ensure!(
+            Instant::now() < deadline,
+            "the bench's own watches did not list in 60s"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let base = [tasks_seen.get(), ops_seen.get(), nodes_seen.get()];
 
-    let name = bosun_e2e::unique(&format!(
-        "fleet-{}",
-        max_unavailable.replace('%', "pct")
-    ));
+    let name = bosun_e2e::unique(&format!("fleet-{}", max_unavailable.replace('%', "pct")));
     let ops: Api<Operation> = Api::all(client.clone());
     let ctl_before = procfs::sample(env.controller.pid())?;
     let before = metrics::scrape(&client).await?;
     let started = Instant::now();
     ops.create(
         &PostParams::default(),
-        &serde_json::from_value(operation(&name, &env.instance, &env.prefix, max_unavailable)?)?,
+        &serde_json::from_value(operation(
+            &name,
+            &env.instance,
+            &env.prefix,
+            max_unavailable,
+        )?)?,
     )
     .await
     .with_context(|| format!("creating Operation {name}"))?;
@@ -721,7 +741,12 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         "== {} nodes, maxUnavailable {} (parallel {}) ==",
         r.nodes, r.max_unavailable, r.parallel
     );
-    let _ = writeln!(s, "wall time: {:.2} s; all tasks Succeeded: {}", secs(r.wall), r.all_succeeded);
+    let _ = writeln!(
+        s,
+        "wall time: {:.2} s; all tasks Succeeded: {}",
+        secs(r.wall),
+        r.all_succeeded
+    );
     if let Some(f) = &r.floor {
         let _ = writeln!(
             s,
@@ -732,7 +757,10 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
             secs(r.wall) / secs(f.wall).max(1e-9)
         );
     }
-    let _ = writeln!(s, "API requests during the run (verb resource/subresource: count):");
+    let _ = writeln!(
+        s,
+        "API requests during the run (verb resource/subresource: count):"
+    );
     for ((verb, resource, sub), n) in &r.requests {
         let res = if sub.is_empty() {
             resource.clone()
@@ -741,7 +769,11 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         };
         let _ = writeln!(s, "  {verb:<8} {res:<28} {n}");
     }
-    let _ = writeln!(s, "  (of which Operation GETs by the bench waiting: {})", r.own_gets);
+    let _ = writeln!(
+        s,
+        "  (of which Operation GETs by the bench waiting: {})",
+        r.own_gets
+    );
     let _ = writeln!(
         s,
         "writes: {:?}; Bosun's writes per node-step: {:.2} ({} node-steps)",
@@ -759,7 +791,10 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         );
     }
     if r.relisted {
-        let _ = writeln!(s, "  (a bench watch relisted: change counts are approximate)");
+        let _ = writeln!(
+            s,
+            "  (a bench watch relisted: change counts are approximate)"
+        );
     }
     let _ = writeln!(
         s,
@@ -930,7 +965,10 @@ mod tests {
     #[test]
     fn spread_is_nearest_rank() {
         let s = Spread::of((1..=100).map(f64::from).rev().collect());
-        assert_eq!((s.count, s.p50_ms, s.p99_ms, s.max_ms), (100, 50.0, 99.0, 100.0));
+        assert_eq!(
+            (s.count, s.p50_ms, s.p99_ms, s.max_ms),
+            (100, 50.0, 99.0, 100.0)
+        );
         assert_eq!(Spread::of(vec![]).count, 0);
     }
 
@@ -944,7 +982,9 @@ mod tests {
             op["spec"]["custom"]["groups"][0]["nodeSelector"]["matchLabels"][FLEET_LABEL],
             json!("fleet")
         );
-        let e = operation("o", "i", "fleet-", "ten").unwrap_err().to_string();
+        let e = operation("o", "i", "fleet-", "ten")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a whole number or a percentage"), "{e}");
     }
 }

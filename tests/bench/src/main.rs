@@ -7,7 +7,10 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "bosun-bench", about = "Fleet-scale benchmarks of Bosun against the lab")]
+#[command(
+    name = "bosun-bench",
+    about = "Fleet-scale benchmarks of Bosun against the lab"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

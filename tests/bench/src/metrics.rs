@@ -11,7 +11,14 @@ use kube::Client;
 pub type Key = (String, String, String);
 
 /// The verbs that write.
-pub const WRITE_VERBS: [&str; 6] = ["POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"];
+pub const WRITE_VERBS: [&str; 6] = [
+    "POST",
+    "PUT",
+    "PATCH",
+    "APPLY",
+    "DELETE",
+    "DELETECOLLECTION",
+];
 
 /// One reading of the counters.
 #[derive(Clone, Debug, Default)]

@@ -33,14 +33,21 @@ async fn a_fleet_of_agents_runs_an_operation_with_every_write_changing_something
         "the API server saw {watches} agent NodeTask watches, not {NODES}"
     );
     ensure!(r.all_succeeded, "not every task Succeeded:\n{report}");
-    ensure!(r.parallel == NODES / 2, "planned parallelism {}:\n{report}", r.parallel);
+    ensure!(
+        r.parallel == NODES / 2,
+        "planned parallelism {}:\n{report}",
+        r.parallel
+    );
     // The agents write each step's start and result, the controller creates the tasks.
     let task_writes = r.writes.get("nodetasks").copied().unwrap_or(0.0);
     ensure!(
         task_writes >= f64::from(NODES) * 3.0,
         "only {task_writes} NodeTask writes counted for {NODES} tasks:\n{report}"
     );
-    ensure!(!r.relisted, "a bench watch relisted; changes not counted exactly:\n{report}");
+    ensure!(
+        !r.relisted,
+        "a bench watch relisted; changes not counted exactly:\n{report}"
+    );
     for resource in ["nodetasks", "operations", "nodes"] {
         ensure!(
             r.no_op_writes(resource) == 0.0,

@@ -95,11 +95,15 @@ pub async fn add_fleet_nodes(lab: &LabHandle, prefix: &str, count: u32) -> Resul
     let api: Api<Node> = Api::all(lab.client.clone());
     let label = fleet_label_value(prefix);
     let version = &lab.kubernetes_version;
-    futures::stream::iter(plan.iter().map(|node| {
-        let api = api.clone();
-        let label = label.clone();
-        async move { nodes::apply_node_labelled(&api, node, version, &[(FLEET_LABEL, &label)]).await }
-    }))
+    futures::stream::iter(
+        plan.iter().map(|node| {
+            let api = api.clone();
+            let label = label.clone();
+            async move {
+                nodes::apply_node_labelled(&api, node, version, &[(FLEET_LABEL, &label)]).await
+            }
+        }),
+    )
     .buffer_unordered(CONCURRENCY)
     .try_collect::<Vec<()>>()
     .await?;
