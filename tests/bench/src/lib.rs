@@ -198,15 +198,12 @@ impl FleetEnv {
     /// Adds the fleet nodes, starts the controller and the agents, and waits until the API
     /// server has every agent's NodeTask watch open.
     pub async fn start(lab: LabHandle, opts: &FleetOptions) -> Result<FleetEnv> {
-        let client = lab.client.clone();
-        let prefix = opts.prefix.clone();
         let lab_for_cleanup = bosun_lab::running(&lab.state_dir).await?;
         match FleetEnv::start_inner(lab, opts).await {
             Ok(env) => Ok(env),
             Err(e) => {
                 // Fleet nodes left behind would be selected by other Operations.
-                let _ = bosun_lab::remove_fleet_nodes(&lab_for_cleanup, &prefix).await;
-                drop(client);
+                let _ = bosun_lab::remove_fleet_nodes(&lab_for_cleanup, &opts.prefix).await;
                 Err(e)
             }
         }
