@@ -90,13 +90,21 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         .generation(SYNC_WAIT)
         .await
         .map_err(|e| Error::Gate(e.to_string()))?;
+    // This node and the control planes, not every Node: every agent reads these before
+    // every step, and a full list costs each of them the whole fleet.
     let nodes: Api<Node> = Api::all(agent.client.clone());
-    let all = nodes
-        .list(&ListParams::default())
+    let own = nodes
+        .get_opt(&agent.node_name)
         .await
-        .map_err(bosun_cluster::Error::kube("listing Nodes"))?
+        .map_err(bosun_cluster::Error::kube("reading this agent's Node"))?;
+    let control_planes = nodes
+        .list(&ListParams::default().labels(bosun_cluster::readers::CONTROL_PLANE_SELECTOR))
+        .await
+        .map_err(bosun_cluster::Error::kube(
+            "listing the control-plane Nodes",
+        ))?
         .items;
-    let node = all.iter().find(|n| n.name_any() == agent.node_name);
+    let node = own.as_ref();
     let operations: Api<Operation> = Api::all(agent.client.clone());
     let operation = match operations
         .get_opt(&task.spec.operation)
@@ -115,7 +123,7 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
     let cluster = ClusterState {
         version: cluster_version(&agent.client).await,
         annotations: cluster_annotations(&agent.client).await,
-        control_plane: control_plane(&agent.client, &all)
+        control_plane: control_plane(&agent.client, &control_planes)
             .await
             .map_err(|e| Error::Gate(e.to_string()))?,
     };

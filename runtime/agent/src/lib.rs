@@ -29,6 +29,7 @@
 //! Operation is paused) starts; a running step finishes.
 
 pub mod facts;
+pub mod fleet;
 pub mod gate;
 pub mod plugins;
 pub mod preflight;

@@ -58,14 +58,35 @@ pub fn is_ready(node: &Node) -> bool {
     ready_condition(node).is_some_and(|c| c.status == "True")
 }
 
-/// Every control-plane node: Ready, and whether a NodeTask of any Operation is Running on
-/// it now.
+/// The label selector of the control-plane Nodes (the label [`roles_of`] reads as the
+/// `control-plane` role).
+pub const CONTROL_PLANE_SELECTOR: &str = "node-role.kubernetes.io/control-plane";
+
+/// Every control-plane node among `nodes`: Ready, and whether a NodeTask of any Operation is
+/// Running on it now. Lists only the NodeTasks of those nodes (by their node label), not
+/// every task of the cluster: every agent asks this before every step.
 pub async fn control_plane(client: &Client, nodes: &[Node]) -> Result<Vec<ControlPlaneNode>> {
+    let cps: Vec<&Node> = nodes
+        .iter()
+        .filter(|n| roles_of(n).iter().any(|r| r == "control-plane"))
+        .collect();
+    if cps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let values: BTreeSet<String> = cps
+        .iter()
+        .map(|n| bosun_planner::label_value(&n.name_any()))
+        .collect();
+    let selector = format!(
+        "{} in ({})",
+        bosun_api::labels::NODE,
+        values.into_iter().collect::<Vec<_>>().join(",")
+    );
     let tasks: Api<NodeTask> = Api::all(client.clone());
     let running: BTreeSet<String> = tasks
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(Error::kube("listing NodeTasks"))?
+        .map_err(Error::kube("listing the control-plane nodes' NodeTasks"))?
         .items
         .into_iter()
         .filter(|t| {
@@ -75,9 +96,8 @@ pub async fn control_plane(client: &Client, nodes: &[Node]) -> Result<Vec<Contro
         })
         .map(|t| t.spec.node_name)
         .collect();
-    Ok(nodes
-        .iter()
-        .filter(|n| roles_of(n).iter().any(|r| r == "control-plane"))
+    Ok(cps
+        .into_iter()
         .map(|n| ControlPlaneNode {
             name: n.name_any(),
             ready: is_ready(n),

@@ -20,7 +20,7 @@
 //! reconciler takes [`Context::exclusion`](crate::Context) around reading them and starting
 //! its tasks, so two Operations reconciled at the same moment cannot both take a node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bosun_api::node_task::{NodeTask, NodeTaskPhase};
 use kube::ResourceExt;
@@ -57,6 +57,64 @@ impl Holder {
             "waiting: node {} is held by Operation {} (task {}, {:?})",
             self.node, self.operation, self.task, self.phase
         )
+    }
+}
+
+/// Operations waiting for a node another Operation holds, by node. The controller wakes
+/// them on a change of any task on that node (see [`Waiters::woken_by`]) instead of
+/// looking again on a timer: a holder finishing (or going away) is a change of its task.
+///
+/// A reconcile registers its wanted nodes *before* it reads the holders and forgets those
+/// it found free, so a holder that finishes after the read always finds the waiter.
+#[derive(Debug, Default)]
+pub struct Waiters(std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>);
+
+impl Waiters {
+    fn table(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeSet<String>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `operation` waits for `node`.
+    pub fn wait(&self, node: &str, operation: &str) {
+        self.table()
+            .entry(node.to_string())
+            .or_default()
+            .insert(operation.to_string());
+    }
+
+    /// `operation` no longer waits for `node`.
+    pub fn forget(&self, node: &str, operation: &str) {
+        let mut table = self.table();
+        if let Some(ops) = table.get_mut(node) {
+            ops.remove(operation);
+            if ops.is_empty() {
+                table.remove(node);
+            }
+        }
+    }
+
+    /// The Operations to wake for a change of `task` (any change, deletion included, of a
+    /// task of another Operation on a node they wait for), removed from the table: a woken
+    /// Operation that still finds the node held registers again.
+    pub fn woken_by(&self, task: &NodeTask) -> Vec<String> {
+        let mut table = self.table();
+        let Some(ops) = table.get_mut(&task.spec.node_name) else {
+            return Vec::new();
+        };
+        let woken: Vec<String> = ops
+            .iter()
+            .filter(|op| **op != task.spec.operation)
+            .cloned()
+            .collect();
+        for op in &woken {
+            ops.remove(op);
+        }
+        if ops.is_empty() {
+            table.remove(&task.spec.node_name);
+        }
+        woken
     }
 }
 
@@ -207,5 +265,32 @@ mod tests {
     fn only_a_pending_task_needs_the_node_to_be_free() {
         assert!(needs_node(NodeTaskPhase::Pending));
         assert!(!needs_node(NodeTaskPhase::AwaitingApproval));
+    }
+
+    #[test]
+    fn a_change_of_the_holders_task_wakes_the_waiting_operation_once() {
+        let waiters = Waiters::default();
+        waiters.wait("n1", "op-b");
+        waiters.wait("n1", "op-c");
+        waiters.wait("n2", "op-b");
+        // A change of a task of op-b itself on n1 wakes only the others waiting there.
+        let own = task("op-b", "n1", NodeTaskPhase::Pending);
+        assert_eq!(waiters.woken_by(&own), vec!["op-c".to_string()]);
+        // The holder (op-a) finishing on n1 wakes op-b; op-c was already woken.
+        let holder = task("op-a", "n1", NodeTaskPhase::Succeeded);
+        assert_eq!(waiters.woken_by(&holder), vec!["op-b".to_string()]);
+        assert!(waiters.woken_by(&holder).is_empty(), "woken once");
+        // A task on a node nobody waits for wakes nobody; n2 is still waited for.
+        assert!(
+            waiters
+                .woken_by(&task("op-a", "n3", NodeTaskPhase::Succeeded))
+                .is_empty()
+        );
+        waiters.forget("n2", "op-b");
+        assert!(
+            waiters
+                .woken_by(&task("op-a", "n2", NodeTaskPhase::Succeeded))
+                .is_empty()
+        );
     }
 }

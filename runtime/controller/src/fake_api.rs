@@ -120,5 +120,6 @@ pub fn context(client: Client) -> Context {
         policies: Default::default(),
         events: Arc::new(crate::events::Events::new(client, "test".into())),
         exclusion: Default::default(),
+        waiters: Default::default(),
     }
 }

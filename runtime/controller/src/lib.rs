@@ -107,9 +107,14 @@ pub async fn run(
         policies,
         events,
         exclusion: Default::default(),
+        waiters: Default::default(),
     });
+    // A task change wakes its own Operation (as `owns` would) and the Operations waiting
+    // for its node (see `exclusion::Waiters`): no timer for a held node.
+    let waiters = ctx.waiters.clone();
+    let wake = move |task: NodeTask| tasks_to_wake(&task, &waiters);
     Controller::new(operations, watcher::Config::default().labels(&selector))
-        .owns(tasks, watcher::Config::default().labels(&selector))
+        .watches(tasks, watcher::Config::default().labels(&selector), wake)
         .reconcile_all_on(futures::stream::iter(policy_changes).flatten())
         .trigger_backoff(bosun_cluster::watch::WatchBackoff::new(
             bosun_cluster::watch::seed_of("bosun-controller"),
@@ -123,4 +128,24 @@ pub async fn run(
             }
         })
         .await;
+}
+
+/// The Operations a change of `task` wakes: its owner, and the Operations waiting for its
+/// node (taken out of `waiters`).
+fn tasks_to_wake(
+    task: &NodeTask,
+    waiters: &exclusion::Waiters,
+) -> Vec<kube::runtime::reflector::ObjectRef<Operation>> {
+    use kube::Resource as _;
+    let api_version = Operation::api_version(&());
+    let kind = Operation::kind(&());
+    task.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| o.kind == kind && o.api_version == api_version)
+        .map(|o| o.name.clone())
+        .chain(waiters.woken_by(task))
+        .map(|name| kube::runtime::reflector::ObjectRef::new(&name))
+        .collect()
 }

@@ -42,7 +42,7 @@ mod bindings {
 }
 
 use std::collections::HashMap;
-use std::sync::mpsc;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -232,33 +232,88 @@ impl LoadedPlugin {
     }
 }
 
-/// Advances the engine's epoch every tick until dropped.
+/// Advances the engine's epoch every tick while at least one call runs, and sleeps
+/// otherwise: an idle host (an agent waiting for work) costs no wake-ups. Deadlines are
+/// counted in ticks from a call's start, and the ticker runs for the whole call.
 struct Ticker {
-    stop: Option<mpsc::Sender<()>>,
+    state: Arc<TickState>,
     thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct TickState {
+    /// (calls running, stop requested).
+    active: Mutex<(usize, bool)>,
+    wake: std::sync::Condvar,
+}
+
+/// Keeps the ticker running while alive (one per call).
+struct Ticking<'a>(&'a TickState);
+
+impl Drop for Ticking<'_> {
+    fn drop(&mut self) {
+        let mut a = self
+            .0
+            .active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.0 = a.0.saturating_sub(1);
+    }
 }
 
 impl Ticker {
     fn start(engine: Engine, tick: Duration) -> Result<Ticker, Error> {
-        let (stop, rx) = mpsc::channel::<()>();
+        let state = Arc::new(TickState::default());
+        let shared = Arc::clone(&state);
         let thread = std::thread::Builder::new()
             .name("bosun-host-epoch".into())
             .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(tick) {
+                loop {
+                    {
+                        let mut a = shared
+                            .active
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        while a.0 == 0 && !a.1 {
+                            a = shared
+                                .wake
+                                .wait(a)
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        }
+                        if a.1 {
+                            return;
+                        }
+                    }
+                    std::thread::sleep(tick);
                     engine.increment_epoch();
                 }
             })
             .map_err(|e| Error::setup(format!("starting the epoch ticker: {e}")))?;
         Ok(Ticker {
-            stop: Some(stop),
+            state,
             thread: Some(thread),
         })
+    }
+
+    /// Runs the ticker until the returned guard drops.
+    fn busy(&self) -> Ticking<'_> {
+        let mut a = self
+            .state
+            .active
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.0 += 1;
+        self.state.wake.notify_one();
+        Ticking(&self.state)
     }
 }
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        drop(self.stop.take());
+        if let Ok(mut a) = self.state.active.lock() {
+            a.1 = true;
+        }
+        self.state.wake.notify_one();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -272,13 +327,18 @@ pub struct Host {
     config: HostConfig,
     linker: wasmtime::component::Linker<RunState>,
     linker_http: wasmtime::component::Linker<RunState>,
-    cache: Option<cache::DiskCache>,
-    compiled: Mutex<HashMap<Digest, Arc<Compiled>>>,
+    cache: Option<Arc<cache::DiskCache>>,
+    /// Shared with this host's [siblings](Host::sibling): compiled code does not depend on
+    /// the host root.
+    compiled: Arc<Mutex<HashMap<Digest, Arc<Compiled>>>>,
+    /// Held while compiling: loads of one plugin at the same moment (many tasks, or many
+    /// siblings) compile it once; the compile itself uses every core.
+    compiling: Arc<Mutex<()>>,
     /// Plugins [`Host::load`] verified, by the exact pin they were verified against.
-    verified: Mutex<HashMap<PluginPin, LoadedPlugin>>,
+    verified: Arc<Mutex<HashMap<PluginPin, LoadedPlugin>>>,
     /// The kubeadm version fact, by the identity of the files it was read from.
     facts_cache: Arc<facts::FactsCache>,
-    _ticker: Ticker,
+    _ticker: Arc<Ticker>,
 }
 
 impl std::fmt::Debug for Host {
@@ -324,11 +384,11 @@ impl Host {
         let linker_http =
             sandbox::linker(&engine, true).map_err(|e| Error::setup(format!("linker: {e}")))?;
         let cache = match &config.cache_dir {
-            Some(dir) => Some(
+            Some(dir) => Some(Arc::new(
                 cache::DiskCache::open(dir, cache::engine_fingerprint(&engine)).map_err(|e| {
                     Error::setup(format!("compiled-plugin cache {}: {e}", dir.display()))
                 })?,
-            ),
+            )),
             None => None,
         };
         let ticker = Ticker::start(
@@ -341,10 +401,46 @@ impl Host {
             linker,
             linker_http,
             cache,
-            compiled: Mutex::new(HashMap::new()),
-            verified: Mutex::new(HashMap::new()),
+            compiled: Arc::default(),
+            compiling: Arc::default(),
+            verified: Arc::default(),
             facts_cache: Arc::new(facts::FactsCache::default()),
-            _ticker: ticker,
+            _ticker: Arc::new(ticker),
+        })
+    }
+
+    /// A host for another node's root that shares this one's engine (its pooling
+    /// allocator and epoch ticker), linkers, compiled and verified plugins and compiled
+    /// cache: for one process that hosts many agents (the fleet harness of benchmarks and
+    /// tests). Only the host root and the service backend are its own; the limits, pool
+    /// and trust roots are this host's. The pool is shared too: at most
+    /// [`PoolConfig::max_instances`] runs are alive at once across all siblings.
+    pub fn sibling(
+        &self,
+        host_root: &Path,
+        service_backend: Arc<dyn ServiceBackend>,
+    ) -> Result<Host, Error> {
+        if !host_root.is_dir() {
+            return Err(Error::setup(format!(
+                "host root {} is not a directory; point host_root at the node's root file system",
+                host_root.display()
+            )));
+        }
+        let mut config = self.config.clone();
+        config.host_root = host_root.to_path_buf();
+        config.service_backend = service_backend;
+        Ok(Host {
+            engine: self.engine.clone(),
+            config,
+            linker: self.linker.clone(),
+            linker_http: self.linker_http.clone(),
+            cache: self.cache.clone(),
+            compiled: Arc::clone(&self.compiled),
+            compiling: Arc::clone(&self.compiling),
+            verified: Arc::clone(&self.verified),
+            // Facts are read from the host root: each root has its own.
+            facts_cache: Arc::new(facts::FactsCache::default()),
+            _ticker: Arc::clone(&self._ticker),
         })
     }
 
@@ -465,12 +561,21 @@ impl Host {
     }
 
     fn compile(&self, digest: &Digest, bytes: &[u8]) -> Result<Arc<Compiled>, Error> {
-        if let Some(c) = self
-            .compiled
+        let known = || {
+            self.compiled
+                .lock()
+                .ok()
+                .and_then(|m| m.get(digest).cloned())
+        };
+        if let Some(c) = known() {
+            return Ok(c);
+        }
+        let _compiling = self
+            .compiling
             .lock()
-            .ok()
-            .and_then(|m| m.get(digest).cloned())
-        {
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Another load may have compiled it while this one waited.
+        if let Some(c) = known() {
             return Ok(c);
         }
         let hex = digest.to_hex();
@@ -851,6 +956,7 @@ impl Host {
         dry_run: bool,
         f: impl FnOnce(&mut Store<RunState>, &Instance) -> wasmtime::Result<R>,
     ) -> Result<(R, Captured), CallFailure> {
+        let _ticking = self._ticker.busy();
         let limits = &self.config.limits;
         let mut preopens = fs::resolve(&self.config.host_root, &grants.filesystem)?;
         if dry_run {

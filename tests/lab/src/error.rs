@@ -70,6 +70,10 @@ pub enum LabError {
     #[error("invalid lab shape: {0}")]
     Shape(String),
 
+    /// A request the lab refuses (bad fleet prefix or count); the message says what to do.
+    #[error("{0}")]
+    Invalid(String),
+
     /// The lab's state directory was created with other ports than requested.
     #[error(
         "the lab in {dir} was created with port base {running}, not {requested}; use that port \

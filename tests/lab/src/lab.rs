@@ -602,6 +602,22 @@ fn handle(client: Client, paths: &LabPaths, state: LabState) -> LabHandle {
     }
 }
 
+/// A handle to the lab running in `state_dir`, without starting anything: an error saying
+/// how to start it when it is not running.
+pub async fn running(state_dir: &Path) -> Result<LabHandle> {
+    let paths = LabPaths::new(state_dir);
+    let not_running = || LabError::NotRunning {
+        dir: state_dir.to_path_buf(),
+    };
+    let state = LabState::load(&paths)?.ok_or_else(not_running)?;
+    if !paths.daemons().iter().all(|d| d.running_pid().is_some()) {
+        return Err(not_running());
+    }
+    let client = client(&paths).await?;
+    readyz(&client).await.map_err(|_| not_running())?;
+    Ok(handle(client, &paths, state))
+}
+
 /// A client from the lab's super-admin kubeconfig.
 pub async fn client(paths: &LabPaths) -> Result<Client> {
     let path = paths.super_admin_kubeconfig();

@@ -22,6 +22,7 @@
 
 pub mod binaries;
 mod error;
+pub mod fleet;
 pub mod kubeadm;
 mod lab;
 pub mod nodes;
@@ -29,8 +30,10 @@ mod options;
 pub mod process;
 
 pub use error::{LabError, Result};
+pub use fleet::{FLEET_LABEL, add_fleet_nodes, remove_fleet_nodes};
 pub use lab::{
-    DaemonStatus, LabHandle, LabPaths, LabState, LabStatus, client, down, ensure_lab, status, up,
+    DaemonStatus, LabHandle, LabPaths, LabState, LabStatus, client, down, ensure_lab, running,
+    status, up,
 };
 pub use nodes::{LabNode, Role};
 pub use options::{DEFAULT_CONTROL_PLANES, DEFAULT_NODES, DEFAULT_PORT_BASE, LabOptions, Ports};

@@ -42,11 +42,34 @@ enum Command {
     Status,
     /// Print shell exports for using the lab (`eval "$(lab env)"`).
     Env,
+    /// Add or remove fleet nodes: many cheap simulated Nodes for scale benchmarks (see
+    /// docs/lab.md). The lab must be running.
+    Nodes {
+        #[command(subcommand)]
+        command: NodesCommand,
+    },
     /// Stop the lab's processes; keeps PKI, etcd data and node roots unless --purge.
     Down {
         /// Also delete the state directory's contents.
         #[arg(long)]
         purge: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodesCommand {
+    /// Add (or bring back) COUNT Ready fleet nodes named PREFIX0001..., each with a small
+    /// host root under the state directory's nodes/.
+    Add {
+        #[arg(long)]
+        count: u32,
+        #[arg(long, default_value = "fleet-")]
+        prefix: String,
+    },
+    /// Remove the fleet nodes named PREFIX... and their host roots (never the lab's own).
+    Remove {
+        #[arg(long, default_value = "fleet-")]
+        prefix: String,
     },
 }
 
@@ -125,6 +148,27 @@ async fn run(cli: Cli) -> Result<()> {
                     node.role,
                     node.host_root.display()
                 );
+            }
+        }
+        Command::Nodes { command } => {
+            let lab = bosun_lab::running(&opts.state_dir).await?;
+            let started = Instant::now();
+            match command {
+                NodesCommand::Add { count, prefix } => {
+                    let nodes = bosun_lab::add_fleet_nodes(&lab, &prefix, count).await?;
+                    eprintln!(
+                        "lab: {} fleet nodes {prefix}0001..{prefix}{count:04} Ready in {:.1}s",
+                        nodes.len(),
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+                NodesCommand::Remove { prefix } => {
+                    let n = bosun_lab::remove_fleet_nodes(&lab, &prefix).await?;
+                    eprintln!(
+                        "lab: removed {n} fleet nodes {prefix}* in {:.1}s",
+                        started.elapsed().as_secs_f64()
+                    );
+                }
             }
         }
         Command::Down { purge } => {

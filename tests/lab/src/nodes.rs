@@ -127,6 +127,29 @@ pub(crate) fn plan(state_dir: &Path, nodes: u32, control_planes: u32) -> Vec<Lab
         .collect()
 }
 
+/// The `PRETTY_NAME` of the OS a fleet node with index `i` gets (cycling like the lab's
+/// workers).
+pub(crate) fn os_pretty(i: u32) -> String {
+    OS_RELEASES[i as usize % OS_RELEASES.len()]
+        .pretty
+        .to_string()
+}
+
+/// A fleet node's small host root (see [`crate::fleet`]): os-release, hostname and the
+/// directories of a worker, no kubeadm binary. Writes only what is missing.
+pub(crate) fn prepare_fleet_root(node: &LabNode) -> Result<()> {
+    let root = &node.host_root;
+    for dir in ["etc/kubernetes/pki", "usr/bin", "tmp", "var/lib"] {
+        mkdir(&root.join(dir))?;
+    }
+    let os = OS_RELEASES
+        .iter()
+        .find(|o| o.pretty == node.os)
+        .expect("fleet_plan() picks the OS from OS_RELEASES");
+    write_if_missing(&root.join("etc/os-release"), os.text)?;
+    write_if_missing(&root.join("etc/hostname"), &format!("{}\n", node.name))
+}
+
 /// What building a host root needs from the lab.
 pub(crate) struct RootContext<'a> {
     pub kubeadm: &'a Path,
@@ -239,6 +262,16 @@ pub(crate) async fn apply_node(
     node: &LabNode,
     kubelet_version: &str,
 ) -> Result<()> {
+    apply_node_labelled(api, node, kubelet_version, &[]).await
+}
+
+/// [`apply_node`] with extra labels.
+pub(crate) async fn apply_node_labelled(
+    api: &Api<Node>,
+    node: &LabNode,
+    kubelet_version: &str,
+    extra_labels: &[(&str, &str)],
+) -> Result<()> {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -253,6 +286,9 @@ pub(crate) async fn apply_node(
         "beta.kubernetes.io/arch": arch,
         SIMULATED_LABEL: "true",
     });
+    for (key, value) in extra_labels {
+        labels[*key] = json!(value);
+    }
     let mut taints = json!([]);
     if cp {
         labels[CONTROL_PLANE_LABEL] = json!("");

@@ -1,0 +1,987 @@
+//! Fleet-scale benchmarks of Bosun against the lab's real API server (docs/benchmarks.md).
+//!
+//! `bosun-bench fleet` registers N fleet nodes in the lab ([`bosun_lab::add_fleet_nodes`]),
+//! runs the real `bosun-controller` as a child process and N production agents in this
+//! process ([`bosun_agent::fleet`]), then runs a custom Operation (controller cordon, a
+//! no-op plugin step, controller uncordon) at each requested `maxUnavailable`. Each run
+//! reports the wall time, the API server's own request counts by verb and resource
+//! (before/after), the writes per node-step and the writes that changed nothing (writes
+//! counted by the API server minus the changes its watches delivered), the controller's
+//! CPU time and peak RSS from `/proc`, and at `maxUnavailable: 1` the gap between one
+//! node's task finishing and the next one's starting (from the tasks' recorded step
+//! times). Then a floor: a plain client loop doing the three writes one node's work needs
+//! at the same concurrency against the same API server ([`floor`]).
+//!
+//! `bosun-bench agent-idle` runs the real `bosun-agent` binary for one node and reads its
+//! RSS and CPU over an idle period, then its RSS after it ran a step.
+//!
+//! Nothing here asserts a time: the smoke test (`tests/fleet_smoke.rs`) checks correctness
+//! only.
+
+pub mod metrics;
+pub mod procfs;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use bosun_agent::fleet::{Fleet, FleetNode, FleetShared};
+use bosun_api::node_task::{NodeTask, NodeTaskPhase};
+use bosun_api::operation::{Operation, OperationPhase};
+use bosun_lab::{FLEET_LABEL, LabHandle, LabNode};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+/// The label that scopes Operations and NodeTasks to one controller and its agents.
+pub const INSTANCE_LABEL: &str = "bosun.dev/instance";
+
+/// The plugin every fleet step runs: `bosun-test-steps` (`e2e-steps`), action `sleep` for
+/// 0 ms (a step that does nothing), published with the grants it declares.
+pub const PLUGIN: &str = "e2e-steps";
+
+/// The directory `e2e-steps` declares it writes; every fleet root gets it.
+const STEPS_STATE_DIR: &str = "var/lib/bosun-e2e";
+
+/// The no-op step.
+fn noop_step() -> serde_json::Value {
+    json!({ "name": "noop", "plugin": PLUGIN, "action": "sleep", "params": { "millis": 0 } })
+}
+
+/// Gives each fleet root the directory the plugin's grant names.
+fn prepare_roots(nodes: &[LabNode]) -> Result<()> {
+    for node in nodes {
+        let dir = node.host_root.join(STEPS_STATE_DIR);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+pub struct ChildGuard {
+    pub name: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl ChildGuard {
+    pub fn spawn(name: &str, cmd: &mut Command, dir: &Path) -> Result<ChildGuard> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let log = dir.join(format!("{name}.log"));
+        let file =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        Ok(ChildGuard {
+            name: name.into(),
+            child,
+            log,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails when the process has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "{} exited ({status}); see {}",
+                self.name,
+                self.log.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where the bench keeps logs and plugin stores: `$CARGO_TARGET_DIR/bench-fleet/<name>`.
+pub fn work_dir(name: &str) -> PathBuf {
+    bosun_e2e::target_dir().join("bench-fleet").join(name)
+}
+
+/// CRDs and the [`PLUGIN`] (built for wasm32-wasip2 if needed). Returns the trust root (public key) file the plugin is signed for.
+pub async fn publish(lab: &LabHandle) -> Result<PathBuf> {
+    bosun_e2e::apply_crds(&lab.client).await?;
+    let wasm = bosun_e2e::build_plugin("bosun-test-steps")?;
+    bosun_e2e::publish_plugin(
+        &lab.client,
+        PLUGIN,
+        "0.1.0",
+        wasm,
+        json!({ "filesystem": [
+            { "path": "/etc", "access": "ReadOnly" },
+            { "path": format!("/{STEPS_STATE_DIR}"), "access": "ReadWrite" },
+        ] }),
+    )
+    .await?;
+    let (_, trust_root) = bosun_e2e::cluster::signing_key()?;
+    Ok(trust_root)
+}
+
+/// Starts the real controller for `instance` (`--resync-seconds` as given; its log is
+/// `controller.log` in `dir`).
+pub fn start_controller(
+    lab: &LabHandle,
+    instance: &str,
+    resync_seconds: u64,
+    dir: &Path,
+) -> Result<ChildGuard> {
+    let mut cmd = Command::new(bosun_e2e::binary("bosun-controller")?);
+    cmd.env("KUBECONFIG", &lab.kubeconfig)
+        .env("BOSUN_LOG", "warn")
+        .arg("--instance")
+        .arg(instance)
+        .args(["--resync-seconds", &resync_seconds.to_string()])
+        // A longer lease than the default 15 s: on this shared 2-core machine, with a
+        // thousand agents starting their watches, a renewal once took over 10 s to answer
+        // and the controller stopped (as it must when it loses the lease).
+        .args([
+            "--lease-duration-seconds",
+            "60",
+            "--lease-renew-seconds",
+            "10",
+        ]);
+    ChildGuard::spawn("controller", &mut cmd, dir)
+}
+
+/// The N fleet nodes, the controller and the in-process agents, ready for runs.
+pub struct FleetEnv {
+    pub lab: LabHandle,
+    pub prefix: String,
+    pub nodes: Vec<LabNode>,
+    pub instance: String,
+    pub controller: ChildGuard,
+    pub fleet: Fleet,
+    pub dir: PathBuf,
+    pub resync_seconds: u64,
+    /// This process's RSS before the agents started and once their watches were open.
+    pub rss_before_kib: u64,
+    pub rss_watching_kib: u64,
+    /// NodeTask watches the API server had open before the controller and the agents
+    /// started, and the agents' watches opened since (the controller's one not counted).
+    pub watches_before: f64,
+    pub watches_open: f64,
+    /// How long adding the fleet Nodes took.
+    pub nodes_added_in: Duration,
+}
+
+/// What [`FleetEnv::start`] needs.
+#[derive(Clone, Debug)]
+pub struct FleetOptions {
+    pub nodes: u32,
+    pub prefix: String,
+    pub resync_seconds: u64,
+}
+
+impl FleetEnv {
+    /// Adds the fleet nodes, starts the controller and the agents, and waits until the API
+    /// server has every agent's NodeTask watch open.
+    pub async fn start(lab: LabHandle, opts: &FleetOptions) -> Result<FleetEnv> {
+        let lab_for_cleanup = bosun_lab::running(&lab.state_dir).await?;
+        match FleetEnv::start_inner(lab, opts).await {
+            Ok(env) => Ok(env),
+            Err(e) => {
+                // Fleet nodes left behind would be selected by other Operations.
+                let _ = bosun_lab::remove_fleet_nodes(&lab_for_cleanup, &opts.prefix).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_inner(lab: LabHandle, opts: &FleetOptions) -> Result<FleetEnv> {
+        let instance = bosun_e2e::unique("fleet");
+        let dir = work_dir(&instance);
+        let trust_root = publish(&lab).await?;
+        // Leftovers of an interrupted run would be selected too.
+        bosun_lab::remove_fleet_nodes(&lab, &opts.prefix).await?;
+        let t = Instant::now();
+        let nodes = bosun_lab::add_fleet_nodes(&lab, &opts.prefix, opts.nodes).await?;
+        prepare_roots(&nodes)?;
+        let nodes_added_in = t.elapsed();
+        // Before the controller starts: its own NodeTask watch is one of those counted.
+        let watches_before = metrics::scrape(&lab.client).await?.watches("nodetasks");
+        let controller = start_controller(&lab, &instance, opts.resync_seconds, &dir)?;
+
+        let roots =
+            bosun_trust::TrustRoots::load([&trust_root]).context("loading the trust root")?;
+        let base_root = dir.join("root");
+        std::fs::create_dir_all(&base_root)?;
+        let mut config = bosun_host::HostConfig::new(&base_root, roots);
+        // One pool for every agent (an agent process has its own, of 16): as many slots as
+        // agents, so a step never finds the pool full (slots are address space until used).
+        config.pool.max_instances = opts.nodes.clamp(16, 1024);
+        let host = bosun_host::Host::new(config).context("starting the plugin host")?;
+        let shared = FleetShared {
+            client: lab.client.clone(),
+            host: Arc::new(host),
+            store: bosun_agent::plugins::Store::new(dir.join("plugins"))?,
+            fetcher: bosun_fetch::Fetcher::new(&bosun_fetch::FetchConfig::default())?,
+            instance: Some(instance.clone()),
+            min_free_bytes: 1024 * 1024 * 1024,
+        };
+        let fleet_nodes: Vec<FleetNode> = nodes
+            .iter()
+            .map(|n| FleetNode {
+                name: n.name.clone(),
+                host_root: n.host_root.clone(),
+            })
+            .collect();
+        let rss_before_kib = procfs::own()?.rss_kib;
+        let fleet = Fleet::start(&shared, &fleet_nodes)?;
+        let mut env = FleetEnv {
+            lab,
+            prefix: opts.prefix.clone(),
+            nodes,
+            instance,
+            controller,
+            fleet,
+            dir,
+            resync_seconds: opts.resync_seconds,
+            rss_before_kib,
+            rss_watching_kib: 0,
+            watches_before,
+            watches_open: 0.0,
+            nodes_added_in,
+        };
+        // The agents' watches and the controller's.
+        let want = watches_before + f64::from(opts.nodes) + 1.0;
+        let deadline = Instant::now() + Duration::from_secs(120 + u64::from(opts.nodes) / 5);
+        loop {
+            env.controller.check_alive()?;
+            let open = metrics::scrape(&env.lab.client).await?.watches("nodetasks");
+            if open >= want {
+                env.watches_open = open - watches_before - 1.0;
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "only {} of {} agents' NodeTask watches (and the controller's) opened",
+                    open - watches_before,
+                    opts.nodes
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        env.rss_watching_kib = procfs::own()?.rss_kib;
+        Ok(env)
+    }
+
+    /// Stops the agents and the controller, and removes the fleet nodes.
+    pub async fn finish(self) -> Result<()> {
+        let FleetEnv {
+            lab,
+            prefix,
+            fleet,
+            controller,
+            instance,
+            ..
+        } = self;
+        fleet.stop().await;
+        drop(controller);
+        delete_instance(&lab.client, &instance).await?;
+        bosun_lab::remove_fleet_nodes(&lab, &prefix).await?;
+        Ok(())
+    }
+}
+
+/// Deletes the Operations of `instance` and waits until their NodeTasks are gone.
+pub async fn delete_instance(client: &Client, instance: &str) -> Result<()> {
+    let selector = format!("{INSTANCE_LABEL}={instance}");
+    let ops: Api<Operation> = Api::all(client.clone());
+    ops.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels(&selector),
+    )
+    .await
+    .context("deleting the bench's Operations")?;
+    let tasks: Api<NodeTask> = Api::all(client.clone());
+    // The garbage collector removes the tasks; deleting them here too is quicker at scale.
+    tasks
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(&selector),
+        )
+        .await
+        .context("deleting the bench's NodeTasks")?;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let left = tasks
+            .list_metadata(&ListParams::default().labels(&selector).limit(1))
+            .await?;
+        if left.items.is_empty() {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "NodeTasks of {instance} still there after 300s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Changes one watch delivered (each is one write that changed the object).
+#[derive(Clone, Default)]
+pub struct EventCount {
+    pub changes: Arc<AtomicU64>,
+    pub ready: Arc<AtomicBool>,
+    /// The watch listed again after its first list (its counts are then not exact).
+    pub relisted: Arc<AtomicBool>,
+}
+
+impl EventCount {
+    /// Counts the changes of `api`'s objects matching `selector` until dropped (abort the
+    /// returned task).
+    pub fn spawn<K>(api: Api<K>, selector: String) -> (EventCount, tokio::task::JoinHandle<()>)
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    {
+        let count = EventCount::default();
+        let c = count.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default().labels(&selector)).boxed();
+            let mut inits = 0;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Init) => {
+                        inits += 1;
+                        if inits > 1 {
+                            c.relisted.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => c.ready.store(true, Ordering::SeqCst),
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                        c.changes.fetch_add(1, Ordering::SeqCst);
+                    }
+                    _ => {}
+                }
+            }
+        });
+        (count, task)
+    }
+
+    pub fn get(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+}
+
+/// Percentiles (nearest rank) of durations, in milliseconds.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Spread {
+    pub count: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Spread {
+    pub fn of(mut ms: Vec<f64>) -> Spread {
+        if ms.is_empty() {
+            return Spread::default();
+        }
+        ms.sort_by(f64::total_cmp);
+        let rank = |p: f64| ms[((p * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+        Spread {
+            count: ms.len(),
+            p50_ms: rank(0.50),
+            p99_ms: rank(0.99),
+            max_ms: ms[ms.len() - 1],
+        }
+    }
+}
+
+/// One Operation over the fleet at one `maxUnavailable`.
+#[derive(Clone, Debug, Default)]
+pub struct RunResult {
+    pub max_unavailable: String,
+    /// The parallelism the plan froze.
+    pub parallel: u32,
+    pub nodes: usize,
+    pub wall: Duration,
+    /// Request counts during the run, by (verb, resource, subresource).
+    pub requests: BTreeMap<metrics::Key, f64>,
+    /// Writes by resource during the run.
+    pub writes: BTreeMap<String, f64>,
+    /// Node-steps run (nodes × steps).
+    pub node_steps: usize,
+    /// Changes delivered by the bench's watches, by resource.
+    pub changes: BTreeMap<String, u64>,
+    /// Whether a bench watch relisted (change counts approximate).
+    pub relisted: bool,
+    /// Operation GETs the bench itself made while waiting (in `requests`).
+    pub own_gets: u64,
+    pub controller_cpu_secs: f64,
+    pub controller_hwm_kib: u64,
+    pub controller_rss_kib: u64,
+    /// Between one task's last step finishing and the next task's first step starting,
+    /// in start order (only with parallelism 1).
+    pub gaps: Option<Spread>,
+    /// Every task Succeeded.
+    pub all_succeeded: bool,
+    pub floor: Option<FloorResult>,
+}
+
+impl RunResult {
+    /// Writes to `resource` that changed nothing: counted by the API server, not delivered
+    /// as a change by the watch (negative would mean the watch saw changes the counter
+    /// missed: clamped to 0).
+    pub fn no_op_writes(&self, resource: &str) -> f64 {
+        let writes = self.writes.get(resource).copied().unwrap_or(0.0);
+        let changes = self.changes.get(resource).copied().unwrap_or(0) as f64;
+        (writes - changes).max(0.0)
+    }
+
+    /// Writes of Bosun's resources (NodeTasks, Operations, Nodes, Events) per node-step.
+    pub fn bosun_writes(&self) -> f64 {
+        ["nodetasks", "operations", "nodes", "events"]
+            .iter()
+            .map(|r| self.writes.get(*r).copied().unwrap_or(0.0))
+            .sum()
+    }
+}
+
+/// The custom Operation of a run: cordon (controller), the no-op plugin step, uncordon.
+pub fn operation(
+    name: &str,
+    instance: &str,
+    prefix: &str,
+    max_unavailable: &str,
+) -> Result<serde_json::Value> {
+    let mu = match max_unavailable.strip_suffix('%') {
+        Some(p) => {
+            let _: u32 = p.parse().with_context(|| {
+                format!("--max-unavailable {max_unavailable}: a whole number or a percentage such as 10%")
+            })?;
+            json!(max_unavailable)
+        }
+        None => json!(max_unavailable.parse::<u32>().with_context(|| {
+            format!(
+                "--max-unavailable {max_unavailable}: a whole number or a percentage such as 10%"
+            )
+        })?),
+    };
+    Ok(json!({
+        "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+        "metadata": { "name": name, "labels": { INSTANCE_LABEL: instance } },
+        "spec": {
+            "custom": { "groups": [{
+                "name": "fleet",
+                "nodeSelector": { "matchLabels": { FLEET_LABEL: bosun_lab::fleet::fleet_label_value(prefix) } },
+                "steps": [
+                    { "name": "cordon", "runsOn": "controller", "action": "cordon" },
+                    noop_step(),
+                    { "name": "uncordon", "runsOn": "controller", "action": "uncordon" },
+                ],
+            }]},
+            "rollout": { "maxUnavailable": mu },
+        },
+    }))
+}
+
+/// Runs the fleet Operation at `max_unavailable` and measures it; then the floor at the
+/// same parallelism when `floor` is set.
+pub async fn run_once(env: &mut FleetEnv, max_unavailable: &str, floor: bool) -> Result<RunResult> {
+    let client = env.lab.client.clone();
+    let instance_sel = format!("{INSTANCE_LABEL}={}", env.instance);
+    let (tasks_seen, t1) =
+        EventCount::spawn(Api::<NodeTask>::all(client.clone()), instance_sel.clone());
+    let (ops_seen, t2) =
+        EventCount::spawn(Api::<Operation>::all(client.clone()), instance_sel.clone());
+    let fleet_sel = format!(
+        "{FLEET_LABEL}={}",
+        bosun_lab::fleet::fleet_label_value(&env.prefix)
+    );
+    let (nodes_seen, t3) = EventCount::spawn(Api::<Node>::all(client.clone()), fleet_sel);
+    let watchers = [t1, t2, t3];
+    let all = [&tasks_seen, &ops_seen, &nodes_seen];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !all.iter().all(|c| c.ready.load(Ordering::SeqCst)) {
+        ensure!(
+            Instant::now() < deadline,
+            "the bench's own watches did not list in 60s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let base = [tasks_seen.get(), ops_seen.get(), nodes_seen.get()];
+
+    let name = bosun_e2e::unique(&format!("fleet-{}", max_unavailable.replace('%', "pct")));
+    let ops: Api<Operation> = Api::all(client.clone());
+    let ctl_before = procfs::sample(env.controller.pid())?;
+    let before = metrics::scrape(&client).await?;
+    let started = Instant::now();
+    ops.create(
+        &PostParams::default(),
+        &serde_json::from_value(operation(
+            &name,
+            &env.instance,
+            &env.prefix,
+            max_unavailable,
+        )?)?,
+    )
+    .await
+    .with_context(|| format!("creating Operation {name}"))?;
+    let mut own_gets = 0;
+    let limit = Duration::from_secs(300 + 3 * env.nodes.len() as u64);
+    let op = loop {
+        env.controller.check_alive()?;
+        ensure!(env.fleet.all_running(), "an agent of the fleet stopped");
+        let op = ops.get(&name).await?;
+        own_gets += 1;
+        let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        if phase == OperationPhase::Succeeded {
+            break op;
+        }
+        if matches!(phase, OperationPhase::Failed | OperationPhase::Blocked)
+            || started.elapsed() > limit
+        {
+            bail!(
+                "Operation {name} is {phase:?} after {:?}:\n{}",
+                started.elapsed(),
+                bosun_e2e::describe_tasks(&client, &name).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let wall = started.elapsed();
+    // Let the last writes' events arrive before reading the counters.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = metrics::scrape(&client).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ctl_after = procfs::sample(env.controller.pid())?;
+    let changes = BTreeMap::from([
+        ("nodetasks".to_string(), tasks_seen.get() - base[0]),
+        ("operations".to_string(), ops_seen.get() - base[1]),
+        ("nodes".to_string(), nodes_seen.get() - base[2]),
+    ]);
+    let relisted = all.iter().any(|c| c.relisted.load(Ordering::SeqCst));
+    for w in watchers {
+        w.abort();
+    }
+    let requests = metrics::delta(&after.requests, &before.requests);
+    let writes = metrics::writes_by_resource(&requests);
+
+    let tasks: Api<NodeTask> = Api::all(client.clone());
+    let list = tasks
+        .list(&ListParams::default().labels(&format!("bosun.dev/operation={name}")))
+        .await?;
+    let all_succeeded = list.items.len() == env.nodes.len()
+        && list.items.iter().all(|t| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.phase == NodeTaskPhase::Succeeded)
+        });
+    let parallel = op
+        .status
+        .as_ref()
+        .and_then(|s| s.plan.as_ref())
+        .and_then(|p| p.groups.first())
+        .map_or(0, |g| g.max_parallel);
+    let steps_per_task = 3;
+    let gaps = (parallel == 1).then(|| Spread::of(gaps_ms(&list.items)));
+    let mut result = RunResult {
+        max_unavailable: max_unavailable.into(),
+        parallel,
+        nodes: env.nodes.len(),
+        wall,
+        requests,
+        writes,
+        node_steps: env.nodes.len() * steps_per_task,
+        changes,
+        relisted,
+        own_gets,
+        controller_cpu_secs: ctl_after.cpu_secs - ctl_before.cpu_secs,
+        controller_hwm_kib: ctl_after.hwm_kib,
+        controller_rss_kib: ctl_after.rss_kib,
+        gaps,
+        all_succeeded,
+        floor: None,
+    };
+    // The next run's tasks would wait for these nodes while these tasks exist.
+    delete_instance(&client, &env.instance).await?;
+    if floor {
+        let names: Vec<String> = env.nodes.iter().map(|n| n.name.clone()).collect();
+        result.floor = Some(run_floor(&client, &names, parallel.max(1) as usize).await?);
+    }
+    Ok(result)
+}
+
+/// Start-to-finish gaps between consecutive tasks (start = first step's start, finish =
+/// last step's finish), in start order, in milliseconds.
+pub fn gaps_ms(tasks: &[NodeTask]) -> Vec<f64> {
+    let mut spans: Vec<(i64, i64)> = tasks
+        .iter()
+        .filter_map(|t| {
+            let steps = &t.status.as_ref()?.steps;
+            let start = steps
+                .iter()
+                .filter_map(|s| s.started_at.as_ref())
+                .map(|t| t.0.as_microsecond())
+                .min()?;
+            let end = steps
+                .iter()
+                .filter_map(|s| s.finished_at.as_ref())
+                .map(|t| t.0.as_microsecond())
+                .max()?;
+            Some((start, end))
+        })
+        .collect();
+    spans.sort_unstable();
+    spans
+        .windows(2)
+        .map(|w| (w[1].0 - w[0].1) as f64 / 1000.0)
+        .collect()
+}
+
+/// The floor: what the API server takes for the minimum writes of one node's work.
+#[derive(Clone, Debug, Default)]
+pub struct FloorResult {
+    pub parallel: usize,
+    pub wall: Duration,
+    pub writes: f64,
+}
+
+/// For each node, at `parallel` nodes at a time: create a NodeTask (labelled with an
+/// instance no controller or agent acts on), write its step Running, write its result.
+/// Then deletes the tasks (not timed).
+pub async fn run_floor(client: &Client, nodes: &[String], parallel: usize) -> Result<FloorResult> {
+    let instance = bosun_e2e::unique("floor");
+    let api: Api<NodeTask> = Api::all(client.clone());
+    let before = metrics::scrape(client).await?;
+    let started = Instant::now();
+    futures::stream::iter(nodes.iter().map(|node| {
+        let api = api.clone();
+        let instance = instance.clone();
+        async move {
+            let name = format!("{instance}-{node}");
+            let task: NodeTask = serde_json::from_value(json!({
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask",
+                "metadata": { "name": name, "labels": { INSTANCE_LABEL: instance } },
+                "spec": { "operation": instance, "nodeName": node, "group": "fleet",
+                          "steps": [noop_step()] },
+            }))?;
+            api.create(&PostParams::default(), &task).await?;
+            let now = || k8s_openapi::jiff::Timestamp::now().to_string();
+            let started_at = now();
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({
+                "status": { "phase": "Running", "currentStep": "noop",
+                            "steps": [{ "name": "noop", "phase": "Running", "attempts": 1, "startedAt": started_at }] }
+            })))
+            .await?;
+            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({
+                "status": { "phase": "Succeeded",
+                            "steps": [{ "name": "noop", "phase": "Succeeded", "attempts": 1,
+                                        "startedAt": started_at, "finishedAt": now() }] }
+            })))
+            .await?;
+            anyhow::Ok(())
+        }
+    }))
+    .buffer_unordered(parallel)
+    .try_collect::<Vec<()>>()
+    .await?;
+    let wall = started.elapsed();
+    let after = metrics::scrape(client).await?;
+    // Only the floor's own verbs: the garbage collector may still be deleting the tasks
+    // of the run before.
+    let writes = metrics::delta(&after.requests, &before.requests)
+        .iter()
+        .filter(|((verb, resource, _), _)| {
+            resource == "nodetasks" && (verb == "POST" || verb == "PATCH")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    api.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels(&format!("{INSTANCE_LABEL}={instance}")),
+    )
+    .await?;
+    Ok(FloorResult {
+        parallel,
+        wall,
+        writes,
+    })
+}
+
+/// The machine's load average now (1, 5, 15 minutes).
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// A run as a text report.
+pub fn report(env: &FleetEnv, r: &RunResult) -> String {
+    let mut s = String::new();
+    let secs = |d: Duration| d.as_secs_f64();
+    let _ = writeln!(
+        s,
+        "== {} nodes, maxUnavailable {} (parallel {}) ==",
+        r.nodes, r.max_unavailable, r.parallel
+    );
+    let _ = writeln!(
+        s,
+        "wall time: {:.2} s; all tasks Succeeded: {}",
+        secs(r.wall),
+        r.all_succeeded
+    );
+    if let Some(f) = &r.floor {
+        let _ = writeln!(
+            s,
+            "floor (create + start + result per node, {} at a time): {:.2} s, {} writes; ratio {:.2}x",
+            f.parallel,
+            secs(f.wall),
+            f.writes,
+            secs(r.wall) / secs(f.wall).max(1e-9)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "API requests during the run (verb resource/subresource: count):"
+    );
+    for ((verb, resource, sub), n) in &r.requests {
+        let res = if sub.is_empty() {
+            resource.clone()
+        } else {
+            format!("{resource}/{sub}")
+        };
+        let _ = writeln!(s, "  {verb:<8} {res:<28} {n}");
+    }
+    let _ = writeln!(
+        s,
+        "  (of which Operation GETs by the bench waiting: {})",
+        r.own_gets
+    );
+    let _ = writeln!(
+        s,
+        "writes: {:?}; Bosun's writes per node-step: {:.2} ({} node-steps)",
+        r.writes,
+        r.bosun_writes() / r.node_steps.max(1) as f64,
+        r.node_steps
+    );
+    for res in ["nodetasks", "operations", "nodes"] {
+        let _ = writeln!(
+            s,
+            "  {res}: {} writes, {} changes seen by a watch, {} writes that changed nothing",
+            r.writes.get(res).copied().unwrap_or(0.0),
+            r.changes.get(res).copied().unwrap_or(0),
+            r.no_op_writes(res)
+        );
+    }
+    if r.relisted {
+        let _ = writeln!(
+            s,
+            "  (a bench watch relisted: change counts are approximate)"
+        );
+    }
+    let _ = writeln!(
+        s,
+        "controller: {:.2} CPU s during the run; peak RSS {:.1} MiB, RSS now {:.1} MiB",
+        r.controller_cpu_secs,
+        r.controller_hwm_kib as f64 / 1024.0,
+        r.controller_rss_kib as f64 / 1024.0
+    );
+    if let Some(g) = &r.gaps {
+        let _ = writeln!(
+            s,
+            "next-node start gap (n={}): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (resync period {} s)",
+            g.count, g.p50_ms, g.p99_ms, g.max_ms, env.resync_seconds
+        );
+    }
+    let _ = writeln!(s, "load average now: {}", load_average());
+    s
+}
+
+/// The fleet's own figures, as text.
+pub fn fleet_report(env: &FleetEnv) -> String {
+    let n = env.nodes.len().max(1) as f64;
+    format!(
+        "fleet: {} nodes added in {:.1} s; {} NodeTask watches opened by the agents; bench RSS {:.1} MiB before the agents, {:.1} MiB with them watching: {:.1} KiB per agent\n",
+        env.nodes.len(),
+        env.nodes_added_in.as_secs_f64(),
+        env.watches_open,
+        env.rss_before_kib as f64 / 1024.0,
+        env.rss_watching_kib as f64 / 1024.0,
+        (env.rss_watching_kib.saturating_sub(env.rss_before_kib)) as f64 / n
+    )
+}
+
+/// The real agent binary alone: RSS and CPU while idle with its watch open, and RSS after
+/// it ran one step.
+#[derive(Clone, Debug, Default)]
+pub struct IdleResult {
+    pub idle_secs: u64,
+    pub rss_idle_kib: u64,
+    pub cpu_idle_secs: f64,
+    pub rss_after_step_kib: u64,
+    pub hwm_kib: u64,
+}
+
+/// Runs `bosun-agent` for one fleet node (`idle-0001`), idles it `idle_secs`, then runs an
+/// Operation with the no-op step on that node.
+pub async fn agent_idle(lab: &LabHandle, idle_secs: u64) -> Result<IdleResult> {
+    let prefix = "idle-";
+    let instance = bosun_e2e::unique("idle");
+    let dir = work_dir(&instance);
+    let trust_root = publish(lab).await?;
+    bosun_lab::remove_fleet_nodes(lab, prefix).await?;
+    let nodes = bosun_lab::add_fleet_nodes(lab, prefix, 1).await?;
+    prepare_roots(&nodes)?;
+    let node = &nodes[0];
+    let result = async {
+        let mut cmd = Command::new(bosun_e2e::binary("bosun-agent")?);
+        cmd.env("KUBECONFIG", &lab.kubeconfig)
+            .env("BOSUN_LOG", "warn")
+            .arg("--instance")
+            .arg(&instance)
+            .arg("--node-name")
+            .arg(&node.name)
+            .arg("--host-root")
+            .arg(&node.host_root)
+            .arg("--trust-root")
+            .arg(&trust_root)
+            .arg("--plugin-dir")
+            .arg(dir.join("plugins"))
+            .args(["--service-backend", "simulated"]);
+        let mut agent = ChildGuard::spawn("agent", &mut cmd, &dir)?;
+        // Its watches open within a few seconds.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        agent.check_alive()?;
+        let s0 = procfs::sample(agent.pid())?;
+        tokio::time::sleep(Duration::from_secs(idle_secs)).await;
+        agent.check_alive()?;
+        let s1 = procfs::sample(agent.pid())?;
+        let mut controller = start_controller(lab, &instance, 30, &dir)?;
+        let name = bosun_e2e::unique("idle-step");
+        let op: Operation = serde_json::from_value(json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+            "metadata": { "name": name, "labels": { INSTANCE_LABEL: instance } },
+            "spec": { "custom": { "groups": [{ "name": "one",
+                "nodeSelector": { "matchLabels": { "kubernetes.io/hostname": node.name } },
+                "steps": [noop_step()] }] } },
+        }))?;
+        let ops: Api<Operation> = Api::all(lab.client.clone());
+        ops.create(&PostParams::default(), &op).await?;
+        let started = Instant::now();
+        loop {
+            controller.check_alive()?;
+            agent.check_alive()?;
+            let op = ops.get(&name).await?;
+            let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
+            if phase == OperationPhase::Succeeded {
+                break;
+            }
+            if matches!(phase, OperationPhase::Failed | OperationPhase::Blocked)
+                || started.elapsed() > Duration::from_secs(240)
+            {
+                bail!(
+                    "the idle agent's Operation is {phase:?}, not Succeeded:\n{}",
+                    bosun_e2e::describe_tasks(&lab.client, &name).await
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let s2 = procfs::sample(agent.pid())?;
+        Ok(IdleResult {
+            idle_secs,
+            rss_idle_kib: s1.rss_kib,
+            cpu_idle_secs: s1.cpu_secs - s0.cpu_secs,
+            rss_after_step_kib: s2.rss_kib,
+            hwm_kib: s2.hwm_kib,
+        })
+    }
+    .await;
+    delete_instance(&lab.client, &instance).await?;
+    bosun_lab::remove_fleet_nodes(lab, prefix).await?;
+    result
+}
+
+/// The names of `tasks`, for messages.
+pub fn names(tasks: &[NodeTask]) -> Vec<String> {
+    tasks.iter().map(ResourceExt::name_any).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(steps: &[(&str, i64, i64)]) -> NodeTask {
+        let at = |us: i64| {
+            k8s_openapi::jiff::Timestamp::from_microsecond(us)
+                .unwrap()
+                .to_string()
+        };
+        let steps: Vec<_> = steps
+            .iter()
+            .map(|(name, start, end)| {
+                json!({ "name": name, "phase": "Succeeded", "attempts": 1,
+                        "startedAt": at(*start), "finishedAt": at(*end) })
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask",
+            "metadata": { "name": "t" },
+            "spec": { "operation": "op", "nodeName": "n", "group": "g",
+                      "steps": [{ "name": "noop", "plugin": "good", "action": "noop" }] },
+            "status": { "phase": "Succeeded", "steps": steps },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn gaps_run_from_one_tasks_last_finish_to_the_next_tasks_first_start() {
+        // Given out of order: sorted by start.
+        let tasks = [
+            task(&[("a", 5_000_000, 5_100_000), ("b", 5_100_000, 5_200_000)]),
+            task(&[("a", 1_000_000, 1_500_000), ("b", 1_500_000, 2_000_000)]),
+            task(&[("a", 2_030_000, 3_000_000)]),
+        ];
+        assert_eq!(gaps_ms(&tasks), vec![30.0, 2000.0]);
+    }
+
+    #[test]
+    fn spread_is_nearest_rank() {
+        let s = Spread::of((1..=100).map(f64::from).rev().collect());
+        assert_eq!(
+            (s.count, s.p50_ms, s.p99_ms, s.max_ms),
+            (100, 50.0, 99.0, 100.0)
+        );
+        assert_eq!(Spread::of(vec![]).count, 0);
+    }
+
+    #[test]
+    fn max_unavailable_is_a_number_or_a_percentage() {
+        let op = operation("o", "i", "fleet-", "10%").unwrap();
+        assert_eq!(op["spec"]["rollout"]["maxUnavailable"], json!("10%"));
+        let op = operation("o", "i", "fleet-", "1").unwrap();
+        assert_eq!(op["spec"]["rollout"]["maxUnavailable"], json!(1));
+        assert_eq!(
+            op["spec"]["custom"]["groups"][0]["nodeSelector"]["matchLabels"][FLEET_LABEL],
+            json!("fleet")
+        );
+        let e = operation("o", "i", "fleet-", "ten")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a whole number or a percentage"), "{e}");
+    }
+}

@@ -1,0 +1,105 @@
+//! `bosun-bench`: fleet-scale benchmarks against the lab (see the library docs and
+//! docs/benchmarks.md). Uses the lab of `$BOSUN_LAB_DIR` (started if needed) and the
+//! debug `bosun-controller` / `bosun-agent` binaries of `$CARGO_TARGET_DIR` (build them
+//! first: `cargo build --workspace --locked --bins`).
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "bosun-bench",
+    about = "Fleet-scale benchmarks of Bosun against the lab"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// N agents in this process, the real controller, one Operation (cordon, no-op plugin
+    /// step, uncordon) per --max-unavailable, each followed by the plain-client floor.
+    Fleet {
+        #[arg(long, default_value_t = 100)]
+        nodes: u32,
+        /// Repeatable: each value is one run over the same fleet (`1`, `10%`, `100%`).
+        #[arg(long = "max-unavailable", default_values_t = vec!["1".to_string()])]
+        max_unavailable: Vec<String>,
+        /// Name prefix of the fleet nodes.
+        #[arg(long, default_value = "fleet-")]
+        prefix: String,
+        /// The controller's --resync-seconds (its default is 30).
+        #[arg(long, default_value_t = 30)]
+        resync_seconds: u64,
+        /// Skip the floor runs.
+        #[arg(long)]
+        no_floor: bool,
+    },
+    /// The real agent binary alone: idle RSS and CPU with its watch open, then RSS after a
+    /// step.
+    AgentIdle {
+        /// Idle period (300 in the real bench).
+        #[arg(long, default_value_t = 300)]
+        idle_secs: u64,
+    },
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BOSUN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let lab = bosun_lab::ensure_lab().await?;
+    println!("load average at start: {}", bosun_bench::load_average());
+    match Cli::parse().command {
+        Command::Fleet {
+            nodes,
+            max_unavailable,
+            prefix,
+            resync_seconds,
+            no_floor,
+        } => {
+            let opts = bosun_bench::FleetOptions {
+                nodes,
+                prefix,
+                resync_seconds,
+            };
+            let mut env = bosun_bench::FleetEnv::start(lab, &opts).await?;
+            print!("{}", bosun_bench::fleet_report(&env));
+            let mut outcome = Ok(());
+            for mu in &max_unavailable {
+                match bosun_bench::run_once(&mut env, mu, !no_floor).await {
+                    Ok(r) => print!("{}", bosun_bench::report(&env, &r)),
+                    Err(e) => {
+                        outcome = Err(e);
+                        break;
+                    }
+                }
+            }
+            println!(
+                "bench RSS after the runs: {:.1} MiB",
+                bosun_bench::procfs::own()?.rss_kib as f64 / 1024.0
+            );
+            env.finish().await?;
+            outcome
+        }
+        Command::AgentIdle { idle_secs } => {
+            let r = bosun_bench::agent_idle(&lab, idle_secs).await?;
+            println!(
+                "agent alone: RSS {:.1} MiB after {} s idle with its watches open, {:.3} CPU s in that period; RSS {:.1} MiB after one step ran (peak {:.1} MiB)",
+                r.rss_idle_kib as f64 / 1024.0,
+                r.idle_secs,
+                r.cpu_idle_secs,
+                r.rss_after_step_kib as f64 / 1024.0,
+                r.hwm_kib as f64 / 1024.0
+            );
+            println!("load average now: {}", bosun_bench::load_average());
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The fleet bench, small, in the test suite so it cannot rot: 24 fleet nodes with their
+//! agents in this process and the real controller, one Operation (cordon, no-op plugin
+//! step, uncordon) at `maxUnavailable: 50%`, then the floor. Correctness only, never
+//! timings: every task Succeeded, the agents' NodeTask watches were open, the writes were
+//! counted, and no write to a NodeTask, Operation or Node changed nothing.
+
+use anyhow::{Result, ensure};
+
+const NODES: u32 = 24;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_agents_runs_an_operation_with_every_write_changing_something() -> Result<()> {
+    let lab = bosun_lab::ensure_lab().await?;
+    let opts = bosun_bench::FleetOptions {
+        nodes: NODES,
+        prefix: "smoke-fleet-".into(),
+        resync_seconds: 30,
+    };
+    let mut env = bosun_bench::FleetEnv::start(lab, &opts).await?;
+    // Fleet nodes are selected by any Operation without a node selector: always remove them.
+    let run = bosun_bench::run_once(&mut env, "50%", true).await;
+    let report = match &run {
+        Ok(r) => bosun_bench::report(&env, r),
+        Err(e) => format!("{e:#}"),
+    };
+    let watches = env.watches_open;
+    env.finish().await?;
+    let r = run?;
+    eprintln!("{report}");
+
+    ensure!(
+        watches >= f64::from(NODES),
+        "the API server saw {watches} agent NodeTask watches, not {NODES}"
+    );
+    ensure!(r.all_succeeded, "not every task Succeeded:\n{report}");
+    ensure!(
+        r.parallel == NODES / 2,
+        "planned parallelism {}:\n{report}",
+        r.parallel
+    );
+    // The agents write each step's start and result, the controller creates the tasks.
+    let task_writes = r.writes.get("nodetasks").copied().unwrap_or(0.0);
+    ensure!(
+        task_writes >= f64::from(NODES) * 3.0,
+        "only {task_writes} NodeTask writes counted for {NODES} tasks:\n{report}"
+    );
+    ensure!(
+        !r.relisted,
+        "a bench watch relisted; changes not counted exactly:\n{report}"
+    );
+    for resource in ["nodetasks", "operations", "nodes"] {
+        ensure!(
+            r.no_op_writes(resource) == 0.0,
+            "{} writes to {resource} changed nothing:\n{report}",
+            r.no_op_writes(resource)
+        );
+    }
+    let floor = r.floor.as_ref().expect("the floor ran");
+    ensure!(
+        floor.writes == f64::from(NODES) * 3.0,
+        "the floor made {} writes, not 3 per node:\n{report}",
+        floor.writes
+    );
+    Ok(())
+}
