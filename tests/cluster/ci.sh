@@ -6,9 +6,9 @@
 # of `kubeadm upgrade apply`, and a certificate renewal, on 1 control plane and 1 worker.
 #
 # CI runs a patch upgrade (BOSUN_CI_FROM, default v1.34.3 -> v1.34.4): a second patch release
-# shares etcd, CoreDNS, crictl and nearly every compiled Go package with the first, so it
-# costs CI a fraction of a second minor's build. The minor upgrade v1.33.13 -> v1.34.4 is the
-# documented command in docs/lab.md (`tests/cluster/test-bosun-upgrade.sh`).
+# wants the same etcd, CoreDNS and pause as the first, so only the Kubernetes binaries are built
+# again (a second minor needs its own etcd and CoreDNS too). The minor upgrade v1.33.13 ->
+# v1.34.4 is the documented command in docs/lab.md (`tests/cluster/test-bosun-upgrade.sh`).
 # Needs root (privileged node containers, a bridge network, iptables).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
