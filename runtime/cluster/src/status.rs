@@ -427,7 +427,8 @@ mod tests {
                 "steps": [{ "name": "greet", "phase": "Succeeded", "attempts": 1,
                     "startedAt": "2026-01-02T03:04:05.000000Z", "finishedAt": "2026-01-02T03:04:06.000000Z",
                     "changed": true, "message": "said hello",
-                    "outputs": {}, "logTail": [], "preflight": [{ "name": "disk", "status": "Pass", "message": "" }] }],
+                    "outputs": {}, "logTail": [], "preflight": [{ "name": "disk", "status": "Pass", "message": "" }],
+                    "hostMilliseconds": 0 }],
             })
         );
     }
