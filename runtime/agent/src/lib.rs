@@ -33,7 +33,6 @@ pub mod fleet;
 pub mod gate;
 pub mod plugins;
 pub mod preflight;
-pub mod report;
 pub mod step;
 
 use std::sync::Arc;
