@@ -210,19 +210,10 @@ impl Plugin for KubeadmUpgrade {
                 .output("plan", tail(&text, 8192)))
             }
             "apply" => {
-                if let Some(current) = control_plane_version()?
-                    && current == target
-                {
-                    let behind = components_behind(target)?;
-                    if behind.is_empty() {
-                        return Ok(Outcome::unchanged(format!(
-                            "the control plane already runs {target}; nothing to apply"
-                        )));
-                    }
-                    warn!(
-                        "kube-apiserver is at {target} but {} not: an earlier run stopped part-way; running kubeadm again",
-                        behind.join(", ")
-                    );
+                if fully_at(target)? {
+                    return Ok(Outcome::unchanged(format!(
+                        "the control plane already runs {target}; nothing to apply"
+                    )));
                 }
                 if ctx.dry_run {
                     return dry_apply(target, kubeadm);
@@ -247,20 +238,10 @@ impl Plugin for KubeadmUpgrade {
                 }
             }
             _ => {
-                let cp = control_plane_version()?;
-                if let Some(current) = cp
-                    && current == target
-                {
-                    let behind = components_behind(target)?;
-                    if behind.is_empty() {
-                        return Ok(Outcome::unchanged(format!(
-                            "this control-plane node already runs {target}"
-                        )));
-                    }
-                    warn!(
-                        "kube-apiserver is at {target} but {} not: an earlier run stopped part-way; running kubeadm again",
-                        behind.join(", ")
-                    );
+                if fully_at(target)? {
+                    return Ok(Outcome::unchanged(format!(
+                        "this control-plane node already runs {target}"
+                    )));
                 }
                 if ctx.dry_run {
                     return Ok(Outcome::unchanged(match kubeadm {
@@ -334,6 +315,23 @@ fn control_plane_version() -> Result<Option<Version>, PluginError> {
         Err(e) if e.code() == "file-not-found" => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+/// True when this node's control plane runs `target` in full: kube-apiserver and the other
+/// static Pods. When only the API server does (a run stopped part-way), says so and returns
+/// false, so kubeadm runs again.
+fn fully_at(target: Version) -> Result<bool, PluginError> {
+    if control_plane_version()? != Some(target) {
+        return Ok(false);
+    }
+    let behind = components_behind(target)?;
+    if !behind.is_empty() {
+        warn!(
+            "kube-apiserver is at {target} but {} not: an earlier run stopped part-way; running kubeadm again",
+            behind.join(", ")
+        );
+    }
+    Ok(behind.is_empty())
 }
 
 /// The static Pods other than the API server whose manifest exists and is not at `target`,
