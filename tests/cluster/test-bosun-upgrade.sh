@@ -14,7 +14,7 @@
 #      real apt from the lab repository; `kubeadm upgrade apply` on the first control plane,
 #      `kubeadm upgrade node` elsewhere; drain; the kubelet restarted through the node's
 #      systemd; uncordon; health gates) runs to the end. Agent killed (BOSUN_TEST_KILL=1, the
-#      default): 20 s into `kubeadm upgrade apply` the control plane's agent Pod is deleted;
+#      default): 10 s (BOSUN_TEST_KILL_AFTER) into `kubeadm upgrade apply` the control plane's agent Pod is deleted;
 #      the DaemonSet brings a new one, which runs the step again (the plugin declares it
 #      idempotent: attempt 2), or the task blocks Interrupted and is retried once;
 #   5. checks: the Operation Succeeded; the API server and every kubelet at TO; the static
@@ -195,10 +195,22 @@ while :; do
     started=$(task_field "$cp1" '{.status.steps[?(@.name=="kubeadm-upgrade")].startedAt}')
     if [ "$(task_field "$cp1" '{.status.currentStep}')" = kubeadm-upgrade ] && [ -n "$started" ] \
       && [ "$(task_field "$cp1" '{.status.steps[?(@.name=="kubeadm-upgrade")].phase}')" = Running ] \
-      && [ $(( $(date +%s) - $(date -d "$started" +%s) )) -ge 20 ]; then
-      killed=$(kubectl -n bosun-system get pods -l app.kubernetes.io/name=bosun-agent \
-        --field-selector "spec.nodeName=$cp1" -o jsonpath='{.items[0].metadata.name}')
-      kubectl -n bosun-system delete pod "$killed" --wait=false >>"$LOG" 2>&1 || fail "deleting agent Pod $killed"
+      && [ $(( $(date +%s) - $(date -d "$started" +%s) )) -ge "${BOSUN_TEST_KILL_AFTER:-10}" ]; then
+      # kubeadm restarts the API server during the apply, so the lookup or the
+      # delete may meet a closed port: try again for up to 120 s.
+      kill_deadline=$(( $(date +%s) + 120 ))
+      until victim=$(kubectl -n bosun-system get pods -l app.kubernetes.io/name=bosun-agent \
+          --field-selector "spec.nodeName=$cp1" -o jsonpath='{.items[0].metadata.name}' 2>>"$LOG") \
+        && [ -n "$victim" ] \
+        && kubectl -n bosun-system delete pod "$victim" --wait=false >>"$LOG" 2>&1; do
+        [ "$(date +%s)" -lt "$kill_deadline" ] || fail "deleting the agent Pod on $cp1 (API server unreachable for 120 s; see $LOG)"
+        still=$(task_field "$cp1" '{.status.steps[?(@.name=="kubeadm-upgrade")].phase}')
+        [ -z "$still" ] || [ "$still" = Running ] \
+          || fail "kubeadm-upgrade on $cp1 ended ($still) while the API server was away, before its agent could be killed"
+        echo "agent kill: API server not answering, trying again" >>"$LOG"
+        sleep 2
+      done
+      killed=$victim
       echo "agent killed: Pod $killed deleted $(( $(date +%s) - $(date -d "$started" +%s) )) s into kubeadm-upgrade on $cp1"
     fi
   fi
@@ -224,7 +236,7 @@ if [ -n "$killed" ]; then
   kubectl -n bosun-system rollout status ds/bosun-agent --timeout=60s >>"$LOG" 2>&1 || fail "the agent DaemonSet is not whole again"
   echo "agent killed: kubeadm-upgrade on $cp1 finished at attempt $attempts (interrupted-and-retried: $retried_interrupted); the DaemonSet replaced $killed"
 elif [ "${BOSUN_TEST_KILL:-1}" = 1 ]; then
-  fail "the agent was never killed: kubeadm-upgrade on ${NODES[0]} never ran 20 s"
+  fail "the agent was never killed: kubeadm-upgrade on ${NODES[0]} never ran ${BOSUN_TEST_KILL_AFTER:-10} s"
 fi
 op_s=$(( $(date +%s) - t_op ))
 phase "upgrade Operation $OP Succeeded"
