@@ -33,6 +33,7 @@ pub mod fleet;
 pub mod gate;
 pub mod plugins;
 pub mod preflight;
+pub mod report;
 pub mod step;
 
 use std::sync::Arc;

@@ -61,6 +61,15 @@ struct Args {
     /// installs side by side, and tests.
     #[arg(long, env = "BOSUN_INSTANCE")]
     instance: Option<String>,
+    /// Keep this node's NodeReport current (versions, OS, certificate expiry) for the
+    /// controller's ClusterLifecycle. Default: true without `--instance`, false with one
+    /// (the report is one per node, so of side-by-side installs only one should write it).
+    #[arg(long)]
+    node_report: Option<bool>,
+    /// Seconds between two reads of the node's facts for its NodeReport (written only when
+    /// they changed).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    node_report_seconds: u64,
     /// Least free space (MiB) on the host root's file system for a step to start (the
     /// built-in `agent/disk-space` preflight check).
     #[arg(long, default_value_t = 1024)]
@@ -145,10 +154,17 @@ async fn main() -> anyhow::Result<()> {
         fetcher,
         manager,
     );
+    let node_report = args.node_report.unwrap_or(args.instance.is_none());
     agent.instance = args.instance;
     agent.preflight.min_free_bytes = args.min_free_disk_mib.saturating_mul(1024 * 1024);
     agent.preflight.simulated_services = simulated_services;
     let agent = Arc::new(agent);
+    if node_report {
+        tokio::spawn(bosun_agent::report::run(
+            agent.clone(),
+            std::time::Duration::from_secs(args.node_report_seconds),
+        ));
+    }
     bosun_agent::run(agent).await;
     tracing::info!("bosun-agent stopped");
     Ok(())

@@ -7,7 +7,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::{NodeTask, Operation, Plugin, Policy};
+use crate::{ClusterLifecycle, NodeReport, NodeTask, Operation, Plugin, Policy};
 
 /// Why a CRD could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +31,51 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("nodetasks.bosun.dev.yaml", finish(NodeTask::crd())),
         ("plugins.bosun.dev.yaml", finish(Plugin::crd())),
         ("policies.bosun.dev.yaml", finish(Policy::crd())),
+        (
+            "clusterlifecycles.bosun.dev.yaml",
+            with_root_rule(
+                finish(ClusterLifecycle::crd()),
+                "self.metadata.name == 'cluster'",
+                "a ClusterLifecycle must be named `cluster`: there is one per cluster",
+            ),
+        ),
+        (
+            "nodereports.bosun.dev.yaml",
+            with_root_rule(
+                finish(NodeReport::crd()),
+                "self.metadata.name == self.spec.nodeName",
+                "a NodeReport is named after its node: metadata.name must equal spec.nodeName",
+            ),
+        ),
     ]
+}
+
+/// Adds a CEL rule on the whole object (the derive can only put rules on the spec and
+/// below, and rules about `metadata.name` belong at the root).
+fn with_root_rule(
+    mut crd: CustomResourceDefinition,
+    rule: &str,
+    message: &str,
+) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            let mut value = serde_json::to_value(&*schema).expect("a JSONSchemaProps serializes");
+            let rules = value
+                .as_object_mut()
+                .expect("a schema is an object")
+                .entry("x-kubernetes-validations")
+                .or_insert_with(|| serde_json::json!([]));
+            if let Some(list) = rules.as_array_mut() {
+                list.push(serde_json::json!({ "rule": rule, "message": message }));
+            }
+            *schema = serde_json::from_value(value).expect("adding a rule keeps the schema valid");
+        }
+    }
+    crd
 }
 
 fn finish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {

@@ -12,9 +12,16 @@ pub const GROUP: &str = "bosun.dev/group";
 /// agents (their `--instance NAME`), for running installs side by side, and tests.
 pub const INSTANCE: &str = "bosun.dev/instance";
 
+/// On an Operation a ClusterLifecycle generated: what it was generated for (`upgrade` or
+/// `renewCertificates`). The reconciler finds its Operations by this label; it never owns
+/// them through an ownerReference, so deleting the ClusterLifecycle deletes no Operation.
+pub const LIFECYCLE: &str = "bosun.dev/lifecycle";
+
 /// Annotations Bosun reads or writes.
 pub mod annotations {
     /// On a NodeTask while its Operation is paused (`"true"`): the agent starts no new step
     /// of it; a running step finishes. Set and removed by the controller.
     pub const PAUSED: &str = "bosun.dev/paused";
+    /// On a generated Operation: why the ClusterLifecycle generated it (one line).
+    pub const LIFECYCLE_REASON: &str = "bosun.dev/lifecycle-reason";
 }

@@ -696,6 +696,10 @@ fn examples_parse_into_the_types_and_pass_the_rules() {
                 serde_json::from_value::<bosun_api::Policy>(value.clone()).unwrap();
                 "policies.bosun.dev.yaml"
             }
+            Some("ClusterLifecycle") => {
+                serde_json::from_value::<bosun_api::ClusterLifecycle>(value.clone()).unwrap();
+                "clusterlifecycles.bosun.dev.yaml"
+            }
             other => panic!("{}: unexpected kind {other:?}", path.display()),
         };
         validate(file, &value, None).unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
@@ -703,7 +707,7 @@ fn examples_parse_into_the_types_and_pass_the_rules() {
     }
     assert!(
         seen >= 9,
-        "expected the five examples in {} and the four first-party Plugins in its plugins/, found {seen}",
+        "expected the six examples in {} and the four first-party Plugins in its plugins/, found {seen}",
         dir.display()
     );
 }
@@ -751,4 +755,85 @@ fn schema_of_crd(
             .unwrap(),
     )
     .unwrap()
+}
+
+fn lifecycle(name: &str, version: &str, rotation: i64) -> Value {
+    json!({"apiVersion": "bosun.dev/v1alpha1", "kind": "ClusterLifecycle", "metadata": {"name": name},
+           "spec": {"kubernetesVersion": version, "certificates": {"rotation": rotation}}})
+}
+
+fn lifecycle_errors(new: &Value, old: Option<&Value>) -> Vec<String> {
+    validate("clusterlifecycles.bosun.dev.yaml", new, old)
+        .err()
+        .unwrap_or_default()
+}
+
+#[test]
+fn cluster_lifecycle_refuses_downgrades_skips_rotation_decreases_and_bad_versions() {
+    let old = lifecycle("cluster", "v1.34.4", 2);
+    assert!(lifecycle_errors(&old, None).is_empty());
+    // Allowed: a patch, the next minor, a rotation bump, the same object.
+    for ok in [
+        lifecycle("cluster", "v1.34.5", 2),
+        lifecycle("cluster", "v1.35.0", 2),
+        lifecycle("cluster", "v1.34.4", 3),
+        old.clone(),
+    ] {
+        let errors = lifecycle_errors(&ok, Some(&old));
+        assert!(errors.is_empty(), "{ok} must be accepted: {errors:?}");
+    }
+    let cases = [
+        (lifecycle("cluster", "v1.34.3", 2), "cannot be lowered"),
+        (lifecycle("cluster", "v1.33.9", 2), "cannot be lowered"),
+        (
+            lifecycle("cluster", "v1.36.0", 2),
+            "cannot skip a minor version",
+        ),
+        (
+            lifecycle("cluster", "v2.0.0", 2),
+            "cannot change its major version",
+        ),
+        (
+            lifecycle("cluster", "v1.34.4", 1),
+            "rotation can only increase",
+        ),
+        (
+            lifecycle("cluster", "1.34.4", 2),
+            "must be a version like v1.34.4",
+        ),
+        (
+            lifecycle("cluster", "v1.34", 2),
+            "must be a version like v1.34.4",
+        ),
+    ];
+    for (new, message) in cases {
+        let errors = lifecycle_errors(&new, Some(&old));
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{new}: expected {message:?}, got {errors:?}"
+        );
+    }
+    let errors = lifecycle_errors(&lifecycle("other", "v1.34.4", 0), None);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("a ClusterLifecycle must be named `cluster`")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn a_node_report_is_named_after_its_node() {
+    let report = |name: &str, node: &str| {
+        json!({"apiVersion": "bosun.dev/v1alpha1", "kind": "NodeReport", "metadata": {"name": name},
+               "spec": {"nodeName": node, "facts": {"collectedAt": "2026-12-01T00:00:00Z"}}})
+    };
+    validate("nodereports.bosun.dev.yaml", &report("n1", "n1"), None).unwrap();
+    let errors = validate("nodereports.bosun.dev.yaml", &report("n1", "n2"), None).unwrap_err();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("a NodeReport is named after its node")),
+        "{errors:?}"
+    );
 }

@@ -19,6 +19,8 @@
 //! - The code shared with the agent (instance selector, pause mark, Policy watch, cluster
 //!   readers, Events, typed NodeTask status writes) is in `bosun-cluster`; where a NodeTask
 //!   stands in its step list is `bosun_planner::state`, read the same way by both.
+//! - [`lifecycle`]: the ClusterLifecycle reconciler (desired version and certificate
+//!   freshness, reconciled into generated Operations; adoption on a fresh install).
 //! - [`run`]: wires the reconciler into a kube-runtime `Controller` watching the Operations
 //!   of its instance ([`instance_selector`]) and the NodeTasks they own.
 //!
@@ -33,6 +35,7 @@ pub mod exclusion;
 mod fake_api;
 pub mod health;
 pub mod leader;
+pub mod lifecycle;
 pub mod operation_gate;
 pub mod policy_status;
 pub mod reconcile;
@@ -64,13 +67,25 @@ pub const FIELD_MANAGER: &str = "bosun-controller";
 /// Operation).
 ///
 /// `identity` names this replica in the Events it publishes (its leader-election identity).
+/// With `lifecycle`, the ClusterLifecycle reconciler runs too, once per `resync`.
 pub async fn run(
     client: Client,
     manager: String,
     resync: Duration,
     instance: Option<String>,
     identity: String,
+    lifecycle: bool,
 ) {
+    if lifecycle {
+        tokio::spawn(lifecycle::run(
+            lifecycle::Lifecycle {
+                client: client.clone(),
+                manager: manager.clone(),
+                instance: instance.clone(),
+            },
+            resync,
+        ));
+    }
     let operations: Api<Operation> = Api::all(client.clone());
     let tasks: Api<NodeTask> = Api::all(client.clone());
     let selector = instance_selector(instance.as_deref());

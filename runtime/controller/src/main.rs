@@ -21,6 +21,12 @@ struct Args {
     /// installs side by side, and tests.
     #[arg(long, env = "BOSUN_INSTANCE")]
     instance: Option<String>,
+    /// Reconcile the ClusterLifecycle `cluster` (and create it from the cluster when there
+    /// is none). Default: true without `--instance`, false with one (the ClusterLifecycle
+    /// is one per cluster, so of side-by-side installs only one may own it: pass
+    /// `--lifecycle true` to that one).
+    #[arg(long)]
+    lifecycle: Option<bool>,
     #[command(flatten)]
     leader: LeaderArgs,
     /// Log filter (tracing-subscriber EnvFilter syntax).
@@ -86,8 +92,17 @@ async fn main() -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(bosun_controller::leader::default_identity);
     let resync = Duration::from_secs(args.resync_seconds);
+    let lifecycle = args.lifecycle.unwrap_or(args.instance.is_none());
     if args.leader.no_leader_election {
-        bosun_controller::run(client, args.field_manager, resync, args.instance, identity).await;
+        bosun_controller::run(
+            client,
+            args.field_manager,
+            resync,
+            args.instance,
+            identity,
+            lifecycle,
+        )
+        .await;
     } else {
         let lease = bosun_controller::leader::LeaseConfig {
             name: args
@@ -110,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
                 resync,
                 args.instance,
                 identity,
+                lifecycle,
             )
         };
         bosun_controller::leader::run_as_leader(client.clone(), lease, work).await?;

@@ -42,6 +42,7 @@ pub struct Operator {
     trust_root: PathBuf,
     nodes: Vec<(String, PathBuf)>,
     agent_args: Vec<String>,
+    controller_args: Vec<String>,
 }
 
 impl Operator {
@@ -57,6 +58,17 @@ impl Operator {
     pub fn start_with_agent_args(
         lab: &LabHandle,
         test: &str,
+        agent_args: &[String],
+    ) -> Result<Operator> {
+        Operator::start_with_args(lab, test, &[], agent_args)
+    }
+
+    /// [`start`](Self::start) with extra arguments for the controller and for every agent
+    /// (and their restarts), such as `--lifecycle true`.
+    pub fn start_with_args(
+        lab: &LabHandle,
+        test: &str,
+        controller_args: &[String],
         agent_args: &[String],
     ) -> Result<Operator> {
         let instance = unique(test);
@@ -76,6 +88,7 @@ impl Operator {
                 .map(|n| (n.name.clone(), n.host_root.clone()))
                 .collect(),
             agent_args: agent_args.to_vec(),
+            controller_args: controller_args.to_vec(),
         };
         op.start_controller()?;
         for (node, _) in op.nodes.clone() {
@@ -93,7 +106,8 @@ impl Operator {
             .arg(&self.instance)
             // Short resync: a requeue is the only clock the controller has (backoff,
             // retries), and the tests should not wait on the 30 s default.
-            .args(["--resync-seconds", "2"]);
+            .args(["--resync-seconds", "2"])
+            .args(&self.controller_args);
         self.procs.spawn("controller", &mut cmd)
     }
 

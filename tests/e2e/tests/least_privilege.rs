@@ -178,12 +178,18 @@ async fn no_secrets_no_configmap_writes(client: &Client, user: &str, ns: &str) -
 
 /// The controller's ServiceAccount may list pods and evict them (drain), and nothing more
 /// on pods; it is refused Secrets, ConfigMaps, Node creates and deletes, Plugins, changes to
-/// Operations' specs, NodeTask deletes, Leases outside bosun-system and other Namespaces.
+/// Operations' specs, creating any Operation but a generated upgrade or renewal, NodeTask
+/// deletes, Leases outside bosun-system and other Namespaces.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controllers_identity_is_refused_what_drain_and_reconcile_do_not_need() -> Result<()> {
     let lab = bosun_lab::ensure_lab().await?;
     bosun_e2e::apply_crds(&lab.client).await?;
     apply_deploy_file(&lab, "deploy/controller/rbac.yaml").await?;
+    apply_deploy_file(
+        &lab,
+        "deploy/admission/controller-generated-operations.yaml",
+    )
+    .await?;
     let user = format!("system:serviceaccount:{NAMESPACE}:{CONTROLLER_SA}");
     let controller =
         client_with_token(&lab, &token_of(&lab.client, CONTROLLER_SA, None).await?).await?;
@@ -312,12 +318,64 @@ async fn the_controllers_identity_is_refused_what_drain_and_reconcile_do_not_nee
         "spec": { "custom": { "groups": [{ "name": "g",
             "steps": [{ "name": "s", "runsOn": "controller", "action": "cordon" }] }] } },
     }))?;
-    refused(
-        ops.create(&PostParams::default(), &body).await,
-        &user,
-        "create",
-        "operations",
-    )?;
+    // RBAC lets the controller create Operations (the ClusterLifecycle's generated ones);
+    // the admission policy refuses every other create, such as this custom Operation.
+    let policy = "bosun-controller-generated-operations";
+    let started = Instant::now();
+    let refusal = loop {
+        match ops.create(&PostParams::default(), &body).await {
+            Err(kube::Error::Api(e))
+                if e.code == 403 && e.message.contains(&format!("'{policy}'")) =>
+            {
+                break e.message;
+            }
+            Ok(made) => {
+                // The policy is not in force yet (the API server's informer lags): remove
+                // the object and try again.
+                let admin_ops: Api<Operation> = Api::all(lab.client.clone());
+                admin_ops
+                    .delete(&made.name_any(), &DeleteParams::default())
+                    .await?;
+            }
+            Err(e) => bail!("creating a custom Operation as the controller: {e}"),
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "{policy} never refused the controller creating a custom Operation"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    ensure!(
+        refusal.contains(
+            "bosun-controller may create only the Operations a ClusterLifecycle generates"
+        ),
+        "{refusal}"
+    );
+    // A generated renewal (named and labelled as the reconciler makes it) is allowed.
+    let generated: Operation = serde_json::from_value(json!({
+        "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+        "metadata": { "name": format!("lifecycle-{op}"),
+                      "labels": { "bosun.dev/lifecycle": "renewCertificates", "bosun.dev/instance": op } },
+        "spec": { "renewCertificates": {}, "paused": true },
+    }))?;
+    ops.create(&PostParams::default(), &generated)
+        .await
+        .context("the controller creating a generated renewal")?;
+    Api::<Operation>::all(lab.client.clone())
+        .delete(&format!("lifecycle-{op}"), &DeleteParams::default())
+        .await?;
+    // A renewal labelled as an upgrade is refused.
+    let mut mislabelled = generated.clone();
+    mislabelled.metadata.name = Some(format!("lifecycle-x-{op}"));
+    mislabelled
+        .metadata
+        .labels
+        .as_mut()
+        .map(|l| l.insert("bosun.dev/lifecycle".into(), "upgrade".into()));
+    match ops.create(&PostParams::default(), &mislabelled).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => bail!("a mislabelled generated Operation: {other:?}"),
+    }
     let tasks: Api<NodeTask> = Api::all(controller.clone());
     refused(
         tasks.delete(&op, &DeleteParams::default()).await,

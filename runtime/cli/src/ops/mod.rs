@@ -101,8 +101,9 @@ pub enum Format {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The Operation's name.
-    pub operation: String,
+    /// The Operation's name. Without one, or `cluster`: the ClusterLifecycle (desired and
+    /// observed state, and the Operations it generated).
+    pub operation: Option<String>,
     /// Re-render whenever the Operation or one of its NodeTasks changes; ends when the
     /// Operation has finished (Succeeded or Failed, exit code 0) or is Blocked with no
     /// recovery requested (exit code 3, after the reason and the commands that resolve it).
@@ -231,8 +232,13 @@ fn machine_output(format: Format, op: &Operation, tasks: &[NodeTask]) -> Result<
 
 async fn status(args: StatusArgs) -> Result<Status> {
     let client = args.conn.client().await?;
-    let name = args.operation.as_str();
     let style = style();
+    let name = match args.operation.as_deref() {
+        None | Some(bosun_api::lifecycle::NAME) => {
+            return lifecycle_status(&client, args.output, args.watch, style).await;
+        }
+        Some(name) => name,
+    };
     let show = |op: &Operation, tasks: &[NodeTask]| -> Result<String> {
         match args.output {
             Some(f) => machine_output(f, op, tasks),
@@ -310,6 +316,56 @@ async fn status(args: StatusArgs) -> Result<Status> {
         tokio::time::sleep(Duration::from_millis(150)).await;
         while let Some(Some(_)) = events.next().now_or_never() {}
     }
+}
+
+/// `status` without an Operation: the ClusterLifecycle and the Operations it generated.
+async fn lifecycle_status(
+    client: &Client,
+    output: Option<Format>,
+    watch: bool,
+    style: render::Style,
+) -> Result<Status> {
+    if watch {
+        bail!(
+            "--watch follows one Operation: name it (the ClusterLifecycle's current one is in its status.currentOperation)"
+        );
+    }
+    let api: Api<bosun_api::ClusterLifecycle> = Api::all(client.clone());
+    let Some(cl) = api
+        .get_opt(bosun_api::lifecycle::NAME)
+        .await
+        .context("reading ClusterLifecycle cluster")?
+    else {
+        bail!(
+            "there is no ClusterLifecycle in this cluster (the controller creates one on start from kube-system/kubeadm-config; see docs/lifecycle.md); to show an Operation, name it: kubectl bosun status NAME"
+        );
+    };
+    let ops: Api<Operation> = Api::all(client.clone());
+    let generated = ops
+        .list(&kube::api::ListParams::default().labels(bosun_api::labels::LIFECYCLE))
+        .await
+        .context("listing the generated Operations")?
+        .items;
+    let text = match output {
+        Some(Format::Json) => {
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "clusterLifecycle": cl, "operations": generated }),
+            )? + "\n"
+        }
+        Some(Format::Yaml) => serde_yaml::to_string(
+            &serde_json::json!({ "clusterLifecycle": cl, "operations": generated }),
+        )?,
+        None => {
+            let cl = terminal::cleaned(&cl)?;
+            let generated = generated
+                .iter()
+                .map(terminal::cleaned)
+                .collect::<Result<Vec<_>>>()?;
+            render::lifecycle(&cl, &generated, Timestamp::now(), style)
+        }
+    };
+    print!("{text}");
+    Ok(Status::Success)
 }
 
 /// A NodeTask for the human renderings: every string escaped ([`terminal::cleaned`]), and

@@ -742,6 +742,112 @@ pub fn logs(task: &NodeTask, only: Option<&str>, now: Timestamp) -> String {
     out
 }
 
+/// The ClusterLifecycle at a glance, as the same kind of tree as an Operation: desired and
+/// observed, what it waits for, then the Operations it generated (newest first) with their
+/// phase and progress.
+pub fn lifecycle(
+    cl: &bosun_api::ClusterLifecycle,
+    generated: &[Operation],
+    now: Timestamp,
+    s: Style,
+) -> String {
+    let status = cl.status.clone().unwrap_or_default();
+    let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t);
+    let mut out = String::new();
+    let sync = match condition("InSync") {
+        Some(c) if c.status == "True" => s.green("InSync"),
+        Some(c) => s.yellow(&format!("not in sync ({})", c.reason)),
+        None => s.dim("not reconciled yet (is bosun-controller running with --lifecycle?)"),
+    };
+    let _ = write!(
+        out,
+        "{} {}  {}  desired {}",
+        s.bold("ClusterLifecycle"),
+        s.bold(cl.metadata.name.as_deref().unwrap_or("?")),
+        sync,
+        cl.spec.kubernetes_version
+    );
+    if cl.spec.paused {
+        let _ = write!(out, "  {}", s.yellow("PAUSED"));
+    }
+    out.push('\n');
+    if let Some(summary) = status.summary.as_deref() {
+        let _ = writeln!(out, "  {summary}");
+    }
+    if let Some(w) = status.waiting.as_deref() {
+        let why = condition("Progressing")
+            .map(|c| c.message.clone())
+            .filter(|m| !m.is_empty())
+            .unwrap_or_default();
+        let _ = writeln!(out, "  {} {why}", s.yellow(&format!("waiting: {w}")));
+    }
+    let v = &status.versions;
+    let _ = writeln!(
+        out,
+        "  versions: {}/{} nodes at {}; lowest {}, highest {}",
+        v.nodes_at_desired,
+        v.nodes,
+        cl.spec.kubernetes_version,
+        v.lowest.as_deref().unwrap_or("?"),
+        v.highest.as_deref().unwrap_or("?")
+    );
+    let c = &status.certificates;
+    let expiry = match (&c.earliest_expiry, &c.earliest) {
+        (Some(at), Some(which)) => format!(
+            "earliest {which} expires {} (in {})",
+            at.0,
+            human_duration(at.0.duration_since(now))
+        ),
+        _ => "no control-plane node has reported its certificates".to_owned(),
+    };
+    let renewal = match (&c.next_renewal, cl.spec.certificates.auto_renew) {
+        (Some(at), true) => format!("next renewal {}", at.0),
+        _ => "autoRenew off".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "  certificates: {expiry}; {renewal}; rotation {} (handled {})",
+        cl.spec.certificates.rotation, c.handled_rotation
+    );
+    out.push('\n');
+    if status.history.is_empty() {
+        let _ = writeln!(out, "  {}", s.dim("no Operation generated"));
+    }
+    for (i, h) in status.history.iter().enumerate() {
+        let branch = if i + 1 == status.history.len() {
+            "└─"
+        } else {
+            "├─"
+        };
+        let op = generated
+            .iter()
+            .find(|o| o.metadata.name.as_deref() == Some(&h.name));
+        let state = match op {
+            Some(o) => {
+                let st = o.status.clone().unwrap_or_default();
+                format!(
+                    "{} {}",
+                    operation_phase_text(st.phase, s),
+                    st.progress.unwrap_or_default()
+                )
+            }
+            None => s.dim("deleted"),
+        };
+        let _ = writeln!(
+            out,
+            "  {branch} {}  {}  {state}  {}",
+            s.bold(&h.name),
+            h.kind,
+            s.dim(&format!(
+                "{} ago: {}",
+                human_duration(now.duration_since(h.created_at.0)),
+                h.reason
+            ))
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,713 @@
+//! The ClusterLifecycle decision: desired state and observed state in, at most one
+//! Operation to generate and the status to show out. Pure (no I/O, the time is an input),
+//! so every rule is a unit test.
+//!
+//! Rules, in order:
+//! 1. A generated Operation that has not finished holds everything: nothing new is
+//!    generated, and `waiting` says what it waits for (a person for a Blocked one, an
+//!    approval, or just its progress).
+//! 2. `spec.paused` generates nothing.
+//! 3. Nodes behind the desired version: one upgrade Operation, named after the version.
+//! 4. `spec.certificates.rotation` above the last one handled: one renewal, named after
+//!    the rotation.
+//! 5. `autoRenew` and a renewable control-plane certificate expiring within `renewBefore`:
+//!    one renewal, named after that expiry.
+//!
+//! Names are deterministic, so a rule whose Operation already exists (finished without
+//! closing the gap: a DryRun, skipped nodes) generates nothing again; it waits for a person
+//! instead. That is also what keeps a second reconcile from generating twice.
+
+use bosun_api::lifecycle::{
+    ClusterLifecycleSpec, ObservedCertificates, ObservedVersions, PackagePolicy,
+    parse_renew_before, parse_version,
+};
+use bosun_api::node_task::CertificateExpiry;
+use bosun_api::operation::{
+    CertificateName, KubePackage, OperationPhase, OperationSpec, RenewCertificatesSpec, UpgradeSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+/// What the controller observed about one node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeObservation {
+    pub name: String,
+    pub control_plane: bool,
+    /// The kubelet's version as the Node reports it.
+    pub kubelet_version: Option<String>,
+    /// The certificates from the node's NodeReport; `None` without a report.
+    pub certificates: Option<Vec<CertificateExpiry>>,
+}
+
+/// The kind of work of a generated Operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Upgrade,
+    RenewCertificates,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Upgrade => "upgrade",
+            Kind::RenewCertificates => "renewCertificates",
+        }
+    }
+}
+
+/// An Operation this ClusterLifecycle generated earlier, as it stands now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generated {
+    pub name: String,
+    pub kind: Kind,
+    pub phase: OperationPhase,
+    /// `status.progress` (`2/5`).
+    pub progress: Option<String>,
+}
+
+/// Everything the decision reads.
+#[derive(Clone, Debug)]
+pub struct Input<'a> {
+    pub spec: &'a ClusterLifecycleSpec,
+    /// `status.certificates.handledRotation`.
+    pub handled_rotation: i64,
+    pub nodes: &'a [NodeObservation],
+    pub generated: &'a [Generated],
+    pub now: Timestamp,
+}
+
+/// An Operation to create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Generate {
+    pub name: String,
+    pub kind: Kind,
+    pub reason: String,
+    pub spec: OperationSpec,
+}
+
+/// What generation waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    Paused,
+    BlockedOperation,
+    Approval,
+    OperationPaused,
+    OperationRunning,
+    OperationFinishedWithoutEffect,
+    NodeReports,
+}
+
+impl Waiting {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Waiting::Paused => "Paused",
+            Waiting::BlockedOperation => "BlockedOperation",
+            Waiting::Approval => "Approval",
+            Waiting::OperationPaused => "OperationPaused",
+            Waiting::OperationRunning => "OperationRunning",
+            Waiting::OperationFinishedWithoutEffect => "OperationFinishedWithoutEffect",
+            Waiting::NodeReports => "NodeReports",
+        }
+    }
+}
+
+/// The decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// The Operation to create now, if any.
+    pub generate: Option<Generate>,
+    /// What generation waits for, and a sentence saying what to do.
+    pub waiting: Option<(Waiting, String)>,
+    /// Desired equals observed; the reason names what differs when false.
+    pub in_sync: (bool, &'static str, String),
+    /// The generated Operation under way, if any.
+    pub progressing: Option<String>,
+    pub versions: ObservedVersions,
+    pub certificates: ObservedCertificates,
+    pub summary: String,
+}
+
+/// True for kubeadm's CAs, which `kubeadm certs renew` does not renew: they stay out of
+/// the freshness check, or an old CA would generate renewals forever.
+fn is_ca(name: &str) -> bool {
+    name == "ca" || name.ends_with("-ca")
+}
+
+/// `v1.34.4` → `v1-34-4`, for Operation names.
+fn dns(version: &str) -> String {
+    version.replace('.', "-").to_ascii_lowercase()
+}
+
+/// The name of the upgrade Operation for `version`.
+pub fn upgrade_name(version: &str) -> String {
+    format!("lifecycle-upgrade-{}", dns(version))
+}
+
+/// The name of the renewal Operation for rotation `n`.
+pub fn rotation_name(n: i64) -> String {
+    format!("lifecycle-renew-r{n}")
+}
+
+/// The name of the renewal Operation for certificates expiring at `expiry`.
+pub fn expiry_name(expiry: Timestamp) -> String {
+    format!("lifecycle-renew-exp-{}", expiry.strftime("%Y%m%d-%H%M%S"))
+}
+
+/// Decides. See the module documentation for the rules.
+pub fn decide(input: &Input<'_>) -> Decision {
+    let spec = input.spec;
+    let desired = parse_version(&spec.kubernetes_version);
+
+    // Versions.
+    let mut versions = ObservedVersions {
+        nodes: u32::try_from(input.nodes.len()).unwrap_or(u32::MAX),
+        ..Default::default()
+    };
+    let mut parsed: Vec<(u32, u32, u32)> = Vec::new();
+    let mut behind = 0u32;
+    let mut unknown = 0u32;
+    for node in input.nodes {
+        match node.kubelet_version.as_deref().and_then(parse_version) {
+            Some(v) => {
+                parsed.push(v);
+                if Some(v) == desired {
+                    versions.nodes_at_desired += 1;
+                } else if desired.is_some_and(|d| v < d) {
+                    behind += 1;
+                }
+            }
+            None => unknown += 1,
+        }
+    }
+    let show = |v: (u32, u32, u32)| format!("v{}.{}.{}", v.0, v.1, v.2);
+    versions.lowest = parsed.iter().min().copied().map(show);
+    versions.highest = parsed.iter().max().copied().map(show);
+
+    // Certificates of the control-plane nodes.
+    let mut certificates = ObservedCertificates {
+        handled_rotation: input.handled_rotation,
+        ..Default::default()
+    };
+    let mut earliest: Option<(Timestamp, String)> = None;
+    for node in input.nodes.iter().filter(|n| n.control_plane) {
+        let Some(list) = &node.certificates else {
+            continue;
+        };
+        certificates.nodes_reported += 1;
+        for cert in list.iter().filter(|c| !is_ca(&c.name)) {
+            let at = cert.not_after.0;
+            if earliest.as_ref().is_none_or(|(e, _)| at < *e) {
+                earliest = Some((at, format!("{}/{}", node.name, cert.name)));
+            }
+        }
+    }
+    let renew_before = parse_renew_before(&spec.certificates.renew_before).unwrap_or(0);
+    let due_at = earliest
+        .as_ref()
+        .map(|(at, _)| *at - SignedDuration::from_secs(renew_before));
+    let certs_due = due_at.is_some_and(|d| d <= input.now);
+    if let Some((at, which)) = &earliest {
+        certificates.earliest_expiry = Some(Time(*at));
+        certificates.earliest = Some(which.clone());
+    }
+    if spec.certificates.auto_renew {
+        certificates.next_renewal = due_at.map(Time);
+    }
+    let rotation_due = spec.certificates.rotation > input.handled_rotation;
+
+    let version_synced = versions.nodes_at_desired == versions.nodes && versions.nodes > 0;
+    let in_sync = if !version_synced {
+        (
+            false,
+            "VersionDrift",
+            format!(
+                "{}/{} nodes at {} ({behind} behind, {unknown} not reporting a version)",
+                versions.nodes_at_desired, versions.nodes, spec.kubernetes_version
+            ),
+        )
+    } else if rotation_due {
+        (
+            false,
+            "RotationRequested",
+            format!(
+                "certificates.rotation {} is above the last handled, {}",
+                spec.certificates.rotation, input.handled_rotation
+            ),
+        )
+    } else if certs_due {
+        let (at, which) = earliest.clone().unwrap_or((input.now, String::new()));
+        (
+            false,
+            "CertificatesDue",
+            format!(
+                "{which} expires at {at}, within renewBefore {}",
+                spec.certificates.renew_before
+            ),
+        )
+    } else {
+        (
+            true,
+            "InSync",
+            format!(
+                "every node at {}; certificates fresh",
+                spec.kubernetes_version
+            ),
+        )
+    };
+
+    let mut decision = Decision {
+        generate: None,
+        waiting: None,
+        in_sync,
+        progressing: None,
+        versions,
+        certificates,
+        summary: String::new(),
+    };
+    let exists = |name: &str| input.generated.iter().find(|g| g.name == name);
+
+    if let Some(open) = input.generated.iter().find(|g| !g.phase.is_finished()) {
+        decision.progressing = Some(open.name.clone());
+        let (waiting, what) = match open.phase {
+            OperationPhase::Blocked => (
+                Waiting::BlockedOperation,
+                format!(
+                    "Operation {} is Blocked: resolve it (`kubectl bosun retry` or `skip` on its blocked task) and generation resumes",
+                    open.name
+                ),
+            ),
+            OperationPhase::AwaitingApproval => (
+                Waiting::Approval,
+                format!("Operation {} waits for a node's approval", open.name),
+            ),
+            OperationPhase::Paused => (
+                Waiting::OperationPaused,
+                format!("Operation {} is paused", open.name),
+            ),
+            _ => (
+                Waiting::OperationRunning,
+                format!("Operation {} is under way", open.name),
+            ),
+        };
+        decision.waiting = Some((waiting, what));
+    } else if spec.paused {
+        decision.waiting = Some((
+            Waiting::Paused,
+            "spec.paused is true: no Operation is generated".into(),
+        ));
+    } else if behind > 0 && desired.is_some() {
+        let name = upgrade_name(&spec.kubernetes_version);
+        if let Some(done) = exists(&name) {
+            decision.waiting = Some((
+                Waiting::OperationFinishedWithoutEffect,
+                format!(
+                    "upgrade Operation {name} ended {} but {behind} nodes are still behind {}: look at its tasks (a DryRun or skipped nodes change nothing), then upgrade them by hand or raise spec.kubernetesVersion",
+                    done.phase.as_str(),
+                    spec.kubernetes_version
+                ),
+            ));
+        } else {
+            decision.generate = Some(Generate {
+                name,
+                kind: Kind::Upgrade,
+                reason: format!(
+                    "{behind} of {} nodes behind {}",
+                    input.nodes.len(),
+                    spec.kubernetes_version
+                ),
+                spec: operation_spec(spec, Kind::Upgrade),
+            });
+        }
+    } else if rotation_due {
+        let rotation = spec.certificates.rotation;
+        let name = rotation_name(rotation);
+        decision.certificates.handled_rotation = rotation;
+        if exists(&name).is_none() {
+            decision.generate = Some(Generate {
+                name,
+                kind: Kind::RenewCertificates,
+                reason: format!("certificates.rotation raised to {rotation}"),
+                spec: operation_spec(spec, Kind::RenewCertificates),
+            });
+        }
+    } else if certs_due && spec.certificates.auto_renew {
+        let (at, which) = earliest.clone().unwrap_or((input.now, String::new()));
+        let name = expiry_name(at);
+        if let Some(done) = exists(&name) {
+            decision.waiting = Some((
+                Waiting::OperationFinishedWithoutEffect,
+                format!(
+                    "renewal Operation {name} ended {} but {which} still expires at {at}: look at its tasks, then renew by hand or raise certificates.rotation",
+                    done.phase.as_str()
+                ),
+            ));
+        } else {
+            decision.generate = Some(Generate {
+                name,
+                kind: Kind::RenewCertificates,
+                reason: format!(
+                    "{which} expires at {at}, within renewBefore {}",
+                    spec.certificates.renew_before
+                ),
+                spec: operation_spec(spec, Kind::RenewCertificates),
+            });
+        }
+    } else if spec.certificates.auto_renew
+        && decision.certificates.nodes_reported == 0
+        && input.nodes.iter().any(|n| n.control_plane)
+    {
+        decision.waiting = Some((
+            Waiting::NodeReports,
+            "no control-plane node has reported its certificates yet (is the agent running there?)"
+                .into(),
+        ));
+    }
+
+    decision.summary = summary(input, &decision);
+    decision
+}
+
+/// The Operation spec of a generated Operation of `kind`.
+pub fn operation_spec(spec: &ClusterLifecycleSpec, kind: Kind) -> OperationSpec {
+    let defaults = &spec.operation_defaults;
+    let mut out = OperationSpec {
+        execution_mode: defaults.execution_mode,
+        rollout: defaults.rollout.clone(),
+        health_gates: defaults.health_gates.clone(),
+        ..Default::default()
+    };
+    match kind {
+        Kind::Upgrade => {
+            out.upgrade = Some(UpgradeSpec {
+                kubernetes_version: spec.kubernetes_version.clone(),
+                packages: match spec.packages {
+                    PackagePolicy::FollowClusterVersion => vec![
+                        KubePackage::Kubeadm,
+                        KubePackage::Kubelet,
+                        KubePackage::Kubectl,
+                    ],
+                    PackagePolicy::LeaveAlone => Vec::new(),
+                },
+            });
+        }
+        Kind::RenewCertificates => {
+            out.renew_certificates = Some(RenewCertificatesSpec {
+                certificates: vec![CertificateName::All],
+                renew_before: None,
+            });
+        }
+    }
+    out
+}
+
+fn summary(input: &Input<'_>, d: &Decision) -> String {
+    let mut parts = vec![format!(
+        "{}/{} nodes at {}",
+        d.versions.nodes_at_desired, d.versions.nodes, input.spec.kubernetes_version
+    )];
+    if let Some(g) = &d.generate {
+        parts.push(format!(
+            "generating {} Operation {}",
+            g.kind.as_str(),
+            g.name
+        ));
+    } else if let Some(open) = d
+        .progressing
+        .as_ref()
+        .and_then(|n| input.generated.iter().find(|g| &g.name == n))
+    {
+        parts.push(format!(
+            "{} Operation {} {} ({})",
+            open.kind.as_str(),
+            open.name,
+            open.phase.as_str().to_ascii_lowercase(),
+            open.progress.as_deref().unwrap_or("not planned yet")
+        ));
+    }
+    if let Some((w, _)) = &d.waiting {
+        parts.push(format!("waiting: {}", w.as_str()));
+    }
+    if let Some(at) = &d.certificates.earliest_expiry {
+        parts.push(format!("certificates expire from {}", at.0));
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bosun_api::lifecycle::CertificatePolicy;
+
+    fn spec(version: &str) -> ClusterLifecycleSpec {
+        ClusterLifecycleSpec {
+            kubernetes_version: version.into(),
+            certificates: CertificatePolicy::default(),
+            packages: PackagePolicy::default(),
+            operation_defaults: Default::default(),
+            paused: false,
+        }
+    }
+
+    fn now() -> Timestamp {
+        "2026-12-01T00:00:00Z".parse().unwrap()
+    }
+
+    fn cert(name: &str, days: i64) -> CertificateExpiry {
+        CertificateExpiry {
+            name: name.into(),
+            not_after: Time(now() + SignedDuration::from_hours(24 * days)),
+        }
+    }
+
+    fn node(
+        name: &str,
+        cp: bool,
+        version: &str,
+        certs: Option<Vec<CertificateExpiry>>,
+    ) -> NodeObservation {
+        NodeObservation {
+            name: name.into(),
+            control_plane: cp,
+            kubelet_version: Some(version.into()),
+            certificates: certs,
+        }
+    }
+
+    fn cluster(version: &str, cert_days: i64) -> Vec<NodeObservation> {
+        vec![
+            node(
+                "cp-1",
+                true,
+                version,
+                Some(vec![cert("ca", 3), cert("apiserver", cert_days)]),
+            ),
+            node("w-1", false, version, Some(vec![cert("ca", 3)])),
+        ]
+    }
+
+    fn decide_with(
+        spec: &ClusterLifecycleSpec,
+        handled: i64,
+        nodes: &[NodeObservation],
+        generated: &[Generated],
+    ) -> Decision {
+        decide(&Input {
+            spec,
+            handled_rotation: handled,
+            nodes,
+            generated,
+            now: now(),
+        })
+    }
+
+    #[test]
+    fn a_cluster_as_desired_is_in_sync_and_generates_nothing() {
+        let d = decide_with(&spec("v1.34.4"), 0, &cluster("v1.34.4", 300), &[]);
+        assert_eq!(d.generate, None);
+        assert_eq!(d.waiting, None);
+        assert!(d.in_sync.0, "{:?}", d.in_sync);
+        assert_eq!(d.versions.nodes_at_desired, 2);
+        // CAs are left out: the earliest renewable certificate is the apiserver's.
+        assert_eq!(d.certificates.earliest.as_deref(), Some("cp-1/apiserver"));
+        assert_eq!(
+            d.certificates.next_renewal, None,
+            "no autoRenew, no planned renewal"
+        );
+        assert!(
+            d.summary.starts_with("2/2 nodes at v1.34.4"),
+            "{}",
+            d.summary
+        );
+    }
+
+    #[test]
+    fn version_drift_generates_one_upgrade_with_the_defaults() {
+        let mut s = spec("v1.35.0");
+        s.operation_defaults.execution_mode = bosun_api::ExecutionMode::DryRun;
+        let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &[]);
+        let g = d.generate.expect("an upgrade");
+        assert_eq!(g.name, "lifecycle-upgrade-v1-35-0");
+        assert_eq!(g.kind, Kind::Upgrade);
+        assert_eq!(g.spec.execution_mode, bosun_api::ExecutionMode::DryRun);
+        let up = g.spec.upgrade.expect("upgrade spec");
+        assert_eq!(up.kubernetes_version, "v1.35.0");
+        assert_eq!(up.packages.len(), 3);
+        assert_eq!(d.in_sync.1, "VersionDrift");
+
+        s.packages = PackagePolicy::LeaveAlone;
+        let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &[]);
+        assert!(
+            d.generate
+                .unwrap()
+                .spec
+                .upgrade
+                .unwrap()
+                .packages
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_existing_upgrade_of_that_version_is_not_generated_again() {
+        let s = spec("v1.35.0");
+        let done = [Generated {
+            name: upgrade_name("v1.35.0"),
+            kind: Kind::Upgrade,
+            phase: OperationPhase::Succeeded,
+            progress: Some("2/2".into()),
+        }];
+        let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &done);
+        assert_eq!(d.generate, None);
+        assert_eq!(
+            d.waiting.map(|w| w.0),
+            Some(Waiting::OperationFinishedWithoutEffect)
+        );
+    }
+
+    #[test]
+    fn an_unfinished_generated_operation_holds_generation() {
+        let s = spec("v1.35.0");
+        for (phase, waiting) in [
+            (OperationPhase::Blocked, Waiting::BlockedOperation),
+            (OperationPhase::AwaitingApproval, Waiting::Approval),
+            (OperationPhase::Running, Waiting::OperationRunning),
+            (OperationPhase::Pending, Waiting::OperationRunning),
+            (OperationPhase::Paused, Waiting::OperationPaused),
+        ] {
+            let open = [Generated {
+                name: "lifecycle-renew-r1".into(),
+                kind: Kind::RenewCertificates,
+                phase,
+                progress: Some("0/1".into()),
+            }];
+            let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
+            assert_eq!(d.generate, None, "{phase:?}");
+            assert_eq!(d.waiting.map(|w| w.0), Some(waiting), "{phase:?}");
+            assert_eq!(d.progressing.as_deref(), Some("lifecycle-renew-r1"));
+        }
+        // Once it finished, the drift is acted on.
+        let finished = [Generated {
+            name: "lifecycle-renew-r1".into(),
+            kind: Kind::RenewCertificates,
+            phase: OperationPhase::Succeeded,
+            progress: Some("1/1".into()),
+        }];
+        let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &finished);
+        assert_eq!(d.generate.map(|g| g.kind), Some(Kind::Upgrade));
+    }
+
+    #[test]
+    fn paused_generates_nothing() {
+        let mut s = spec("v1.35.0");
+        s.paused = true;
+        s.certificates.rotation = 3;
+        let d = decide_with(&s, 0, &cluster("v1.34.4", 1), &[]);
+        assert_eq!(d.generate, None);
+        assert_eq!(d.waiting.map(|w| w.0), Some(Waiting::Paused));
+        assert_eq!(
+            d.certificates.handled_rotation, 0,
+            "a paused rotation is not handled"
+        );
+    }
+
+    #[test]
+    fn a_rotation_bump_renews_once() {
+        let mut s = spec("v1.34.4");
+        s.certificates.rotation = 3;
+        let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &[]);
+        let g = d.generate.expect("a renewal");
+        assert_eq!(g.name, "lifecycle-renew-r3");
+        assert!(g.spec.renew_certificates.is_some());
+        assert_eq!(d.certificates.handled_rotation, 3);
+        // Handled: nothing more.
+        let d = decide_with(&s, 3, &cluster("v1.34.4", 300), &[]);
+        assert_eq!(d.generate, None);
+        assert!(d.in_sync.0);
+        // Created but the status write was lost: the name exists, it is handled, nothing is
+        // generated twice.
+        let exists = [Generated {
+            name: "lifecycle-renew-r3".into(),
+            kind: Kind::RenewCertificates,
+            phase: OperationPhase::Succeeded,
+            progress: None,
+        }];
+        let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &exists);
+        assert_eq!(d.generate, None);
+        assert_eq!(d.certificates.handled_rotation, 3);
+    }
+
+    #[test]
+    fn certificates_within_renew_before_renew_only_with_auto_renew() {
+        let mut s = spec("v1.34.4");
+        s.certificates.renew_before = "30d".into();
+        let nodes = cluster("v1.34.4", 10);
+        let d = decide_with(&s, 0, &nodes, &[]);
+        assert_eq!(d.generate, None, "autoRenew is off");
+        assert_eq!(d.in_sync.1, "CertificatesDue");
+
+        s.certificates.auto_renew = true;
+        let d = decide_with(&s, 0, &nodes, &[]);
+        let g = d.generate.expect("a renewal");
+        assert!(g.name.starts_with("lifecycle-renew-exp-"), "{}", g.name);
+        assert_eq!(
+            d.certificates.next_renewal.map(|t| t.0),
+            Some(now() + SignedDuration::from_hours(24 * 10) - SignedDuration::from_hours(24 * 30))
+        );
+
+        // Fresh certificates: the next renewal is planned, nothing generated.
+        let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &[]);
+        assert_eq!(d.generate, None);
+        assert!(d.in_sync.0);
+        assert_eq!(
+            d.certificates.next_renewal.map(|t| t.0),
+            Some(now() + SignedDuration::from_hours(24 * 270))
+        );
+    }
+
+    #[test]
+    fn a_due_ca_alone_generates_nothing() {
+        let mut s = spec("v1.34.4");
+        s.certificates.auto_renew = true;
+        let nodes = vec![node(
+            "cp-1",
+            true,
+            "v1.34.4",
+            Some(vec![
+                cert("ca", 1),
+                cert("etcd-ca", 1),
+                cert("apiserver", 300),
+            ]),
+        )];
+        let d = decide_with(&s, 0, &nodes, &[]);
+        assert_eq!(d.generate, None);
+        assert!(d.in_sync.0);
+    }
+
+    #[test]
+    fn upgrade_comes_before_renewal() {
+        let mut s = spec("v1.35.0");
+        s.certificates.rotation = 1;
+        let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &[]);
+        assert_eq!(d.generate.map(|g| g.kind), Some(Kind::Upgrade));
+        assert_eq!(
+            d.certificates.handled_rotation, 0,
+            "the rotation waits for its turn"
+        );
+    }
+
+    #[test]
+    fn nodes_ahead_of_desired_are_not_in_sync_but_not_downgraded() {
+        let d = decide_with(&spec("v1.34.4"), 0, &cluster("v1.34.5", 300), &[]);
+        assert_eq!(d.generate, None);
+        assert!(!d.in_sync.0);
+    }
+
+    #[test]
+    fn without_reports_auto_renew_waits_for_them() {
+        let mut s = spec("v1.34.4");
+        s.certificates.auto_renew = true;
+        let nodes = vec![node("cp-1", true, "v1.34.4", None)];
+        let d = decide_with(&s, 0, &nodes, &[]);
+        assert_eq!(d.waiting.map(|w| w.0), Some(Waiting::NodeReports));
+    }
+}

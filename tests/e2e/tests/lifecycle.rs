@@ -1,0 +1,919 @@
+//! The declarative layer end to end (docs/lifecycle.md): the ClusterLifecycle `cluster`,
+//! the agents' NodeReports, and the Operations the controller generates, against the lab's
+//! real API server with the real controller and agents.
+//!
+//! - Adoption: a controller that finds no ClusterLifecycle creates one from kubeadm's
+//!   `kubeadm-config` ConfigMap (created here as kubeadm would: the lab has none), the
+//!   agents report their nodes, the status turns InSync, and no Operation starts.
+//! - A `rotation` bump generates exactly one renewal Operation; it blocks (the lab has no
+//!   `certs` plugin), which holds further generation (a second bump generates nothing)
+//!   until a person skips the blocked tasks; then the second bump's renewal is generated.
+//! - `autoRenew` with a `renewBefore` covering the lab's certificates generates a renewal.
+//! - A one-minor `kubernetesVersion` bump generates one upgrade Operation with the
+//!   ClusterLifecycle's defaults (DryRun here), which the controller plans.
+//! - The API server refuses a downgrade, a skipped minor, a rotation decrease, a malformed
+//!   version and another name, with messages that say so.
+//! - `paused` generates nothing; deleting the ClusterLifecycle deletes no Operation.
+//! - An operation Policy blocks a generated Operation as any other, and the
+//!   ClusterLifecycle waits for it.
+//! - An agent's token may write only its own node's NodeReport.
+//!
+//! The ClusterLifecycle is one per cluster: every test here takes the lab-nodes lock and
+//! starts from none. Build the binaries first (`cargo build --workspace --bins`).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use bosun_api::lifecycle::{ClusterLifecycle, parse_version};
+use bosun_api::node_report::NodeReport;
+use bosun_api::node_task::NodeTaskPhase;
+use bosun_api::operation::{ExecutionMode, Operation};
+use bosun_e2e::identity::{
+    AGENT_SA, agent_pod, apply_deploy_file, client_with_token, forbidden, token_of,
+};
+use bosun_e2e::operator::phase_of;
+use bosun_e2e::{DEADLINE, MANAGER, Operator, apply_crds, lock_lab_nodes, unique};
+use bosun_lab::{LabHandle, Role};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const POLL: Duration = Duration::from_millis(250);
+
+/// The lab's version, `vX.Y.Z`.
+fn lab_version(lab: &LabHandle) -> String {
+    let v = lab.kubernetes_version.trim();
+    if v.starts_with('v') {
+        v.to_string()
+    } else {
+        format!("v{v}")
+    }
+}
+
+/// Starts every test from the same place: the CRDs, no ClusterLifecycle, and the
+/// `kubeadm-config` ConfigMap kubeadm writes on `kubeadm init` (the lab's control plane
+/// was not made by `kubeadm init`, so it has none).
+async fn fresh(lab: &LabHandle) -> Result<()> {
+    apply_crds(&lab.client).await?;
+    delete_lifecycle(&lab.client).await?;
+    let maps: Api<ConfigMap> = Api::namespaced(lab.client.clone(), "kube-system");
+    let config = format!(
+        "apiServer: {{}}\napiVersion: kubeadm.k8s.io/v1beta4\ncertificatesDir: /etc/kubernetes/pki\nclusterName: kubernetes\nkind: ClusterConfiguration\nkubernetesVersion: {}\nnetworking:\n  dnsDomain: cluster.local\n  serviceSubnet: 10.96.0.0/12\n",
+        lab_version(lab)
+    );
+    maps.patch(
+        "kubeadm-config",
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "kubeadm-config", "namespace": "kube-system" },
+            "data": { "ClusterConfiguration": config },
+        })),
+    )
+    .await
+    .context("creating kube-system/kubeadm-config as kubeadm would")?;
+    Ok(())
+}
+
+/// Leaves the lab as it was: no ClusterLifecycle, no kubeadm-config (so no other test's
+/// default-install controller adopts).
+async fn cleanup(lab: &LabHandle) -> Result<()> {
+    delete_lifecycle(&lab.client).await?;
+    let maps: Api<ConfigMap> = Api::namespaced(lab.client.clone(), "kube-system");
+    if maps.get_opt("kubeadm-config").await?.is_some() {
+        maps.delete("kubeadm-config", &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}
+
+async fn delete_lifecycle(client: &Client) -> Result<()> {
+    let api: Api<ClusterLifecycle> = Api::all(client.clone());
+    if api.get_opt("cluster").await?.is_some() {
+        api.delete("cluster", &DeleteParams::default()).await?;
+    }
+    let started = Instant::now();
+    while api.get_opt("cluster").await?.is_some() {
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "ClusterLifecycle cluster was not deleted"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(())
+}
+
+/// The controller with the lifecycle reconciler, the agents keeping their NodeReports
+/// (read every second).
+fn start(lab: &LabHandle, test: &str) -> Result<Operator> {
+    Operator::start_with_args(
+        lab,
+        test,
+        &["--lifecycle".into(), "true".into()],
+        &[
+            "--node-report".into(),
+            "true".into(),
+            "--node-report-seconds".into(),
+            "1".into(),
+        ],
+    )
+}
+
+/// Waits until the ClusterLifecycle satisfies `done`; fails with what it was.
+async fn wait_lifecycle(
+    op: &mut Operator,
+    what: &str,
+    done: impl Fn(&ClusterLifecycle) -> bool,
+) -> Result<ClusterLifecycle> {
+    let api: Api<ClusterLifecycle> = Api::all(op.client.clone());
+    let started = Instant::now();
+    loop {
+        op.procs.check_alive()?;
+        let current = api.get_opt("cluster").await?;
+        if let Some(c) = current.as_ref().filter(|c| done(c)) {
+            return Ok(c.clone());
+        }
+        if started.elapsed() >= DEADLINE {
+            bail!(
+                "ClusterLifecycle: not {what} within {DEADLINE:?}; it is {}\nlogs: {}",
+                serde_json::to_string_pretty(&current).unwrap_or_default(),
+                op.procs.logs().display()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn condition(c: &ClusterLifecycle, type_: &str) -> Option<String> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+        .map(|x| x.status.clone())
+}
+
+/// The status describes the current spec.
+fn current(c: &ClusterLifecycle) -> bool {
+    c.status
+        .as_ref()
+        .is_some_and(|s| s.observed_generation == c.metadata.generation)
+}
+
+/// The Operations the ClusterLifecycle of `op`'s instance generated.
+async fn generated(op: &Operator) -> Result<Vec<Operation>> {
+    let ops: Api<Operation> = Api::all(op.client.clone());
+    Ok(ops
+        .list(&ListParams::default().labels(&format!(
+            "bosun.dev/instance={},bosun.dev/lifecycle",
+            op.instance
+        )))
+        .await?
+        .items)
+}
+
+/// Every Operation of `op`'s instance, generated or not.
+async fn all_operations(op: &Operator) -> Result<Vec<Operation>> {
+    let ops: Api<Operation> = Api::all(op.client.clone());
+    Ok(ops
+        .list(&ListParams::default().labels(&format!("bosun.dev/instance={}", op.instance)))
+        .await?
+        .items)
+}
+
+async fn patch_spec(client: &Client, spec: Value) -> Result<()> {
+    let api: Api<ClusterLifecycle> = Api::all(client.clone());
+    api.patch(
+        "cluster",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": spec })),
+    )
+    .await
+    .with_context(|| format!("patching the ClusterLifecycle's spec with {spec}"))?;
+    Ok(())
+}
+
+/// Adopted and in sync: the spec is the cluster's, every node reported.
+async fn adopted_in_sync(op: &mut Operator, lab: &LabHandle) -> Result<ClusterLifecycle> {
+    let control_planes = lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == Role::ControlPlane)
+        .count() as u32;
+    let nodes = lab.nodes.len() as u32;
+    wait_lifecycle(
+        op,
+        "adopted, InSync, with every control plane's certificates",
+        |c| {
+            current(c)
+                && condition(c, "InSync").as_deref() == Some("True")
+                && c.status.as_ref().is_some_and(|s| {
+                    s.certificates.nodes_reported >= control_planes
+                        && s.versions.nodes_at_desired >= nodes
+                })
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_install_adopts_the_cluster_as_it_is_and_starts_nothing() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-adopt")?;
+    let adopted = adopted_in_sync(&mut op, &lab).await?;
+
+    ensure!(
+        adopted.spec.kubernetes_version == lab_version(&lab),
+        "adopted version {} is not the cluster's {}",
+        adopted.spec.kubernetes_version,
+        lab_version(&lab)
+    );
+    ensure!(
+        !adopted.spec.certificates.auto_renew && adopted.spec.certificates.rotation == 0,
+        "adoption must not renew anything: {:?}",
+        adopted.spec.certificates
+    );
+    ensure!(
+        adopted.labels().get("bosun.dev/instance") == Some(&op.instance),
+        "adopted for this instance: {:?}",
+        adopted.labels()
+    );
+    let status = adopted.status.clone().unwrap_or_default();
+    ensure!(
+        status.waiting.is_none() && status.history.is_empty(),
+        "nothing waits, nothing generated: {status:?}"
+    );
+    ensure!(
+        condition(&adopted, "Progressing").as_deref() == Some("False"),
+        "not progressing: {status:?}"
+    );
+    // The earliest renewable certificate is one of a control plane's (CAs left out).
+    let earliest = status
+        .certificates
+        .earliest
+        .clone()
+        .context("the earliest certificate is shown")?;
+    let cp = lab
+        .nodes
+        .iter()
+        .find(|n| n.role == Role::ControlPlane)
+        .context("the lab has a control plane")?;
+    ensure!(
+        earliest.starts_with(&format!("{}/", cp.name)) && !earliest.ends_with("/ca"),
+        "earliest certificate {earliest}"
+    );
+    ensure!(
+        status
+            .summary
+            .as_deref()
+            .is_some_and(|s| s.starts_with(&format!(
+                "{n}/{n} nodes at {}",
+                lab_version(&lab),
+                n = lab.nodes.len()
+            ))),
+        "summary: {:?}",
+        status.summary
+    );
+
+    // Every node's report is there, with its kubelet's version and OS.
+    let reports: Api<NodeReport> = Api::all(lab.client.clone());
+    for node in &lab.nodes {
+        let r = reports
+            .get(&node.name)
+            .await
+            .with_context(|| format!("the NodeReport of {}", node.name))?;
+        ensure!(
+            r.spec.facts.kubelet_version.as_deref() == Some(lab_version(&lab).as_str()),
+            "{}: kubelet {:?}",
+            node.name,
+            r.spec.facts.kubelet_version
+        );
+        ensure!(
+            r.spec.facts.os.as_deref() == Some(node.os.as_str()),
+            "{}: os {:?}",
+            node.name,
+            r.spec.facts.os
+        );
+        if node.role == Role::ControlPlane {
+            ensure!(
+                !r.spec.facts.certificates.is_empty(),
+                "{}: certificates reported",
+                node.name
+            );
+        }
+    }
+    // Nothing changed on the nodes: the agents (reading every second) write nothing more.
+    let before: Vec<Option<String>> = reports
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|r| r.resource_version())
+        .collect();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after: Vec<Option<String>> = reports
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|r| r.resource_version())
+        .collect();
+    ensure!(
+        before == after,
+        "a NodeReport was rewritten though nothing changed"
+    );
+    let ops = all_operations(&op).await?;
+    ensure!(
+        ops.is_empty(),
+        "a fresh install started Operations: {:?}",
+        ops.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+
+    // `kubectl bosun status` without an Operation shows the ClusterLifecycle.
+    let out = std::process::Command::new(bosun_e2e::binary("kubectl-bosun")?)
+        .args(["status", "--kubeconfig"])
+        .arg(&lab.kubeconfig)
+        .env("NO_COLOR", "1")
+        .env_remove("KUBECONFIG")
+        .output()
+        .context("running kubectl-bosun status")?;
+    let text = String::from_utf8(out.stdout)?;
+    ensure!(
+        out.status.success()
+            && text.starts_with(&format!(
+                "ClusterLifecycle cluster  InSync  desired {}",
+                lab_version(&lab)
+            ))
+            && text.contains("no Operation generated")
+            && text.contains(&format!("certificates: earliest {earliest} expires")),
+        "kubectl bosun status ({}):\n{text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+/// Skips every Blocked task of `name` until it finishes.
+async fn skip_until_finished(op: &mut Operator, name: &str) -> Result<Operation> {
+    let started = Instant::now();
+    let ops: Api<Operation> = Api::all(op.client.clone());
+    loop {
+        op.procs.check_alive()?;
+        let current = ops.get(name).await?;
+        if phase_of(&current).is_finished() {
+            return Ok(current);
+        }
+        for (_, task) in op.tasks(name).await? {
+            let s = task.status.clone().unwrap_or_default();
+            if s.phase == NodeTaskPhase::Blocked && task.spec.recovery.is_none() {
+                op.patch_task_spec(&task.name_any(), json!({ "recovery": "Skip" }))
+                    .await?;
+            }
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "Operation {name} did not finish after skipping its blocked tasks\n{}",
+            bosun_e2e::describe_tasks(&op.client, name).await
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_bump_renews_once_and_a_blocked_renewal_holds_generation() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    let plugins: Api<bosun_api::Plugin> = Api::all(lab.client.clone());
+    ensure!(
+        plugins.get_opt("certs").await?.is_none(),
+        "this test needs the lab without a `certs` Plugin (its renewal must block)"
+    );
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-rotate")?;
+    adopted_in_sync(&mut op, &lab).await?;
+
+    patch_spec(&lab.client, json!({ "certificates": { "rotation": 1 } })).await?;
+    let c = wait_lifecycle(&mut op, "blocked on its renewal r1", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.waiting.as_deref() == Some("BlockedOperation"))
+    })
+    .await?;
+    let status = c.status.clone().unwrap_or_default();
+    ensure!(
+        status.certificates.handled_rotation == 1,
+        "rotation 1 handled: {status:?}"
+    );
+    ensure!(
+        status.current_operation.as_deref() == Some("lifecycle-renew-r1"),
+        "current operation: {status:?}"
+    );
+    ensure!(
+        condition(&c, "Progressing").as_deref() == Some("True")
+            && condition(&c, "InSync").as_deref() == Some("True"),
+        "progressing (blocked), and in sync once rotation 1 is handled: {status:?}"
+    );
+    let ops = generated(&op).await?;
+    ensure!(
+        ops.len() == 1 && ops[0].name_any() == "lifecycle-renew-r1",
+        "exactly one renewal: {:?}",
+        ops.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+    let renewal = &ops[0];
+    ensure!(
+        renewal.spec.renew_certificates.is_some()
+            && renewal.metadata.owner_references.is_none()
+            && renewal
+                .labels()
+                .get("bosun.dev/lifecycle")
+                .map(String::as_str)
+                == Some("renewCertificates"),
+        "a labelled renewal with no owner: {:?}",
+        renewal.metadata
+    );
+
+    // A second bump while r1 is Blocked generates nothing.
+    patch_spec(&lab.client, json!({ "certificates": { "rotation": 2 } })).await?;
+    let c = wait_lifecycle(&mut op, "the second bump seen, still blocked", current).await?;
+    let status = c.status.clone().unwrap_or_default();
+    ensure!(
+        status.waiting.as_deref() == Some("BlockedOperation")
+            && status.certificates.handled_rotation == 1,
+        "held by the blocked r1: {status:?}"
+    );
+    ensure!(
+        generated(&op).await?.len() == 1,
+        "nothing generated while r1 is Blocked"
+    );
+
+    // A person skips r1's blocked tasks: it finishes, and rotation 2 is generated.
+    skip_until_finished(&mut op, "lifecycle-renew-r1").await?;
+    let c = wait_lifecycle(&mut op, "rotation 2 handled", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.certificates.handled_rotation == 2)
+    })
+    .await?;
+    let mut names: Vec<String> = generated(&op)
+        .await?
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
+    ensure!(
+        names == ["lifecycle-renew-r1", "lifecycle-renew-r2"],
+        "one renewal per bump: {names:?}"
+    );
+    let history: Vec<String> = c
+        .status
+        .clone()
+        .unwrap_or_default()
+        .history
+        .iter()
+        .map(|h| h.name.clone())
+        .collect();
+    ensure!(
+        history == ["lifecycle-renew-r2", "lifecycle-renew-r1"],
+        "history, newest first: {history:?}"
+    );
+    skip_until_finished(&mut op, "lifecycle-renew-r2").await?;
+    // Settled: r2 finished, nothing more is generated.
+    wait_lifecycle(&mut op, "settled after r2", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.current_operation.is_none() && s.waiting.is_none())
+    })
+    .await?;
+    ensure!(generated(&op).await?.len() == 2, "no third renewal");
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_within_renew_before_generate_a_renewal_with_auto_renew() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-due")?;
+    let c = adopted_in_sync(&mut op, &lab).await?;
+    let earliest = c
+        .status
+        .clone()
+        .unwrap_or_default()
+        .certificates
+        .earliest_expiry
+        .context("earliest expiry")?;
+
+    // The lab's certificates expire in about a year: a renewBefore of 3000 days covers them.
+    // Without autoRenew that is reported, not acted on.
+    patch_spec(
+        &lab.client,
+        json!({ "certificates": { "renewBefore": "3000d" }, "paused": false }),
+    )
+    .await?;
+    let c = wait_lifecycle(&mut op, "CertificatesDue reported", |c| {
+        current(c) && condition(c, "InSync").as_deref() == Some("False")
+    })
+    .await?;
+    let in_sync = c
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|x| x.type_ == "InSync"))
+        .context("InSync")?;
+    ensure!(in_sync.reason == "CertificatesDue", "{in_sync:?}");
+    ensure!(generated(&op).await?.is_empty(), "no autoRenew, no renewal");
+
+    patch_spec(
+        &lab.client,
+        json!({ "certificates": { "autoRenew": true } }),
+    )
+    .await?;
+    let c = wait_lifecycle(&mut op, "a renewal generated", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.current_operation.is_some())
+    })
+    .await?;
+    let ops = generated(&op).await?;
+    let expected = format!(
+        "lifecycle-renew-exp-{}",
+        earliest.0.strftime("%Y%m%d-%H%M%S")
+    );
+    ensure!(
+        ops.len() == 1 && ops[0].name_any() == expected,
+        "one renewal named after the expiry {expected}: {:?}",
+        ops.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+    let status = c.status.unwrap_or_default();
+    ensure!(
+        status.certificates.next_renewal.is_some(),
+        "the planned renewal time is shown: {status:?}"
+    );
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minor_version_bump_generates_one_planned_upgrade() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-upgrade")?;
+    adopted_in_sync(&mut op, &lab).await?;
+    let (major, minor, _) = parse_version(&lab_version(&lab)).context("the lab's version")?;
+    let target = format!("v{major}.{}.0", minor + 1);
+    patch_spec(
+        &lab.client,
+        json!({ "kubernetesVersion": target, "operationDefaults": { "executionMode": "DryRun", "rollout": { "maxUnavailable": 2 } } }),
+    )
+    .await?;
+    let name = format!("lifecycle-upgrade-v{major}-{}-0", minor + 1);
+    let c = wait_lifecycle(&mut op, "upgrade generated", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.current_operation.as_deref() == Some(name.as_str()))
+    })
+    .await?;
+    ensure!(
+        condition(&c, "InSync").as_deref() == Some("False"),
+        "behind the desired version: not in sync"
+    );
+    let planned = op
+        .wait_operation(&name, "planned", |o| {
+            o.status.as_ref().is_some_and(|s| s.plan.is_some())
+        })
+        .await?;
+    ensure!(
+        planned.spec.execution_mode == ExecutionMode::DryRun,
+        "the defaults' mode: {:?}",
+        planned.spec.execution_mode
+    );
+    let upgrade = planned.spec.upgrade.clone().context("an upgrade")?;
+    ensure!(upgrade.kubernetes_version == target, "{upgrade:?}");
+    ensure!(upgrade.packages.len() == 3, "packages follow: {upgrade:?}");
+    let plan = planned
+        .status
+        .clone()
+        .unwrap_or_default()
+        .plan
+        .unwrap_or_default();
+    let planned_nodes = plan.node_names().count();
+    ensure!(
+        planned_nodes == lab.nodes.len(),
+        "every node planned: {plan:?}"
+    );
+    ensure!(generated(&op).await?.len() == 1, "one upgrade at a time");
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+/// The refusal message of a spec patch.
+async fn refused(api: &Api<ClusterLifecycle>, spec: Value) -> Result<String> {
+    match api
+        .patch(
+            "cluster",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await
+    {
+        Ok(_) => bail!("the API server accepted {spec}"),
+        Err(kube::Error::Api(e)) if e.code == 422 => Ok(e.message),
+        Err(e) => bail!("{spec}: refused otherwise than as invalid: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_edits_are_refused_with_clear_messages() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    apply_crds(&lab.client).await?;
+    delete_lifecycle(&lab.client).await?;
+    let api: Api<ClusterLifecycle> = Api::all(lab.client.clone());
+    // Labelled with an instance nobody runs, so no controller acts on it.
+    let instance = unique("lifecycle-invalid");
+    let object = |name: &str, version: &str| -> Result<ClusterLifecycle> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "ClusterLifecycle",
+            "metadata": { "name": name, "labels": { "bosun.dev/instance": instance } },
+            "spec": { "kubernetesVersion": version, "certificates": { "rotation": 2 } },
+        }))?)
+    };
+    match api
+        .create(&PostParams::default(), &object("other", "v1.34.4")?)
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 422 => ensure!(
+            e.message
+                .contains("a ClusterLifecycle must be named `cluster`"),
+            "{}",
+            e.message
+        ),
+        other => bail!("a ClusterLifecycle named other: {other:?}"),
+    }
+    match api
+        .create(&PostParams::default(), &object("cluster", "1.34")?)
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 422 => ensure!(
+            e.message
+                .contains("spec.kubernetesVersion must be a version like v1.34.4"),
+            "{}",
+            e.message
+        ),
+        other => bail!("a malformed version: {other:?}"),
+    }
+    api.create(&PostParams::default(), &object("cluster", "v1.34.4")?)
+        .await
+        .context("creating a valid ClusterLifecycle")?;
+
+    let m = refused(&api, json!({ "kubernetesVersion": "v1.34.3" })).await?;
+    ensure!(m.contains("cannot be lowered"), "{m}");
+    let m = refused(&api, json!({ "kubernetesVersion": "v1.33.9" })).await?;
+    ensure!(m.contains("cannot be lowered"), "{m}");
+    let m = refused(&api, json!({ "kubernetesVersion": "v1.36.0" })).await?;
+    ensure!(m.contains("cannot skip a minor version"), "{m}");
+    let m = refused(&api, json!({ "kubernetesVersion": "v2.0.0" })).await?;
+    ensure!(m.contains("cannot change its major version"), "{m}");
+    let m = refused(&api, json!({ "kubernetesVersion": "latest" })).await?;
+    ensure!(m.contains("must be a version like v1.34.4"), "{m}");
+    let m = refused(&api, json!({ "certificates": { "rotation": 1 } })).await?;
+    ensure!(m.contains("rotation can only increase"), "{m}");
+    let m = refused(&api, json!({ "certificates": { "renewBefore": "30x" } })).await?;
+    ensure!(m.contains("renewBefore"), "{m}");
+    // What is allowed: a patch, the next minor, a rotation bump.
+    for ok in [
+        json!({ "kubernetesVersion": "v1.34.5" }),
+        json!({ "kubernetesVersion": "v1.35.0" }),
+        json!({ "certificates": { "rotation": 3 } }),
+    ] {
+        api.patch(
+            "cluster",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": ok })),
+        )
+        .await
+        .with_context(|| format!("{ok} must be accepted"))?;
+    }
+    delete_lifecycle(&lab.client).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_stops_generation_and_deleting_the_lifecycle_deletes_no_operation() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-pause")?;
+    adopted_in_sync(&mut op, &lab).await?;
+    patch_spec(
+        &lab.client,
+        json!({ "paused": true, "certificates": { "rotation": 1 } }),
+    )
+    .await?;
+    let c = wait_lifecycle(&mut op, "waiting: Paused", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.waiting.as_deref() == Some("Paused"))
+    })
+    .await?;
+    ensure!(
+        c.status
+            .clone()
+            .unwrap_or_default()
+            .certificates
+            .handled_rotation
+            == 0,
+        "a paused rotation is not handled"
+    );
+    ensure!(
+        generated(&op).await?.is_empty(),
+        "paused: nothing generated"
+    );
+
+    patch_spec(&lab.client, json!({ "paused": false })).await?;
+    wait_lifecycle(&mut op, "rotation 1 generated", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.certificates.handled_rotation == 1)
+    })
+    .await?;
+    ensure!(
+        generated(&op).await?.len() == 1,
+        "one renewal once unpaused"
+    );
+
+    // Deleting the ClusterLifecycle leaves its Operation: no ownerReference, nothing for
+    // the garbage collector to follow. (The controller adopts only on start, so it does not
+    // come back either.)
+    delete_lifecycle(&lab.client).await?;
+    let ops: Api<Operation> = Api::all(lab.client.clone());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        ensure!(
+            ops.get_opt("lifecycle-renew-r1").await?.is_some(),
+            "deleting the ClusterLifecycle deleted its generated Operation"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    let lifecycles: Api<ClusterLifecycle> = Api::all(lab.client.clone());
+    ensure!(
+        lifecycles.get_opt("cluster").await?.is_none(),
+        "the running controller does not adopt again"
+    );
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_may_write_only_its_own_nodes_report() -> Result<()> {
+    // It forges a report the other tests' agents and controller read.
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    apply_crds(&lab.client).await?;
+    apply_deploy_file(&lab, "deploy/agent/rbac.yaml").await?;
+    apply_deploy_file(&lab, "deploy/admission/agent-own-node.yaml").await?;
+    let [node_a, node_b] = [
+        lab.nodes[lab.nodes.len() - 2].name.clone(),
+        lab.nodes[lab.nodes.len() - 1].name.clone(),
+    ];
+    let run = unique("lifecycle-report");
+    let pod = agent_pod(&lab.client, &format!("agent-{run}"), &node_a).await?;
+    let agent =
+        client_with_token(&lab, &token_of(&lab.client, AGENT_SA, Some(&pod)).await?).await?;
+    let reports: Api<NodeReport> = Api::all(agent.clone());
+    let report = |node: &str| {
+        json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeReport",
+            "metadata": { "name": node },
+            "spec": { "nodeName": node, "facts": { "collectedAt": "2026-12-01T00:00:00Z", "kubeletVersion": "v0.0.0-forged" } },
+        })
+    };
+    let apply = PatchParams::apply("lifecycle-e2e").force();
+    // Node B's report: refused by the policy once the API server has it.
+    let started = Instant::now();
+    let refusal = loop {
+        let result = reports
+            .patch(&node_b, &apply, &Patch::Apply(report(&node_b)))
+            .await;
+        if let Some(m) = forbidden(&result)
+            && m.contains("bosun-agent-own-node")
+        {
+            break m;
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "the agent of {node_a} was never refused writing {node_b}'s NodeReport: {result:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    };
+    ensure!(
+        refusal.contains(&format!(
+            "bosun-agent on node {node_a} may write only the NodeReport of its own node"
+        )),
+        "{refusal}"
+    );
+    // A report named after node A about node B: refused by the CRD's rule first.
+    let mut mixed = report(&node_a);
+    mixed["spec"]["nodeName"] = json!(node_b);
+    let result = reports.patch(&node_a, &apply, &Patch::Apply(mixed)).await;
+    ensure!(
+        result.is_err(),
+        "a report named after A about B was accepted"
+    );
+    // Its own: allowed. (Restore it from the real agent's facts afterwards: the next
+    // lifecycle test's agents rewrite it anyway, as the facts differ.)
+    reports
+        .patch(&node_a, &apply, &Patch::Apply(report(&node_a)))
+        .await
+        .context("the agent of node A writing its own NodeReport")?;
+    let admin: Api<NodeReport> = Api::all(lab.client.clone());
+    admin
+        .delete(&node_a, &DeleteParams::default())
+        .await
+        .context("removing the forged report")?;
+    Ok(())
+}
+
+/// Generated Operations are ordinary Operations: an operation Policy that denies them
+/// blocks one exactly as it blocks a hand-written one, the ClusterLifecycle waits with
+/// `BlockedOperation`, and deleting the Policy lets the Operation be planned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_gate_generated_operations_like_any_other() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-policy")?;
+    adopted_in_sync(&mut op, &lab).await?;
+    let policies: Api<bosun_api::Policy> = Api::all(lab.client.clone());
+    let policy = format!("{}-board", op.instance);
+    let message = "generated Operations wait for the change board (e2e)";
+    policies
+        .patch(
+            &policy,
+            &PatchParams::apply(MANAGER),
+            &Patch::Apply(json!({
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "Policy",
+                "metadata": { "name": policy, "labels": { "bosun.dev/instance": op.instance } },
+                "spec": { "enforcement": "Deny", "rego": format!(
+                    "package bosun.operation.e2e_lifecycle\n\ndeny contains msg if {{\n\tstartswith(input.operation.name, \"lifecycle-\")\n\tmsg := \"{message}\"\n}}\n"
+                ) },
+            })),
+        )
+        .await
+        .context("creating the Policy")?;
+    let started = Instant::now();
+    while !policies
+        .get(&policy)
+        .await?
+        .status
+        .is_some_and(|s| s.compiled)
+    {
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "the controller never compiled Policy {policy}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+
+    patch_spec(&lab.client, json!({ "certificates": { "rotation": 1 } })).await?;
+    let blocked = op
+        .wait_operation("lifecycle-renew-r1", "Blocked by the policy", |o| {
+            o.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Blocked" && c.reason == "PolicyDenied")
+            })
+        })
+        .await?;
+    let status = blocked.status.clone().unwrap_or_default();
+    ensure!(
+        status.plan.is_none() && status.message.as_deref().unwrap_or("").contains(message),
+        "held before planning with the policy's message: {status:?}"
+    );
+    wait_lifecycle(&mut op, "waiting: BlockedOperation", |c| {
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.waiting.as_deref() == Some("BlockedOperation"))
+    })
+    .await?;
+
+    policies
+        .delete(&policy, &DeleteParams::default())
+        .await
+        .context("deleting the Policy")?;
+    op.wait_operation(
+        "lifecycle-renew-r1",
+        "planned once the Policy is gone",
+        |o| o.status.as_ref().is_some_and(|s| s.plan.is_some()),
+    )
+    .await?;
+    cleanup(&lab).await?;
+    op.finish().await
+}
