@@ -15,12 +15,15 @@
 //!   to an *instance* so tests running side by side never act on each other's objects;
 //!   Operations created with the instance label; waiting for an Operation or NodeTask
 //!   with a deadline and a failure message that dumps every task's status.
+//! - [`lifecycle`]: the ClusterLifecycle singleton reset before and removed after a test
+//!   of the declarative layer, the controller started with its reconciler, waits on it.
 //! - [`lock_lab_nodes`]: the lab's nodes are shared (cordon state, host root files):
 //!   tests that run Operations over them take this lock, so within one test binary they
 //!   run one at a time.
 
 pub mod cluster;
 pub mod identity;
+pub mod lifecycle;
 pub mod operator;
 pub mod paths;
 pub mod processes;

@@ -801,6 +801,30 @@ async fn every_example_in_deploy_examples_is_accepted() -> Result<()> {
             "Operation" => ApiResource::erase::<Operation>(&()),
             "Plugin" => ApiResource::erase::<bosun_api::Plugin>(&()),
             "Policy" => ApiResource::erase::<bosun_api::Policy>(&()),
+            "ClusterLifecycle" => {
+                // A singleton: the API server admits only the name `cluster`, so the
+                // example keeps its name and goes in as a server-side-apply dry run
+                // (which also works when the lab holds one).
+                let ar = ApiResource::erase::<bosun_api::lifecycle::ClusterLifecycle>(&());
+                ensure!(
+                    obj.metadata.name.as_deref() == Some("cluster"),
+                    "{}: a ClusterLifecycle example must be named `cluster`",
+                    path.display()
+                );
+                Api::<DynamicObject>::all_with(client.clone(), &ar)
+                    .patch(
+                        "cluster",
+                        &PatchParams::apply("bosun-e2e-examples").force().dry_run(),
+                        &Patch::Apply(&obj),
+                    )
+                    .await
+                    .with_context(|| format!("{} was refused by the API server", path.display()))?;
+                checked.push(format!(
+                    "{} ({kind})",
+                    path.file_name().unwrap().to_string_lossy()
+                ));
+                continue;
+            }
             other => bail!(
                 "{}: unexpected kind {other} among the examples",
                 path.display()
@@ -824,7 +848,8 @@ async fn every_example_in_deploy_examples_is_accepted() -> Result<()> {
     );
     ensure!(
         checked.iter().any(|c| c.contains("(Plugin)"))
-            && checked.iter().any(|c| c.contains("(Policy)")),
+            && checked.iter().any(|c| c.contains("(Policy)"))
+            && checked.iter().any(|c| c.contains("(ClusterLifecycle)")),
         "{checked:?}"
     );
     Ok(())

@@ -31,134 +31,40 @@ use bosun_api::operation::{ExecutionMode, Operation};
 use bosun_e2e::identity::{
     AGENT_SA, agent_pod, apply_deploy_file, client_with_token, forbidden, token_of,
 };
+use bosun_e2e::lifecycle::{
+    self, condition, current, delete_lifecycle, lab_version, start, wait_lifecycle,
+};
 use bosun_e2e::operator::phase_of;
 use bosun_e2e::{DEADLINE, MANAGER, Operator, apply_crds, lock_lab_nodes, unique};
 use bosun_lab::{LabHandle, Role};
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 const POLL: Duration = Duration::from_millis(250);
 
-/// The lab's version, `vX.Y.Z`.
-fn lab_version(lab: &LabHandle) -> String {
-    let v = lab.kubernetes_version.trim();
-    if v.starts_with('v') {
-        v.to_string()
-    } else {
-        format!("v{v}")
-    }
-}
-
-/// Starts every test from the same place: the CRDs, no ClusterLifecycle, and the
-/// `kubeadm-config` ConfigMap kubeadm writes on `kubeadm init` (the lab's control plane
-/// was not made by `kubeadm init`, so it has none).
+/// Starts every test from the same place: the lab as [`lifecycle::reset`] leaves it, and
+/// no `certs` Plugin.
+///
+/// The lab outlives test runs, and another binary's renewal test (tests/plugins'
+/// `e2e_renew`) publishes `certs` and leaves it. With it, the renewals generated here would
+/// run for real and restart the lab's control plane, and a test ending mid-restart would
+/// leave a manifest moved aside for the next test to trip on. Without it they block, which
+/// is what the tests here need; `e2e_renew` publishes it again when it runs.
 async fn fresh(lab: &LabHandle) -> Result<()> {
-    apply_crds(&lab.client).await?;
-    delete_lifecycle(&lab.client).await?;
-    let maps: Api<ConfigMap> = Api::namespaced(lab.client.clone(), "kube-system");
-    let config = format!(
-        "apiServer: {{}}\napiVersion: kubeadm.k8s.io/v1beta4\ncertificatesDir: /etc/kubernetes/pki\nclusterName: kubernetes\nkind: ClusterConfiguration\nkubernetesVersion: {}\nnetworking:\n  dnsDomain: cluster.local\n  serviceSubnet: 10.96.0.0/12\n",
-        lab_version(lab)
-    );
-    maps.patch(
-        "kubeadm-config",
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": { "name": "kubeadm-config", "namespace": "kube-system" },
-            "data": { "ClusterConfiguration": config },
-        })),
-    )
-    .await
-    .context("creating kube-system/kubeadm-config as kubeadm would")?;
+    lifecycle::reset(lab).await?;
+    let plugins: Api<bosun_api::Plugin> = Api::all(lab.client.clone());
+    if plugins.get_opt("certs").await?.is_some() {
+        plugins
+            .delete("certs", &DeleteParams::default())
+            .await
+            .context("deleting the lab's `certs` Plugin so that generated renewals block")?;
+    }
     Ok(())
 }
 
-/// Leaves the lab as it was: no ClusterLifecycle, no kubeadm-config (so no other test's
-/// default-install controller adopts).
 async fn cleanup(lab: &LabHandle) -> Result<()> {
-    delete_lifecycle(&lab.client).await?;
-    let maps: Api<ConfigMap> = Api::namespaced(lab.client.clone(), "kube-system");
-    if maps.get_opt("kubeadm-config").await?.is_some() {
-        maps.delete("kubeadm-config", &DeleteParams::default())
-            .await?;
-    }
-    Ok(())
-}
-
-async fn delete_lifecycle(client: &Client) -> Result<()> {
-    let api: Api<ClusterLifecycle> = Api::all(client.clone());
-    if api.get_opt("cluster").await?.is_some() {
-        api.delete("cluster", &DeleteParams::default()).await?;
-    }
-    let started = Instant::now();
-    while api.get_opt("cluster").await?.is_some() {
-        ensure!(
-            started.elapsed() < DEADLINE,
-            "ClusterLifecycle cluster was not deleted"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-    Ok(())
-}
-
-/// The controller with the lifecycle reconciler, the agents keeping their NodeReports
-/// (read every second).
-fn start(lab: &LabHandle, test: &str) -> Result<Operator> {
-    Operator::start_with_args(
-        lab,
-        test,
-        &["--lifecycle".into(), "true".into()],
-        &[
-            "--node-report".into(),
-            "true".into(),
-            "--node-report-seconds".into(),
-            "1".into(),
-        ],
-    )
-}
-
-/// Waits until the ClusterLifecycle satisfies `done`; fails with what it was.
-async fn wait_lifecycle(
-    op: &mut Operator,
-    what: &str,
-    done: impl Fn(&ClusterLifecycle) -> bool,
-) -> Result<ClusterLifecycle> {
-    let api: Api<ClusterLifecycle> = Api::all(op.client.clone());
-    let started = Instant::now();
-    loop {
-        op.procs.check_alive()?;
-        let current = api.get_opt("cluster").await?;
-        if let Some(c) = current.as_ref().filter(|c| done(c)) {
-            return Ok(c.clone());
-        }
-        if started.elapsed() >= DEADLINE {
-            bail!(
-                "ClusterLifecycle: not {what} within {DEADLINE:?}; it is {}\nlogs: {}",
-                serde_json::to_string_pretty(&current).unwrap_or_default(),
-                op.procs.logs().display()
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-fn condition(c: &ClusterLifecycle, type_: &str) -> Option<String> {
-    c.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|x| x.type_ == type_)
-        .map(|x| x.status.clone())
-}
-
-/// The status describes the current spec.
-fn current(c: &ClusterLifecycle) -> bool {
-    c.status
-        .as_ref()
-        .is_some_and(|s| s.observed_generation == c.metadata.generation)
+    lifecycle::remove(lab).await
 }
 
 /// The Operations the ClusterLifecycle of `op`'s instance generated.
@@ -387,12 +293,12 @@ async fn skip_until_finished(op: &mut Operator, name: &str) -> Result<Operation>
 async fn a_rotation_bump_renews_once_and_a_blocked_renewal_holds_generation() -> Result<()> {
     let _nodes = lock_lab_nodes().await;
     let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
     let plugins: Api<bosun_api::Plugin> = Api::all(lab.client.clone());
     ensure!(
         plugins.get_opt("certs").await?.is_none(),
         "this test needs the lab without a `certs` Plugin (its renewal must block)"
     );
-    fresh(&lab).await?;
     let mut op = start(&lab, "lifecycle-rotate")?;
     adopted_in_sync(&mut op, &lab).await?;
 

@@ -175,3 +175,222 @@ async fn renew_certificates_operation_renews_every_control_plane_node() -> Resul
     }
     Ok(())
 }
+
+/// Reissues `name` (a leaf kubeadm renews) in `cp`'s host root with the real kubeadm and
+/// a validity of `hours`, through kubeadm v1beta4's `certificateValidityPeriod`. kubeadm
+/// keeps the certificate's subject and SANs and signs it with the node's CA.
+fn reissue_short_lived(
+    lab: &bosun_lab::LabHandle,
+    cp: &bosun_lab::LabNode,
+    name: &str,
+    hours: u32,
+) -> Result<()> {
+    let config = format!(
+        "apiVersion: kubeadm.k8s.io/v1beta4\nkind: InitConfiguration\nlocalAPIEndpoint:\n  advertiseAddress: \"10.0.0.1\"\nnodeRegistration:\n  name: \"{}\"\n  criSocket: \"unix:///var/run/containerd/containerd.sock\"\n---\napiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: \"{}\"\ncertificatesDir: /etc/kubernetes/pki\ncertificateValidityPeriod: {hours}h0m0s\n",
+        cp.name,
+        bosun_e2e::lifecycle::lab_version(lab)
+    );
+    let inside = "tmp/bosun-short-validity.yaml";
+    std::fs::create_dir_all(cp.host_root.join("tmp"))?;
+    std::fs::write(cp.host_root.join(inside), config)?;
+    let out = lab
+        .kubeadm_in_root(
+            cp,
+            &["certs", "renew", name, "--config", &format!("/{inside}")],
+        )
+        .output()
+        .context("running kubeadm certs renew")?;
+    std::fs::remove_file(cp.host_root.join(inside))?;
+    ensure!(
+        out.status.success(),
+        "kubeadm certs renew {name} with a {hours}h validity on {}: {}{}",
+        cp.name,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// The declarative layer's renewal, run for real (docs/lifecycle.md): a control plane's
+/// `apiserver` certificate is reissued by kubeadm to live 10 days; the ClusterLifecycle the
+/// controller adopts reports it as the earliest expiry; `autoRenew` with `renewBefore: 30d`
+/// generates one renewCertificates Operation, which the agents run with the signed `certs`
+/// plugin (kubeadm renews every leaf for kubeadm's default year and the static Pods are
+/// restarted); the agents' NodeReports then carry the new expiry, the ClusterLifecycle is
+/// InSync with an earliest expiry about a year away, and nothing more is generated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_renew_generates_a_renewal_that_runs_and_the_lifecycle_is_in_sync_again() -> Result<()>
+{
+    use bosun_api::lifecycle::ClusterLifecycle;
+    use bosun_api::operation::{Operation, OperationPhase};
+    use bosun_e2e::lifecycle::{self, condition, current, wait_lifecycle};
+    use bosun_e2e::operator::phase_of;
+    use kube::api::{Api, ListParams, Patch, PatchParams};
+
+    const DAY: i64 = 86_400;
+    let lab = bosun_lab::ensure_lab().await?;
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    lifecycle::reset(&lab).await?;
+    let cps: Vec<_> = lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == bosun_lab::Role::ControlPlane)
+        .cloned()
+        .collect();
+    ensure!(!cps.is_empty(), "the lab has no control-plane node");
+    let short = &cps[0];
+    reissue_short_lived(&lab, short, "apiserver", 240)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs() as i64;
+    let short_expiry = not_after(&short.host_root, "etc/kubernetes/pki/apiserver.crt");
+    ensure!(
+        short_expiry < now + 11 * DAY,
+        "kubeadm did not reissue {}'s apiserver certificate for 10 days (NotAfter {short_expiry}, now {now})",
+        short.name
+    );
+    for cp in &cps {
+        install_programs(&cp.host_root, &["/usr/bin/df"]);
+    }
+    bosun_e2e::publish_plugin(
+        &lab.client,
+        "certs",
+        env!("CARGO_PKG_VERSION"),
+        plugins().certs.clone(),
+        serde_json::to_value(example_grants("certs.yaml"))?,
+    )
+    .await?;
+
+    let mut op = lifecycle::start(&lab, "lifecycle-renew")?;
+    // Adopted with autoRenew off: the short-lived certificate is seen, nothing generated.
+    let adopted = wait_lifecycle(
+        &mut op,
+        "adopted with the short-lived certificate as the earliest",
+        |c| {
+            current(c)
+                && c.status.as_ref().is_some_and(|s| {
+                    s.certificates.nodes_reported as usize == cps.len()
+                        && s.certificates.earliest.as_deref()
+                            == Some(&format!("{}/apiserver", short.name))
+                })
+        },
+    )
+    .await?;
+    ensure!(
+        !adopted.spec.certificates.auto_renew,
+        "adoption turned autoRenew on"
+    );
+    let ops: Api<Operation> = Api::all(op.client.clone());
+    let selector = format!("bosun.dev/instance={},bosun.dev/lifecycle", op.instance);
+    ensure!(
+        ops.list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .is_empty(),
+        "adoption generated an Operation"
+    );
+
+    let api: Api<ClusterLifecycle> = Api::all(op.client.clone());
+    api.patch(
+        "cluster",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": {
+            "certificates": { "autoRenew": true, "renewBefore": "30d" },
+            "operationDefaults": { "executionMode": "Auto" },
+        }})),
+    )
+    .await
+    .context("turning autoRenew on")?;
+
+    // One renewal is generated; it runs to Succeeded.
+    let started = std::time::Instant::now();
+    let renewal = loop {
+        op.procs.check_alive()?;
+        let found = ops
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items;
+        ensure!(
+            found.len() <= 1,
+            "more than one Operation generated: {:?}",
+            found
+                .iter()
+                .map(|o| o.metadata.name.clone())
+                .collect::<Vec<_>>()
+        );
+        if let Some(o) = found.into_iter().next() {
+            break o;
+        }
+        ensure!(
+            started.elapsed() < bosun_e2e::DEADLINE,
+            "no renewal generated; logs in {}",
+            op.procs.logs().display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    let name = renewal
+        .metadata
+        .name
+        .clone()
+        .context("a generated Operation without a name")?;
+    ensure!(
+        renewal.spec.renew_certificates.is_some(),
+        "{name} is not a renewCertificates Operation: {:?}",
+        renewal.spec
+    );
+    let done = op.wait_succeeded(&name).await?;
+    ensure!(phase_of(&done) == OperationPhase::Succeeded);
+
+    // Renewed on disk for kubeadm's default year.
+    let renewed = not_after(&short.host_root, "etc/kubernetes/pki/apiserver.crt");
+    ensure!(
+        renewed > now + 300 * DAY,
+        "{}'s apiserver certificate expires at {renewed}, not about a year from now",
+        short.name
+    );
+
+    // The reports carry the new expiry; the lifecycle is in sync and records the renewal.
+    let synced = wait_lifecycle(&mut op, "InSync with the renewed certificates", |c| {
+        current(c)
+            && condition(c, "InSync").as_deref() == Some("True")
+            && c.status.as_ref().is_some_and(|s| {
+                s.certificates
+                    .earliest_expiry
+                    .as_ref()
+                    .is_some_and(|t| t.0.as_second() > now + 300 * DAY)
+            })
+    })
+    .await?;
+    let status = synced.status.clone().unwrap_or_default();
+    ensure!(
+        status
+            .history
+            .iter()
+            .any(|h| h.name == name && h.kind == "renewCertificates"),
+        "the history does not list {name}: {:?}",
+        status.history
+    );
+    println!(
+        "renewal {name} Succeeded; earliest expiry {:?} ({:?}), next renewal {:?}; summary: {:?}",
+        status.certificates.earliest_expiry,
+        status.certificates.earliest,
+        status.certificates.next_renewal,
+        status.summary
+    );
+    // Nothing more is generated: the renewed certificates are outside renewBefore.
+    let later = ops
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    ensure!(
+        later.len() == 1,
+        "after the renewal: {:?}",
+        later
+            .iter()
+            .map(|o| o.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+
+    lifecycle::remove(&lab).await?;
+    op.finish().await
+}
