@@ -27,6 +27,13 @@
 #      server then serves the new certificate (the serial `openssl s_client` reads equals the
 #      file's, and differs from the old one) and `kubeadm certs check-expiration` agrees with
 #      the file's expiry; then `down` and `check-clean`.
+# BOSUN_TEST_VIA=lifecycle (the default) asks for the upgrade and the renewal the declarative
+# way (docs/lifecycle.md): after the install the test requires the ClusterLifecycle `cluster`
+# the controller adopted from kubeadm-config (at FROM, autoRenew off, InSync) and no Operation
+# started; then it sets `spec.kubernetesVersion: TO` and takes the Operation the controller
+# generates as the upgrade, and bumps `spec.certificates.rotation` for the renewal; at the end
+# the ClusterLifecycle must be InSync at TO. BOSUN_TEST_VIA=operation applies both Operations
+# by hand instead.
 # BOSUN_TEST_DENY=0 BOSUN_TEST_KILL=0 BOSUN_TEST_RENEW=0 is the plain upgrade whose timings
 # docs/benchmarks.md reports.
 # Usage: test-bosun-upgrade.sh [FROM [TO]]   (default v1.33.13 v1.34.4; both built with
@@ -39,6 +46,8 @@ TO="${2:-v1.34.4}"
 CPS="${BOSUN_CLUSTER_CPS:-1}"
 NAME="${BOSUN_CLUSTER_NAME:-bosun}"
 OP="upgrade-${TO//./-}"
+VIA="${BOSUN_TEST_VIA:-lifecycle}"
+case "$VIA" in lifecycle|operation) ;; *) echo "BOSUN_TEST_VIA must be lifecycle or operation, not '$VIA'" >&2; exit 2 ;; esac
 LOG="$(mktemp -d)/bosun-upgrade.log"
 t=$(date +%s)
 phase() { local now; now=$(date +%s); echo "test-bosun-upgrade: $1 in $((now - t))s"; t=$now; }
@@ -74,6 +83,36 @@ mapfile -t NODES <"${BOSUN_CLUSTER_DIR:-$HOME/.cache/bosun/cluster-state/$NAME}/
 phase "up at $FROM"
 "$HERE/install-bosun.sh" >>"$LOG" 2>&1 || { tail -n 30 "$LOG" >&2; fail "install-bosun.sh"; }
 phase "Bosun installed"
+
+lc_field() { kubectl get clusterlifecycle cluster -o jsonpath="$1" 2>/dev/null || true; }
+lc_in_sync() { [ "$(lc_field '{.status.conditions[?(@.type=="InSync")].status}')" = True ] \
+  && [ "$(lc_field '{.status.observedGeneration}')" = "$(lc_field '{.metadata.generation}')" ]; }
+# Waits for the Operation the ClusterLifecycle generates for $1 (upgrade, renewCertificates)
+# and prints its name.
+generated_op() {
+  local name deadline=$(( $(date +%s) + 180 ))
+  until name=$(kubectl get operations -l "bosun.dev/lifecycle=$1" -o jsonpath='{.items[0].metadata.name}' 2>/dev/null) \
+    && [ -n "$name" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "no $1 Operation generated within 180 s; ClusterLifecycle: $(lc_field '{.status}')" >&2; return 1; }
+    sleep 2
+  done
+  echo "$name"
+}
+if [ "$VIA" = lifecycle ]; then
+  # Adoption on a real kubeadm cluster: the controller made the ClusterLifecycle from
+  # kube-system/kubeadm-config; the agents' NodeReports make it InSync; nothing started.
+  deadline=$(( $(date +%s) + 180 ))
+  until lc_in_sync; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the adopted ClusterLifecycle is not InSync within 180 s: $(lc_field '{.spec} {.status}')"
+    sleep 2
+  done
+  [ "$(lc_field '{.spec.kubernetesVersion}')" = "$FROM" ] || fail "adopted kubernetesVersion $(lc_field '{.spec.kubernetesVersion}'), expected $FROM"
+  [ "$(lc_field '{.spec.certificates.autoRenew}')" != true ] || fail "adoption turned autoRenew on"
+  [ "$(lc_field '{.status.versions.nodes}')" = "${#NODES[@]}" ] || fail "the ClusterLifecycle counts $(lc_field '{.status.versions.nodes}') nodes, the cluster has ${#NODES[@]}"
+  [ -z "$(kubectl get operations -o name)" ] || fail "installing Bosun started an Operation: $(kubectl get operations -o name)"
+  echo "adoption: ClusterLifecycle cluster at $FROM, InSync ($(lc_field '{.status.summary}')); no Operation started"
+  phase "adoption checked"
+fi
 "$C" load-images "$TO" >>"$LOG" 2>&1 || fail "cluster.sh load-images $TO"
 phase "images of $TO loaded"
 
@@ -137,7 +176,18 @@ spec:
 YAML
 fi
 
-kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the upgrade Operation"
+if [ "$VIA" = lifecycle ]; then
+  t_op=$(date +%s)
+  kubectl patch clusterlifecycle cluster --type merge -p "{\"spec\": {\"kubernetesVersion\": \"$TO\",
+    \"operationDefaults\": {\"executionMode\": \"Auto\", \"rollout\": {\"maxUnavailable\": 1},
+    \"healthGates\": {\"nodeReady\": true, \"apiServer\": true, \"settleSeconds\": 5}}}}" >>"$LOG" 2>&1 \
+    || fail "setting the ClusterLifecycle's kubernetesVersion to $TO"
+  OP=$(generated_op upgrade) || fail "no upgrade Operation generated for $TO"
+  [ "$(kubectl get operation "$OP" -o jsonpath='{.spec.upgrade.kubernetesVersion}')" = "$TO" ] \
+    || fail "the generated Operation $OP does not upgrade to $TO: $(kubectl get operation "$OP" -o jsonpath='{.spec}')"
+  echo "lifecycle: kubernetesVersion $FROM -> $TO generated $OP ($(kubectl get operation "$OP" -o jsonpath='{.metadata.annotations.bosun\.dev/lifecycle-reason}'))"
+else
+  kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the upgrade Operation"
 apiVersion: bosun.dev/v1alpha1
 kind: Operation
 metadata:
@@ -155,7 +205,8 @@ spec:
   drain:
     timeoutSeconds: 600
 YAML
-t_op=$(date +%s)
+  t_op=$(date +%s)
+fi
 
 if [ "${BOSUN_TEST_DENY:-1}" = 1 ]; then
   cp1="${NODES[0]}"
@@ -280,6 +331,16 @@ grep -q "kubelet $FROM → $TO" <<<"$status" || fail "kubectl bosun status does 
   || fail "kubectl bosun status shows the kubelet before → after for $(grep -c "kubelet $FROM → $TO" <<<"$status") of ${#NODES[@]} nodes"
 echo "before:"; echo "$before_state"
 echo "after:"; snapshot
+if [ "$VIA" = lifecycle ]; then
+  deadline=$(( $(date +%s) + 180 ))
+  until lc_in_sync && [ "$(lc_field '{.status.versions.nodesAtDesired}')" = "${#NODES[@]}" ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the ClusterLifecycle is not InSync at $TO within 180 s after $OP: $(lc_field '{.status}')"
+    sleep 2
+  done
+  kubectl get clusterlifecycle cluster
+  kubectl-bosun status | tee -a "$LOG" | head -n 12
+  echo "lifecycle: InSync at $TO ($(lc_field '{.status.summary}'))"
+fi
 
 # Timings: each node's task wall time, and Bosun's share of it (see docs/benchmarks.md).
 "$HERE/bosun-share.sh" "$OP" || fail "bosun-share.sh $OP"
@@ -297,8 +358,14 @@ if [ "${BOSUN_TEST_RENEW:-1}" = 1 ]; then
   }
   old=$(file_serial)
   [ "$(served_serial)" = "$old" ] || fail "before renewal the API server does not serve apiserver.crt (serial $(served_serial), file $old)"
-  ROP=renew-all
-  kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the renewCertificates Operation"
+  if [ "$VIA" = lifecycle ]; then
+    kubectl patch clusterlifecycle cluster --type merge -p '{"spec": {"certificates": {"rotation": 1}}}' >>"$LOG" 2>&1 \
+      || fail "bumping the ClusterLifecycle's certificate rotation"
+    ROP=$(generated_op renewCertificates) || fail "no renewCertificates Operation generated for rotation 1"
+    echo "lifecycle: rotation 0 -> 1 generated $ROP"
+  else
+    ROP=renew-all
+    kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the renewCertificates Operation"
 apiVersion: bosun.dev/v1alpha1
 kind: Operation
 metadata:
@@ -307,6 +374,7 @@ spec:
   renewCertificates:
     certificates: [all]
 YAML
+  fi
   deadline=$(( $(date +%s) + 600 ))
   until [ "$(kubectl get operation "$ROP" -o jsonpath='{.status.phase}' 2>/dev/null)" = Succeeded ]; do
     if kubectl get nodetasks -l "bosun.dev/operation=$ROP" -o jsonpath='{.items[*].status.phase}' 2>/dev/null | grep -q Blocked; then
@@ -326,6 +394,17 @@ YAML
     || fail "kubeadm certs check-expiration says apiserver expires '$kubeadm_end', the file says '$file_end'"
   kubectl-bosun status "$ROP" | head -n 30
   echo "renewal: apiserver serial $old -> $new, served by the API server; expiry $kubeadm_end (kubeadm agrees)"
+  if [ "$VIA" = lifecycle ]; then
+    # Exactly one renewal for the bump, and the ClusterLifecycle in sync again.
+    deadline=$(( $(date +%s) + 120 ))
+    until lc_in_sync && [ "$(lc_field '{.status.certificates.handledRotation}')" = 1 ]; do
+      [ "$(date +%s)" -lt "$deadline" ] || fail "the ClusterLifecycle is not InSync after the rotation: $(lc_field '{.status}')"
+      sleep 2
+    done
+    n_renew=$(kubectl get operations -l bosun.dev/lifecycle=renewCertificates -o name | wc -l)
+    [ "$n_renew" = 1 ] || fail "rotation 1 generated $n_renew renewal Operations"
+    echo "lifecycle: one renewal for rotation 1; earliest expiry now $(lc_field '{.status.certificates.earliestExpiry}')"
+  fi
   phase "certificate renewal"
 fi
 

@@ -131,6 +131,10 @@ pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> 
         "writing the node facts of NodeTask {name}"
     )))?;
     agent.facts_written.record(&uid, stage);
+    if stage == Stage::After {
+        // The task changed the node: the standing report looks now, not at its period.
+        agent.report_now.notify_one();
+    }
     tracing::info!(
         task = %name,
         stage = stage.field(),

@@ -96,6 +96,10 @@ pub struct Agent {
     pub preflight: preflight::Settings,
     /// The node-facts reports this process wrote (see [`facts`]).
     pub facts_written: facts::Written,
+    /// Wakes the standing NodeReport ([`report::run`]) before its period: a task finished
+    /// here, so the node's facts have likely changed (an upgraded kubelet, renewed
+    /// certificates).
+    pub report_now: Arc<tokio::sync::Notify>,
 }
 
 impl Agent {
@@ -120,6 +124,7 @@ impl Agent {
             policies: Default::default(),
             preflight: Default::default(),
             facts_written: Default::default(),
+            report_now: Default::default(),
         }
     }
 

@@ -4,7 +4,8 @@
 //! The facts are read the same way as a task's `before`/`after` reports ([`facts::collect`]).
 //! They are read once per period and written only when they differ from what the report
 //! holds (the time they were read aside): on start (unless the stored report already says
-//! the same), on a change, and never when nothing changed. At 1,000 nodes that is one
+//! the same), on a change, and never when nothing changed. A task of this node finishing
+//! makes it look at once instead of at the end of its period. At 1,000 nodes that is one
 //! write per node per change, and reads of the node's own files and its own Node object
 //! once per period (default 5 minutes), which cost the API server one GET per node per
 //! period.
@@ -67,8 +68,9 @@ pub async fn report_once(agent: &Agent, last: &mut Option<NodeFacts>) -> Result<
     Ok(true)
 }
 
-/// Keeps the report current every `period` until the process ends. A failed write is
-/// tried again next period.
+/// Keeps the report current every `period`, and at once when a task of this node finishes
+/// ([`Agent::report_now`]), until the process ends. A failed write is tried again next
+/// period.
 pub async fn run(agent: std::sync::Arc<Agent>, period: Duration) {
     let mut last = None;
     loop {
@@ -76,7 +78,10 @@ pub async fn run(agent: std::sync::Arc<Agent>, period: Duration) {
             tracing::warn!(error = %e, "node report not written; trying again next period");
             last = None;
         }
-        tokio::time::sleep(period).await;
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = agent.report_now.notified() => {}
+        }
     }
 }
 

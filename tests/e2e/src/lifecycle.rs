@@ -102,6 +102,12 @@ pub async fn delete_lifecycle(client: &Client) -> Result<()> {
 /// The controller with the lifecycle reconciler, the agents keeping their NodeReports
 /// (read every second).
 pub fn start(lab: &LabHandle, test: &str) -> Result<Operator> {
+    start_with_report_period(lab, test, 1)
+}
+
+/// As [`start`], the agents reading their node's facts every `seconds` (besides on start
+/// and when a task of their node finishes).
+pub fn start_with_report_period(lab: &LabHandle, test: &str, seconds: u64) -> Result<Operator> {
     Operator::start_with_args(
         lab,
         test,
@@ -110,7 +116,7 @@ pub fn start(lab: &LabHandle, test: &str) -> Result<Operator> {
             "--node-report".into(),
             "true".into(),
             "--node-report-seconds".into(),
-            "1".into(),
+            seconds.to_string(),
         ],
     )
 }

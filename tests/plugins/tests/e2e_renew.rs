@@ -216,7 +216,8 @@ fn reissue_short_lived(
 /// controller adopts reports it as the earliest expiry; `autoRenew` with `renewBefore: 30d`
 /// generates one renewCertificates Operation, which the agents run with the signed `certs`
 /// plugin (kubeadm renews every leaf for kubeadm's default year and the static Pods are
-/// restarted); the agents' NodeReports then carry the new expiry, the ClusterLifecycle is
+/// restarted); the agents' NodeReports then carry the new expiry (the agents read facts
+/// hourly here, so it is the finished task that makes them look), the ClusterLifecycle is
 /// InSync with an earliest expiry about a year away, and nothing more is generated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_renew_generates_a_renewal_that_runs_and_the_lifecycle_is_in_sync_again() -> Result<()>
@@ -261,7 +262,9 @@ async fn auto_renew_generates_a_renewal_that_runs_and_the_lifecycle_is_in_sync_a
     )
     .await?;
 
-    let mut op = lifecycle::start(&lab, "lifecycle-renew")?;
+    // The agents' own period is an hour: the renewed expiry can reach the NodeReports only
+    // because a finished task makes the agent look at once.
+    let mut op = lifecycle::start_with_report_period(&lab, "lifecycle-renew", 3600)?;
     // Adopted with autoRenew off: the short-lived certificate is seen, nothing generated.
     let adopted = wait_lifecycle(
         &mut op,
