@@ -24,6 +24,18 @@ fn not_after(root: &Path, file: &str) -> i64 {
     pem.parse_x509().unwrap().validity().not_after.timestamp()
 }
 
+/// The lab's control-plane nodes (at least one).
+fn control_planes(lab: &bosun_lab::LabHandle) -> Result<Vec<bosun_lab::LabNode>> {
+    let cps: Vec<_> = lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == bosun_lab::Role::ControlPlane)
+        .cloned()
+        .collect();
+    ensure!(!cps.is_empty(), "the lab has no control-plane node");
+    Ok(cps)
+}
+
 const LEAVES: [(&str, &str); 4] = [
     ("apiserver", "etc/kubernetes/pki/apiserver.crt"),
     ("etcd-server", "etc/kubernetes/pki/etcd/server.crt"),
@@ -42,13 +54,7 @@ async fn renew_certificates_operation_renews_every_control_plane_node() -> Resul
     let lab = bosun_lab::ensure_lab().await?;
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     bosun_e2e::apply_crds(&lab.client).await?;
-    let cps: Vec<_> = lab
-        .nodes
-        .iter()
-        .filter(|n| n.role == bosun_lab::Role::ControlPlane)
-        .cloned()
-        .collect();
-    ensure!(!cps.is_empty(), "the lab has no control-plane node");
+    let cps = control_planes(&lab)?;
     let mut before: BTreeMap<String, BTreeMap<&str, i64>> = BTreeMap::new();
     for cp in &cps {
         // The free-space preflight runs df chrooted into the node root.
@@ -232,13 +238,7 @@ async fn auto_renew_generates_a_renewal_that_runs_and_the_lifecycle_is_in_sync_a
     let lab = bosun_lab::ensure_lab().await?;
     let _nodes = bosun_e2e::lock_lab_nodes().await;
     lifecycle::reset(&lab).await?;
-    let cps: Vec<_> = lab
-        .nodes
-        .iter()
-        .filter(|n| n.role == bosun_lab::Role::ControlPlane)
-        .cloned()
-        .collect();
-    ensure!(!cps.is_empty(), "the lab has no control-plane node");
+    let cps = control_planes(&lab)?;
     let short = &cps[0];
     reissue_short_lived(&lab, short, "apiserver", 240)?;
     let now = std::time::SystemTime::now()
