@@ -156,7 +156,7 @@ snapshot() { # package versions and control-plane image tags of every node, one 
     done
   done
 }
-task_of() { kubectl get nodetasks -l "bosun.dev/operation=$OP,bosun.dev/node=$1" -o name; }
+task_of() { kubectl get nodetasks -l "bosun.dev/operation=$OP,bosun.dev/node=$1" -o name 2>/dev/null; }
 task_field() { kubectl get "$(task_of "$1")" -o jsonpath="$2" 2>/dev/null || true; }
 before_state=$(snapshot)
 echo "$before_state" >>"$LOG"
