@@ -172,20 +172,14 @@ fn node_changes(
     writer: reflector::store::Writer<Node>,
 ) -> impl Stream<Item = ()> + Send + 'static {
     let api: Api<Node> = Api::all(client.clone());
-    let mut seen: HashMap<String, (bool, Option<String>)> = HashMap::new();
+    let mut seen = NodeChanges::default();
     reflector::reflector(writer, watcher(api, watcher::Config::default()))
         .backoff(bosun_cluster::watch::WatchBackoff::new(
             bosun_cluster::watch::seed_of("bosun.dev/lifecycle/Node"),
         ))
         .filter_map(move |event| {
             let changed = match event {
-                Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
-                    let facts = relevant(&node);
-                    seen.insert(node.name_any(), facts.clone()) != Some(facts)
-                }
-                Ok(watcher::Event::Delete(node)) => seen.remove(&node.name_any()).is_some(),
-                Ok(watcher::Event::InitDone) => true,
-                Ok(watcher::Event::Init) => false,
+                Ok(event) => seen.changed(&event),
                 Err(e) => {
                     tracing::warn!(error = %e, "watching Nodes failed; retrying");
                     false
@@ -195,12 +189,29 @@ fn node_changes(
         })
 }
 
-/// What of a Node the decision reads: its control-plane label and kubelet version.
-fn relevant(node: &Node) -> (bool, Option<String>) {
-    (
-        node.labels().contains_key(CONTROL_PLANE_LABEL),
-        kubelet_version(node),
-    )
+/// What the decision read of each Node last seen: its control-plane label and kubelet
+/// version, by name.
+#[derive(Debug, Default)]
+pub struct NodeChanges(HashMap<String, (bool, Option<String>)>);
+
+impl NodeChanges {
+    /// Whether `event` changes what the decision reads: a Node added or removed, its
+    /// kubelet version or control-plane label changed, or a (re)list done. A status
+    /// rewrite that changes neither (heartbeats, conditions, images) is not a change.
+    pub fn changed(&mut self, event: &watcher::Event<Node>) -> bool {
+        match event {
+            watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
+                let facts = (
+                    node.labels().contains_key(CONTROL_PLANE_LABEL),
+                    kubelet_version(node),
+                );
+                self.0.insert(node.name_any(), facts.clone()) != Some(facts)
+            }
+            watcher::Event::Delete(node) => self.0.remove(&node.name_any()).is_some(),
+            watcher::Event::InitDone => true,
+            watcher::Event::Init => false,
+        }
+    }
 }
 
 fn kubelet_version(node: &Node) -> Option<String> {
@@ -558,6 +569,82 @@ pub fn kubernetes_version_of(cluster_configuration: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(name: &str, control_plane: bool, kubelet: &str, ready: &str) -> Node {
+        let mut labels = serde_json::Map::new();
+        if control_plane {
+            labels.insert(CONTROL_PLANE_LABEL.into(), json!(""));
+        }
+        serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": labels },
+            "status": {
+                "nodeInfo": {
+                    "kubeletVersion": kubelet, "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
+                    "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
+                    "osImage": "", "systemUUID": ""
+                },
+                "conditions": [{ "type": "Ready", "status": ready }],
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_node_changes_the_decision_reads_trigger_a_reconcile() {
+        use watcher::Event;
+        let mut seen = NodeChanges::default();
+        // The initial list: the nodes are recorded, the end of the list triggers.
+        assert!(!seen.changed(&Event::Init));
+        assert!(seen.changed(&Event::InitApply(node("cp-1", true, "v1.34.4", "True"))));
+        assert!(seen.changed(&Event::InitApply(node("w-1", false, "v1.34.4", "True"))));
+        assert!(seen.changed(&Event::InitDone));
+        // A heartbeat or a condition change: nothing the decision reads.
+        assert!(!seen.changed(&Event::Apply(node("w-1", false, "v1.34.4", "False"))));
+        assert!(!seen.changed(&Event::Apply(node("cp-1", true, "v1.34.4", "True"))));
+        // A new kubelet version, a role change, a new node, a removed node: a change.
+        assert!(seen.changed(&Event::Apply(node("w-1", false, "v1.35.0", "False"))));
+        assert!(seen.changed(&Event::Apply(node("w-1", true, "v1.35.0", "False"))));
+        assert!(seen.changed(&Event::Apply(node("w-2", false, "v1.35.0", "True"))));
+        assert!(seen.changed(&Event::Delete(node("w-2", false, "v1.35.0", "True"))));
+        // A relist of the same nodes: only its end triggers.
+        assert!(!seen.changed(&Event::InitApply(node("cp-1", true, "v1.34.4", "True"))));
+        assert!(seen.changed(&Event::InitDone));
+    }
+
+    #[test]
+    fn nodes_are_observed_with_their_own_report_by_node_name() {
+        let report = |node: &str, kubectl: &str| -> Arc<NodeReport> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeReport",
+                    "metadata": { "name": node },
+                    "spec": { "nodeName": node, "facts": {
+                        "collectedAt": "2026-12-01T00:00:00Z",
+                        "certificates": [{ "name": "apiserver", "notAfter": "2027-12-01T00:00:00Z" }],
+                        "packages": [{ "name": "kubectl", "version": kubectl }],
+                    }},
+                }))
+                .unwrap(),
+            )
+        };
+        let nodes = [
+            Arc::new(node("w-1", false, "v1.34.4", "True")),
+            Arc::new(node("cp-1", true, "v1.34.3", "True")),
+        ];
+        let reports = [report("w-1", "1.34.1-1.1"), report("gone", "1.34.4-1.1")];
+        let seen = observe(&nodes, &reports);
+        assert_eq!(
+            seen.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+            ["cp-1", "w-1"],
+            "by name, whatever the caches' order"
+        );
+        assert!(seen[0].control_plane);
+        assert_eq!(seen[0].kubelet_version.as_deref(), Some("v1.34.3"));
+        assert_eq!(seen[0].certificates, None, "no report: no certificates");
+        assert!(seen[0].packages.is_empty());
+        assert_eq!(seen[1].certificates.as_ref().map(Vec::len), Some(1));
+        assert_eq!(seen[1].packages[0].version, "1.34.1-1.1");
+    }
 
     #[test]
     fn the_version_is_read_from_kubeadms_cluster_configuration() {
