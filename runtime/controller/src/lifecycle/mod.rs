@@ -92,11 +92,13 @@ pub async fn run(lifecycle: Lifecycle, resync: Duration) {
         operation_changes(&lifecycle).boxed(),
     ]);
     let notify = Arc::clone(&changed);
-    tokio::spawn(triggers.for_each(move |()| {
+    // Driven apart from the reconciles so that the caches stay current while one runs;
+    // stopped with this function.
+    let _watches = AbortOnDrop(tokio::spawn(triggers.for_each(move |()| {
         // One stored permit: changes while a reconcile runs make exactly one more.
         notify.notify_one();
         async {}
-    }));
+    })));
     if observed.nodes.wait_until_ready().await.is_err()
         || observed.reports.wait_until_ready().await.is_err()
     {
@@ -133,6 +135,15 @@ pub async fn run(lifecycle: Lifecycle, resync: Duration) {
             () = tokio::time::sleep(wait) => {}
         }
         tokio::time::sleep_until(started + MIN_INTERVAL).await;
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
