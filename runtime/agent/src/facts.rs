@@ -5,10 +5,11 @@
 //! What is read, and how (one way per fact, shared with the plugins and the step gate):
 //! - the kubelet's version from the Node object (`status.nodeInfo.kubeletVersion`, the
 //!   value the built-in `agent/kubelet-skew` preflight check also reads);
-//! - kubeadm's version, os-release, architecture and kernel through
-//!   [`bosun_host::Host::node_facts`], the same provider a plugin's `facts.node` call uses
-//!   (it reads kubeadm's version without executing anything: the dpkg database, else the
-//!   version string embedded in the node's `/usr/bin/kubeadm`);
+//! - kubeadm's and kubectl's versions, the installed Kubernetes packages, os-release,
+//!   architecture and kernel through [`bosun_host::Host::node_facts`], the same provider a
+//!   plugin's `facts.node` call uses (it reads the versions without executing anything:
+//!   the dpkg database, else the version string embedded in the node's `/usr/bin/kubeadm`
+//!   and `/usr/bin/kubectl`);
 //! - certificate expiry from every `*.crt` in `<host root>/etc/kubernetes/pki` and
 //!   `pki/etcd`, parsed as X.509 ([`read_certificates`]; the step gate's
 //!   `node.certificates` is built from the same list).
@@ -22,7 +23,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bosun_api::node_task::{
-    CertificateExpiry, MAX_CERTIFICATES, NodeFacts, NodeTask, NodeTaskPhase,
+    CertificateExpiry, MAX_CERTIFICATES, MAX_PACKAGES, NodeFacts, NodeTask, NodeTaskPhase,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -35,7 +36,8 @@ use bosun_cluster::time::precise;
 
 use crate::{Agent, Error};
 
-/// Longest the node's `kubeadm version` may take before its version is reported absent.
+/// Kept for [`bosun_host::Host::node_facts`]'s signature: the host executes nothing to read
+/// facts, so nothing waits this long.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which of a task's two reports.
@@ -140,6 +142,8 @@ pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> 
         stage = stage.field(),
         kubelet = facts.kubelet_version.as_deref().unwrap_or("?"),
         kubeadm = facts.kubeadm_version.as_deref().unwrap_or("?"),
+        kubectl = facts.kubectl_version.as_deref().unwrap_or("-"),
+        packages = facts.packages.len(),
         certificates = facts.certificates.len(),
         "node facts reported"
     );
@@ -204,7 +208,8 @@ pub fn kubelet_version_of(node: &Node) -> Option<String> {
 }
 
 /// Builds the report: empty strings become absent, certificates are sorted soonest expiry
-/// first (then by name) and capped at [`MAX_CERTIFICATES`], the rest counted.
+/// first (then by name) and capped at [`MAX_CERTIFICATES`], the rest counted; packages are
+/// capped at [`MAX_PACKAGES`] (the host lists at most five).
 pub fn assemble(
     now: Timestamp,
     kubelet_version: Option<String>,
@@ -223,6 +228,11 @@ pub fn assemble(
         collected_at: Time(now),
         kubelet_version,
         kubeadm_version: host.as_ref().and_then(|h| h.kubeadm_version.clone()),
+        kubectl_version: host.as_ref().and_then(|h| h.kubectl_version.clone()),
+        packages: host
+            .as_ref()
+            .map(|h| h.packages.iter().take(MAX_PACKAGES).cloned().collect())
+            .unwrap_or_default(),
         os: host
             .as_ref()
             .and_then(|h| present(h.os.pretty_name.clone())),
@@ -404,12 +414,26 @@ mod tests {
             kernel: String::new(),
             kubelet_version: None,
             kubeadm_version: Some("v1.34.4".into()),
+            kubectl_version: None,
+            packages: vec![bosun_api::node_task::PackageVersion {
+                name: "kubeadm".into(),
+                version: "1.34.4-1.1".into(),
+            }],
         };
         let facts = assemble(Timestamp::UNIX_EPOCH, None, Some(host), vec![]);
         assert_eq!(facts.os.as_deref(), Some("Debian GNU/Linux 13 (trixie)"));
         assert_eq!(facts.arch.as_deref(), Some("amd64"));
         assert_eq!(facts.kernel, None);
         assert_eq!(facts.kubeadm_version.as_deref(), Some("v1.34.4"));
+        assert_eq!(facts.kubectl_version, None, "not installed, not guessed");
+        assert_eq!(facts.packages.len(), 1);
+        assert_eq!(facts.packages[0].version, "1.34.4-1.1");
+        let json = serde_json::to_value(&facts).unwrap();
+        assert!(json.get("kubectlVersion").is_none(), "{json}");
+        assert_eq!(
+            json["packages"],
+            serde_json::json!([{"name": "kubeadm", "version": "1.34.4-1.1"}])
+        );
     }
 
     #[test]

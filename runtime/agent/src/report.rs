@@ -61,6 +61,8 @@ pub async fn report_once(agent: &Agent, last: &mut Option<NodeFacts>) -> Result<
     tracing::info!(
         kubelet = now.kubelet_version.as_deref().unwrap_or("?"),
         kubeadm = now.kubeadm_version.as_deref().unwrap_or("?"),
+        kubectl = now.kubectl_version.as_deref().unwrap_or("-"),
+        packages = now.packages.len(),
         certificates = now.certificates.len(),
         "node report written"
     );

@@ -42,6 +42,12 @@ use crate::node_task::NodeFacts;
         description = "The soonest certificate expiry on the node"
     ),
     printcolumn(
+        name = "Kubectl",
+        type_ = "string",
+        json_path = ".spec.facts.kubectlVersion",
+        priority = 1
+    ),
+    printcolumn(
         name = "OS",
         type_ = "string",
         json_path = ".spec.facts.os",

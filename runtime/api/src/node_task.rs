@@ -203,10 +203,25 @@ pub struct NodeFacts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub kubelet_version: Option<String>,
-    /// `kubeadm version -o short` of the node's own `/usr/bin/kubeadm`.
+    /// The version of the node's own kubeadm, read without running it: the installed
+    /// `kubeadm` package's (dpkg), else the version string built into `/usr/bin/kubeadm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub kubeadm_version: Option<String>,
+    /// The version of the node's own kubectl, read like kubeadm's: the installed `kubectl`
+    /// package's (dpkg), else the version string built into `/usr/bin/kubectl` (what
+    /// `kubectl version --client` prints). Absent when kubectl is not installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub kubectl_version: Option<String>,
+    /// The Kubernetes packages installed on the node (of kubeadm, kubelet, kubectl,
+    /// cri-tools and kubernetes-cni) with their versions as the package database records
+    /// them, by name. Read from the dpkg database (`/var/lib/dpkg/status`); empty where
+    /// there is none (rpm nodes: their database is not read) or none of them is installed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub packages: Vec<PackageVersion>,
     /// `PRETTY_NAME` from the node's os-release.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
@@ -231,6 +246,63 @@ pub struct NodeFacts {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+/// Most packages listed in one [`NodeFacts`].
+pub const MAX_PACKAGES: usize = 8;
+
+/// The packages [`NodeFacts::packages`] lists, in this order.
+pub const KUBERNETES_PACKAGES: [&str; 5] = [
+    "kubeadm",
+    "kubelet",
+    "kubectl",
+    "cri-tools",
+    "kubernetes-cni",
+];
+
+/// One installed package and its version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageVersion {
+    /// The package's name (`kubeadm`, `kubelet`, `kubectl`, `cri-tools`, `kubernetes-cni`).
+    #[schemars(length(min = 1, max = 64))]
+    pub name: String,
+    /// Its version as the package database records it, for example `1.34.4-1.1`.
+    #[schemars(length(min = 1, max = 128))]
+    pub version: String,
+}
+
+impl PackageVersion {
+    /// The upstream version of the package as a Kubernetes version (`1.34.4-1.1` →
+    /// `v1.34.4`), see [`upstream_version`].
+    pub fn kubernetes_version(&self) -> Option<String> {
+        upstream_version(&self.version)
+    }
+}
+
+/// A package version (dpkg `[epoch:]upstream[-revision]`, rpm `[epoch:]version-release`)
+/// as a Kubernetes version: the epoch and the revision or release dropped, a `v` put in
+/// front, `1.34.4-1.1` → `v1.34.4`. `None` unless the upstream part is MAJOR.MINOR.PATCH
+/// with an optional `-pre` or `+build` suffix of `[0-9A-Za-z.+-]` (a `~rc.1` is not a
+/// Kubernetes version).
+pub fn upstream_version(package_version: &str) -> Option<String> {
+    let version = package_version
+        .split_once(':')
+        .map_or(package_version, |(_, v)| v);
+    let upstream = version.rsplit_once('-').map_or(version, |(u, _)| u);
+    let (core, suffix) = upstream
+        .find(['-', '+'])
+        .map_or((upstream, ""), |i| upstream.split_at(i));
+    let parts: Vec<&str> = core.split('.').collect();
+    let ok = upstream.len() < 64
+        && parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 9 && p.bytes().all(|b| b.is_ascii_digit()))
+        && suffix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'));
+    ok.then(|| format!("v{upstream}"))
 }
 
 /// One certificate and when it expires.
@@ -468,5 +540,28 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
         }
+    }
+
+    #[test]
+    fn a_package_version_reads_as_its_upstream_kubernetes_version() {
+        for (package, want) in [
+            ("1.34.4-1.1", Some("v1.34.4")),         // pkgs.k8s.io deb
+            ("1.34.4-150500.1.1", Some("v1.34.4")),  // pkgs.k8s.io rpm
+            ("2:1.33.10-1.1", Some("v1.33.10")),     // an epoch
+            ("1.34.4", Some("v1.34.4")),             // no revision
+            ("1.35.0-rc.1-0", Some("v1.35.0-rc.1")), // a pre-release, then a revision
+            ("1.35.0~rc.1-0", None),                 // dpkg's tilde is no Kubernetes version
+            ("1.34-1", None),
+            ("1.34.x-1", None),
+            ("", None),
+            ("v1.34.4-1", None),
+        ] {
+            assert_eq!(upstream_version(package).as_deref(), want, "{package}");
+        }
+        let p = PackageVersion {
+            name: "kubectl".into(),
+            version: "1.34.1-1.1".into(),
+        };
+        assert_eq!(p.kubernetes_version().as_deref(), Some("v1.34.1"));
     }
 }

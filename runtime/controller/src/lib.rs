@@ -67,7 +67,8 @@ pub const FIELD_MANAGER: &str = "bosun-controller";
 /// Operation).
 ///
 /// `identity` names this replica in the Events it publishes (its leader-election identity).
-/// With `lifecycle`, the ClusterLifecycle reconciler runs too, once per `resync`.
+/// With `lifecycle`, the ClusterLifecycle reconciler runs too, on changes (see
+/// [`lifecycle::run`]; its safety-net resync is [`lifecycle::RESYNC`] or `resync` if longer).
 pub async fn run(
     client: Client,
     manager: String,
@@ -83,7 +84,7 @@ pub async fn run(
                 manager: manager.clone(),
                 instance: instance.clone(),
             },
-            resync,
+            lifecycle::RESYNC.max(resync),
         ));
     }
     let operations: Api<Operation> = Api::all(client.clone());

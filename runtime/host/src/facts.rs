@@ -1,13 +1,13 @@
-//! Node facts read from the host root: os-release, architecture, kernel, and the
-//! kubeadm version.
+//! Node facts read from the host root: os-release, architecture, kernel, the kubeadm and
+//! kubectl versions and the installed Kubernetes packages.
 //!
 //! Nothing here executes anything: the host root holds files a plugin with a read-write
 //! grant may have written, and facts need no grant, so running the node's
-//! `/usr/bin/kubeadm` to ask its version would run whatever a plugin put there, as the
-//! agent (root). The kubeadm version is read as data instead (see [`kubeadm_version`]):
-//! from the dpkg database, else from the version string the Kubernetes build embeds in
-//! the binary. A plugin that can write those files can make the fact lie, but not run
-//! code.
+//! `/usr/bin/kubeadm` (or `kubectl version --client`) to ask its version would run whatever
+//! a plugin put there, as the agent (root). The versions are read as data instead (see
+//! [`binary_version`]): from the dpkg database, else from the version string the
+//! Kubernetes build embeds in the binary. A plugin that can write those files can make the
+//! fact lie, but not run code.
 //!
 //! Files of the host root are read through a cap-std [`Dir`] of the root, never by
 //! joining paths: a plugin with write access to `/etc` could otherwise turn
@@ -15,10 +15,11 @@
 //! agent's own files. See [`read_root_file`].
 
 use std::io::Read;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use bosun_api::node_task::{KUBERNETES_PACKAGES, PackageVersion};
 use cap_std::fs::{Dir, FileType, FileTypeExt, OpenOptions, OpenOptionsExt};
 
 /// What the caller knows about the node that the host root cannot tell: its Kubernetes
@@ -51,6 +52,11 @@ pub struct NodeFacts {
     pub kernel: String,
     pub kubelet_version: Option<String>,
     pub kubeadm_version: Option<String>,
+    /// The node's kubectl version, read like kubeadm's; `None` when it is not installed.
+    pub kubectl_version: Option<String>,
+    /// The installed packages of [`KUBERNETES_PACKAGES`] in that order, versions as dpkg
+    /// records them; empty without a readable dpkg database (rpm roots included).
+    pub packages: Vec<PackageVersion>,
 }
 
 /// Parses os-release (`KEY=value`, values optionally quoted).
@@ -257,12 +263,14 @@ fn kind(t: FileType) -> &'static str {
     }
 }
 
-/// Largest dpkg status database read for the kubeadm fact (a node's is a few MiB).
+/// Largest dpkg status database read for the package facts (a node's is a few MiB).
 const MAX_DPKG_STATUS_BYTES: u64 = 64 << 20;
-/// Largest kubeadm binary scanned for its version (a release build is about 70 MiB).
-const MAX_KUBEADM_BYTES: u64 = 512 << 20;
+/// Largest binary scanned for its version (a release kubeadm is about 70 MiB, kubectl 60).
+const MAX_BINARY_BYTES: u64 = 512 << 20;
 /// The kubeadm binary whose version is the fact.
 const KUBEADM: &str = "usr/bin/kubeadm";
+/// The kubectl binary whose version is the fact.
+const KUBECTL: &str = "usr/bin/kubectl";
 const DPKG_STATUS: &str = "var/lib/dpkg/status";
 
 /// What identifies one version of a file for the cache: device, inode, size, mtime and
@@ -283,35 +291,66 @@ fn file_key(root: &Path, rel: &str) -> Option<FileKey> {
     ))
 }
 
-/// The kubeadm version last read, by the identity of the files it was read from, so that
-/// a plugin asking for facts in a loop costs a `stat` each, not a read of the binary.
+/// The facts last read from each file, by the identity of the file they were read from
+/// (the host root and the [`FileKey`], `None` where the file was missing), so that a
+/// plugin asking for facts in a loop costs a `stat` per file, not a read of the dpkg
+/// database or of a binary.
 #[derive(Default)]
 pub(crate) struct FactsCache {
-    kubeadm: Mutex<Option<(KubeadmSources, Option<String>)>>,
+    /// The Kubernetes packages of the dpkg database (`None`: no readable database).
+    packages: Mutex<Option<(Sources, Option<Vec<PackageVersion>>)>>,
+    /// The version embedded in each binary, by its path under the root.
+    binaries: Mutex<Vec<(&'static str, Sources, Option<String>)>>,
 }
 
-/// What a cached kubeadm version was read from: the host root, then the identities of the
-/// dpkg status database and of the kubeadm binary (`None` where the file was missing).
-type KubeadmSources = (std::path::PathBuf, Option<FileKey>, Option<FileKey>);
+/// The host root and the identity of the file a cached fact was read from.
+type Sources = (PathBuf, Option<FileKey>);
 
 impl FactsCache {
-    fn kubeadm_version(&self, root: &Path) -> Option<String> {
-        let key = (
-            root.to_path_buf(),
-            file_key(root, DPKG_STATUS),
-            file_key(root, KUBEADM),
-        );
-        if let Ok(cached) = self.kubeadm.lock()
+    fn packages(&self, root: &Path) -> Option<Vec<PackageVersion>> {
+        let key = (root.to_path_buf(), file_key(root, DPKG_STATUS));
+        if let Ok(cached) = self.packages.lock()
             && let Some((k, v)) = cached.as_ref()
             && *k == key
         {
             return v.clone();
         }
-        let version = kubeadm_version(root);
-        if let Ok(mut cached) = self.kubeadm.lock() {
-            *cached = Some((key, version.clone()));
+        let packages = dpkg_packages(root);
+        if let Ok(mut cached) = self.packages.lock() {
+            *cached = Some((key, packages.clone()));
+        }
+        packages
+    }
+
+    fn binary_version(&self, root: &Path, binary: &'static str) -> Option<String> {
+        let key = (root.to_path_buf(), file_key(root, binary));
+        if let Ok(cached) = self.binaries.lock()
+            && let Some((_, k, v)) = cached.iter().find(|(b, _, _)| *b == binary)
+            && *k == key
+        {
+            return v.clone();
+        }
+        let version = binary_version(root, binary);
+        if let Ok(mut cached) = self.binaries.lock() {
+            cached.retain(|(b, _, _)| *b != binary);
+            cached.push((binary, key, version.clone()));
         }
         version
+    }
+
+    /// The version of `package`: the installed package's upstream version from the dpkg
+    /// database (`packages`, already read), else the one embedded in `binary`.
+    fn version(
+        &self,
+        root: &Path,
+        packages: Option<&[PackageVersion]>,
+        package: &str,
+        binary: &'static str,
+    ) -> Option<String> {
+        packages
+            .and_then(|list| list.iter().find(|p| p.name == package))
+            .and_then(PackageVersion::kubernetes_version)
+            .or_else(|| self.binary_version(root, binary))
     }
 }
 
@@ -337,33 +376,40 @@ fn is_version(token: &[u8]) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
 }
 
-/// The kubeadm version of the node under `root`, read without executing anything:
+/// The version of a Kubernetes binary of the node under `root` (`usr/bin/kubeadm`,
+/// `usr/bin/kubectl`), read without executing anything. [`gather`] asks the dpkg database
+/// first: an installed `kubeadm` package's version, `1.34.4-1.1` read as `v1.34.4`. This
+/// reads the binary itself (a regular file, reached without any symlink): the version the
+/// Kubernetes build sets with `-X .../version.gitVersion=v1.34.4`, which the Go linker
+/// stores NUL-terminated and, being set in two packages (`k8s.io/component-base/version`
+/// and `k8s.io/client-go/pkg/version`), twice in a row; else the Go build information's
+/// `k8s.io/kubernetes` module version. It is what `kubeadm version -o short` and
+/// `kubectl version --client` print.
 ///
-/// 1. the dpkg database (`/var/lib/dpkg/status`): an installed `kubeadm` package's
-///    version, `1.34.4-1.1` read as `v1.34.4`;
-/// 2. the binary `/usr/bin/kubeadm` (a regular file, reached without any symlink): the
-///    version the Kubernetes build sets with `-X .../version.gitVersion=v1.34.4`, which
-///    the Go linker stores NUL-terminated and, being set in two packages
-///    (`k8s.io/component-base/version` and `k8s.io/client-go/pkg/version`), twice in a
-///    row; else the Go build information's `k8s.io/kubernetes` module version.
-///
-/// `None` when kubeadm is absent or no version can be read. rpm databases are not read:
+/// `None` when the binary is absent or no version can be read. rpm databases are not read:
 /// rpm 4.16+ keeps them in SQLite, older rpm in Berkeley DB, and neither has a pure-Rust
 /// reader worth adding for a fact the binary already gives for upstream builds (the
-/// kubeadm of pkgs.k8s.io's rpms embeds its version); docs/security.md says why in full.
-pub(crate) fn kubeadm_version(root: &Path) -> Option<String> {
-    if let Some(v) = read_root_bytes(root, DPKG_STATUS, MAX_DPKG_STATUS_BYTES, false)
-        .and_then(|b| dpkg_version(&String::from_utf8_lossy(&b), "kubeadm"))
-    {
-        return Some(v);
-    }
-    let file = open_root_regular(root, KUBEADM, true)?;
-    scan_go_version(file.take(MAX_KUBEADM_BYTES)).ok().flatten()
+/// binaries of pkgs.k8s.io's rpms embed their version); docs/security.md says why in full.
+pub(crate) fn binary_version(root: &Path, binary: &str) -> Option<String> {
+    let file = open_root_regular(root, binary, true)?;
+    scan_go_version(file.take(MAX_BINARY_BYTES)).ok().flatten()
 }
 
-/// The version of the installed package `package` in a dpkg status database, as
-/// `vMAJOR.MINOR.PATCH` (epoch and Debian revision dropped).
-pub(crate) fn dpkg_version(status: &str, package: &str) -> Option<String> {
+/// The installed [`KUBERNETES_PACKAGES`] of the dpkg database under `root`; `None` when
+/// there is no database or it cannot be read (read by [`read_root_bytes`]: inside the
+/// root, a regular file, at most [`MAX_DPKG_STATUS_BYTES`]).
+pub(crate) fn dpkg_packages(root: &Path) -> Option<Vec<PackageVersion>> {
+    let status = read_root_bytes(root, DPKG_STATUS, MAX_DPKG_STATUS_BYTES, false)?;
+    Some(dpkg_installed(
+        &String::from_utf8_lossy(&status),
+        &KUBERNETES_PACKAGES,
+    ))
+}
+
+/// The installed packages among `names` in a dpkg status database (stanzas whose
+/// `Status` ends in ` installed`), in the order of `names`, versions as recorded.
+pub(crate) fn dpkg_installed(status: &str, names: &[&str]) -> Vec<PackageVersion> {
+    let mut found: Vec<PackageVersion> = Vec::new();
     for stanza in status.split("\n\n") {
         let field = |name: &str| {
             stanza.lines().find_map(|l| {
@@ -372,18 +418,23 @@ pub(crate) fn dpkg_version(status: &str, package: &str) -> Option<String> {
                     .map(str::trim)
             })
         };
-        if field("Package") != Some(package)
-            || !field("Status").is_some_and(|s| s.ends_with(" installed"))
+        let Some(package) = field("Package").filter(|p| names.contains(p)) else {
+            continue;
+        };
+        if !field("Status").is_some_and(|s| s.ends_with(" installed"))
+            || found.iter().any(|p| p.name == package)
         {
             continue;
         }
-        let version = field("Version")?;
-        let version = version.split_once(':').map_or(version, |(_, v)| v);
-        let upstream = version.rsplit_once('-').map_or(version, |(u, _)| u);
-        let v = format!("v{upstream}");
-        return is_version(v.as_bytes()).then_some(v);
+        if let Some(version) = field("Version").filter(|v| !v.is_empty() && v.len() <= 128) {
+            found.push(PackageVersion {
+                name: package.to_owned(),
+                version: version.to_owned(),
+            });
+        }
     }
-    None
+    found.sort_by_key(|p| names.iter().position(|n| *n == p.name));
+    found
 }
 
 /// Scans a Go binary for its Kubernetes version (see [`kubeadm_version`]), reading it in
@@ -473,8 +524,9 @@ fn build_info_at(buf: &[u8], p: usize) -> Option<String> {
 /// Reads the facts. os-release comes from `<root>/etc/os-release` (falling back to
 /// `<root>/usr/lib/os-release`), read by [`read_root_file`] (a refused file counts as
 /// missing); the kernel is the running kernel's (shared by every root on a machine);
-/// the kubeadm version is read without executing anything ([`kubeadm_version`]), through
-/// `cache`.
+/// the Kubernetes packages come from the dpkg database, the kubeadm and kubectl versions
+/// from it or from the binaries, all without executing anything ([`binary_version`]),
+/// through `cache`.
 pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> NodeFacts {
     let os_text = read_root_file(root, "etc/os-release")
         .or_else(|| read_root_file(root, "usr/lib/os-release"))
@@ -483,6 +535,7 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> Nod
         .unwrap_or_default()
         .trim()
         .to_owned();
+    let packages = cache.packages(root);
     NodeFacts {
         node_name: node.node_name.clone(),
         roles: node.roles.clone(),
@@ -490,14 +543,17 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> Nod
         arch: go_arch().to_owned(),
         kernel,
         kubelet_version: node.kubelet_version.clone(),
-        kubeadm_version: cache.kubeadm_version(root),
+        kubeadm_version: cache.version(root, packages.as_deref(), "kubeadm", KUBEADM),
+        kubectl_version: cache.version(root, packages.as_deref(), "kubectl", KUBECTL),
+        packages: packages.unwrap_or_default(),
     }
 }
 
 impl crate::Host {
     /// The node's facts exactly as a plugin's `facts.node` call sees them (os-release from
     /// the host root, architecture, running kernel, and the kubeadm version read from the
-    /// dpkg database or the node's `/usr/bin/kubeadm` binary without executing it). For
+    /// dpkg database or the node's `/usr/bin/kubeadm` binary without executing it), plus
+    /// the kubectl version (read the same way) and the installed Kubernetes packages. For
     /// the agent's own reports, so plugins, policies and status read a fact the same way.
     /// Nothing is executed, so `_timeout` (kept for callers) bounds nothing.
     pub fn node_facts(&self, node: &NodeContext, _timeout: Duration) -> NodeFacts {
@@ -541,19 +597,85 @@ mod tests {
     }
 
     #[test]
-    fn the_dpkg_version_is_the_installed_packages_upstream_version() {
+    fn the_installed_kubernetes_packages_are_read_from_the_dpkg_database() {
         let status = "Package: kubeadm\nStatus: deinstall ok config-files\nVersion: 1.30.0-1.1\n\n\
                       Package: kubectl\nStatus: install ok installed\nVersion: 1.34.1-1.1\n\n\
+                      Package: curl\nStatus: install ok installed\nVersion: 8.14.1-2\n\n\
+                      Package: kubernetes-cni\nStatus: hold ok installed\nVersion: 1.7.1-1.1\n\n\
                       Package: kubeadm\nStatus: install ok installed\nArchitecture: amd64\nVersion: 1.34.4-1.1\n";
-        assert_eq!(dpkg_version(status, "kubeadm").as_deref(), Some("v1.34.4"));
+        let got = dpkg_installed(status, &KUBERNETES_PACKAGES);
+        let pairs: Vec<(&str, &str)> = got
+            .iter()
+            .map(|p| (p.name.as_str(), p.version.as_str()))
+            .collect();
+        // In KUBERNETES_PACKAGES' order; the removed kubeadm and curl are not listed, a
+        // missing kubelet is not made up.
         assert_eq!(
-            dpkg_version(
-                "Package: kubeadm\nStatus: install ok installed\nVersion: 2:1.35.0~rc.1-0\n",
-                "kubeadm"
-            ),
-            None
+            pairs,
+            [
+                ("kubeadm", "1.34.4-1.1"),
+                ("kubectl", "1.34.1-1.1"),
+                ("kubernetes-cni", "1.7.1-1.1")
+            ]
         );
-        assert_eq!(dpkg_version(status, "kubelet"), None);
+        assert!(dpkg_installed("", &KUBERNETES_PACKAGES).is_empty());
+    }
+
+    #[test]
+    fn kubeadm_and_kubectl_versions_come_from_dpkg_else_from_the_binaries() {
+        let root = root_with_fallback();
+        let cache = FactsCache::default();
+        let facts = |cache: &FactsCache| gather(root.path(), &NodeContext::default(), cache);
+        // Nothing installed: nothing reported.
+        let f = facts(&cache);
+        assert_eq!((f.kubeadm_version, f.kubectl_version), (None, None));
+        assert!(f.packages.is_empty());
+        // Binaries only (an rpm node, or binaries put there by hand).
+        std::fs::create_dir_all(root.path().join("usr/bin")).unwrap();
+        std::fs::write(root.path().join(KUBECTL), b"\0v1.34.2\0v1.34.2\0").unwrap();
+        let f = facts(&cache);
+        assert_eq!(f.kubectl_version.as_deref(), Some("v1.34.2"));
+        assert_eq!(f.kubeadm_version, None);
+        assert!(f.packages.is_empty());
+        // A dpkg database: its packages are listed and win over the binaries.
+        std::fs::create_dir_all(root.path().join("var/lib/dpkg")).unwrap();
+        std::fs::write(
+            root.path().join(DPKG_STATUS),
+            "Package: kubectl\nStatus: install ok installed\nVersion: 1.34.4-1.1\n\n\
+             Package: kubelet\nStatus: install ok installed\nVersion: 1.34.3-1.1\n",
+        )
+        .unwrap();
+        let f = facts(&cache);
+        assert_eq!(f.kubectl_version.as_deref(), Some("v1.34.4"));
+        assert_eq!(f.kubeadm_version, None);
+        assert_eq!(
+            f.packages,
+            [
+                PackageVersion {
+                    name: "kubelet".into(),
+                    version: "1.34.3-1.1".into()
+                },
+                PackageVersion {
+                    name: "kubectl".into(),
+                    version: "1.34.4-1.1".into()
+                },
+            ]
+        );
+        // A changed database is read again (the cache keys on the file's identity).
+        std::fs::write(
+            root.path().join(DPKG_STATUS),
+            "Package: kubectl\nStatus: install ok installed\nVersion: 1.35.0-1.1\n",
+        )
+        .unwrap();
+        let f = facts(&cache);
+        assert_eq!(f.kubectl_version.as_deref(), Some("v1.35.0"));
+        assert_eq!(f.packages.len(), 1);
+        // A database that is not a regular file is refused: no packages, the binary speaks.
+        std::fs::remove_file(root.path().join(DPKG_STATUS)).unwrap();
+        std::fs::create_dir(root.path().join(DPKG_STATUS)).unwrap();
+        let f = facts(&cache);
+        assert!(f.packages.is_empty());
+        assert_eq!(f.kubectl_version.as_deref(), Some("v1.34.2"));
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //! - An operation Policy blocks a generated Operation as any other, and the
 //!   ClusterLifecycle waits for it.
 //! - An agent's token may write only its own node's NodeReport.
+//! - A kubectl package behind the version (a dpkg database written into a worker's root)
+//!   is reported by the agent and is `PackageDrift`, which generates the upgrade.
 //!
 //! The ClusterLifecycle is one per cluster: every test here takes the lab-nodes lock and
 //! starts from none. Build the binaries first (`cargo build --workspace --bins`).
@@ -820,6 +822,194 @@ async fn policies_gate_generated_operations_like_any_other() -> Result<()> {
         |o| o.status.as_ref().is_some_and(|s| s.plan.is_some()),
     )
     .await?;
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+/// Removes a directory made by a test when dropped (also when the test fails).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The message of `c`'s InSync condition when it is False with `reason`.
+fn not_in_sync_because(c: &ClusterLifecycle, reason: &str) -> Option<String> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == "InSync" && x.status == "False" && x.reason == reason)
+        .map(|x| x.message.clone())
+}
+
+/// A node whose kubectl package is behind the cluster's version: its agent reports the
+/// packages of the node's dpkg database (written here: the lab's roots have no package
+/// database of their own) and reads kubectl's version from it; the ClusterLifecycle
+/// (`packages: FollowClusterVersion`, the default) reports `PackageDrift` naming the node
+/// and package, generates nothing while paused, and once unpaused generates the upgrade to
+/// the version, which moves the packages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_package_behind_the_version_is_drift_and_generates_the_upgrade() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    let worker = lab
+        .nodes
+        .iter()
+        .find(|n| n.role == Role::Worker)
+        .context("the lab has a worker")?
+        .clone();
+    let dpkg = worker.host_root.join("var/lib/dpkg");
+    ensure!(
+        !dpkg.exists(),
+        "{} exists, but the lab's roots have no package database of their own",
+        dpkg.display()
+    );
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-packages")?;
+    adopted_in_sync(&mut op, &lab).await?;
+    patch_spec(
+        &lab.client,
+        json!({ "paused": true, "operationDefaults": { "executionMode": "DryRun" } }),
+    )
+    .await?;
+
+    let version = lab_version(&lab);
+    let (major, minor, patch) = parse_version(&version).context("the lab's version")?;
+    let (old_minor, old_patch) = if patch > 0 {
+        (minor, patch - 1)
+    } else {
+        (minor - 1, 0)
+    };
+    let at_version = format!("{major}.{minor}.{patch}-1.1");
+    let behind = format!("{major}.{old_minor}.{old_patch}-1.1");
+    let _remove = RemoveOnDrop(dpkg.clone());
+    std::fs::create_dir_all(&dpkg)?;
+    std::fs::write(
+        dpkg.join("status"),
+        format!(
+            "Package: kubeadm\nStatus: install ok installed\nVersion: {at_version}\n\n\
+             Package: kubelet\nStatus: install ok installed\nVersion: {at_version}\n\n\
+             Package: kubectl\nStatus: install ok installed\nVersion: {behind}\n"
+        ),
+    )?;
+
+    // The agent (reading every second) reports what the database says.
+    let reports: Api<NodeReport> = Api::all(lab.client.clone());
+    let want = vec![
+        ("kubeadm".to_string(), at_version.clone()),
+        ("kubelet".to_string(), at_version.clone()),
+        ("kubectl".to_string(), behind.clone()),
+    ];
+    let started = Instant::now();
+    let report = loop {
+        op.procs.check_alive()?;
+        let r = reports.get_opt(&worker.name).await?;
+        let listed: Option<Vec<(String, String)>> = r.as_ref().map(|r| {
+            r.spec
+                .facts
+                .packages
+                .iter()
+                .map(|p| (p.name.clone(), p.version.clone()))
+                .collect()
+        });
+        if listed.as_ref() == Some(&want) {
+            break r.context("the report")?;
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "{}'s NodeReport lists packages {listed:?}, not {want:?}",
+            worker.name
+        );
+        tokio::time::sleep(POLL).await;
+    };
+    let kubectl = format!("v{major}.{old_minor}.{old_patch}");
+    ensure!(
+        report.spec.facts.kubectl_version.as_deref() == Some(kubectl.as_str()),
+        "kubectl's version from the package database: {:?}",
+        report.spec.facts.kubectl_version
+    );
+    ensure!(
+        report.spec.facts.kubeadm_version.as_deref() == Some(version.as_str()),
+        "kubeadm's version from the package database: {:?}",
+        report.spec.facts.kubeadm_version
+    );
+
+    // Paused: the drift is reported, nothing is generated.
+    let lag = format!("{}: kubectl {behind}", worker.name);
+    let c = wait_lifecycle(&mut op, "PackageDrift while paused", |c| {
+        current(c)
+            && not_in_sync_because(c, "PackageDrift").is_some_and(|m| m.contains(&lag))
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.waiting.as_deref() == Some("Paused"))
+    })
+    .await?;
+    ensure!(
+        c.status
+            .as_ref()
+            .is_some_and(|s| s.versions.nodes_at_desired == lab.nodes.len() as u32),
+        "every kubelet is at the version: {:?}",
+        c.status
+    );
+    ensure!(
+        generated(&op).await?.is_empty(),
+        "paused: nothing generated"
+    );
+
+    // Unpaused: the upgrade to the version (the one that moves the packages).
+    patch_spec(&lab.client, json!({ "paused": false })).await?;
+    let name = format!("lifecycle-upgrade-v{major}-{minor}-{patch}");
+    wait_lifecycle(&mut op, "upgrade generated for the package", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.current_operation.as_deref() == Some(name.as_str()))
+    })
+    .await?;
+    let ops = generated(&op).await?;
+    ensure!(
+        ops.len() == 1 && ops[0].name_any() == name,
+        "one upgrade, {name}: {:?}",
+        ops.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+    );
+    let reason = ops[0]
+        .annotations()
+        .get("bosun.dev/lifecycle-reason")
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        reason.contains("only in their packages") && reason.contains(&lag),
+        "the reason names the package: {reason}"
+    );
+    let upgrade = ops[0].spec.upgrade.clone().context("an upgrade")?;
+    ensure!(
+        upgrade.kubernetes_version == version && upgrade.packages.len() == 3,
+        "{upgrade:?}"
+    );
+    ensure!(
+        ops[0].spec.execution_mode == ExecutionMode::DryRun,
+        "the defaults' mode"
+    );
+
+    // Leave the node as it was, and its report too, before the next test's controller
+    // reads it.
+    drop(_remove);
+    let started = Instant::now();
+    while reports
+        .get_opt(&worker.name)
+        .await?
+        .is_some_and(|r| !r.spec.facts.packages.is_empty())
+    {
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "{}'s NodeReport still lists packages after the database was removed",
+            worker.name
+        );
+        tokio::time::sleep(POLL).await;
+    }
     cleanup(&lab).await?;
     op.finish().await
 }

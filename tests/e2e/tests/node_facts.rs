@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
-use bosun_api::node_task::{NodeFacts, NodeTaskPhase};
+use bosun_api::node_task::{KUBERNETES_PACKAGES, NodeFacts, NodeTaskPhase, upstream_version};
 use bosun_api::operation::OperationPhase;
 use bosun_e2e::Operator;
 use bosun_lab::{LabNode, Role};
@@ -66,6 +66,53 @@ fn certificates_by_openssl(root: &Path) -> Result<BTreeMap<String, Timestamp>> {
     Ok(out)
 }
 
+/// The installed Kubernetes packages of the dpkg database under `root`, as this machine's
+/// `dpkg-query` reads it (`--admindir`), in the order the facts list them; empty without a
+/// database (the lab's roots have none: docs/lab.md).
+fn packages_by_dpkg_query(root: &Path) -> Result<Vec<(String, String)>> {
+    let admindir = root.join("var/lib/dpkg");
+    if !admindir.join("status").is_file() {
+        return Ok(Vec::new());
+    }
+    let out = Command::new("dpkg-query")
+        .arg(format!("--admindir={}", admindir.display()))
+        .args(["-W", "-f=${Package} ${Version} ${db:Status-Status}\n"])
+        .args(KUBERNETES_PACKAGES)
+        .output()
+        .context("running dpkg-query on the node's database")?;
+    // dpkg-query exits 1 when a named package is unknown; the found ones are printed.
+    let text = String::from_utf8(out.stdout)?;
+    let mut found: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            let (name, version, state) = (f.next()?, f.next()?, f.next()?);
+            (state == "installed" && !version.is_empty())
+                .then(|| (name.to_owned(), version.to_owned()))
+        })
+        .collect();
+    found.sort_by_key(|(n, _)| KUBERNETES_PACKAGES.iter().position(|k| k == n));
+    Ok(found)
+}
+
+/// The kubectl version of the node under `root`: its installed package's (as the facts
+/// prefer), else what its `/usr/bin/kubectl version --client` prints; `None` without one.
+fn kubectl_by_itself(root: &Path, packages: &[(String, String)]) -> Result<Option<String>> {
+    if let Some((_, v)) = packages.iter().find(|(n, _)| n == "kubectl") {
+        return Ok(upstream_version(v));
+    }
+    let kubectl = root.join("usr/bin/kubectl");
+    if !kubectl.exists() {
+        return Ok(None);
+    }
+    let out = Command::new(&kubectl)
+        .args(["version", "--client", "-o", "json"])
+        .output()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("{} version --client -o json", kubectl.display()))?;
+    Ok(v["clientVersion"]["gitVersion"].as_str().map(str::to_owned))
+}
+
 /// The facts of `node` as the lab and this machine know them.
 fn check_facts(facts: &NodeFacts, node: &LabNode, kubelet: &str, kernel: &str) -> Result<()> {
     let kubeadm = Command::new(node.host_root.join("usr/bin/kubeadm"))
@@ -87,6 +134,26 @@ fn check_facts(facts: &NodeFacts, node: &LabNode, kubelet: &str, kernel: &str) -
         "{}: kubeadm {:?}, the binary says {kubeadm}",
         node.name,
         facts.kubeadm_version
+    );
+    // kubectl and the packages: as the node's own files say, and absent where the node
+    // has none (the lab's roots have neither kubectl nor a package database).
+    let packages = packages_by_dpkg_query(&node.host_root)?;
+    let reported: Vec<(String, String)> = facts
+        .packages
+        .iter()
+        .map(|p| (p.name.clone(), p.version.clone()))
+        .collect();
+    ensure!(
+        reported == packages,
+        "{}: packages {reported:?}, dpkg-query says {packages:?}",
+        node.name
+    );
+    let kubectl = kubectl_by_itself(&node.host_root, &packages)?;
+    ensure!(
+        facts.kubectl_version == kubectl,
+        "{}: kubectl {:?}, the node's own says {kubectl:?}",
+        node.name,
+        facts.kubectl_version
     );
     ensure!(
         facts.os.as_deref() == Some(node.os.as_str()),

@@ -570,8 +570,8 @@ fn render_task(
     }
 }
 
-/// One compact line of what the node's agent reported (`status.nodeFacts`): the kubelet's
-/// and kubeadm's versions and how soon the first certificate expires, from the latest
+/// One compact line of what the node's agent reported (`status.nodeFacts`): the kubelet's,
+/// kubeadm's and (when installed) kubectl's versions and how soon the first certificate expires, from the latest
 /// report (`after` once the task finished, else `before`); a value that changed during the
 /// task reads `before → after`. `None` when there is nothing to show. `-o yaml` has every
 /// fact and certificate.
@@ -589,6 +589,7 @@ fn facts_line(report: &NodeFactsReport, now: Timestamp, s: Style) -> Option<Stri
     };
     parts.extend(version("kubelet", |f| f.kubelet_version.as_ref()));
     parts.extend(version("kubeadm", |f| f.kubeadm_version.as_ref()));
+    parts.extend(version("kubectl", |f| f.kubectl_version.as_ref()));
     let earliest = |f: &NodeFacts| f.certificates.iter().min_by_key(|c| c.not_after.0).cloned();
     if let Some(first) = earliest(latest) {
         let left = first.not_after.0.duration_since(now);
@@ -1341,6 +1342,8 @@ workers  1/3 finished  (up to 2 at a time)
             collected_at: ts(at),
             kubelet_version: Some(kubelet.into()),
             kubeadm_version: kubeadm.map(Into::into),
+            kubectl_version: None,
+            packages: Vec::new(),
             os: Some("Debian GNU/Linux 13 (trixie)".into()),
             arch: Some("amd64".into()),
             kernel: Some("6.12.0".into()),
@@ -1389,11 +1392,29 @@ workers  1/3 finished  (up to 2 at a time)
         );
         let report = NodeFactsReport {
             before: Some(before.clone()),
-            after: Some(after),
+            after: Some(after.clone()),
         };
         assert_eq!(
             facts_line(&report, now, Style::PLAIN).unwrap(),
             "kubelet v1.33.5 → v1.34.4 · kubeadm v1.33.5 → v1.34.4 · certs expire in 28d → 364d (earliest: apiserver)"
+        );
+        // kubectl shows where it is installed, before → after like the others.
+        let report = NodeFactsReport {
+            before: Some(NodeFacts {
+                kubectl_version: Some("v1.33.5".into()),
+                ..before.clone()
+            }),
+            after: Some(NodeFacts {
+                kubectl_version: Some("v1.34.4".into()),
+                ..after
+            }),
+        };
+        assert!(
+            facts_line(&report, now, Style::PLAIN)
+                .unwrap()
+                .contains("kubeadm v1.33.5 → v1.34.4 · kubectl v1.33.5 → v1.34.4 · certs"),
+            "{:?}",
+            facts_line(&report, now, Style::PLAIN)
         );
         // A worker: no kubeadm PKI, no kubeadm.
         let worker = NodeFactsReport {

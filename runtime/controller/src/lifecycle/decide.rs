@@ -7,7 +7,10 @@
 //!    generated, and `waiting` says what it waits for (a person for a Blocked one, an
 //!    approval, or just its progress).
 //! 2. `spec.paused` generates nothing.
-//! 3. Nodes behind the desired version: one upgrade Operation, named after the version.
+//! 3. Nodes behind the desired version: one upgrade Operation, named after the version. A
+//!    node is behind when its kubelet is, and, with `packages: FollowClusterVersion`, also
+//!    when an installed kubeadm, kubelet or kubectl package its NodeReport lists is (the
+//!    upgrade moves those packages; a package that is not reported is not guessed at).
 //! 4. `spec.certificates.rotation` above the last one handled: one renewal, named after
 //!    the rotation.
 //! 5. `autoRenew` and a renewable control-plane certificate expiring within `renewBefore`:
@@ -21,7 +24,7 @@ use bosun_api::lifecycle::{
     ClusterLifecycleSpec, ObservedCertificates, ObservedVersions, PackagePolicy,
     parse_renew_before, parse_version,
 };
-use bosun_api::node_task::CertificateExpiry;
+use bosun_api::node_task::{CertificateExpiry, PackageVersion};
 use bosun_api::operation::{
     CertificateName, KubePackage, OperationPhase, OperationSpec, RenewCertificatesSpec, UpgradeSpec,
 };
@@ -37,6 +40,33 @@ pub struct NodeObservation {
     pub kubelet_version: Option<String>,
     /// The certificates from the node's NodeReport; `None` without a report.
     pub certificates: Option<Vec<CertificateExpiry>>,
+    /// The installed packages from the node's NodeReport (empty without a report, or
+    /// where the agent could read no package database).
+    pub packages: Vec<PackageVersion>,
+}
+
+/// The packages a generated upgrade moves to the cluster's version (with
+/// `packages: FollowClusterVersion`), so the ones whose lag counts as drift.
+pub const FOLLOWED_PACKAGES: [KubePackage; 3] = [
+    KubePackage::Kubeadm,
+    KubePackage::Kubelet,
+    KubePackage::Kubectl,
+];
+
+/// The packages of `node` behind `desired` among [`FOLLOWED_PACKAGES`], as
+/// `kubectl 1.34.1-1.1`; a version that does not read as a Kubernetes version is left out.
+fn packages_behind(node: &NodeObservation, desired: (u32, u32, u32)) -> Vec<String> {
+    node.packages
+        .iter()
+        .filter(|p| FOLLOWED_PACKAGES.iter().any(|f| f.as_str() == p.name))
+        .filter(|p| {
+            p.kubernetes_version()
+                .as_deref()
+                .and_then(parse_version)
+                .is_some_and(|v| v < desired)
+        })
+        .map(|p| format!("{} {}", p.name, p.version))
+        .collect()
 }
 
 /// The kind of work of a generated Operation.
@@ -122,6 +152,9 @@ pub struct Decision {
     pub in_sync: (bool, &'static str, String),
     /// The generated Operation under way, if any.
     pub progressing: Option<String>,
+    /// When the decision changes by time alone (a certificate becomes due), if that is
+    /// later than `now`: the reconciler decides again then.
+    pub wake_at: Option<Timestamp>,
     pub versions: ObservedVersions,
     pub certificates: ObservedCertificates,
     pub summary: String,
@@ -166,17 +199,31 @@ pub fn decide(input: &Input<'_>) -> Decision {
     let mut parsed: Vec<(u32, u32, u32)> = Vec::new();
     let mut behind = 0u32;
     let mut unknown = 0u32;
+    // Nodes whose kubelet is not behind but a followed package is: the first such, named.
+    let mut packages_only = 0u32;
+    let mut first_package_lag: Option<String> = None;
+    let follow = spec.packages == PackagePolicy::FollowClusterVersion;
     for node in input.nodes {
-        match node.kubelet_version.as_deref().and_then(parse_version) {
+        let kubelet = node.kubelet_version.as_deref().and_then(parse_version);
+        match kubelet {
             Some(v) => {
                 parsed.push(v);
                 if Some(v) == desired {
                     versions.nodes_at_desired += 1;
-                } else if desired.is_some_and(|d| v < d) {
-                    behind += 1;
                 }
             }
             None => unknown += 1,
+        }
+        if kubelet.is_some_and(|v| desired.is_some_and(|d| v < d)) {
+            behind += 1;
+        } else if let Some(d) = desired.filter(|_| follow && kubelet.is_some()) {
+            let lagging = packages_behind(node, d);
+            if !lagging.is_empty() {
+                behind += 1;
+                packages_only += 1;
+                first_package_lag
+                    .get_or_insert_with(|| format!("{}: {}", node.name, lagging.join(", ")));
+            }
         }
     }
     let show = |v: (u32, u32, u32)| format!("v{}.{}.{}", v.0, v.1, v.2);
@@ -216,13 +263,26 @@ pub fn decide(input: &Input<'_>) -> Decision {
     let rotation_due = spec.certificates.rotation > input.handled_rotation;
 
     let version_synced = versions.nodes_at_desired == versions.nodes && versions.nodes > 0;
-    let in_sync = if !version_synced {
+    let in_sync = if version_synced && packages_only > 0 {
+        (
+            false,
+            "PackageDrift",
+            format!(
+                "every node's kubelet at {}, but {packages_only} with packages behind it ({})",
+                spec.kubernetes_version,
+                first_package_lag.clone().unwrap_or_default()
+            ),
+        )
+    } else if !version_synced {
         (
             false,
             "VersionDrift",
             format!(
-                "{}/{} nodes at {} ({behind} behind, {unknown} not reporting a version)",
-                versions.nodes_at_desired, versions.nodes, spec.kubernetes_version
+                "{}/{} nodes at {} ({behind} behind{}, {unknown} not reporting a version)",
+                versions.nodes_at_desired,
+                versions.nodes,
+                spec.kubernetes_version,
+                lag_note(packages_only, first_package_lag.as_deref())
             ),
         )
     } else if rotation_due {
@@ -260,6 +320,7 @@ pub fn decide(input: &Input<'_>) -> Decision {
         waiting: None,
         in_sync,
         progressing: None,
+        wake_at: due_at.filter(|d| *d > input.now),
         versions,
         certificates,
         summary: String::new(),
@@ -311,9 +372,10 @@ pub fn decide(input: &Input<'_>) -> Decision {
                 name,
                 kind: Kind::Upgrade,
                 reason: format!(
-                    "{behind} of {} nodes behind {}",
+                    "{behind} of {} nodes behind {}{}",
                     input.nodes.len(),
-                    spec.kubernetes_version
+                    spec.kubernetes_version,
+                    lag_note(packages_only, first_package_lag.as_deref())
                 ),
                 spec: operation_spec(spec, Kind::Upgrade),
             });
@@ -367,6 +429,15 @@ pub fn decide(input: &Input<'_>) -> Decision {
     decision
 }
 
+/// `, 1 only in its packages (w-1: kubectl 1.34.1-1.1)` when some nodes are behind only in
+/// their packages; empty otherwise.
+fn lag_note(packages_only: u32, first: Option<&str>) -> String {
+    match (packages_only, first) {
+        (0, _) | (_, None) => String::new(),
+        (n, Some(first)) => format!(", {n} only in their packages ({first})"),
+    }
+}
+
 /// The Operation spec of a generated Operation of `kind`.
 pub fn operation_spec(spec: &ClusterLifecycleSpec, kind: Kind) -> OperationSpec {
     let defaults = &spec.operation_defaults;
@@ -381,11 +452,7 @@ pub fn operation_spec(spec: &ClusterLifecycleSpec, kind: Kind) -> OperationSpec 
             out.upgrade = Some(UpgradeSpec {
                 kubernetes_version: spec.kubernetes_version.clone(),
                 packages: match spec.packages {
-                    PackagePolicy::FollowClusterVersion => vec![
-                        KubePackage::Kubeadm,
-                        KubePackage::Kubelet,
-                        KubePackage::Kubectl,
-                    ],
+                    PackagePolicy::FollowClusterVersion => FOLLOWED_PACKAGES.to_vec(),
                     PackagePolicy::LeaveAlone => Vec::new(),
                 },
             });
@@ -470,6 +537,14 @@ mod tests {
             control_plane: cp,
             kubelet_version: Some(version.into()),
             certificates: certs,
+            packages: Vec::new(),
+        }
+    }
+
+    fn package(name: &str, version: &str) -> PackageVersion {
+        PackageVersion {
+            name: name.into(),
+            version: version.into(),
         }
     }
 
@@ -709,5 +784,105 @@ mod tests {
         let nodes = vec![node("cp-1", true, "v1.34.4", None)];
         let d = decide_with(&s, 0, &nodes, &[]);
         assert_eq!(d.waiting.map(|w| w.0), Some(Waiting::NodeReports));
+    }
+
+    #[test]
+    fn a_followed_package_behind_the_version_is_drift_and_generates_the_upgrade() {
+        let mut nodes = cluster("v1.34.4", 300);
+        nodes[1].packages = vec![
+            package("kubeadm", "1.34.4-1.1"),
+            package("kubelet", "1.34.4-1.1"),
+            package("kubectl", "1.34.1-1.1"),
+        ];
+        let d = decide_with(&spec("v1.34.4"), 0, &nodes, &[]);
+        assert_eq!(d.in_sync.1, "PackageDrift", "{:?}", d.in_sync);
+        assert!(!d.in_sync.0);
+        assert!(
+            d.in_sync.2.contains("w-1: kubectl 1.34.1-1.1"),
+            "{}",
+            d.in_sync.2
+        );
+        assert_eq!(
+            d.versions.nodes_at_desired, 2,
+            "the kubelets are at the version"
+        );
+        let g = d.generate.expect("an upgrade moving the packages");
+        assert_eq!(g.name, "lifecycle-upgrade-v1-34-4");
+        assert_eq!(g.spec.upgrade.unwrap().packages, FOLLOWED_PACKAGES.to_vec());
+        assert_eq!(
+            g.reason,
+            "1 of 2 nodes behind v1.34.4, 1 only in their packages (w-1: kubectl 1.34.1-1.1)"
+        );
+        // That upgrade already ran and the package is still behind: nothing again.
+        let done = [Generated {
+            name: upgrade_name("v1.34.4"),
+            kind: Kind::Upgrade,
+            phase: OperationPhase::Succeeded,
+            progress: Some("2/2".into()),
+        }];
+        let d = decide_with(&spec("v1.34.4"), 0, &nodes, &done);
+        assert_eq!(d.generate, None);
+        assert_eq!(
+            d.waiting.map(|w| w.0),
+            Some(Waiting::OperationFinishedWithoutEffect)
+        );
+
+        // LeaveAlone: packages are someone else's business.
+        let mut s = spec("v1.34.4");
+        s.packages = PackagePolicy::LeaveAlone;
+        let d = decide_with(&s, 0, &nodes, &[]);
+        assert!(d.in_sync.0, "{:?}", d.in_sync);
+        assert_eq!(d.generate, None);
+    }
+
+    #[test]
+    fn packages_not_followed_ahead_or_unreadable_are_no_drift() {
+        let mut nodes = cluster("v1.34.4", 300);
+        nodes[0].packages = vec![
+            package("cri-tools", "1.33.0-1.1"),     // not moved by an upgrade
+            package("kubernetes-cni", "1.7.1-1.1"), // not a Kubernetes version at all
+            package("kubectl", "1.35.0-1.1"),       // ahead: never downgraded
+            package("kubeadm", "1.34.4~custom-1"),  // not a Kubernetes version
+        ];
+        nodes[1].packages = vec![package("kubelet", "1.34.4-1.1")];
+        let d = decide_with(&spec("v1.34.4"), 0, &nodes, &[]);
+        assert!(d.in_sync.0, "{:?}", d.in_sync);
+        assert_eq!(d.generate, None);
+    }
+
+    #[test]
+    fn kubelet_and_package_lag_are_counted_once_per_node() {
+        let mut nodes = cluster("v1.34.4", 300);
+        nodes[0].packages = vec![package("kubeadm", "1.34.4-1.1")];
+        nodes[1].packages = vec![package("kubeadm", "1.34.4-1.1")];
+        nodes[1].kubelet_version = Some("v1.34.3".into());
+        nodes[1].packages.push(package("kubelet", "1.34.3-1.1"));
+        let d = decide_with(&spec("v1.34.4"), 0, &nodes, &[]);
+        assert_eq!(d.in_sync.1, "VersionDrift");
+        assert_eq!(
+            d.in_sync.2,
+            "1/2 nodes at v1.34.4 (1 behind, 0 not reporting a version)"
+        );
+        assert_eq!(d.generate.unwrap().reason, "1 of 2 nodes behind v1.34.4");
+    }
+
+    #[test]
+    fn the_next_decision_by_time_alone_is_when_a_certificate_becomes_due() {
+        let d = decide_with(&spec("v1.34.4"), 0, &cluster("v1.34.4", 300), &[]);
+        assert_eq!(
+            d.wake_at,
+            Some(now() + SignedDuration::from_hours(24 * 270))
+        );
+        // Already due: nothing to wait for (the decision has acted on it).
+        let d = decide_with(&spec("v1.34.4"), 0, &cluster("v1.34.4", 10), &[]);
+        assert_eq!(d.wake_at, None);
+        // No certificates reported: no time to wake at.
+        let d = decide_with(
+            &spec("v1.34.4"),
+            0,
+            &[node("cp-1", true, "v1.34.4", None)],
+            &[],
+        );
+        assert_eq!(d.wake_at, None);
     }
 }

@@ -1,8 +1,10 @@
 //! The ClusterLifecycle reconciler: the declarative layer on top of Operations.
 //!
-//! Once per period it reads the ClusterLifecycle `cluster`, the Nodes, the NodeReports
-//! and the Operations it generated (by label), asks [`decide::decide`] what to do, creates
-//! at most one Operation, and writes the status when it changed. Operations stay the
+//! It watches the ClusterLifecycle `cluster`, the Nodes, the NodeReports and the
+//! Operations it generated (by label), and on a change (see [`run`]) reads the
+//! ClusterLifecycle and its generated Operations, takes the Nodes and NodeReports from the
+//! watches' caches, asks [`decide::decide`] what to do, creates at most one Operation, and
+//! writes the status when it changed. Operations stay the
 //! imperative layer: a generated Operation is an ordinary one (planned, gated by policies,
 //! held behind another Operation's tasks on the same node) that carries the label
 //! [`labels::LIFECYCLE`] instead of an ownerReference, so deleting the ClusterLifecycle
@@ -15,8 +17,15 @@
 
 pub mod decide;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use bosun_api::labels;
 use bosun_api::lifecycle::{
@@ -46,17 +55,209 @@ pub struct Lifecycle {
     pub instance: Option<String>,
 }
 
-/// Runs the reconciler every `period` until the process ends. Errors are logged and the
-/// next pass tries again.
-pub async fn run(lifecycle: Lifecycle, period: Duration) {
-    let mut adoption = Adoption::default();
-    loop {
-        match lifecycle.pass(&mut adoption).await {
-            Ok(()) => {}
-            Err(e) => tracing::warn!(error = %e, "ClusterLifecycle reconcile failed; trying again"),
-        }
-        tokio::time::sleep(period).await;
+/// The shortest time between the starts of two reconciles: a burst of events (an upgrade
+/// changing many Nodes and NodeReports at once) is one reconcile per second at most.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The safety-net resync: a reconcile at least this often whatever the watches say
+/// (`--resync-seconds` when that is longer).
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// The first wait after a failed reconcile; it doubles up to the resync period.
+const RETRY_FIRST: Duration = Duration::from_secs(2);
+
+/// What the reconciler reads from the watches' caches: every Node and every NodeReport.
+#[derive(Clone)]
+pub struct Observed {
+    pub nodes: Store<Node>,
+    pub reports: Store<NodeReport>,
+}
+
+/// Runs the reconciler until the process ends: once the Node and NodeReport caches are
+/// filled, then on every relevant change of the ClusterLifecycle, a Node (added, removed,
+/// its kubelet version or control-plane label changed), a NodeReport, or a generated
+/// Operation; at most once per [`MIN_INTERVAL`] (the changes meanwhile are one reconcile);
+/// at the next time a certificate becomes due ([`decide::Decision::wake_at`]); and at
+/// least once per `resync`. A failed reconcile is tried again after 2 s, doubling up to
+/// `resync`.
+pub async fn run(lifecycle: Lifecycle, resync: Duration) {
+    let changed = Arc::new(Notify::new());
+    let (nodes, node_writer) = reflector::store();
+    let (reports, report_writer) = reflector::store();
+    let observed = Observed { nodes, reports };
+    let triggers = futures::stream::select_all([
+        lifecycle_changes(&lifecycle).boxed(),
+        node_changes(&lifecycle.client, node_writer).boxed(),
+        report_changes(&lifecycle.client, report_writer).boxed(),
+        operation_changes(&lifecycle).boxed(),
+    ]);
+    let notify = Arc::clone(&changed);
+    // Driven apart from the reconciles so that the caches stay current while one runs;
+    // stopped with this function.
+    let _watches = AbortOnDrop(tokio::spawn(triggers.for_each(move |()| {
+        // One stored permit: changes while a reconcile runs make exactly one more.
+        notify.notify_one();
+        async {}
+    })));
+    if observed.nodes.wait_until_ready().await.is_err()
+        || observed.reports.wait_until_ready().await.is_err()
+    {
+        tracing::error!(
+            "the Node or NodeReport watch ended before its first list; the ClusterLifecycle is not reconciled"
+        );
+        return;
     }
+    let mut adoption = Adoption::default();
+    let mut wake_at: Option<Timestamp> = None;
+    let mut retry = RETRY_FIRST;
+    loop {
+        let started = Instant::now();
+        let mut wait = resync;
+        match lifecycle.pass(&observed, &mut adoption).await {
+            Ok(next) => {
+                wake_at = next;
+                retry = RETRY_FIRST;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?retry, "ClusterLifecycle reconcile failed; trying again");
+                wait = retry.min(resync);
+                retry = (retry * 2).min(resync);
+            }
+        }
+        if let Some(at) = wake_at {
+            let until = at.duration_since(Timestamp::now());
+            // Past or now: at once (the next pass sees it due); a second late at most.
+            let until = Duration::try_from(until).unwrap_or_default() + Duration::from_secs(1);
+            wait = wait.min(until);
+        }
+        tokio::select! {
+            () = changed.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        tokio::time::sleep_until(started + MIN_INTERVAL).await;
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// One item per change of the ClusterLifecycle `cluster` (any instance's: `pass` decides
+/// whether it is ours).
+fn lifecycle_changes(lifecycle: &Lifecycle) -> impl Stream<Item = ()> + Send + 'static {
+    let api: Api<ClusterLifecycle> = Api::all(lifecycle.client.clone());
+    let config = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
+    triggers("ClusterLifecycle", watcher(api, config))
+}
+
+/// One item per change of a generated Operation of this instance.
+fn operation_changes(lifecycle: &Lifecycle) -> impl Stream<Item = ()> + Send + 'static {
+    let api: Api<Operation> = Api::all(lifecycle.client.clone());
+    let config = watcher::Config::default().labels(&lifecycle.generated_selector());
+    triggers("generated Operations", watcher(api, config))
+}
+
+/// Keeps the NodeReport cache; one item per change of a NodeReport (agents write only
+/// when their facts changed).
+fn report_changes(
+    client: &Client,
+    writer: reflector::store::Writer<NodeReport>,
+) -> impl Stream<Item = ()> + Send + 'static {
+    let api: Api<NodeReport> = Api::all(client.clone());
+    triggers(
+        "NodeReports",
+        reflector::reflector(writer, watcher(api, watcher::Config::default())),
+    )
+}
+
+/// Keeps the Node cache; one item per Node added or removed or whose kubelet version or
+/// control-plane label changed. A Node's status is rewritten every few minutes (and its
+/// conditions on every change), which matters here only when the version does.
+fn node_changes(
+    client: &Client,
+    writer: reflector::store::Writer<Node>,
+) -> impl Stream<Item = ()> + Send + 'static {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut seen = NodeChanges::default();
+    reflector::reflector(writer, watcher(api, watcher::Config::default()))
+        .backoff(bosun_cluster::watch::WatchBackoff::new(
+            bosun_cluster::watch::seed_of("bosun.dev/lifecycle/Node"),
+        ))
+        .filter_map(move |event| {
+            let changed = match event {
+                Ok(event) => seen.changed(&event),
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching Nodes failed; retrying");
+                    false
+                }
+            };
+            std::future::ready(changed.then_some(()))
+        })
+}
+
+/// What the decision read of each Node last seen: its control-plane label and kubelet
+/// version, by name.
+#[derive(Debug, Default)]
+pub struct NodeChanges(HashMap<String, (bool, Option<String>)>);
+
+impl NodeChanges {
+    /// Whether `event` changes what the decision reads: a Node added or removed, its
+    /// kubelet version or control-plane label changed, or a (re)list done. A status
+    /// rewrite that changes neither (heartbeats, conditions, images) is not a change.
+    pub fn changed(&mut self, event: &watcher::Event<Node>) -> bool {
+        match event {
+            watcher::Event::Apply(node) | watcher::Event::InitApply(node) => {
+                let facts = (
+                    node.labels().contains_key(CONTROL_PLANE_LABEL),
+                    kubelet_version(node),
+                );
+                self.0.insert(node.name_any(), facts.clone()) != Some(facts)
+            }
+            watcher::Event::Delete(node) => self.0.remove(&node.name_any()).is_some(),
+            watcher::Event::InitDone => true,
+            watcher::Event::Init => false,
+        }
+    }
+}
+
+fn kubelet_version(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.node_info.as_ref())
+        .map(|i| i.kubelet_version.clone())
+        .filter(|v| !v.is_empty())
+}
+
+/// `events` with the project's watch backoff, one item per change (an object applied or
+/// deleted, or a (re)list done); errors are logged and the watch opened again.
+fn triggers<K>(
+    what: &'static str,
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+) -> impl Stream<Item = ()> + Send + 'static
+where
+    K: Send + 'static,
+{
+    events
+        .backoff(bosun_cluster::watch::WatchBackoff::new(
+            bosun_cluster::watch::seed_of(what),
+        ))
+        .filter_map(move |event| {
+            std::future::ready(match event {
+                Ok(
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                ) => Some(()),
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching {what} failed; retrying");
+                    None
+                }
+            })
+        })
 }
 
 impl std::fmt::Debug for Lifecycle {
@@ -82,8 +283,22 @@ impl Lifecycle {
         object.labels().get(labels::INSTANCE).map(String::as_str) == self.instance.as_deref()
     }
 
-    /// One pass: adopt (once) or reconcile.
-    pub async fn pass(&self, adoption: &mut Adoption) -> Result<()> {
+    /// The label selector of the Operations this install's ClusterLifecycle generated.
+    fn generated_selector(&self) -> String {
+        format!(
+            "{},{}",
+            bosun_cluster::instance_selector(self.instance.as_deref()),
+            labels::LIFECYCLE
+        )
+    }
+
+    /// One pass: adopt (once) or reconcile. Returns when to decide again by time alone
+    /// (a certificate becoming due), if ever.
+    pub async fn pass(
+        &self,
+        observed: &Observed,
+        adoption: &mut Adoption,
+    ) -> Result<Option<Timestamp>> {
         let api: Api<ClusterLifecycle> = Api::all(self.client.clone());
         let Some(object) = api
             .get_opt(NAME)
@@ -94,17 +309,17 @@ impl Lifecycle {
                 adoption.done = self.adopt(&api, adoption.warned).await?;
                 adoption.warned = true;
             }
-            return Ok(());
+            return Ok(None);
         };
         adoption.done = true;
         if !self.ours(&object) {
             tracing::debug!("ClusterLifecycle cluster belongs to another instance; left alone");
-            return Ok(());
+            return Ok(None);
         }
         if object.metadata.deletion_timestamp.is_some() {
-            return Ok(());
+            return Ok(None);
         }
-        self.reconcile(&object).await
+        self.reconcile(&object, observed).await
     }
 
     /// Creates the ClusterLifecycle from the cluster as it is. `Ok(false)` when the cluster
@@ -155,9 +370,13 @@ impl Lifecycle {
         Ok(true)
     }
 
-    async fn reconcile(&self, object: &ClusterLifecycle) -> Result<()> {
+    async fn reconcile(
+        &self,
+        object: &ClusterLifecycle,
+        observed: &Observed,
+    ) -> Result<Option<Timestamp>> {
         let now = Timestamp::now();
-        let nodes = self.observe().await?;
+        let nodes = observe(&observed.nodes.state(), &observed.reports.state());
         let generated_ops = self.generated().await?;
         let generated: Vec<Generated> = generated_ops
             .iter()
@@ -206,57 +425,14 @@ impl Lifecycle {
         if status != stored {
             self.write_status(&status).await?;
         }
-        Ok(())
-    }
-
-    /// Every Node with its kubelet version, and the certificates of its NodeReport.
-    async fn observe(&self) -> Result<Vec<NodeObservation>> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let reports: Api<NodeReport> = Api::all(self.client.clone());
-        let nodes = nodes
-            .list(&ListParams::default())
-            .await
-            .map_err(Error::kube("listing Nodes"))?;
-        let reports: BTreeMap<String, NodeReport> = reports
-            .list(&ListParams::default())
-            .await
-            .map_err(Error::kube("listing NodeReports"))?
-            .items
-            .into_iter()
-            .map(|r| (r.spec.node_name.clone(), r))
-            .collect();
-        Ok(nodes
-            .items
-            .iter()
-            .map(|n| {
-                let name = n.name_any();
-                NodeObservation {
-                    control_plane: n.labels().contains_key(CONTROL_PLANE_LABEL),
-                    kubelet_version: n
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.node_info.as_ref())
-                        .map(|i| i.kubelet_version.clone())
-                        .filter(|v| !v.is_empty()),
-                    certificates: reports
-                        .get(&name)
-                        .map(|r| r.spec.facts.certificates.clone()),
-                    name,
-                }
-            })
-            .collect())
+        Ok(decision.wake_at)
     }
 
     /// The Operations this install's ClusterLifecycle generated, by label.
     async fn generated(&self) -> Result<Vec<Operation>> {
         let ops: Api<Operation> = Api::all(self.client.clone());
-        let selector = format!(
-            "{},{}",
-            bosun_cluster::instance_selector(self.instance.as_deref()),
-            labels::LIFECYCLE
-        );
         Ok(ops
-            .list(&ListParams::default().labels(&selector))
+            .list(&ListParams::default().labels(&self.generated_selector()))
             .await
             .map_err(Error::kube("listing generated Operations"))?
             .items)
@@ -304,6 +480,34 @@ impl Lifecycle {
         ))?;
         Ok(())
     }
+}
+
+/// Every Node with its kubelet version, and the certificates and packages of its
+/// NodeReport (matched by `spec.nodeName`).
+pub fn observe(nodes: &[Arc<Node>], reports: &[Arc<NodeReport>]) -> Vec<NodeObservation> {
+    let reports: BTreeMap<&str, &NodeReport> = reports
+        .iter()
+        .map(|r| (r.spec.node_name.as_str(), r.as_ref()))
+        .collect();
+    let mut out: Vec<NodeObservation> = nodes
+        .iter()
+        .map(|n| {
+            let name = n.name_any();
+            let report = reports.get(name.as_str());
+            NodeObservation {
+                control_plane: n.labels().contains_key(CONTROL_PLANE_LABEL),
+                kubelet_version: kubelet_version(n),
+                certificates: report.map(|r| r.spec.facts.certificates.clone()),
+                packages: report
+                    .map(|r| r.spec.facts.packages.clone())
+                    .unwrap_or_default(),
+                name,
+            }
+        })
+        .collect();
+    // The caches hold no order; the summary names the first lagging node.
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 /// The status to write for `decision`. Conditions keep their transition times while their
@@ -376,6 +580,82 @@ pub fn kubernetes_version_of(cluster_configuration: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(name: &str, control_plane: bool, kubelet: &str, ready: &str) -> Node {
+        let mut labels = serde_json::Map::new();
+        if control_plane {
+            labels.insert(CONTROL_PLANE_LABEL.into(), json!(""));
+        }
+        serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": labels },
+            "status": {
+                "nodeInfo": {
+                    "kubeletVersion": kubelet, "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
+                    "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
+                    "osImage": "", "systemUUID": ""
+                },
+                "conditions": [{ "type": "Ready", "status": ready }],
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_node_changes_the_decision_reads_trigger_a_reconcile() {
+        use watcher::Event;
+        let mut seen = NodeChanges::default();
+        // The initial list: the nodes are recorded, the end of the list triggers.
+        assert!(!seen.changed(&Event::Init));
+        assert!(seen.changed(&Event::InitApply(node("cp-1", true, "v1.34.4", "True"))));
+        assert!(seen.changed(&Event::InitApply(node("w-1", false, "v1.34.4", "True"))));
+        assert!(seen.changed(&Event::InitDone));
+        // A heartbeat or a condition change: nothing the decision reads.
+        assert!(!seen.changed(&Event::Apply(node("w-1", false, "v1.34.4", "False"))));
+        assert!(!seen.changed(&Event::Apply(node("cp-1", true, "v1.34.4", "True"))));
+        // A new kubelet version, a role change, a new node, a removed node: a change.
+        assert!(seen.changed(&Event::Apply(node("w-1", false, "v1.35.0", "False"))));
+        assert!(seen.changed(&Event::Apply(node("w-1", true, "v1.35.0", "False"))));
+        assert!(seen.changed(&Event::Apply(node("w-2", false, "v1.35.0", "True"))));
+        assert!(seen.changed(&Event::Delete(node("w-2", false, "v1.35.0", "True"))));
+        // A relist of the same nodes: only its end triggers.
+        assert!(!seen.changed(&Event::InitApply(node("cp-1", true, "v1.34.4", "True"))));
+        assert!(seen.changed(&Event::InitDone));
+    }
+
+    #[test]
+    fn nodes_are_observed_with_their_own_report_by_node_name() {
+        let report = |node: &str, kubectl: &str| -> Arc<NodeReport> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeReport",
+                    "metadata": { "name": node },
+                    "spec": { "nodeName": node, "facts": {
+                        "collectedAt": "2026-12-01T00:00:00Z",
+                        "certificates": [{ "name": "apiserver", "notAfter": "2027-12-01T00:00:00Z" }],
+                        "packages": [{ "name": "kubectl", "version": kubectl }],
+                    }},
+                }))
+                .unwrap(),
+            )
+        };
+        let nodes = [
+            Arc::new(node("w-1", false, "v1.34.4", "True")),
+            Arc::new(node("cp-1", true, "v1.34.3", "True")),
+        ];
+        let reports = [report("w-1", "1.34.1-1.1"), report("gone", "1.34.4-1.1")];
+        let seen = observe(&nodes, &reports);
+        assert_eq!(
+            seen.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
+            ["cp-1", "w-1"],
+            "by name, whatever the caches' order"
+        );
+        assert!(seen[0].control_plane);
+        assert_eq!(seen[0].kubelet_version.as_deref(), Some("v1.34.3"));
+        assert_eq!(seen[0].certificates, None, "no report: no certificates");
+        assert!(seen[0].packages.is_empty());
+        assert_eq!(seen[1].certificates.as_ref().map(Vec::len), Some(1));
+        assert_eq!(seen[1].packages[0].version, "1.34.1-1.1");
+    }
 
     #[test]
     fn the_version_is_read_from_kubeadms_cluster_configuration() {
