@@ -337,6 +337,17 @@ if [ "$VIA" = lifecycle ]; then
     [ "$(date +%s)" -lt "$deadline" ] || fail "the ClusterLifecycle is not InSync at $TO within 180 s after $OP: $(lc_field '{.status}')"
     sleep 2
   done
+  # What each agent reports of its real node: kubectl's version from the binary, and the
+  # package versions from the node's dpkg database.
+  for n in "${NODES[@]}"; do
+    kv=$(kubectl get nodereport "$n" -o jsonpath='{.spec.facts.kubectlVersion}')
+    [ "$kv" = "$TO" ] || fail "NodeReport $n: kubectlVersion '$kv', expected $TO"
+    for p in kubeadm kubelet kubectl; do
+      pv=$(kubectl get nodereport "$n" -o jsonpath="{.spec.facts.packages[?(@.name==\"$p\")].version}")
+      [[ "$pv" == "${TO#v}-"* ]] || fail "NodeReport $n: package $p '$pv', expected ${TO#v}-*"
+    done
+  done
+  echo "lifecycle: every NodeReport says kubectl $TO and packages kubeadm/kubelet/kubectl ${TO#v}"
   kubectl get clusterlifecycle cluster
   kubectl-bosun status | tee -a "$LOG" | head -n 12
   echo "lifecycle: InSync at $TO ($(lc_field '{.status.summary}'))"
