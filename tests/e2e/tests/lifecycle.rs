@@ -537,6 +537,15 @@ async fn refused(api: &Api<ClusterLifecycle>, spec: Value) -> Result<String> {
     }
 }
 
+/// Creates `object`, which the API server must refuse as invalid; returns its message.
+async fn create_refused(api: &Api<ClusterLifecycle>, object: &ClusterLifecycle) -> Result<String> {
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => bail!("the API server accepted {}", serde_json::to_string(object)?),
+        Err(kube::Error::Api(e)) if e.code == 422 => Ok(e.message),
+        Err(e) => bail!("refused otherwise than as invalid: {e}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_edits_are_refused_with_clear_messages() -> Result<()> {
     let _nodes = lock_lab_nodes().await;
@@ -553,30 +562,16 @@ async fn invalid_edits_are_refused_with_clear_messages() -> Result<()> {
             "spec": { "kubernetesVersion": version, "certificates": { "rotation": 2 } },
         }))?)
     };
-    match api
-        .create(&PostParams::default(), &object("other", "v1.34.4")?)
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 422 => ensure!(
-            e.message
-                .contains("a ClusterLifecycle must be named `cluster`"),
-            "{}",
-            e.message
-        ),
-        other => bail!("a ClusterLifecycle named other: {other:?}"),
-    }
-    match api
-        .create(&PostParams::default(), &object("cluster", "1.34")?)
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 422 => ensure!(
-            e.message
-                .contains("spec.kubernetesVersion must be a version like v1.34.4"),
-            "{}",
-            e.message
-        ),
-        other => bail!("a malformed version: {other:?}"),
-    }
+    let m = create_refused(&api, &object("other", "v1.34.4")?).await?;
+    ensure!(
+        m.contains("a ClusterLifecycle must be named `cluster`"),
+        "{m}"
+    );
+    let m = create_refused(&api, &object("cluster", "1.34")?).await?;
+    ensure!(
+        m.contains("spec.kubernetesVersion must be a version like v1.34.4"),
+        "{m}"
+    );
     api.create(&PostParams::default(), &object("cluster", "v1.34.4")?)
         .await
         .context("creating a valid ClusterLifecycle")?;
