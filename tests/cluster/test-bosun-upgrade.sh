@@ -18,7 +18,7 @@
 #      the DaemonSet brings a new one, which runs the step again (the plugin declares it
 #      idempotent: attempt 2), or the task blocks Interrupted and is retried once;
 #   5. checks: the Operation Succeeded; the API server and every kubelet at TO; the static
-#      Pods on TO images; kubeadm/kubelet/kubectl packages at TO on every node; `kubeadm
+#      Pods and kube-proxy's DaemonSet on TO images; kubeadm/kubelet/kubectl packages at TO on every node; `kubeadm
 #      upgrade plan` has nothing left to apply; the workload Running again; `kubectl bosun
 #      status` shows every node's kubelet before -> after;
 #   7. prints each node's wall time and Bosun's own share of it (see docs/benchmarks.md);
@@ -308,6 +308,11 @@ for n in "${NODES[@]}"; do
     esac
   done
 done
+# kubeadm's last phases (configuration upload, addons) ran: kube-proxy's DaemonSet is at TO
+# and rolled out on every node.
+proxy=$(kubectl -n kube-system get ds kube-proxy -o jsonpath='{.spec.template.spec.containers[0].image}')
+[ "${proxy##*:}" = "$TO" ] || fail "kube-proxy's DaemonSet runs $proxy, expected tag $TO (kubeadm's addon phase did not run?)"
+kubectl -n kube-system rollout status ds/kube-proxy --timeout=120s >>"$LOG" 2>&1 || fail "kube-proxy is not rolled out at $TO"
 for n in "${NODES[@]}"; do
   pkgs=$(podman exec "$n" dpkg-query -W -f='${Package}=${Version} ' kubeadm kubelet kubectl)
   for p in kubeadm kubelet kubectl; do
