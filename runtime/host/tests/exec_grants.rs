@@ -149,13 +149,20 @@ fn a_wildcard_operand_does_not_admit_options() {
     assert!(ok.contains("hello all"), "{ok}");
 }
 
-#[test]
-fn commands_on_the_real_root_start_in_slash_not_in_the_agents_directory() {
+/// A host whose host root is the real `/` (the node fixture kept alive beside it), and the
+/// `bad` test plugin loaded into it.
+fn real_root_host() -> (support::Node, Host, LoadedPlugin) {
     let node = node();
     let mut config = node.config();
     config.host_root = "/".into();
     let host = Host::new(config).unwrap();
     let bad = node.load(&host, &plugins().bad, "bad");
+    (node, host, bad)
+}
+
+#[test]
+fn commands_on_the_real_root_start_in_slash_not_in_the_agents_directory() {
+    let (_node, host, bad) = real_root_host();
     let grants = Grants {
         exec: vec![exec_grant("/usr/bin/pwd", &[])],
         ..Grants::default()
@@ -173,11 +180,7 @@ fn commands_on_the_real_root_start_in_slash_not_in_the_agents_directory() {
 /// inside granted commands is counted, and a refused command counts nothing.
 #[test]
 fn time_inside_granted_commands_is_reported_and_refused_calls_count_none() {
-    let node = node();
-    let mut config = node.config();
-    config.host_root = "/".into();
-    let host = Host::new(config).unwrap();
-    let bad = node.load(&host, &plugins().bad, "bad");
+    let (_node, host, bad) = real_root_host();
     let grants = Grants {
         exec: vec![exec_grant("/usr/bin/sleep", &[&["0.3"]])],
         ..Grants::default()
