@@ -16,6 +16,8 @@
 #   bash tests/fresh.sh --tests-first   # the other order
 #   bash tests/fresh.sh --keep          # keep the temporary directory (logs, caches)
 #   bash tests/fresh.sh --only tests    # just one of the two commands (tests or demo)
+#   bash tests/fresh.sh --only ci       # CI's whole run instead: `bash .ci/run` (fmt, the suite,
+#                                       # clippy, the real-node cluster stage), as root
 #
 # The lab listens on 127.0.0.1 ports BOSUN_LAB_PORT_BASE..+3 (default 26443 here, so a lab
 # already running on the default 16443 is not disturbed). Expect about an hour on two cores
@@ -31,11 +33,11 @@ while [ $# -gt 0 ]; do
     --keep) keep=1 ;;
     --only)
       case "${2:-}" in
-        tests | demo) order=("$2"); shift ;;
-        *) echo "fresh.sh: --only takes 'tests' or 'demo', got '${2:-}'" >&2; exit 2 ;;
+        tests | demo | ci) order=("$2"); shift ;;
+        *) echo "fresh.sh: --only takes 'tests', 'demo' or 'ci', got '${2:-}'" >&2; exit 2 ;;
       esac
       ;;
-    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fresh.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -96,6 +98,7 @@ for name in "${order[@]}"; do
   case "$name" in
     demo) cmd=(bash tests/lab/demo.sh) ;;
     tests) cmd=(bash tests/run.sh) ;;
+    ci) cmd=(bash .ci/run) ;;
   esac
   log="$work/$name.log"
   echo "fresh.sh: running '${cmd[*]}' (log: $log)"
@@ -107,7 +110,8 @@ for name in "${order[@]}"; do
   set -e
   secs[$name]=$(($(date +%s) - start))
   stop_lab "$name"
-  rm -rf "$work/target-$name" # about 10 GiB each; the next command builds its own
+  # About 10 GiB each; the next command builds its own. --keep keeps the last one.
+  if [ "$keep" = 0 ] || [ "$name" != "${order[-1]}" ]; then rm -rf "$work/target-$name"; fi
   echo "fresh.sh: '${cmd[*]}' exited ${rc[$name]} after ${secs[$name]} s; its last lines:"
   tail -n 15 "$log" | sed 's/^/    /'
 done
@@ -120,6 +124,6 @@ for name in "${order[@]}"; do
     $((secs[$name] / 60)) $((secs[$name] % 60))
   [ "${rc[$name]}" = 0 ] || status=1
 done
-grep -h -E '^test result:' "$work/tests.log" 2>/dev/null \
+grep -h -E '^test result:' "$work/tests.log" "$work/ci.log" 2>/dev/null \
   | awk '{p += $4; f += $6} END {if (NR) printf "  tests: %d passed, %d failed (%d test binaries)\n", p, f, NR}'
 exit "$status"
