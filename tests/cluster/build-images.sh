@@ -116,4 +116,13 @@ mk_image "localhost/bosun/busybox:lab" /bin/sh "$c"
 rm -rf "$work"
 mv "$OUT/images.list.tmp" "$OUT/images.list"
 echo "cluster images: built $(wc -l <"$OUT/images.list") images in $(( $(date +%s) - t0 ))s" | tee -a "$LOG" >&2
+# Image directories of earlier builds (about 130 MB each; a new node image or binary makes a
+# new one) go, except those a built version still names (build.sh's versions/*.env) and any
+# touched in the last hour (another cluster's build may not have named its own yet).
+for old in "$CACHE"/cluster/images-*; do
+  [ -d "$old" ] && [ "$old" != "$OUT" ] || continue
+  grep -qsx "BOSUN_CLUSTER_IMAGES=$old" "$CACHE"/cluster/versions/*.env "$CACHE"/cluster/current.env && continue
+  [ -n "$(find "$old" -maxdepth 0 -mmin -60)" ] && continue
+  rm -rf "$old"
+done
 echo "$OUT"
