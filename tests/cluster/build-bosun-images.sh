@@ -15,11 +15,13 @@ set -euo pipefail
 
 BIN="${1:?usage: build-bosun-images.sh <directory holding bosun-controller and bosun-agent>}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=oci.sh
+. "$HERE/oci.sh"
 CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
 for b in bosun-controller bosun-agent; do
   [ -x "$BIN/$b" ] || { echo "bosun images: no $BIN/$b; build it with cargo build --locked --bins" >&2; exit 1; }
 done
-key=$( { sha256sum "$BIN/bosun-controller" "$BIN/bosun-agent" "$HERE/build-bosun-images.sh"; } \
+key=$( { sha256sum "$BIN/bosun-controller" "$BIN/bosun-agent" "$HERE/build-bosun-images.sh" "$HERE/oci.sh"; } \
   | sha256sum | cut -c1-12)
 OUT="$CACHE/cluster/bosun-images-$key"
 mkdir -p "$OUT"
@@ -37,7 +39,7 @@ work="$OUT/work"; rm -rf "$work"; mkdir -p "$work"
 # mk_image <name> <binary> <uid:gid>
 mk_image() {
   local name="$1" binary="$2" user="$3"
-  local c="$work/$name-content" layout="$work/$name-oci" bundle="$work/$name-bundle"
+  local c="$work/$name-content"
   local repo="localhost/bosun/$name" tag="lab-$key"
   mkdir -p "$c/usr/local/bin" "$c/tmp" "$c/etc"
   chmod 1777 "$c/tmp"
@@ -51,16 +53,9 @@ mk_image() {
   [ -e "$c/lib64/ld-linux-x86-64.so.2" ] || { mkdir -p "$c/lib64"; cp -L /lib64/ld-linux-x86-64.so.2 "$c/lib64/"; }
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/:/sbin/nologin\n' >"$c/etc/passwd"
   printf 'root:x:0:\nnonroot:x:65532:\n' >"$c/etc/group"
-  umoci init --layout "$layout" >>"$LOG" 2>&1
-  umoci new --image "$layout:$tag" >>"$LOG" 2>&1
-  umoci unpack --image "$layout:$tag" "$bundle" >>"$LOG" 2>&1
-  cp -a "$c/." "$bundle/rootfs/"
-  umoci repack --image "$layout:$tag" "$bundle" >>"$LOG" 2>&1
-  umoci config --image "$layout:$tag" --config.entrypoint "/usr/local/bin/$name" \
-    --config.user "$user" --architecture amd64 --os linux >>"$LOG" 2>&1
-  umoci gc --layout "$layout" >>"$LOG" 2>&1
-  tar -C "$layout" -cf "$OUT/$name.tar" .
-  rm -rf "$layout" "$bundle" "$c"
+  oci_archive "$repo:$tag" "$c" "$OUT/$name.tar" "$LOG" \
+    --config.entrypoint "/usr/local/bin/$name" --config.user "$user"
+  rm -rf "$c"
   echo "$repo $tag $name.tar" >>"$OUT/images.list.tmp"
 }
 : >"$OUT/images.list.tmp"

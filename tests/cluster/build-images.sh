@@ -12,8 +12,10 @@ set -euo pipefail
 GOBIN_DIR="$1"
 NODE_IMAGE="$2"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=oci.sh
+. "$HERE/oci.sh"
 CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
-key=$( { sha256sum "$GOBIN_DIR"/* "$HERE/pause.c" "$HERE/build-images.sh"; echo "$NODE_IMAGE"; } \
+key=$( { sha256sum "$GOBIN_DIR"/* "$HERE/pause.c" "$HERE/build-images.sh" "$HERE/oci.sh"; echo "$NODE_IMAGE"; } \
   | sha256sum | cut -c1-12)
 OUT="$CACHE/cluster/images-$key"
 mkdir -p "$OUT"
@@ -44,17 +46,7 @@ mk_image() {
   local ref="$1" entry="$2" content="$3"
   local repo="${ref%:*}" tag="${ref##*:}" name
   name=$(basename "$repo")
-  local layout="$work/$name-oci" bundle="$work/$name-bundle"
-  umoci init --layout "$layout" >>"$LOG" 2>&1
-  umoci new --image "$layout:$tag" >>"$LOG" 2>&1
-  umoci unpack --image "$layout:$tag" "$bundle" >>"$LOG" 2>&1
-  cp -a "$content/." "$bundle/rootfs/"
-  umoci repack --image "$layout:$tag" "$bundle" >>"$LOG" 2>&1
-  umoci config --image "$layout:$tag" --config.entrypoint "$entry" \
-    --architecture amd64 --os linux >>"$LOG" 2>&1
-  umoci gc --layout "$layout" >>"$LOG" 2>&1
-  tar -C "$layout" -cf "$OUT/$name.tar" .
-  rm -rf "$layout" "$bundle"
+  oci_archive "$ref" "$content" "$OUT/$name.tar" "$LOG" --config.entrypoint "$entry"
   echo "$repo $tag $name.tar" >>"$OUT/images.list.tmp"
 }
 : >"$OUT/images.list.tmp"
