@@ -53,7 +53,11 @@ deb() {
     echo "Description: $desc"
     echo " Built by tests/cluster/build-debs.sh from the upstream sources; not an official package."
   } >"$root/DEBIAN/control"
-  dpkg-deb --root-owner-group -Zgzip --build "$root" "$out.tmp" >/dev/null
+  # Byte-for-byte the same package from the same inputs (fixed mtimes and archive dates): a
+  # rebuilt .deb must not change the node image's key (build-node.sh hashes the .debs) and
+  # so make every other version's cached node image look stale.
+  find "$root" -exec touch -h -d @1 {} +
+  SOURCE_DATE_EPOCH=1 dpkg-deb --root-owner-group -Zgzip --build "$root" "$out.tmp" >/dev/null
   mv "$out.tmp" "$out"
   echo "$want" >"$stamp"
   rm -rf "$root"
