@@ -545,8 +545,9 @@ pub struct RestartResult {
     pub killed_at: Timestamp,
     /// The new process spawned.
     pub started_at: Timestamp,
-    /// The new process became leader: the `renewTime` it wrote when it took (or, with the
-    /// same identity, renewed) the Lease.
+    /// The new process became leader: the `acquireTime` it wrote when it took the Lease
+    /// from the killed process (or, with the same identity, which keeps the acquire time,
+    /// the `renewTime` of its first renewal).
     pub leader_at: Option<Timestamp>,
     /// The first NodeTask change by the controller the bench's watch saw after
     /// `leader_at`: the resume.
@@ -632,11 +633,19 @@ async fn poll_leader(client: &Client, instance: &str, r: &mut RestartResult) -> 
     let Some(spec) = leases.get_opt(&lease_name(instance)).await?.and_then(|l| l.spec) else {
         return Ok(());
     };
-    if let Some(renewed) = spec.renew_time.map(|t| t.0)
-        && renewed >= r.started_at
-        && spec.holder_identity.as_deref().is_some_and(|h| !h.is_empty())
+    if !spec.holder_identity.as_deref().is_some_and(|h| !h.is_empty()) {
+        return Ok(());
+    }
+    // Taken from another holder: its acquire time. Renewed by the same identity (which
+    // keeps the acquire time): its first renewal since it started.
+    let acquired = spec.acquire_time.map(|t| t.0);
+    let renewed = spec.renew_time.map(|t| t.0);
+    if let Some(at) = [acquired, renewed]
+        .into_iter()
+        .flatten()
+        .find(|t| *t >= r.started_at)
     {
-        r.leader_at = Some(renewed);
+        r.leader_at = Some(at);
         r.new_holder = spec.holder_identity;
     }
     Ok(())
@@ -754,6 +763,9 @@ pub async fn run_once(
     .with_context(|| format!("creating Operation {name}"))?;
     let mut own_gets = 0;
     let mut restarted: Option<(RestartResult, procfs::ProcSample)> = None;
+    // The Lease is read once a second until the new leader shows (the time comes from
+    // the Lease itself, not from when it was read).
+    let mut last_lease_poll: Option<Instant> = None;
     let limit = Duration::from_secs(300 + 3 * env.nodes.len() as u64);
     let op = loop {
         env.controller.check_alive()?;
@@ -769,7 +781,9 @@ pub async fn run_once(
         }
         if let Some((r, _)) = restarted.as_mut()
             && r.leader_at.is_none()
+            && last_lease_poll.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
         {
+            last_lease_poll = Some(Instant::now());
             poll_leader(&client, &env.instance, r).await?;
         }
         let op = ops.get(&name).await?;
