@@ -2,9 +2,10 @@
 //! to what tells whether a step ran twice (counts, never times) and when the controller
 //! wrote (to time a restarted controller's resume).
 //!
-//! A step ran twice when its task shows `attempts` above 1 for it, or when the watch saw it
+//! A step ran twice when its task shows `attempts` above 1 for it, when the watch saw it
 //! with two different start times (a step started again from scratch, even if its attempts
-//! were written back as 1). A task was created twice when one node of one Operation had two
+//! were written back as 1), or when a controller step (cordon, uncordon of a schedulable
+//! node) found nothing to do. A task was created twice when one node of one Operation had two
 //! tasks (two UIDs).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -86,7 +87,10 @@ fn controller_change(
         return true;
     };
     if prev.phase != next.phase
-        && matches!(next.phase, NodeTaskPhase::Running | NodeTaskPhase::Succeeded)
+        && matches!(
+            next.phase,
+            NodeTaskPhase::Running | NodeTaskPhase::Succeeded
+        )
     {
         return true;
     }
@@ -183,8 +187,15 @@ impl Ledger {
     }
 
     /// Checks `operation`'s tasks: in the final list `tasks`, every step's attempts is 1
-    /// and so is every task's; in what the watch saw, every step of a task started at one
-    /// time only, and each node had one task.
+    /// and so is every task's, and every controller step changed its node; in what the
+    /// watch saw, every step of a task started at one time only, and each node had one
+    /// task.
+    ///
+    /// The controller steps' `changed` catches a run that left no trace in the status: the
+    /// bench's steps are cordon and uncordon of nodes that start schedulable, so each
+    /// changes its node once; one that found nothing to do ran after an earlier run of
+    /// itself whose status was never written (a controller killed between its Node patch
+    /// and its status write).
     pub fn check(&self, operation: &str, tasks: &[NodeTask]) -> OnceCheck {
         let mut violations = Vec::new();
         for task in tasks {
@@ -201,6 +212,17 @@ impl Ledger {
                     violations.push(format!(
                         "task {name}: step {} has attempts {}",
                         step.name, step.attempts
+                    ));
+                }
+                let by_controller = task
+                    .spec
+                    .steps
+                    .iter()
+                    .any(|s| s.name == step.name && s.runs_on == RunsOn::Controller);
+                if by_controller && step.changed == Some(false) {
+                    violations.push(format!(
+                        "task {name}: step {} found nothing to do (changed: false): it had already run",
+                        step.name
                     ));
                 }
             }
@@ -260,11 +282,16 @@ mod tests {
     /// A task of [`OP`] on `node` with uid `uid`: steps cordon (controller), noop (agent),
     /// uncordon (controller); `steps` are (name, phase, attempts, start second).
     fn task(uid: &str, node: &str, phase: &str, steps: &[(&str, &str, u32, i64)]) -> NodeTask {
-        let at = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap().to_string();
+        let at = |s: i64| {
+            Timestamp::from_second(1_800_000_000 + s)
+                .unwrap()
+                .to_string()
+        };
         let steps: Vec<_> = steps
             .iter()
             .map(|(name, phase, attempts, start)| {
-                json!({ "name": name, "phase": phase, "attempts": attempts, "startedAt": at(*start) })
+                json!({ "name": name, "phase": phase, "attempts": attempts, "startedAt": at(*start),
+                        "changed": true })
             })
             .collect();
         serde_json::from_value(json!({
@@ -288,8 +315,8 @@ mod tests {
     fn a_task_run_once_passes_and_its_controller_writes_are_told_from_the_agents() {
         let mut l = Ledger::default();
         let versions = [
-            task("u1", "n1", "Pending", &[]),                              // created: controller
-            task("u1", "n1", "Running", &[]),                              // Running: controller
+            task("u1", "n1", "Pending", &[]), // created: controller
+            task("u1", "n1", "Running", &[]), // Running: controller
             task("u1", "n1", "Running", &[("cordon", "Succeeded", 1, 1)]), // controller step
             task(
                 "u1",
@@ -354,6 +381,33 @@ mod tests {
         let c = l.check(OP, &[again]);
         assert_eq!(c.violations.len(), 1, "{:?}", c.violations);
         assert!(c.violations[0].contains("step cordon started 2 times"));
+    }
+
+    #[test]
+    fn a_controller_step_that_found_nothing_to_do_had_run_before() {
+        let mut again = task(
+            "u1",
+            "n1",
+            "Running",
+            &[("cordon", "Succeeded", 1, 1), ("noop", "Succeeded", 1, 2)],
+        );
+        let mut l = Ledger::default();
+        l.observe(&again, at_ms(0));
+        assert_eq!(
+            l.check(OP, std::slice::from_ref(&again)).violations.len(),
+            0
+        );
+        // The agent's step changing nothing is no sign of a second run; the cordon's is.
+        let steps = &mut again.status.as_mut().unwrap().steps;
+        steps[1].changed = Some(false);
+        assert_eq!(
+            l.check(OP, std::slice::from_ref(&again)).violations.len(),
+            0
+        );
+        again.status.as_mut().unwrap().steps[0].changed = Some(false);
+        let c = l.check(OP, &[again]);
+        assert_eq!(c.violations.len(), 1, "{:?}", c.violations);
+        assert!(c.violations[0].contains("step cordon found nothing to do"));
     }
 
     #[test]

@@ -577,7 +577,9 @@ impl RestartResult {
 }
 
 fn lock(ledger: &Mutex<ledger::Ledger>) -> std::sync::MutexGuard<'_, ledger::Ledger> {
-    ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    ledger
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Kills the controller (SIGKILL) and starts it again with the same arguments; returns
@@ -630,10 +632,14 @@ async fn restart_controller(
 async fn poll_leader(client: &Client, instance: &str, r: &mut RestartResult) -> Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
     r.lease_gets += 1;
-    let Some(spec) = leases.get_opt(&lease_name(instance)).await?.and_then(|l| l.spec) else {
+    let Some(spec) = leases
+        .get_opt(&lease_name(instance))
+        .await?
+        .and_then(|l| l.spec)
+    else {
         return Ok(());
     };
-    if !spec.holder_identity.as_deref().is_some_and(|h| !h.is_empty()) {
+    if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
         return Ok(());
     }
     // Taken from another holder: its acquire time. Renewed by the same identity (which
@@ -1072,7 +1078,7 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
     if c.violations.is_empty() {
         let _ = writeln!(
             s,
-            "no step ran twice: yes ({} tasks seen, one per node; {} step statuses, each at attempts 1 and seen with one start time)",
+            "no step ran twice: yes ({} tasks seen, one per node; {} step statuses, each at attempts 1 and seen with one start time; every controller step changed its node)",
             c.tasks_seen, c.steps_checked
         );
     } else {
@@ -1088,7 +1094,8 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         }
     }
     if let Some(x) = &r.restart {
-        let opt = |v: Option<f64>| v.map_or_else(|| "not seen".to_string(), |v| format!("{v:.2} s"));
+        let opt =
+            |v: Option<f64>| v.map_or_else(|| "not seen".to_string(), |v| format!("{v:.2} s"));
         let _ = writeln!(
             s,
             "controller restart: SIGKILL when {} of {} tasks had Succeeded (asked: {}); Lease holder {} -> {}",
