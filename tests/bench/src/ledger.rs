@@ -111,16 +111,28 @@ pub struct Ledger {
     controller_writes_us: Vec<i64>,
 }
 
-/// What [`Ledger::check`] found. `violations` empty: no step ran twice and no task was
-/// created twice.
+/// What [`Ledger::check`] found. Both lists empty ([`OnceCheck::passed`]): no step ran
+/// twice and no task was created twice.
 #[derive(Clone, Debug, Default)]
 pub struct OnceCheck {
     /// Tasks of the Operation seen (distinct UIDs).
     pub tasks_seen: usize,
     /// Step statuses checked in the final tasks.
     pub steps_checked: usize,
-    /// One line for each step that ran twice or task that was created twice.
+    /// One line for each step that ran twice as the status records it (attempts above 1,
+    /// a second start time) and each task created twice.
     pub violations: Vec<String>,
+    /// One line for each controller step that ran again without a record of its first
+    /// run (it found nothing to do): its first run's effect landed, its status write did
+    /// not (the controller was killed in between).
+    pub unrecorded_reruns: Vec<String>,
+}
+
+impl OnceCheck {
+    /// No step ran twice, recorded or not, and no task was created twice.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.unrecorded_reruns.is_empty()
+    }
 }
 
 impl Ledger {
@@ -198,6 +210,7 @@ impl Ledger {
     /// and its status write).
     pub fn check(&self, operation: &str, tasks: &[NodeTask]) -> OnceCheck {
         let mut violations = Vec::new();
+        let mut unrecorded_reruns = Vec::new();
         for task in tasks {
             let name = task.name_any();
             let status = task.status.clone().unwrap_or_default();
@@ -220,7 +233,7 @@ impl Ledger {
                     .iter()
                     .any(|s| s.name == step.name && s.runs_on == RunsOn::Controller);
                 if by_controller && step.changed == Some(false) {
-                    violations.push(format!(
+                    unrecorded_reruns.push(format!(
                         "task {name}: step {} found nothing to do (changed: false): it had already run",
                         step.name
                     ));
@@ -268,6 +281,7 @@ impl Ledger {
                 .map(|t| t.status.as_ref().map_or(0, |s| s.steps.len()))
                 .sum(),
             violations,
+            unrecorded_reruns,
         }
     }
 }
@@ -393,21 +407,17 @@ mod tests {
         );
         let mut l = Ledger::default();
         l.observe(&again, at_ms(0));
-        assert_eq!(
-            l.check(OP, std::slice::from_ref(&again)).violations.len(),
-            0
-        );
+        assert!(l.check(OP, std::slice::from_ref(&again)).passed());
         // The agent's step changing nothing is no sign of a second run; the cordon's is.
         let steps = &mut again.status.as_mut().unwrap().steps;
         steps[1].changed = Some(false);
-        assert_eq!(
-            l.check(OP, std::slice::from_ref(&again)).violations.len(),
-            0
-        );
+        assert!(l.check(OP, std::slice::from_ref(&again)).passed());
         again.status.as_mut().unwrap().steps[0].changed = Some(false);
         let c = l.check(OP, &[again]);
-        assert_eq!(c.violations.len(), 1, "{:?}", c.violations);
-        assert!(c.violations[0].contains("step cordon found nothing to do"));
+        assert!(c.violations.is_empty(), "{:?}", c.violations);
+        assert_eq!(c.unrecorded_reruns.len(), 1, "{:?}", c.unrecorded_reruns);
+        assert!(c.unrecorded_reruns[0].contains("step cordon found nothing to do"));
+        assert!(!c.passed());
     }
 
     #[test]

@@ -496,8 +496,8 @@ pub struct RunResult {
     pub gaps: Option<Spread>,
     /// Every task Succeeded.
     pub all_succeeded: bool,
-    /// Whether a step ran twice or a task was created twice (a failed run when its
-    /// `violations` are not empty).
+    /// Whether a step ran twice or a task was created twice (a failed run unless
+    /// [`ledger::OnceCheck::passed`]).
     pub once: ledger::OnceCheck,
     /// The controller killed and started again mid-run, when asked for.
     pub restart: Option<RestartResult>,
@@ -1075,7 +1075,7 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         r.controller_rss_kib as f64 / 1024.0
     );
     let c = &r.once;
-    if c.violations.is_empty() {
+    if c.passed() {
         let _ = writeln!(
             s,
             "no step ran twice: yes ({} tasks seen, one per node; {} step statuses, each at attempts 1 and seen with one start time; every controller step changed its node)",
@@ -1084,12 +1084,13 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
     } else {
         let _ = writeln!(
             s,
-            "no step ran twice: NO, {} violations ({} tasks seen, {} step statuses):",
-            c.violations.len(),
+            "no step ran twice: NO ({} tasks seen, {} step statuses): {} recorded (a second attempt or start, a second task); {} controller steps run again unrecorded (the first run's effect landed, its status write did not; the second found nothing to do):",
             c.tasks_seen,
-            c.steps_checked
+            c.steps_checked,
+            c.violations.len(),
+            c.unrecorded_reruns.len()
         );
-        for v in &c.violations {
+        for v in c.violations.iter().chain(&c.unrecorded_reruns) {
             let _ = writeln!(s, "  {v}");
         }
     }
