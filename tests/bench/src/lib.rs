@@ -18,6 +18,7 @@
 //! Nothing here asserts a time: the smoke test (`tests/fleet_smoke.rs`) checks correctness
 //! only.
 
+pub mod ledger;
 pub mod metrics;
 pub mod procfs;
 
@@ -25,8 +26,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -35,7 +36,9 @@ use bosun_api::node_task::{NodeTask, NodeTaskPhase};
 use bosun_api::operation::{Operation, OperationPhase};
 use bosun_lab::{FLEET_LABEL, LabHandle, LabNode};
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -139,12 +142,23 @@ pub async fn publish(lab: &LabHandle) -> Result<PathBuf> {
     Ok(trust_root)
 }
 
-/// Starts the real controller for `instance` (`--resync-seconds` as given; its log is
-/// `controller.log` in `dir`).
+/// The namespace of the controller's leader Lease (its default `--lease-namespace`).
+pub const LEASE_NAMESPACE: &str = "bosun-system";
+
+/// The name of the leader Lease of the controller of `instance`.
+pub fn lease_name(instance: &str) -> String {
+    format!("bosun-controller-{instance}")
+}
+
+/// Starts the real controller for `instance` (`--resync-seconds` as given; `--identity`
+/// when given, else the controller's default, host name and process id); its log is
+/// `<name>.log` in `dir`.
 pub fn start_controller(
     lab: &LabHandle,
     instance: &str,
     resync_seconds: u64,
+    identity: Option<&str>,
+    name: &str,
     dir: &Path,
 ) -> Result<ChildGuard> {
     let mut cmd = Command::new(bosun_e2e::binary("bosun-controller")?);
@@ -152,7 +166,11 @@ pub fn start_controller(
         .env("BOSUN_LOG", "warn")
         .arg("--instance")
         .arg(instance)
-        .args(["--resync-seconds", &resync_seconds.to_string()])
+        .args(["--resync-seconds", &resync_seconds.to_string()]);
+    if let Some(identity) = identity {
+        cmd.args(["--identity", identity]);
+    }
+    cmd
         // A longer lease than the default 15 s: on this shared 2-core machine, with a
         // thousand agents starting their watches, a renewal once took over 10 s to answer
         // and the controller stopped (as it must when it loses the lease).
@@ -162,7 +180,7 @@ pub fn start_controller(
             "--lease-renew-seconds",
             "10",
         ]);
-    ChildGuard::spawn("controller", &mut cmd, dir)
+    ChildGuard::spawn(name, &mut cmd, dir)
 }
 
 /// The N fleet nodes, the controller and the in-process agents, ready for runs.
@@ -175,6 +193,11 @@ pub struct FleetEnv {
     pub fleet: Fleet,
     pub dir: PathBuf,
     pub resync_seconds: u64,
+    /// The `--identity` the controller runs with (`None`: its default, which differs
+    /// per process).
+    pub controller_identity: Option<String>,
+    /// Controller processes started so far (names the logs of restarted ones).
+    pub controller_starts: u32,
     /// This process's RSS before the agents started and once their watches were open.
     pub rss_before_kib: u64,
     pub rss_watching_kib: u64,
@@ -192,6 +215,10 @@ pub struct FleetOptions {
     pub nodes: u32,
     pub prefix: String,
     pub resync_seconds: u64,
+    /// Run the controller with a fixed `--identity` (so that a restarted one holds the
+    /// Lease it held, as a container restarted in its pod does), not its per-process
+    /// default.
+    pub fixed_identity: bool,
 }
 
 impl FleetEnv {
@@ -221,7 +248,17 @@ impl FleetEnv {
         let nodes_added_in = t.elapsed();
         // Before the controller starts: its own NodeTask watch is one of those counted.
         let watches_before = metrics::scrape(&lab.client).await?.watches("nodetasks");
-        let controller = start_controller(&lab, &instance, opts.resync_seconds, &dir)?;
+        let controller_identity = opts
+            .fixed_identity
+            .then(|| format!("bosun-bench-{instance}"));
+        let controller = start_controller(
+            &lab,
+            &instance,
+            opts.resync_seconds,
+            controller_identity.as_deref(),
+            "controller",
+            &dir,
+        )?;
 
         let roots =
             bosun_trust::TrustRoots::load([&trust_root]).context("loading the trust root")?;
@@ -258,6 +295,8 @@ impl FleetEnv {
             fleet,
             dir,
             resync_seconds: opts.resync_seconds,
+            controller_identity,
+            controller_starts: 1,
             rss_before_kib,
             rss_watching_kib: 0,
             watches_before,
@@ -356,6 +395,20 @@ impl EventCount {
     where
         K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
     {
+        EventCount::spawn_with(api, selector, |_| {})
+    }
+
+    /// As [`EventCount::spawn`], and gives every object the watch delivers (listed or
+    /// changed) to `seen`.
+    pub fn spawn_with<K, F>(
+        api: Api<K>,
+        selector: String,
+        mut seen: F,
+    ) -> (EventCount, tokio::task::JoinHandle<()>)
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+        F: FnMut(&K) + Send + 'static,
+    {
         let count = EventCount::default();
         let c = count.clone();
         let task = tokio::spawn(async move {
@@ -369,8 +422,13 @@ impl EventCount {
                             c.relisted.store(true, Ordering::SeqCst);
                         }
                     }
+                    Ok(watcher::Event::InitApply(obj)) => seen(&obj),
                     Ok(watcher::Event::InitDone) => c.ready.store(true, Ordering::SeqCst),
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                    Ok(watcher::Event::Apply(obj)) => {
+                        seen(&obj);
+                        c.changes.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(watcher::Event::Delete(_)) => {
                         c.changes.fetch_add(1, Ordering::SeqCst);
                     }
                     _ => {}
@@ -438,7 +496,165 @@ pub struct RunResult {
     pub gaps: Option<Spread>,
     /// Every task Succeeded.
     pub all_succeeded: bool,
+    /// Whether a step ran twice or a task was created twice (a failed run unless
+    /// [`ledger::OnceCheck::passed`]).
+    pub once: ledger::OnceCheck,
+    /// The controller killed and started again mid-run, when asked for.
+    pub restart: Option<RestartResult>,
     pub floor: Option<FloorResult>,
+}
+
+/// Kill the controller (SIGKILL, as a crash) once `at_percent` % of the Operation's tasks
+/// have Succeeded, and start it again with the same binary and arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct RestartPlan {
+    pub at_percent: u32,
+}
+
+/// `50%` or `50`: a percentage from 1 to 99.
+pub fn parse_percent(s: &str) -> Result<u32> {
+    let p: u32 = s
+        .strip_suffix('%')
+        .unwrap_or(s)
+        .parse()
+        .with_context(|| format!("{s}: a percentage such as 50%"))?;
+    ensure!(
+        (1..=99).contains(&p),
+        "{s}: the percentage must be from 1 to 99 (the Operation must still be running)"
+    );
+    Ok(p)
+}
+
+/// How many of `nodes` tasks must have Succeeded for `percent` % (rounded up, at least 1).
+pub fn restart_threshold(nodes: usize, percent: u32) -> usize {
+    (nodes * percent as usize).div_ceil(100).max(1)
+}
+
+/// What a controller restart during a run took. Times are wall-clock (the bench, the
+/// controller and the API server share this machine's clock).
+#[derive(Clone, Debug)]
+pub struct RestartResult {
+    /// Tasks Succeeded when the controller was killed, and the threshold asked for.
+    pub succeeded_at_kill: usize,
+    pub threshold: usize,
+    pub total: usize,
+    /// The Lease's holder before the kill, and once the new process led.
+    pub old_holder: Option<String>,
+    pub new_holder: Option<String>,
+    /// The old process reaped after SIGKILL.
+    pub killed_at: Timestamp,
+    /// The new process spawned.
+    pub started_at: Timestamp,
+    /// The new process became leader: the `acquireTime` it wrote when it took the Lease
+    /// from the killed process (or, with the same identity, which keeps the acquire time,
+    /// the `renewTime` of its first renewal).
+    pub leader_at: Option<Timestamp>,
+    /// The first NodeTask change by the controller the bench's watch saw after
+    /// `leader_at`: the resume.
+    pub resumed_at: Option<Timestamp>,
+    /// Lease GETs the bench made waiting for the new leader (in the request counts).
+    pub lease_gets: u64,
+}
+
+/// Seconds from `a` to `b`.
+fn secs_between(a: Timestamp, b: Timestamp) -> f64 {
+    (b.as_microsecond() - a.as_microsecond()) as f64 / 1e6
+}
+
+impl RestartResult {
+    /// New process start → leader (the Lease wait).
+    pub fn start_to_leader_secs(&self) -> Option<f64> {
+        Some(secs_between(self.started_at, self.leader_at?))
+    }
+    /// Leader → first NodeTask write (the resume).
+    pub fn leader_to_resume_secs(&self) -> Option<f64> {
+        Some(secs_between(self.leader_at?, self.resumed_at?))
+    }
+    /// New process start → first NodeTask write.
+    pub fn start_to_resume_secs(&self) -> Option<f64> {
+        Some(secs_between(self.started_at, self.resumed_at?))
+    }
+}
+
+fn lock(ledger: &Mutex<ledger::Ledger>) -> std::sync::MutexGuard<'_, ledger::Ledger> {
+    ledger
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Kills the controller (SIGKILL) and starts it again with the same arguments; returns
+/// the old process's last reading.
+async fn restart_controller(
+    env: &mut FleetEnv,
+    succeeded: usize,
+    threshold: usize,
+) -> Result<(RestartResult, procfs::ProcSample)> {
+    let leases: Api<Lease> = Api::namespaced(env.lab.client.clone(), LEASE_NAMESPACE);
+    let old_holder = leases
+        .get_opt(&lease_name(&env.instance))
+        .await?
+        .and_then(|l| l.spec?.holder_identity);
+    let last = procfs::sample(env.controller.pid())?;
+    env.controller
+        .child
+        .kill()
+        .context("killing the controller")?;
+    env.controller.child.wait()?;
+    let killed_at = Timestamp::now();
+    env.controller_starts += 1;
+    let started_at = Timestamp::now();
+    env.controller = start_controller(
+        &env.lab,
+        &env.instance,
+        env.resync_seconds,
+        env.controller_identity.as_deref(),
+        &format!("controller-{}", env.controller_starts),
+        &env.dir,
+    )?;
+    Ok((
+        RestartResult {
+            succeeded_at_kill: succeeded,
+            threshold,
+            total: env.nodes.len(),
+            old_holder,
+            new_holder: None,
+            killed_at,
+            started_at,
+            leader_at: None,
+            resumed_at: None,
+            lease_gets: 0,
+        },
+        last,
+    ))
+}
+
+/// Reads the Lease once: whether the new controller has written it since it started.
+async fn poll_leader(client: &Client, instance: &str, r: &mut RestartResult) -> Result<()> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    r.lease_gets += 1;
+    let Some(spec) = leases
+        .get_opt(&lease_name(instance))
+        .await?
+        .and_then(|l| l.spec)
+    else {
+        return Ok(());
+    };
+    if spec.holder_identity.as_deref().is_none_or(str::is_empty) {
+        return Ok(());
+    }
+    // Taken from another holder: its acquire time. Renewed by the same identity (which
+    // keeps the acquire time): its first renewal since it started.
+    let acquired = spec.acquire_time.map(|t| t.0);
+    let renewed = spec.renew_time.map(|t| t.0);
+    if let Some(at) = [acquired, renewed]
+        .into_iter()
+        .flatten()
+        .find(|t| *t >= r.started_at)
+    {
+        r.leader_at = Some(at);
+        r.new_holder = spec.holder_identity;
+    }
+    Ok(())
 }
 
 impl RunResult {
@@ -500,11 +716,22 @@ pub fn operation(
 
 /// Runs the fleet Operation at `max_unavailable` and measures it; then the floor at the
 /// same parallelism when `floor` is set.
-pub async fn run_once(env: &mut FleetEnv, max_unavailable: &str, floor: bool) -> Result<RunResult> {
+/// With `restart`, kills the controller mid-run and starts it again ([`RestartPlan`]).
+pub async fn run_once(
+    env: &mut FleetEnv,
+    max_unavailable: &str,
+    floor: bool,
+    restart: Option<RestartPlan>,
+) -> Result<RunResult> {
     let client = env.lab.client.clone();
     let instance_sel = format!("{INSTANCE_LABEL}={}", env.instance);
-    let (tasks_seen, t1) =
-        EventCount::spawn(Api::<NodeTask>::all(client.clone()), instance_sel.clone());
+    let ledger = Arc::new(Mutex::new(ledger::Ledger::default()));
+    let seen = ledger.clone();
+    let (tasks_seen, t1) = EventCount::spawn_with(
+        Api::<NodeTask>::all(client.clone()),
+        instance_sel.clone(),
+        move |t: &NodeTask| lock(&seen).observe(t, Timestamp::now()),
+    );
     let (ops_seen, t2) =
         EventCount::spawn(Api::<Operation>::all(client.clone()), instance_sel.clone());
     let fleet_sel = format!(
@@ -541,14 +768,38 @@ pub async fn run_once(env: &mut FleetEnv, max_unavailable: &str, floor: bool) ->
     .await
     .with_context(|| format!("creating Operation {name}"))?;
     let mut own_gets = 0;
+    let mut restarted: Option<(RestartResult, procfs::ProcSample)> = None;
+    // The Lease is read once a second until the new leader shows (the time comes from
+    // the Lease itself, not from when it was read).
+    let mut last_lease_poll: Option<Instant> = None;
     let limit = Duration::from_secs(300 + 3 * env.nodes.len() as u64);
     let op = loop {
         env.controller.check_alive()?;
         ensure!(env.fleet.all_running(), "an agent of the fleet stopped");
+        if let Some(plan) = restart
+            && restarted.is_none()
+        {
+            let threshold = restart_threshold(env.nodes.len(), plan.at_percent);
+            let succeeded = lock(&ledger).succeeded(&name);
+            if succeeded >= threshold {
+                restarted = Some(restart_controller(env, succeeded, threshold).await?);
+            }
+        }
+        if let Some((r, _)) = restarted.as_mut()
+            && r.leader_at.is_none()
+            && last_lease_poll.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            last_lease_poll = Some(Instant::now());
+            poll_leader(&client, &env.instance, r).await?;
+        }
         let op = ops.get(&name).await?;
         own_gets += 1;
         let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
         if phase == OperationPhase::Succeeded {
+            ensure!(
+                restart.is_none() || restarted.is_some(),
+                "Operation {name} Succeeded before the controller was restarted"
+            );
             break op;
         }
         if matches!(phase, OperationPhase::Failed | OperationPhase::Blocked)
@@ -568,6 +819,14 @@ pub async fn run_once(env: &mut FleetEnv, max_unavailable: &str, floor: bool) ->
     let after = metrics::scrape(&client).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let ctl_after = procfs::sample(env.controller.pid())?;
+    // After a restart: the old process's share up to the kill, and the new one's whole.
+    let (controller_cpu_secs, controller_hwm_kib) = match &restarted {
+        Some((_, old)) => (
+            old.cpu_secs - ctl_before.cpu_secs + ctl_after.cpu_secs,
+            old.hwm_kib.max(ctl_after.hwm_kib),
+        ),
+        None => (ctl_after.cpu_secs - ctl_before.cpu_secs, ctl_after.hwm_kib),
+    };
     let changes = BTreeMap::from([
         ("nodetasks".to_string(), tasks_seen.get() - base[0]),
         ("operations".to_string(), ops_seen.get() - base[1]),
@@ -596,6 +855,19 @@ pub async fn run_once(env: &mut FleetEnv, max_unavailable: &str, floor: bool) ->
         .and_then(|s| s.plan.as_ref())
         .and_then(|p| p.groups.first())
         .map_or(0, |g| g.max_parallel);
+    let once = lock(&ledger).check(&name, &list.items);
+    let restart = match restarted {
+        Some((mut r, _)) => {
+            if r.leader_at.is_none() {
+                poll_leader(&client, &env.instance, &mut r).await?;
+            }
+            r.resumed_at = r
+                .leader_at
+                .and_then(|at| lock(&ledger).first_controller_write_after(at));
+            Some(r)
+        }
+        None => None,
+    };
     let steps_per_task = 3;
     let gaps = (parallel == 1).then(|| Spread::of(gaps_ms(&list.items)));
     let mut result = RunResult {
@@ -609,11 +881,13 @@ pub async fn run_once(env: &mut FleetEnv, max_unavailable: &str, floor: bool) ->
         changes,
         relisted,
         own_gets,
-        controller_cpu_secs: ctl_after.cpu_secs - ctl_before.cpu_secs,
-        controller_hwm_kib: ctl_after.hwm_kib,
+        controller_cpu_secs,
+        controller_hwm_kib,
         controller_rss_kib: ctl_after.rss_kib,
         gaps,
         all_succeeded,
+        once,
+        restart,
         floor: None,
     };
     // The next run's tasks would wait for these nodes while these tasks exist.
@@ -800,6 +1074,56 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         r.controller_hwm_kib as f64 / 1024.0,
         r.controller_rss_kib as f64 / 1024.0
     );
+    let c = &r.once;
+    if c.passed() {
+        let _ = writeln!(
+            s,
+            "no step ran twice: yes ({} tasks seen, one per node; {} step statuses, each at attempts 1 and seen with one start time; every controller step changed its node)",
+            c.tasks_seen, c.steps_checked
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "no step ran twice: NO ({} tasks seen, {} step statuses): {} recorded (a second attempt or start, a second task); {} controller steps run again unrecorded (the first run's effect landed, its status write did not; the second found nothing to do):",
+            c.tasks_seen,
+            c.steps_checked,
+            c.violations.len(),
+            c.unrecorded_reruns.len()
+        );
+        for v in c.violations.iter().chain(&c.unrecorded_reruns) {
+            let _ = writeln!(s, "  {v}");
+        }
+    }
+    if let Some(x) = &r.restart {
+        let opt =
+            |v: Option<f64>| v.map_or_else(|| "not seen".to_string(), |v| format!("{v:.2} s"));
+        let _ = writeln!(
+            s,
+            "controller restart: SIGKILL when {} of {} tasks had Succeeded (asked: {}); Lease holder {} -> {}",
+            x.succeeded_at_kill,
+            x.total,
+            x.threshold,
+            x.old_holder.as_deref().unwrap_or("none"),
+            x.new_holder.as_deref().unwrap_or("not seen"),
+        );
+        let _ = writeln!(
+            s,
+            "  new process started {:.2} s after the kill; became leader {} after it started (the Lease wait)",
+            secs_between(x.killed_at, x.started_at),
+            opt(x.start_to_leader_secs()),
+        );
+        let _ = writeln!(
+            s,
+            "  resume (first NodeTask write by the new leader): {} after it became leader, {} after it started",
+            opt(x.leader_to_resume_secs()),
+            opt(x.start_to_resume_secs()),
+        );
+        let _ = writeln!(
+            s,
+            "  (the wall time includes the restart; the bench's Lease GETs while waiting: {}; CPU above is both processes', peak RSS the higher)",
+            x.lease_gets
+        );
+    }
     if let Some(g) = &r.gaps {
         let _ = writeln!(
             s,
@@ -870,7 +1194,7 @@ pub async fn agent_idle(lab: &LabHandle, idle_secs: u64) -> Result<IdleResult> {
         tokio::time::sleep(Duration::from_secs(idle_secs)).await;
         agent.check_alive()?;
         let s1 = procfs::sample(agent.pid())?;
-        let mut controller = start_controller(lab, &instance, 30, &dir)?;
+        let mut controller = start_controller(lab, &instance, 30, None, "controller", &dir)?;
         let name = bosun_e2e::unique("idle-step");
         let op: Operation = serde_json::from_value(json!({
             "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
@@ -967,6 +1291,19 @@ mod tests {
             (100, 50.0, 99.0, 100.0)
         );
         assert_eq!(Spread::of(vec![]).count, 0);
+    }
+
+    #[test]
+    fn the_restart_point_is_a_percentage_of_the_tasks_rounded_up() {
+        assert_eq!(parse_percent("50%").unwrap(), 50);
+        assert_eq!(parse_percent("50").unwrap(), 50);
+        for bad in ["0%", "100%", "half", "-5%"] {
+            assert!(parse_percent(bad).is_err(), "{bad}");
+        }
+        assert_eq!(restart_threshold(40, 50), 20);
+        assert_eq!(restart_threshold(41, 50), 21);
+        assert_eq!(restart_threshold(1000, 50), 500);
+        assert_eq!(restart_threshold(3, 1), 1);
     }
 
     #[test]

@@ -35,6 +35,16 @@ enum Command {
         /// Skip the floor runs.
         #[arg(long)]
         no_floor: bool,
+        /// Kill the controller (SIGKILL) when this share of each Operation's tasks has
+        /// Succeeded (`50%`), start it again with the same binary and arguments, and
+        /// report how long it took to lead and to resume.
+        #[arg(long, value_parser = bosun_bench::parse_percent)]
+        restart_controller_at: Option<u32>,
+        /// Run the controller with a fixed `--identity`, so that the restarted process
+        /// holds the Lease the killed one held (as a container restarted in its pod),
+        /// instead of waiting for it to expire.
+        #[arg(long)]
+        same_identity: bool,
     },
     /// The real agent binary alone: idle RSS and CPU with its watch open, then RSS after a
     /// step.
@@ -63,18 +73,34 @@ async fn main() -> Result<()> {
             prefix,
             resync_seconds,
             no_floor,
+            restart_controller_at,
+            same_identity,
         } => {
             let opts = bosun_bench::FleetOptions {
                 nodes,
                 prefix,
                 resync_seconds,
+                fixed_identity: same_identity,
             };
+            let restart =
+                restart_controller_at.map(|at_percent| bosun_bench::RestartPlan { at_percent });
             let mut env = bosun_bench::FleetEnv::start(lab, &opts).await?;
             print!("{}", bosun_bench::fleet_report(&env));
             let mut outcome = Ok(());
+            let mut twice = Vec::new();
             for mu in &max_unavailable {
-                match bosun_bench::run_once(&mut env, mu, !no_floor).await {
-                    Ok(r) => print!("{}", bosun_bench::report(&env, &r)),
+                match bosun_bench::run_once(&mut env, mu, !no_floor, restart).await {
+                    Ok(r) => {
+                        print!("{}", bosun_bench::report(&env, &r));
+                        // Fails the bench at the end; the other runs still run.
+                        if !r.once.passed() {
+                            twice.push(format!(
+                                "maxUnavailable {mu}: {} recorded, {} unrecorded",
+                                r.once.violations.len(),
+                                r.once.unrecorded_reruns.len()
+                            ));
+                        }
+                    }
                     Err(e) => {
                         outcome = Err(e);
                         break;
@@ -86,7 +112,13 @@ async fn main() -> Result<()> {
                 bosun_bench::procfs::own()?.rss_kib as f64 / 1024.0
             );
             env.finish().await?;
-            outcome
+            outcome?;
+            anyhow::ensure!(
+                twice.is_empty(),
+                "steps ran twice or tasks were created twice (listed in the reports above): {}",
+                twice.join("; ")
+            );
+            Ok(())
         }
         Command::AgentIdle { idle_secs } => {
             let r = bosun_bench::agent_idle(&lab, idle_secs).await?;

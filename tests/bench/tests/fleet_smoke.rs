@@ -2,7 +2,8 @@
 //! agents in this process and the real controller, one Operation (cordon, no-op plugin
 //! step, uncordon) at `maxUnavailable: 50%`, then the floor. Correctness only, never
 //! timings: every task Succeeded, the agents' NodeTask watches were open, the writes were
-//! counted, and no write to a NodeTask, Operation or Node changed nothing.
+//! counted, no write to a NodeTask, Operation or Node changed nothing, and no step ran twice
+//! (the bench's ledger: attempts 1, one start time per step, one task per node).
 
 use anyhow::{Result, ensure};
 
@@ -15,10 +16,11 @@ async fn a_fleet_of_agents_runs_an_operation_with_every_write_changing_something
         nodes: NODES,
         prefix: "smoke-fleet-".into(),
         resync_seconds: 30,
+        fixed_identity: false,
     };
     let mut env = bosun_bench::FleetEnv::start(lab, &opts).await?;
     // Fleet nodes are selected by any Operation without a node selector: always remove them.
-    let run = bosun_bench::run_once(&mut env, "50%", true).await;
+    let run = bosun_bench::run_once(&mut env, "50%", true, None).await;
     let report = match &run {
         Ok(r) => bosun_bench::report(&env, r),
         Err(e) => format!("{e:#}"),
@@ -33,6 +35,10 @@ async fn a_fleet_of_agents_runs_an_operation_with_every_write_changing_something
         "the API server saw {watches} agent NodeTask watches, not {NODES}"
     );
     ensure!(r.all_succeeded, "not every task Succeeded:\n{report}");
+    ensure!(
+        r.once.passed() && r.once.tasks_seen == NODES as usize,
+        "a step ran twice or a task was created twice, or the watch missed tasks:\n{report}"
+    );
     ensure!(
         r.parallel == NODES / 2,
         "planned parallelism {}:\n{report}",
