@@ -24,4 +24,9 @@ pub mod annotations {
     pub const PAUSED: &str = "bosun.dev/paused";
     /// On a generated Operation: why the ClusterLifecycle generated it (one line).
     pub const LIFECYCLE_REASON: &str = "bosun.dev/lifecycle-reason";
+    /// On a Node: the last cordon or uncordon Bosun made, `"<NodeTask name> cordoned"` or
+    /// `"<NodeTask name> uncordoned"`, written in the same patch as `spec.unschedulable`. A
+    /// controller that restarted between the patch and the step's status write reads it
+    /// and records the step as done by this task instead of calling it a no-op.
+    pub const CORDON: &str = "bosun.dev/cordon";
 }

@@ -13,8 +13,8 @@ use bosun_api::operation::{OperationSpec, Step};
 use bosun_planner::plan::controller_actions;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
-use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::drain::{self, Left, Pass};
@@ -101,23 +101,26 @@ pub async fn run_step(
     let step_failed =
         |m: String| StepOutcome::failed(BlockReason::StepFailed, "controller-step-failed", m);
     match step.action.as_str() {
-        controller_actions::CORDON => match set_unschedulable(client, node, true).await {
-            Ok(changed) => StepOutcome::Succeeded {
-                message: format!("node {node} cordoned"),
-                changed,
-            },
-            Err(m) => step_failed(m),
-        },
-        controller_actions::UNCORDON => match set_unschedulable(client, node, false).await {
-            Ok(changed) => StepOutcome::Succeeded {
-                message: format!("node {node} uncordoned"),
-                changed,
-            },
-            Err(m) => step_failed(m),
-        },
+        controller_actions::CORDON | controller_actions::UNCORDON => {
+            let cordon = step.action == controller_actions::CORDON;
+            let verb = if cordon { "cordoned" } else { "uncordoned" };
+            match set_unschedulable(client, node, cordon, &task.name_any()).await {
+                Ok(change) => StepOutcome::Succeeded {
+                    message: match change {
+                        Cordon::Patched => format!("node {node} {verb}"),
+                        Cordon::DoneByThisTask => format!(
+                            "node {node} {verb} (by this task before the controller restarted; recorded now)"
+                        ),
+                        Cordon::AlreadySo => format!("node {node} was already {verb}"),
+                    },
+                    changed: change != Cordon::AlreadySo,
+                },
+                Err(m) => step_failed(m),
+            }
+        }
         controller_actions::DRAIN => {
             let timeout = op.drain.timeout_seconds;
-            match drain::pass(client, node, &op.drain).await {
+            match drain::pass(client, node, &task.name_any(), &op.drain).await {
                 Ok(Pass::Drained { evicted, left }) => {
                     let message = drained_message(node, &evicted, &left);
                     events
@@ -228,9 +231,45 @@ pub async fn run_step(
     }
 }
 
-/// Sets the node's `spec.unschedulable`, patching only when it differs. `Ok(true)` when it
-/// changed something.
-pub async fn set_unschedulable(client: &Client, node: &str, value: bool) -> Result<bool, String> {
+/// What [`set_unschedulable`] found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cordon {
+    /// The node was patched now.
+    Patched,
+    /// The node already was so, and its `bosun.dev/cordon` annotation says this task made it
+    /// so: a controller stopped between the patch and the step's status write.
+    DoneByThisTask,
+    /// The node already was so, by someone else's doing: nothing changed.
+    AlreadySo,
+}
+
+/// The annotation value recording that `task` set the node's `spec.unschedulable` to `value`.
+fn cordon_mark(task: &str, value: bool) -> String {
+    format!("{task} {}", if value { "cordoned" } else { "uncordoned" })
+}
+
+/// Whether the node must be patched: `current` is its `spec.unschedulable`, `mark` its
+/// `bosun.dev/cordon` annotation.
+fn cordon_decision(current: bool, mark: Option<&str>, value: bool, task: &str) -> Option<Cordon> {
+    if current != value {
+        return None;
+    }
+    Some(if mark == Some(cordon_mark(task, value).as_str()) {
+        Cordon::DoneByThisTask
+    } else {
+        Cordon::AlreadySo
+    })
+}
+
+/// Sets the node's `spec.unschedulable` for the NodeTask `task`, patching only when it
+/// differs; the same patch records the change in the node's `bosun.dev/cordon` annotation,
+/// so a repeat after a controller restart is recognised without a second write.
+pub async fn set_unschedulable(
+    client: &Client,
+    node: &str,
+    value: bool,
+    task: &str,
+) -> Result<Cordon, String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let current = nodes
         .get_opt(node)
@@ -239,29 +278,73 @@ pub async fn set_unschedulable(client: &Client, node: &str, value: bool) -> Resu
     let Some(current) = current else {
         return Err(format!("node {node} does not exist"));
     };
-    if current
+    let unschedulable = current
         .spec
         .as_ref()
         .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-        == value
-    {
-        return Ok(false);
+        .unwrap_or(false);
+    let mark = current
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(bosun_api::labels::annotations::CORDON))
+        .map(String::as_str);
+    if let Some(found) = cordon_decision(unschedulable, mark, value, task) {
+        return Ok(found);
     }
     nodes
         .patch(
             node,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "unschedulable": value } })),
+            &Patch::Merge(json!({
+                "metadata": { "annotations": { bosun_api::labels::annotations::CORDON: cordon_mark(task, value) } },
+                "spec": { "unschedulable": value },
+            })),
         )
         .await
         .map_err(|e| format!("patching node {node} spec.unschedulable={value}: {e}"))?;
-    Ok(true)
+    Ok(Cordon::Patched)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cordon_this_task_made_before_a_restart_is_recognised_and_not_repeated() {
+        // Not yet so: patch.
+        assert_eq!(cordon_decision(false, None, true, "t1"), None);
+        assert_eq!(
+            cordon_decision(true, Some("t1 cordoned"), false, "t1"),
+            None
+        );
+        // So by this task's own earlier patch (the controller stopped before the status).
+        assert_eq!(
+            cordon_decision(true, Some("t1 cordoned"), true, "t1"),
+            Some(Cordon::DoneByThisTask)
+        );
+        assert_eq!(
+            cordon_decision(false, Some("t1 uncordoned"), false, "t1"),
+            Some(Cordon::DoneByThisTask)
+        );
+        // So by someone else: an admin's cordon, another task's, or the opposite mark.
+        assert_eq!(
+            cordon_decision(true, None, true, "t1"),
+            Some(Cordon::AlreadySo)
+        );
+        assert_eq!(
+            cordon_decision(true, Some("t0 cordoned"), true, "t1"),
+            Some(Cordon::AlreadySo)
+        );
+        assert_eq!(
+            cordon_decision(true, Some("t1 uncordoned"), true, "t1"),
+            Some(Cordon::AlreadySo)
+        );
+        assert_eq!(
+            cordon_decision(false, None, false, "t1"),
+            Some(Cordon::AlreadySo)
+        );
+    }
 
     #[test]
     fn a_drain_message_says_what_went_and_what_stayed() {

@@ -255,8 +255,14 @@ pub enum Pass {
 
 /// One drain pass over `node`: cordon, list, evict, list again. Errors are the API calls
 /// that failed before any eviction (listing pods, cordoning); they are tried again next pass.
-pub async fn pass(client: &Client, node: &str, spec: &DrainSpec) -> Result<Pass, String> {
-    crate::actions::set_unschedulable(client, node, true).await?;
+/// `task` is the NodeTask's name, recorded with the cordon.
+pub async fn pass(
+    client: &Client,
+    node: &str,
+    task: &str,
+    spec: &DrainSpec,
+) -> Result<Pass, String> {
+    crate::actions::set_unschedulable(client, node, true, task).await?;
     let pods_api: Api<Pod> = Api::all(client.clone());
     let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
     let pods = pods_api
