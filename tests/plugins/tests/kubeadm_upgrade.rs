@@ -187,8 +187,11 @@ fn control_plane_at(root: &Path, version: &str) {
     write(
         root,
         "usr/bin/kubeadm",
-        &format!("#!/bin/sh\necho \"$*\" >> /{KUBEADM_CALLS}\necho \"kubeadm (stand-in): $*\"\n"),
+        &format!(
+            "#!/bin/sh\nset -e\necho \"$*\" >> /{KUBEADM_CALLS}\necho \"kubeadm (stand-in): $*\"\n"
+        ),
     );
+    std::fs::create_dir_all(root.join(KUBEADM_CALLS).parent().unwrap()).unwrap();
     std::fs::set_permissions(
         root.join("usr/bin/kubeadm"),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
