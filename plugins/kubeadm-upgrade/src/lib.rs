@@ -19,6 +19,18 @@
 //! because kubeadm upgrades them one after the other: a run stopped part-way (the agent killed
 //! mid-step, as the real-node test does) can leave the API server at the target and the
 //! others behind, and the next attempt must then run kubeadm again, not report "done".
+//!
+//! The manifests cannot show the rest of kubeadm's work: after the static Pods, `kubeadm
+//! upgrade apply` writes the kubelet configuration, uploads the cluster configuration and
+//! upgrades the kube-proxy and CoreDNS addons (`kubeadm upgrade node` likewise writes the
+//! kubelet configuration after the static Pods). A run killed between the two leaves every
+//! manifest at the target and those phases undone. So when the run context says `resumed`
+//! (the previous attempt of this step on this node was interrupted: the agent re-runs an
+//! interrupted idempotent step with it set), `apply` and `node` run kubeadm again even with
+//! every manifest at the target, saying so in the log; kubeadm at the version it already
+//! runs re-applies its later phases and the addons. A run that is not resumed (the first
+//! attempt, or a retry after a recorded failure) keeps the shortcut: all manifests at the
+//! target means nothing to do.
 
 use bosun_plugin_sdk::exec::Command;
 use bosun_plugin_sdk::prelude::*;
@@ -210,11 +222,15 @@ impl Plugin for KubeadmUpgrade {
                 .output("plan", tail(&text, 8192)))
             }
             "apply" => {
-                if fully_at(target)? {
-                    return Ok(Outcome::unchanged(format!(
-                        "the control plane already runs {target}; nothing to apply"
-                    )));
-                }
+                let rerun = match at_target(target, ctx, "kubeadm upgrade apply")? {
+                    AtTarget::Done => {
+                        return Ok(Outcome::unchanged(format!(
+                            "the control plane already runs {target}; nothing to apply"
+                        )));
+                    }
+                    AtTarget::Resumed => true,
+                    AtTarget::No => false,
+                };
                 if ctx.dry_run {
                     return dry_apply(target, kubeadm);
                 }
@@ -224,9 +240,13 @@ impl Plugin for KubeadmUpgrade {
                     .run()?;
                 info!("{}", tail(&out.stdout_text(), 4096));
                 match control_plane_version()? {
-                    Some(v) if v == target => Ok(Outcome::changed(format!(
-                        "control plane upgraded to {target}"
-                    ))
+                    Some(v) if v == target => Ok(Outcome::changed(if rerun {
+                        format!(
+                            "control plane at {target}: `kubeadm upgrade apply` ran again after an interrupted attempt"
+                        )
+                    } else {
+                        format!("control plane upgraded to {target}")
+                    })
                     .output("version", target)),
                     other => Err(PluginError::new(
                         "upgrade-not-applied",
@@ -238,11 +258,15 @@ impl Plugin for KubeadmUpgrade {
                 }
             }
             _ => {
-                if fully_at(target)? {
-                    return Ok(Outcome::unchanged(format!(
-                        "this control-plane node already runs {target}"
-                    )));
-                }
+                let rerun = match at_target(target, ctx, "kubeadm upgrade node")? {
+                    AtTarget::Done => {
+                        return Ok(Outcome::unchanged(format!(
+                            "this control-plane node already runs {target}"
+                        )));
+                    }
+                    AtTarget::Resumed => true,
+                    AtTarget::No => false,
+                };
                 if ctx.dry_run {
                     return Ok(Outcome::unchanged(match kubeadm {
                         Ok(_) => format!("would run `kubeadm upgrade node` (kubeadm {target})"),
@@ -253,10 +277,14 @@ impl Plugin for KubeadmUpgrade {
                 }
                 let out = Command::new(KUBEADM).args(["upgrade", "node"]).run()?;
                 info!("{}", tail(&out.stdout_text(), 4096));
-                Ok(
-                    Outcome::changed(format!("node upgraded with kubeadm {target}"))
-                        .output("version", target),
-                )
+                Ok(Outcome::changed(if rerun {
+                    format!(
+                        "node at {target}: `kubeadm upgrade node` ran again after an interrupted attempt"
+                    )
+                } else {
+                    format!("node upgraded with kubeadm {target}")
+                })
+                .output("version", target))
             }
         }
     }
@@ -315,6 +343,35 @@ fn control_plane_version() -> Result<Option<Version>, PluginError> {
         Err(e) if e.code() == "file-not-found" => Ok(None),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Where `apply` and `node` stand before running kubeadm.
+enum AtTarget {
+    /// Every static Pod of this node already runs the target and the run is not resumed:
+    /// nothing to do.
+    Done,
+    /// Every static Pod already runs the target, but the previous attempt was interrupted:
+    /// kubeadm's later phases may be undone, so kubeadm runs again.
+    Resumed,
+    /// Not every static Pod runs the target (or this is a worker): kubeadm runs.
+    No,
+}
+
+/// Where this node stands for `apply` or `node` (which runs `command`). When every static
+/// Pod runs `target` and the run is resumed, says in the log why kubeadm runs again:
+/// kubeadm may have stopped after the static Pods and before its later phases (kubelet
+/// configuration, uploaded configuration, the kube-proxy and CoreDNS addons).
+fn at_target(target: Version, ctx: &RunContext, command: &str) -> Result<AtTarget, PluginError> {
+    if !fully_at(target)? {
+        return Ok(AtTarget::No);
+    }
+    if ctx.resumed {
+        info!(
+            "the static Pods already run {target}, but the previous attempt of this step was interrupted: kubeadm may have stopped after upgrading them and before its later phases (kubelet configuration, uploaded configuration, the kube-proxy and CoreDNS addons); running `{command}` again, which converges"
+        );
+        return Ok(AtTarget::Resumed);
+    }
+    Ok(AtTarget::Done)
 }
 
 /// True when this node's control plane runs `target` in full: kube-apiserver and the other

@@ -176,13 +176,15 @@ impl Prepared {
     }
 
     /// Runs step `index` of `task` with `resolved`: built-in checks, then the host with the
-    /// capabilities and step gates. Blocking work runs on a blocking thread.
+    /// capabilities and step gates. Blocking work runs on a blocking thread. `resumed`: the
+    /// previous attempt was interrupted (see [`crate::resumes_interrupted`]).
     pub async fn run(
         self: Arc<Self>,
         agent: &Agent,
         task: &NodeTask,
         index: usize,
         resolved: Resolved,
+        resumed: bool,
     ) -> Result<StepResult, Error> {
         let step = &task.spec.steps[index];
         let grants = resolved.plugin.spec.grants.clone();
@@ -246,6 +248,7 @@ impl Prepared {
                 params_json,
                 grants: &grants,
                 dry_run,
+                resumed,
                 timeout,
             };
             execute(&host, &resolved, &node, &call, &gate)

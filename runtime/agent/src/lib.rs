@@ -16,7 +16,9 @@
 //!
 //! Restart rule: a step found Running when the agent (re)starts was interrupted; it runs
 //! again only if the plugin declares the action idempotent, otherwise the task blocks as
-//! Interrupted for a person to decide.
+//! Interrupted for a person to decide. The run after an interrupted attempt (the agent's own
+//! re-run, or a person's retry of the Interrupted block) tells the plugin so with
+//! `run-context.resumed` (see [`resumes_interrupted`]).
 //!
 //! Failed status writes (an API error, the API server restarting mid-upgrade) never leave
 //! a step Running for good, and never make a plugin run twice for one attempt: a failed
@@ -353,6 +355,8 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     let phase = step_transition(previous.phase, StepEvent::Start)
         .map_err(bosun_cluster::Error::transition(&name))?;
     let attempts = previous.attempts + 1;
+    // Read before the start write below replaces the previous attempt's entry.
+    let resumed = resumes_interrupted(&previous);
     let started = Timestamp::now();
     let clock = Instant::now();
     apply_status(
@@ -364,7 +368,14 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     .await?;
     // Recorded only now: had the start write failed, nothing ran and nothing is owed.
     agent.record(task, &step.name, StepRun::Started(attempts));
-    tracing::info!("step started");
+    if resumed {
+        tracing::info!(
+            attempt = attempts,
+            "step started; the previous attempt was interrupted (the plugin is told it resumes)"
+        );
+    } else {
+        tracing::info!("step started");
+    }
 
     let result = match step.plugin.as_deref() {
         None => StepResult::failed(
@@ -380,7 +391,12 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
                 e.to_string(),
                 true,
             ),
-            Ok(resolved) => prepared.clone().run(agent, task, index, resolved).await?,
+            Ok(resolved) => {
+                prepared
+                    .clone()
+                    .run(agent, task, index, resolved, resumed)
+                    .await?
+            }
         },
     };
     let finished = Timestamp::now();
@@ -512,6 +528,20 @@ async fn resend_result(task: &NodeTask, status: &NodeTaskStatus, agent: &Agent) 
         });
     }
     None
+}
+
+/// Whether the attempt about to start after `previous` (the step's status entry as read
+/// before the start write) follows an interrupted one: the previous attempt started the
+/// plugin and no result of it was recorded. That is a step back at Pending after at least
+/// one attempt with no error recorded by the agent: [`interrupted`] moves an idempotent
+/// step from Running back to Pending writing no error (the agent re-runs it), and blocks a
+/// non-idempotent one as Failed writing no error either (a person's retry then makes it
+/// Pending, and the controller's retry write leaves the agent's fields alone). Every failure
+/// the agent records carries an error, and the agent's start write of the next attempt
+/// removes it; a first attempt has no previous one. Passed to the plugin as
+/// `run-context.resumed`.
+pub fn resumes_interrupted(previous: &bosun_api::node_task::StepStatus) -> bool {
+    previous.phase == StepPhase::Pending && previous.attempts > 0 && previous.error.is_none()
 }
 
 /// A step found Running that this process is not running and has no result for: the agent
@@ -653,5 +683,97 @@ mod result_retry_tests {
             RESULT_RETRY_MAX,
             "no overflow however many failures"
         );
+    }
+}
+
+#[cfg(test)]
+mod resumed_tests {
+    use bosun_api::node_task::{StepError, StepStatus};
+
+    use super::*;
+
+    /// What the agent reads of a step after its own latest write `agent` (under the step's
+    /// agent field manager) and, if a person or the failure policy retried the step, the
+    /// controller's retry write over it: that write sets only `phase`, `attempts` and
+    /// `message` (under the controller's manager), so the agent's other fields stay.
+    fn seen(agent: &TaskStatusWrite, retried: bool) -> StepStatus {
+        let mut status = agent.steps[0].to_status();
+        if retried {
+            status.phase = step_transition(status.phase, StepEvent::Retry).unwrap();
+            status.message = Some("recovery Retry (set by a person): runs again".into());
+        }
+        status
+    }
+
+    fn started() -> Timestamp {
+        "2026-01-02T03:04:05Z".parse().unwrap()
+    }
+
+    #[test]
+    fn only_an_attempt_after_an_interrupted_one_is_resumed() {
+        // A first attempt.
+        assert!(!resumes_interrupted(&StepStatus::default()));
+
+        // Interrupted, idempotent: the agent puts the step back to Pending and runs it again.
+        let back = step_transition(
+            StepPhase::Running,
+            StepEvent::AgentRestarted { idempotent: true },
+        )
+        .unwrap();
+        let idem = TaskStatusWrite::step_interrupted("s", back, 1, Some(started()), None);
+        assert!(resumes_interrupted(&seen(&idem, false)));
+
+        // Interrupted, not idempotent: Blocked (Failed, not run), then a person's retry.
+        let failed = step_transition(
+            StepPhase::Running,
+            StepEvent::AgentRestarted { idempotent: false },
+        )
+        .unwrap();
+        let once = TaskStatusWrite::step_interrupted(
+            "s",
+            failed,
+            1,
+            Some(started()),
+            Some((NodeTaskPhase::Blocked, started())),
+        );
+        assert!(!resumes_interrupted(&seen(&once, false)));
+        assert!(resumes_interrupted(&seen(&once, true)));
+
+        // A recorded result: a failure (then retried) or a success is not an interruption.
+        let ended = |phase: StepPhase, error: Option<StepError>| {
+            TaskStatusWrite::step_finished(
+                StepWrite::finished(
+                    "s",
+                    2,
+                    started(),
+                    started(),
+                    StepEnd {
+                        phase,
+                        changed: false,
+                        message: "ended".into(),
+                        error,
+                    },
+                    None,
+                ),
+                None,
+            )
+        };
+        let error = StepError {
+            code: "boom".into(),
+            message: "failed".into(),
+            retryable: true,
+        };
+        assert!(!resumes_interrupted(&seen(
+            &ended(StepPhase::Failed, Some(error)),
+            true
+        )));
+        assert!(!resumes_interrupted(&seen(
+            &ended(StepPhase::Succeeded, None),
+            false
+        )));
+
+        // The start write of the resumed attempt: Running, not resumed again after it.
+        let running = TaskStatusWrite::step_started("s", StepPhase::Running, 2, started());
+        assert!(!resumes_interrupted(&seen(&running, false)));
     }
 }

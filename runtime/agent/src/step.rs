@@ -66,6 +66,8 @@ pub struct StepCall<'a> {
     pub params_json: String,
     pub grants: &'a Grants,
     pub dry_run: bool,
+    /// The previous attempt of this step was interrupted (`run-context.resumed`).
+    pub resumed: bool,
     pub timeout: Option<Duration>,
 }
 
@@ -162,6 +164,7 @@ pub fn execute(
     }
     let options = RunOptions {
         dry_run: call.dry_run,
+        resumed: call.resumed,
         deadline: call.timeout,
     };
     let mut result = match host.run(

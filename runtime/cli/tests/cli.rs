@@ -302,7 +302,7 @@ fn inspect_shows_what_hello_declares() {
     let text = stdout(&out);
     for expected in [
         "name:        hello",
-        "abi:         bosun:plugin@0.1.0",
+        "abi:         bosun:plugin@0.2.0",
         "greet (idempotent)",
         "\"file\"",
         "filesystem /etc (ReadOnly)",

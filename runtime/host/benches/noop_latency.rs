@@ -177,7 +177,10 @@ fn main() {
     let noop_args = vec![
         Val::String("noop".into()),
         Val::String("{}".into()),
-        Val::Record(vec![("dry-run".into(), Val::Bool(false))]),
+        Val::Record(vec![
+            ("dry-run".into(), Val::Bool(false)),
+            ("resumed".into(), Val::Bool(false)),
+        ]),
     ];
     let mut variants: Vec<(&str, Variant)> = vec![
         (
@@ -196,7 +199,7 @@ fn main() {
             Variant::Plain(Plain::new(
                 &engine,
                 good,
-                &["bosun:plugin/plugin@0.1.0", "run"],
+                &["bosun:plugin/plugin@0.2.0", "run"],
                 noop_args,
                 true,
             )),

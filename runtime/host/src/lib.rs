@@ -69,11 +69,11 @@ use sandbox::{CallEnv, RunLimiter, RunState, Stop};
 use wasmtime::component::{ComponentExportIndex, Instance, InstancePre};
 
 /// The ABI version (WIT package version of `bosun:plugin`) this host serves.
-pub const ABI_VERSION: &str = "0.1.0";
+pub const ABI_VERSION: &str = "0.2.0";
 
 /// What [`Error::ForbiddenImport`] says a plugin may import.
 const ALLOWED_IMPORTS: &str = "WASI 0.2 cli (environment, exit, stdin, stdout, stderr, terminal-*), clocks, \
-     filesystem, random and io, and the bosun:plugin@0.1.0 interfaces (log, exec, service, facts, http)";
+     filesystem, random and io, and the bosun:plugin@0.2.0 interfaces (log, exec, service, facts, http)";
 
 const WASI_ALLOWED: &[&str] = &[
     "wasi:cli/environment",
@@ -129,6 +129,11 @@ pub struct RunOptions {
     /// run, and no service action but `status` is allowed. A refused call fails with
     /// `not-granted` and a [`Denial`] whose message starts with `dry run:`.
     pub dry_run: bool,
+    /// Passed to the plugin as `run-context.resumed`: the previous attempt of this step on
+    /// this node started the plugin and ended with no result recorded (the agent was
+    /// killed or restarted during it). The host only passes it on; the agent decides it
+    /// (see the WIT doc comment for the exact meaning).
+    pub resumed: bool,
     /// Wall clock for this run; [`Limits::default_deadline`] when `None`.
     pub deadline: Option<Duration>,
 }
@@ -840,6 +845,7 @@ impl Host {
             .unwrap_or(self.config.limits.default_deadline);
         let ctx = guest::RunContext {
             dry_run: options.dry_run,
+            resumed: options.resumed,
         };
         let exports = &plugin.compiled.exports;
         let (result, captured) = self.call(

@@ -36,6 +36,7 @@ fn call(
         params,
         RunOptions {
             dry_run,
+            resumed: false,
             deadline: Some(Duration::from_secs(60)),
         },
     )

@@ -151,6 +151,50 @@ fn happy_path_reads_a_granted_file_and_runs_a_granted_command() {
     assert_eq!(pre.result.unwrap()[0].name, "happy-ready");
 }
 
+/// `RunOptions::resumed` and `dry_run` reach the plugin as `run-context.resumed` and
+/// `dry-run`, each on its own: the `good` plugin's `context` action echoes what it got.
+#[test]
+fn the_run_context_reaches_the_plugin_as_given() {
+    let node = node();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    let seen = |dry_run: bool, resumed: bool| {
+        let outcome = host
+            .run(
+                &good,
+                &Grants::default(),
+                &node_ctx(),
+                "context",
+                "{}",
+                RunOptions {
+                    dry_run,
+                    resumed,
+                    deadline: None,
+                },
+            )
+            .unwrap()
+            .result
+            .unwrap();
+        let get = |key: &str| {
+            outcome
+                .outputs
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("no output {key}: {outcome:?}"))
+        };
+        (get("dry-run"), get("resumed"))
+    };
+    for dry_run in [false, true] {
+        for resumed in [false, true] {
+            assert_eq!(
+                seen(dry_run, resumed),
+                (dry_run.to_string(), resumed.to_string())
+            );
+        }
+    }
+}
+
 #[test]
 fn dry_run_never_reports_a_change() {
     let node = node();
@@ -187,6 +231,7 @@ fn dry_run_never_reports_a_change() {
             params,
             RunOptions {
                 dry_run: true,
+                resumed: false,
                 deadline: None,
             },
         )
@@ -468,8 +513,8 @@ fn a_plugin_built_for_another_abi_version_is_refused_at_load() {
         .unwrap_err();
     match &e {
         Error::AbiMismatch { expected, found } => {
-            assert_eq!(*expected, "0.1.0");
-            assert!(found.contains("0.2.0"), "{found}");
+            assert_eq!(*expected, "0.2.0");
+            assert!(found.contains("0.3.0"), "{found}");
         }
         other => panic!("expected AbiMismatch, got {other}"),
     }
@@ -572,6 +617,7 @@ fn an_infinite_loop_is_stopped_at_its_deadline() {
         "{}",
         RunOptions {
             dry_run: false,
+            resumed: false,
             deadline: Some(Duration::from_millis(200)),
         },
     ));
@@ -658,6 +704,7 @@ fn a_sleep_in_the_host_is_cut_at_the_deadline() {
             "{}",
             RunOptions {
                 dry_run: false,
+                resumed: false,
                 deadline: Some(Duration::from_millis(300)),
             },
         );
@@ -689,6 +736,7 @@ fn a_sleep_in_the_host_is_cut_at_the_deadline() {
         "{}",
         RunOptions {
             dry_run: false,
+            resumed: false,
             deadline: Some(Duration::from_millis(300)),
         },
     ));

@@ -3,7 +3,7 @@
 //! A Bosun plugin is a WebAssembly component (`wasm32-wasip2`) that the agent on each node
 //! runs inside a sandbox, reaching only the host capabilities an administrator granted.
 //! This crate owns everything between a plugin author's Rust code and the ABI
-//! (`sdk/wit/plugin.wit`, package `bosun:plugin@0.1.0`): the generated bindings, the
+//! (`sdk/wit/plugin.wit`, package `bosun:plugin@0.2.0`): the generated bindings, the
 //! dispatch of `describe` / `preflight` / `run` with typed params, and safe wrappers over
 //! the host interfaces (files, commands, services, facts, logs, downloads).
 //!
@@ -67,7 +67,7 @@ pub use metadata::{ActionInfo, Capabilities, CommandRequest, Metadata, PathReque
 pub use outcome::{Check, CheckStatus, Outcome, RunContext};
 
 /// The ABI version this SDK builds plugins against (the WIT package version).
-pub const ABI_VERSION: &str = "0.1.0";
+pub const ABI_VERSION: &str = "0.2.0";
 
 /// What a plugin implements.
 ///
@@ -98,7 +98,10 @@ pub trait Plugin {
     }
 
     /// Performs `action`. When `ctx.dry_run` is set the plugin must not change the node: it
-    /// says what it would do in the outcome message and returns `changed: false`.
+    /// says what it would do in the outcome message and returns `changed: false`. When
+    /// `ctx.resumed` is set, the previous attempt of this step on this node was interrupted
+    /// part-way (see [`RunContext::resumed`]): state that says "already done" may be only
+    /// half the change.
     ///
     /// # Errors
     /// A [`PluginError`] with a stable code; mark it retryable when the same step may
@@ -156,7 +159,7 @@ macro_rules! export_plugin {
             }
 
             // Only a wasm component exports the ABI symbols (their names, such as
-            // `bosun:plugin/plugin@0.1.0#run`, are not valid in native linker scripts);
+            // `bosun:plugin/plugin@0.2.0#run`, are not valid in native linker scripts);
             // on the host the impl above is still type-checked and unit tests link.
             #[cfg(target_arch = "wasm32")]
             $crate::__private::bindings::export!(

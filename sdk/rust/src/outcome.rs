@@ -10,19 +10,41 @@ pub struct RunContext {
     /// When true the plugin must not change the node: describe what would change in the
     /// outcome message and return `changed: false`.
     pub dry_run: bool,
+    /// True when the previous attempt of this same step on this node was interrupted: the
+    /// agent started the plugin for it and no result of it was ever recorded (the agent was
+    /// killed or restarted during it), so it may have stopped anywhere part-way through the
+    /// change. The agent re-runs an interrupted idempotent action on its own with this set
+    /// (and sets it when a person retries an interrupted non-idempotent one). False on a
+    /// first attempt and on a retry after a recorded failure. A plugin that would report
+    /// "already done" from state the interrupted attempt may have left at the target while
+    /// later parts of the change are undone should run the change again.
+    pub resumed: bool,
 }
 
 impl RunContext {
-    /// A context with the given dry-run flag (for unit tests of plugin code).
+    /// A context with the given dry-run flag, not resumed (for unit tests of plugin code).
     #[must_use]
     pub fn new(dry_run: bool) -> Self {
-        Self { dry_run }
+        Self {
+            dry_run,
+            resumed: false,
+        }
+    }
+
+    /// The same context with [`resumed`](RunContext::resumed) set to `resumed` (for unit
+    /// tests of plugin code).
+    #[must_use]
+    pub fn with_resumed(self, resumed: bool) -> Self {
+        Self { resumed, ..self }
     }
 }
 
 impl From<wit::RunContext> for RunContext {
     fn from(c: wit::RunContext) -> Self {
-        Self { dry_run: c.dry_run }
+        Self {
+            dry_run: c.dry_run,
+            resumed: c.resumed,
+        }
     }
 }
 

@@ -256,6 +256,11 @@ async fn failing_step_blocks_then_retry_after_fixing_the_cause_succeeds() -> Res
         "the retry ran after it was asked for"
     );
     assert_eq!(
+        check.outputs.get("resumed").map(String::as_str),
+        Some("false"),
+        "a retry after a recorded failure does not resume an interrupted attempt"
+    );
+    assert_eq!(
         step_of(&task, "after").map(|s| (s.phase, s.attempts)),
         Some((StepPhase::Succeeded, 1))
     );
@@ -669,6 +674,11 @@ async fn controller_killed_mid_operation_and_restarted_completes_with_no_step_ru
         })
         .await?;
     assert_eq!(
+        step_of(&t, "long").and_then(|s| s.outputs.get("resumed").cloned()),
+        Some("false".to_owned()),
+        "a controller restart interrupts no agent step"
+    );
+    assert_eq!(
         step_phase(&t, "uncordon"),
         StepPhase::Pending,
         "no controller, no controller step"
@@ -739,7 +749,9 @@ async fn controller_killed_mid_operation_and_restarted_completes_with_no_step_ru
 }
 
 /// An agent SIGKILLed during an idempotent step (`sleep`): the restarted agent runs the
-/// step again (attempts 2) and the Operation succeeds.
+/// step again (attempts 2), telling the plugin the previous attempt was interrupted
+/// (`run-context.resumed`, which `sleep` returns as its output `resumed`), and the
+/// Operation succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_killed_mid_step_reruns_an_idempotent_step() -> Result<()> {
     let _nodes = bosun_e2e::lock_lab_nodes().await;
@@ -773,6 +785,12 @@ async fn agent_killed_mid_step_reruns_an_idempotent_step() -> Result<()> {
         started(&task, "long")? > first_start,
         "the step ran again from the start"
     );
+    assert_eq!(
+        long.outputs.get("resumed").map(String::as_str),
+        Some("true"),
+        "the re-run was told it resumes an interrupted attempt: {:?}",
+        long.outputs
+    );
     operator.procs.check_alive()?;
     operator.finish().await?;
     Ok(())
@@ -781,7 +799,8 @@ async fn agent_killed_mid_step_reruns_an_idempotent_step() -> Result<()> {
 /// An agent SIGKILLed during a step that is not idempotent (`sleep-once`, which writes a
 /// marker when its wait is over): the restarted agent does not run it again; the task and
 /// the Operation Block as Interrupted, for a person to decide, and the marker was never
-/// written.
+/// written. A person's `recovery: Retry` then runs it again (attempt 2), telling the plugin
+/// the previous attempt was interrupted (`resumed`), and it writes its marker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_killed_mid_step_blocks_a_non_idempotent_step_as_interrupted() -> Result<()> {
     let _nodes = bosun_e2e::lock_lab_nodes().await;
@@ -839,12 +858,31 @@ async fn agent_killed_mid_step_blocks_a_non_idempotent_step_as_interrupted() -> 
         !lab.state_file(&lab.cp, &marker).exists(),
         "the interrupted run never got to write its marker"
     );
-    // Leave the Operation finished for whoever looks at the lab later.
+    // A person checked the node and retries: the run is told it resumes an interrupted one.
     operator
-        .patch_task_spec(&task.name_any(), json!({ "recovery": Recovery::Skip }))
+        .patch_task_spec(&task.name_any(), json!({ "recovery": Recovery::Retry }))
         .await?;
     let done = settle_after_recovery(&mut operator, &op, &lab.cp).await?;
-    assert_eq!(phase_of(&done), OperationPhase::Succeeded);
+    assert_eq!(
+        phase_of(&done),
+        OperationPhase::Succeeded,
+        "{}",
+        bosun_e2e::describe_tasks(&operator.client, &op).await
+    );
+    let task = operator.task(&op, &lab.cp).await?;
+    let once = step_of(&task, "once").context("no once status")?;
+    assert_eq!((once.phase, once.attempts), (StepPhase::Succeeded, 2));
+    assert_eq!(
+        once.outputs.get("resumed").map(String::as_str),
+        Some("true"),
+        "the retry of the interrupted step was told it resumes: {:?}",
+        once.outputs
+    );
+    assert!(
+        lab.state_file(&lab.cp, &marker).exists(),
+        "the retried run wrote its marker"
+    );
+    std::fs::remove_file(lab.state_file(&lab.cp, &marker))?;
     operator.procs.check_alive()?;
     operator.finish().await?;
     Ok(())

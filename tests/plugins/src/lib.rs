@@ -215,6 +215,20 @@ impl Node {
         params: &serde_json::Value,
         dry_run: bool,
     ) -> Ran {
+        self.run_with(plugin, grants, action, params, dry_run, false)
+    }
+
+    /// As [`Node::run`], telling the plugin whether the previous attempt of the step was
+    /// interrupted (`run-context.resumed`), as the agent does when it re-runs one.
+    pub fn run_with(
+        &self,
+        plugin: &LoadedPlugin,
+        grants: &Grants,
+        action: &str,
+        params: &serde_json::Value,
+        dry_run: bool,
+        resumed: bool,
+    ) -> Ran {
         let params = params.to_string();
         let checks = self
             .host
@@ -229,6 +243,7 @@ impl Node {
         }
         let options = RunOptions {
             dry_run,
+            resumed,
             deadline: Some(Duration::from_secs(600)),
         };
         let run = self

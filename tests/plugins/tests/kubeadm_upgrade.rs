@@ -5,7 +5,9 @@
 //! lab's shared cluster. `plan` (and the dry run of `apply`, which runs it) succeeds for
 //! real against the lab, made to look enough like a kubeadm cluster ([`KubeadmCluster`]).
 
-use bosun_plugins_tests::{Node, Ran, copy_tree, example_grants, plugins};
+use std::path::Path;
+
+use bosun_plugins_tests::{Node, Ran, copy_tree, example_grants, install_programs, plugins, write};
 use serde_json::json;
 
 fn failed(ran: &Ran, check: &str) -> String {
@@ -149,6 +151,140 @@ fn preflight_enforces_one_minor_step_no_downgrade_and_kubeadm_at_target() {
         false,
     );
     assert!(failed(&on_worker, "control-plane").contains("is not a control-plane node"));
+}
+
+/// Where the stand-in kubeadm of [`control_plane_at`] appends its arguments, one call a line.
+const KUBEADM_CALLS: &str = "var/log/kubeadm-calls";
+
+/// A control-plane node root whose three static Pod manifests all run `version` and whose
+/// dpkg database says kubeadm `version` is installed (the host's kubeadm fact). Its
+/// /usr/bin/kubeadm is a stand-in that changes nothing: a /bin/sh script (this machine's
+/// /bin/sh is copied in; granted commands run chrooted in the root, as the agent runs them)
+/// that appends its arguments to [`KUBEADM_CALLS`], so a test sees exactly what ran.
+fn control_plane_at(root: &Path, version: &str) {
+    install_programs(root, &["/bin/sh"]);
+    for c in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ] {
+        write(
+            root,
+            &format!("etc/kubernetes/manifests/{c}.yaml"),
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {c}\n  namespace: kube-system\nspec:\n  containers:\n  - name: {c}\n    image: registry.k8s.io/{c}:{version}\n"
+            ),
+        );
+    }
+    write(
+        root,
+        "var/lib/dpkg/status",
+        &format!(
+            "Package: kubeadm\nStatus: install ok installed\nVersion: {}-1.1\n\n",
+            version.trim_start_matches('v')
+        ),
+    );
+    write(
+        root,
+        "usr/bin/kubeadm",
+        &format!(
+            "#!/bin/sh\nset -e\necho \"$*\" >> /{KUBEADM_CALLS}\necho \"kubeadm (stand-in): $*\"\n"
+        ),
+    );
+    std::fs::create_dir_all(root.join(KUBEADM_CALLS).parent().unwrap()).unwrap();
+    std::fs::set_permissions(
+        root.join("usr/bin/kubeadm"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+}
+
+/// The manifests cannot tell a finished `kubeadm upgrade apply` from one killed after the
+/// static Pods and before its later phases (kubelet configuration, uploaded configuration,
+/// the kube-proxy and CoreDNS addons). With every manifest at the target, a fresh run
+/// (`resumed` false) reports no change and runs no kubeadm; a run of a step whose previous
+/// attempt was interrupted (`resumed`, as the agent sets it when it re-runs one) runs
+/// `kubeadm upgrade apply` / `kubeadm upgrade node` again, says why in the log, and reports
+/// a change. A resumed dry run still runs only `kubeadm upgrade plan`.
+#[test]
+fn with_the_manifests_at_the_target_only_a_resumed_run_runs_kubeadm_again() {
+    let version = "v1.34.4";
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    control_plane_at(&root, version);
+    let node = Node::new(&root, &["control-plane"]);
+    let plugin = node.load(&plugins().kubeadm_upgrade, "kubeadm-upgrade");
+    let grants = example_grants("kubeadm-upgrade.yaml");
+    let params = json!({ "kubernetesVersion": version });
+    let run = |action: &str, dry_run: bool, resumed: bool| {
+        let ran = node.run_with(&plugin, &grants, action, &params, dry_run, resumed);
+        assert!(ran.failed_checks().is_empty(), "{:?}", ran.checks);
+        ran
+    };
+    let calls = || std::fs::read_to_string(root.join(KUBEADM_CALLS)).unwrap_or_default();
+    let logged = |ran: &Ran, text: &str| {
+        ran.run
+            .as_ref()
+            .is_some_and(|r| r.captured.lines.iter().any(|l| l.message.contains(text)))
+    };
+    let why = "the previous attempt of this step was interrupted";
+
+    // Fresh runs: nothing to do, kubeadm not run.
+    let apply = run("apply", false, false);
+    assert_eq!(
+        apply.outcome().message,
+        format!("the control plane already runs {version}; nothing to apply")
+    );
+    assert!(!apply.outcome().changed);
+    let upgrade_node = run("node", false, false);
+    assert_eq!(
+        upgrade_node.outcome().message,
+        format!("this control-plane node already runs {version}")
+    );
+    assert!(!upgrade_node.outcome().changed);
+    assert_eq!(calls(), "", "a fresh run at the target runs no kubeadm");
+    assert!(!logged(&apply, why) && !logged(&upgrade_node, why));
+
+    // Resumed: kubeadm runs again, and the log says why.
+    let apply = run("apply", false, true);
+    let outcome = apply.outcome();
+    assert_eq!(
+        outcome.message,
+        format!(
+            "control plane at {version}: `kubeadm upgrade apply` ran again after an interrupted attempt"
+        )
+    );
+    assert!(outcome.changed);
+    assert_eq!(apply.output("version").as_deref(), Some(version));
+    assert!(logged(&apply, why), "{:?}", apply.run);
+    assert_eq!(calls(), format!("upgrade apply --yes {version}\n"));
+
+    let upgrade_node = run("node", false, true);
+    let outcome = upgrade_node.outcome();
+    assert_eq!(
+        outcome.message,
+        format!("node at {version}: `kubeadm upgrade node` ran again after an interrupted attempt")
+    );
+    assert!(outcome.changed);
+    assert!(logged(&upgrade_node, why), "{:?}", upgrade_node.run);
+    assert_eq!(
+        calls(),
+        format!("upgrade apply --yes {version}\nupgrade node\n")
+    );
+
+    // A resumed dry run: only `kubeadm upgrade plan` (the one dry-run-safe grant) runs.
+    let dry = run("apply", true, true);
+    assert_eq!(
+        dry.outcome().message,
+        format!(
+            "would run `kubeadm upgrade apply --yes {version}`; `kubeadm upgrade plan {version}` passed (its plan is in the log)"
+        )
+    );
+    assert!(!dry.outcome().changed);
+    assert_eq!(
+        calls(),
+        format!("upgrade apply --yes {version}\nupgrade node\nupgrade plan {version}\n")
+    );
 }
 
 /// The `plan` output: kubeadm's own words.

@@ -85,7 +85,7 @@ impl Guest for Bad {
         Metadata {
             name: "bad".into(),
             version: "1.0.0".into(),
-            abi_version: "0.1.0".into(),
+            abi_version: "0.2.0".into(),
             // Asks for node facts while describing, which may run on unverified bytes: the
             // host must refuse (and before it did, reading them ran the node's kubeadm).
             description: format!(

@@ -17,7 +17,7 @@ impl Guest for Sneaky {
         Metadata {
             name: "forbidden-import".into(),
             version: "1.0.0".into(),
-            abi_version: "0.1.0".into(),
+            abi_version: "0.2.0".into(),
             description: "opens a socket".into(),
             actions: vec![],
             capabilities: Capabilities {

@@ -65,7 +65,7 @@ impl Guest for Good {
         Metadata {
             name: "good".into(),
             version: "1.0.0".into(),
-            abi_version: "0.1.0".into(),
+            abi_version: "0.2.0".into(),
             description: "well-behaved host test plugin".into(),
             actions: vec![
                 action("noop", "does nothing"),
@@ -74,6 +74,7 @@ impl Guest for Good {
                 action("log", "writes `n` log lines"),
                 action("write", "writes `content` to `path`"),
                 action("service", "performs `action` on `unit`"),
+                action("context", "returns the run context it was given"),
             ],
             capabilities: Capabilities {
                 filesystem: vec![PathRequest {
@@ -163,6 +164,10 @@ impl Guest for Good {
                 .map_err(host_err)?;
                 outputs.push(("active-state".into(), st.active_state));
                 outputs.push(("sub-state".into(), st.sub_state));
+            }
+            "context" => {
+                outputs.push(("dry-run".into(), context.dry_run.to_string()));
+                outputs.push(("resumed".into(), context.resumed.to_string()));
             }
             other => return Err(err("unknown-action", format!("no action named {other}"))),
         }

@@ -27,7 +27,7 @@ impl Guest for Http {
         Metadata {
             name: "http".into(),
             version: "1.0.0".into(),
-            abi_version: "0.1.0".into(),
+            abi_version: "0.2.0".into(),
             description: "downloads a URL".into(),
             actions: vec![ActionInfo {
                 name: "get".into(),

@@ -4,6 +4,8 @@
 //! and a step that writes a file (to prove a dry run changes nothing).
 //!
 //! Every action honours the dry run: nothing is written, and the message says what would be.
+//! `sleep`, `sleep-once` and `require` return the run context's `resumed` flag as their
+//! output `resumed` (`true` or `false`), so a test can see what the agent told the plugin.
 //!
 //! Build: `cargo build --release --target wasm32-wasip2 -p bosun-test-steps`.
 
@@ -130,7 +132,8 @@ impl Plugin for Steps {
             Action::Sleep(p) => {
                 info!("sleeping {} ms", p.millis);
                 std::thread::sleep(Duration::from_millis(p.millis));
-                Ok(Outcome::unchanged(format!("slept {} ms", p.millis)))
+                Ok(Outcome::unchanged(format!("slept {} ms", p.millis))
+                    .output("resumed", ctx.resumed.to_string()))
             }
             Action::SleepOnce(p) => {
                 let file = state_file(&p.marker)?;
@@ -140,16 +143,18 @@ impl Plugin for Steps {
                     return Ok(Outcome::unchanged(format!(
                         "would write {file} after {} ms",
                         p.millis
-                    )));
+                    ))
+                    .output("resumed", ctx.resumed.to_string()));
                 }
                 bosun_plugin_sdk::fs::write(&file, b"done\n")?;
-                Ok(Outcome::changed(format!(
-                    "slept {} ms and wrote {file}",
-                    p.millis
-                )))
+                Ok(
+                    Outcome::changed(format!("slept {} ms and wrote {file}", p.millis))
+                        .output("resumed", ctx.resumed.to_string()),
+                )
             }
             Action::Require(p) => match bosun_plugin_sdk::fs::read_optional(&p.path)? {
-                Some(_) => Ok(Outcome::unchanged(format!("{} exists", p.path))),
+                Some(_) => Ok(Outcome::unchanged(format!("{} exists", p.path))
+                    .output("resumed", ctx.resumed.to_string())),
                 None => Err(PluginError::retryable(
                     "missing",
                     format!("{} does not exist yet: create it, then retry", p.path),

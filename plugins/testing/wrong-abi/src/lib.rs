@@ -1,4 +1,4 @@
-//! Built against `bosun:plugin@0.2.0` (its own WIT copy): the host must refuse it at load.
+//! Built against `bosun:plugin@0.3.0` (its own WIT copy): the host must refuse it at load.
 
 wit_bindgen::generate!({
     world: "bosun-plugin",
@@ -16,7 +16,7 @@ impl Guest for WrongAbi {
         Metadata {
             name: "wrong-abi".into(),
             version: "1.0.0".into(),
-            abi_version: "0.2.0".into(),
+            abi_version: "0.3.0".into(),
             description: "built against a future ABI".into(),
             actions: vec![],
             capabilities: Capabilities {

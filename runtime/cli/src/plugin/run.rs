@@ -75,6 +75,10 @@ pub struct RunArgs {
     /// Ask the plugin not to change anything (it reports what it would do).
     #[arg(long)]
     pub dry_run: bool,
+    /// Tell the plugin the previous attempt of this step was interrupted
+    /// (`run-context.resumed`), as the agent does when it re-runs an interrupted step.
+    #[arg(long)]
+    pub resumed: bool,
     /// Skip the preflight checks (by default a failing check stops the run, as in the agent).
     #[arg(long)]
     pub skip_preflight: bool,
@@ -189,10 +193,16 @@ pub fn run(args: &RunArgs) -> Result<Status> {
     println!(
         "run {}{}:",
         args.action,
-        if args.dry_run { " (dry run)" } else { "" }
+        match (args.dry_run, args.resumed) {
+            (false, false) => "",
+            (true, false) => " (dry run)",
+            (false, true) => " (resumed)",
+            (true, true) => " (dry run, resumed)",
+        }
     );
     let options = RunOptions {
         dry_run: args.dry_run,
+        resumed: args.resumed,
         deadline: args.deadline.map(Duration::from_secs),
     };
     let report = host

@@ -274,6 +274,7 @@ pub fn run_on(
         params,
         RunOptions {
             dry_run: false,
+            resumed: false,
             deadline: Some(std::time::Duration::from_secs(60)),
         },
     )
