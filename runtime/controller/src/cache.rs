@@ -99,15 +99,13 @@ impl Written {
                 let mark = newest.entry(operation.to_owned()).or_default();
                 *mark = (*mark).max(v);
             }
-            Some(None) => {
-                if !self.uncomparable.swap(true, Ordering::SeqCst) {
-                    tracing::warn!(
-                        resource_version = resource_version.unwrap_or(""),
-                        "a NodeTask resourceVersion is not an integer: NodeTasks are read from the API server, not the cache"
-                    );
-                }
+            Some(None) if !self.uncomparable.swap(true, Ordering::SeqCst) => {
+                tracing::warn!(
+                    resource_version = resource_version.unwrap_or(""),
+                    "a NodeTask resourceVersion is not an integer: NodeTasks are read from the API server, not the cache"
+                );
             }
-            None => {}
+            Some(None) | None => {}
         }
     }
 
@@ -223,6 +221,7 @@ impl Caches {
                 .backoff(bosun_cluster::watch::WatchBackoff::new(
                     bosun_cluster::watch::seed_of("bosun-controller/nodes"),
                 ))
+                .modify(slim_node)
                 .reflect(writer)
                 .for_each(|event| async move {
                     if let Err(e) = event {
@@ -246,6 +245,7 @@ impl Caches {
         let api: Api<NodeTask> = Api::all(client);
         Some(
             watcher(api, config)
+                .modify(|t: &mut NodeTask| t.metadata.managed_fields = None)
                 .reflect(writer)
                 .inspect(move |event| {
                     if let Ok(event) = event {
@@ -321,6 +321,18 @@ impl Caches {
             );
         }
         caught
+    }
+}
+
+/// What the Node store keeps of a Node: everything but what no reader of the store uses
+/// and a fleet of Nodes would hold in memory for nothing (the field managers, the image
+/// list, the volumes).
+fn slim_node(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
     }
 }
 
