@@ -110,7 +110,8 @@ pub fn fake_routes(route: fn(&Seen) -> serde_json::Value) -> (Client, Arc<Mutex<
     (Client::new(service, "default"), seen)
 }
 
-/// A controller context on `client` (no instance, field manager `bosun-controller`).
+/// A controller context on `client` (no instance, field manager `bosun-controller`), with
+/// Node and NodeTask stores listed empty.
 pub fn context(client: Client) -> Context {
     Context {
         client: client.clone(),
@@ -121,5 +122,6 @@ pub fn context(client: Client) -> Context {
         events: Arc::new(crate::events::Events::new(client, "test".into())),
         exclusion: Default::default(),
         waiters: Default::default(),
+        caches: Arc::new(crate::cache::Caches::listed(vec![], vec![])),
     }
 }

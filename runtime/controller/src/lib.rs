@@ -21,12 +21,15 @@
 //!   stands in its step list is `bosun_planner::state`, read the same way by both.
 //! - [`lifecycle`]: the ClusterLifecycle reconciler (desired version and certificate
 //!   freshness, reconciled into generated Operations; adoption on a fresh install).
+//! - [`cache`]: the watch-backed Node and NodeTask stores the reconciler reads (no LIST per
+//!   reconcile), and how a reconcile sees the controller's own writes in them.
 //! - [`run`]: wires the reconciler into a kube-runtime `Controller` watching the Operations
 //!   of its instance ([`instance_selector`]) and the NodeTasks they own.
 //!
 //! See docs/operator.md for the semantics and what is not done yet.
 
 pub mod actions;
+pub mod cache;
 pub mod drain;
 pub mod error;
 pub mod events;
@@ -88,7 +91,6 @@ pub async fn run(
         ));
     }
     let operations: Api<Operation> = Api::all(client.clone());
-    let tasks: Api<NodeTask> = Api::all(client.clone());
     let selector = instance_selector(instance.as_deref());
     // Policies of this instance: the operation gate, their status, and a reconcile of every
     // Operation whenever they change (a fixed policy unblocks without waiting for a resync).
@@ -100,8 +102,19 @@ pub async fn run(
         Some(selector.clone()),
     ));
     let events = Arc::new(events::Events::new(client.clone(), identity));
+    // The Nodes and NodeTasks the reconciler reads, kept by watches (see `cache`): the Node
+    // watch runs beside the controller below, the NodeTask watch is the one that triggers
+    // reconciles. Built here, so a new leader lists them before its first reconcile.
+    let caches = Arc::new(cache::Caches::new());
+    let (Some(nodes_watch), Some(task_triggers)) = (
+        caches.nodes_watch(client.clone()),
+        caches.task_triggers(client.clone(), watcher::Config::default().labels(&selector)),
+    ) else {
+        unreachable!("a new Caches gives its watches once");
+    };
     let ctx = Arc::new(Context {
-        client,
+        client: caches.recording(client),
+        caches,
         manager,
         resync,
         instance,
@@ -114,8 +127,8 @@ pub async fn run(
     // for its node (see `exclusion::Waiters`): no timer for a held node.
     let waiters = ctx.waiters.clone();
     let wake = move |task: NodeTask| tasks_to_wake(&task, &waiters);
-    Controller::new(operations, watcher::Config::default().labels(&selector))
-        .watches(tasks, watcher::Config::default().labels(&selector), wake)
+    let controller = Controller::new(operations, watcher::Config::default().labels(&selector))
+        .watches_stream(task_triggers, wake)
         .reconcile_all_on(futures::stream::iter(policy_changes).flatten())
         .trigger_backoff(bosun_cluster::watch::WatchBackoff::new(
             bosun_cluster::watch::seed_of("bosun-controller"),
@@ -127,8 +140,12 @@ pub async fn run(
                 Ok((obj, _)) => tracing::debug!(operation = %obj.name, "reconciled"),
                 Err(e) => tracing::debug!(error = %e, "reconcile error"),
             }
-        })
-        .await;
+        });
+    // The Node watch never ends; the controller ends on a shutdown signal, and with it this.
+    tokio::select! {
+        () = controller => {}
+        () = nodes_watch => {}
+    }
 }
 
 /// The Operations a change of `task` wakes: its owner, and the Operations waiting for its

@@ -20,7 +20,6 @@ use bosun_policy::Decision;
 use bosun_policy::input::{ClusterState, NodeSummary, OperationInput, PlanGroup};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 
@@ -85,22 +84,20 @@ impl Verdict {
 }
 
 /// Asks the operation policies about `op` with `plan` (about to be frozen, or frozen) and
-/// `next_group`. Returns the decision; warnings and audits are logged (and Warn findings
-/// published as Events by the caller).
+/// `next_group`, with the Nodes as the controller's Node watch shows them (`caches`).
+/// Returns the decision; warnings and audits are logged (and Warn findings published as
+/// Events by the caller).
 pub async fn decide(
     client: &Client,
     watch: &PolicyWatch,
+    caches: &crate::cache::Caches,
     op: &Operation,
     plan: &Plan,
     next_group: Option<&str>,
 ) -> Result<Decision, bosun_cluster::Error> {
     let generation = watch.generation(SYNC_WAIT).await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let all = nodes
-        .list(&ListParams::default())
-        .await
-        .map_err(bosun_cluster::Error::kube("listing Nodes"))?
-        .items;
+    let mut all: Vec<Node> = caches.nodes().iter().map(|n| Node::clone(n)).collect();
+    all.sort_by_key(|n| n.name_any());
     let planned: BTreeSet<&str> = plan.node_names().collect();
     let input = OperationInput {
         operation: operation_ref(op),
@@ -153,7 +150,7 @@ pub async fn before_planning(
     op: &Operation,
     plan: &Plan,
 ) -> Result<Option<Verdict>, bosun_cluster::Error> {
-    let decision = decide(&ctx.client, &ctx.policies, op, plan, None).await?;
+    let decision = decide(&ctx.client, &ctx.policies, &ctx.caches, op, plan, None).await?;
     warn_events(&ctx.events, op, &decision).await;
     Ok((!decision.allowed).then(|| Verdict {
         decision,
@@ -183,7 +180,15 @@ pub async fn before_groups(
         if !fresh || held.contains(&group) {
             continue;
         }
-        let decision = decide(&ctx.client, &ctx.policies, op, plan, Some(&group)).await?;
+        let decision = decide(
+            &ctx.client,
+            &ctx.policies,
+            &ctx.caches,
+            op,
+            plan,
+            Some(&group),
+        )
+        .await?;
         warn_events(&ctx.events, op, &decision).await;
         if !decision.allowed {
             held.insert(group);

@@ -22,12 +22,13 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::Instrument;
 
+use crate::cache::Writes;
 use crate::error::{Error, Result};
 use bosun_cluster::status::{StepEnd, StepWrite, TaskStatusWrite, step_manager};
 use bosun_planner::state::{Progress, progress, step_status};
@@ -57,6 +58,9 @@ pub struct Context {
     /// Operations waiting for a node another Operation holds: woken by a change of a task
     /// on that node ([`crate::exclusion::Waiters`]).
     pub waiters: Arc<crate::exclusion::Waiters>,
+    /// The watch-backed Nodes and NodeTasks every reconcile reads ([`crate::cache`]);
+    /// `client` records its NodeTask writes there ([`crate::cache::Caches::recording`]).
+    pub caches: Arc<crate::cache::Caches>,
 }
 
 impl std::fmt::Debug for Context {
@@ -107,7 +111,12 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     }
     let now = Timestamp::now();
 
-    let nodes = snapshot_nodes(&ctx.client).await?;
+    // Nodes and NodeTasks come from the watch-backed stores, listed once at start.
+    if !ctx.caches.ready(crate::cache::LIST_WAIT).await {
+        tracing::warn!(waited = ?crate::cache::LIST_WAIT, "the Node and NodeTask watches have not listed yet; looking again in 5s");
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let nodes = snapshot_nodes(&ctx.caches);
     let (planned, ignored) =
         match plan_or_keep_frozen(&name, &op.spec, &nodes, stored.plan.as_ref()) {
             Ok(p) => p,
@@ -175,19 +184,21 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     // Existing tasks, then the missing ones (create-or-get by deterministic name).
     let tasks_api: Api<NodeTask> = Api::all(ctx.client.clone());
     let mut tasks: BTreeMap<String, NodeTask> = BTreeMap::new();
-    let selector = planned
+    let label = planned
         .tasks
         .first()
-        .and_then(|t| t.labels.get(labels::OPERATION))
-        .map_or_else(String::new, |v| format!("{}={v}", labels::OPERATION));
-    let list = tasks_api
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(Error::kube("listing NodeTasks"))?;
-    for t in list {
-        if t.spec.operation == name {
-            tasks.insert(t.spec.node_name.clone(), t);
-        }
+        .and_then(|t| t.labels.get(labels::OPERATION));
+    let selector = label.map_or_else(String::new, |v| format!("{}={v}", labels::OPERATION));
+    let own = |t: &NodeTask| {
+        t.spec.operation == name
+            && label.is_none_or(|v| t.labels().get(labels::OPERATION) == Some(v))
+    };
+    for t in ctx
+        .caches
+        .tasks(&ctx.client, Writes::Of(&name), &selector, own)
+        .await?
+    {
+        tasks.insert(t.spec.node_name.clone(), NodeTask::clone(&t));
     }
     // Tasks of a frozen plan missing from the cluster: the usual cause is a deletion under
     // way (the garbage collector removes the tasks of an Operation being deleted), which the
@@ -497,14 +508,12 @@ pub fn error_policy(op: Arc<Operation>, error: &Error, _ctx: Arc<Context>) -> Ac
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The planner's view of every Node now.
-async fn snapshot_nodes(client: &Client) -> Result<Vec<NodeInfo>> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let list = nodes
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("listing Nodes"))?;
-    Ok(list.items.iter().map(node_info).collect())
+/// The planner's view of every Node (as the Node watch last showed them).
+fn snapshot_nodes(caches: &crate::cache::Caches) -> Vec<NodeInfo> {
+    let mut nodes: Vec<NodeInfo> = caches.nodes().iter().map(|n| node_info(n)).collect();
+    // A LIST returned them by name; the store holds them in no order.
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    nodes
 }
 
 /// A Node object as the planner sees it.
@@ -536,20 +545,24 @@ fn owner_reference(op: &Operation) -> OwnerReference {
 /// finishing writes).
 const RUNNING_TASKS_AT_ONCE: usize = 16;
 
-/// The nodes held by NodeTasks of Operations other than `operation`, of this instance
-/// (read from the API server, not a cache: the caller holds [`Context::exclusion`], and the
-/// last holder's writes must be seen).
+/// The nodes held by NodeTasks of Operations other than `operation`, of this instance.
+/// The caller holds [`Context::exclusion`], and the last holder's writes must be seen: the
+/// task store is read once it shows every write this controller made to other Operations'
+/// tasks ([`crate::cache::Caches::tasks`]), so a holder this controller started or finished
+/// is seen as it is now.
 async fn held_nodes(
     ctx: &Context,
     operation: &str,
 ) -> Result<BTreeMap<String, crate::exclusion::Holder>> {
-    let api: Api<NodeTask> = Api::all(ctx.client.clone());
     let selector = bosun_cluster::instance_selector(ctx.instance.as_deref());
-    let list = api
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(Error::kube("listing the NodeTasks of this instance"))?;
-    Ok(crate::exclusion::holders(operation, &list.items))
+    let tasks = ctx
+        .caches
+        .tasks(&ctx.client, Writes::NotOf(operation), &selector, |_| true)
+        .await?;
+    Ok(crate::exclusion::holders(
+        operation,
+        tasks.iter().map(|t| &**t),
+    ))
 }
 
 /// Says on a Pending task that its node is held: the message and a `NodeHeld` condition,
@@ -1031,12 +1044,7 @@ mod tests {
             ..Default::default()
         });
         let (client, seen) = crate::fake_api::fake_routes(|req| {
-            if req.path == "/api/v1/nodes" {
-                let node = |n: &str| json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": n }, "status": { "conditions": [{ "type": "Ready", "status": "True" }] } });
-                json!({ "kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": [node("w1"), node("w2")] })
-            } else if req.path.ends_with("/nodetasks") && req.method == "GET" {
-                json!({ "kind": "NodeTaskList", "apiVersion": "bosun.dev/v1alpha1", "metadata": {}, "items": [] })
-            } else if req.path.ends_with("/operations/going") && req.method == "GET" {
+            if req.path.ends_with("/operations/going") && req.method == "GET" {
                 json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
                     "metadata": { "name": "going", "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["foregroundDeletion"] },
                     "spec": custom_op(json!(1)) })
@@ -1044,11 +1052,24 @@ mod tests {
                 req.body.clone()
             }
         });
-        let action = reconcile(Arc::new(cached), Arc::new(context(client)))
-            .await
-            .unwrap();
+        // The Node watch shows both nodes; the NodeTask watch shows no task.
+        let node = |n: &str| -> Node {
+            serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": n }, "status": { "conditions": [{ "type": "Ready", "status": "True" }] } })).unwrap()
+        };
+        let mut ctx = context(client);
+        ctx.caches = Arc::new(crate::cache::Caches::listed(
+            vec![node("w1"), node("w2")],
+            vec![],
+        ));
+        let action = reconcile(Arc::new(cached), Arc::new(ctx)).await.unwrap();
         assert_eq!(action, Action::await_change());
         let requests = seen.lock().unwrap().clone();
+        assert!(
+            !requests
+                .iter()
+                .any(|r| r.path.ends_with("/nodes") || r.path.ends_with("/nodetasks")),
+            "Nodes and NodeTasks are read from the stores: {requests:#?}"
+        );
         let writes: Vec<_> = requests.iter().filter(|r| r.method != "GET").collect();
         assert!(
             writes.is_empty(),
