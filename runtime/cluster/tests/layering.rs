@@ -8,13 +8,31 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// The host's target triple, from `rustc -vV`.
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(&rustc)
+        .arg("-vV")
+        .output()
+        .unwrap_or_else(|e| panic!("running `{rustc} -vV`: {e}"));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("`{rustc} -vV` names no host triple"))
+}
+
 /// The workspace's resolve graph: package name → names of its normal (not dev, not build)
 /// dependencies.
 fn normal_graph() -> BTreeMap<String, BTreeSet<String>> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.toml");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Only this platform's graph: offline, `cargo metadata` can read only the packages the
+    // builds downloaded, and on a new machine those are this platform's (without the filter
+    // it wants e.g. android_system_properties, which no Linux build fetches).
     let out = Command::new(&cargo)
         .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .args(["--filter-platform", &host_triple()])
         .arg("--manifest-path")
         .arg(&manifest)
         .output()
