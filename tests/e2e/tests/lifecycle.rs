@@ -186,13 +186,27 @@ async fn a_fresh_install_adopts_the_cluster_as_it_is_and_starts_nothing() -> Res
         status.summary
     );
 
-    // Every node's report is there, with its kubelet's version and OS.
+    // Every node's report comes, with its kubelet's version and OS. (Being in sync needs
+    // only the control planes' reports, for their certificates: a worker's agent may still
+    // be writing its first one.)
     let reports: Api<NodeReport> = Api::all(lab.client.clone());
     for node in &lab.nodes {
-        let r = reports
-            .get(&node.name)
-            .await
-            .with_context(|| format!("the NodeReport of {}", node.name))?;
+        let started = Instant::now();
+        let r = loop {
+            if let Some(r) = reports
+                .get_opt(&node.name)
+                .await
+                .with_context(|| format!("reading the NodeReport of {}", node.name))?
+            {
+                break r;
+            }
+            ensure!(
+                started.elapsed() < DEADLINE,
+                "{}'s agent wrote no NodeReport",
+                node.name
+            );
+            tokio::time::sleep(POLL).await;
+        };
         ensure!(
             r.spec.facts.kubelet_version.as_deref() == Some(lab_version(&lab).as_str()),
             "{}: kubelet {:?}",
