@@ -34,7 +34,7 @@ pub use set::{
     Decision, DecisionPoint, Enforcement, Evaluator, Finding, Limits, PolicySet, PolicySource,
     PolicyStatus, set_digest, source_digest,
 };
-pub use testing::{TestKind, TestReport, TestResult, test_dir};
+pub use testing::{TestKind, TestReport, TestResult, test_dir, test_dir_with};
 
 /// Merges `overlay` into `base`: objects key by key (recursively), anything else replaced.
 pub(crate) fn merge(base: &mut serde_json::Value, overlay: &serde_json::Value) {

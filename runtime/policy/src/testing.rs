@@ -122,12 +122,19 @@ struct Case {
 
 /// Runs every Rego test rule and data-driven case under `dir`. Fails when `dir` holds no
 /// test at all: a test run that checks nothing must not look green.
+/// Evaluates with the agents' own [`Limits`], so a policy too slow for them fails here too.
 pub fn test_dir(dir: &Path) -> Result<TestReport, PolicyError> {
+    test_dir_with(dir, Limits::default())
+}
+
+/// [`test_dir`] with other evaluation limits (e.g. a longer time budget, to test a policy's
+/// logic on a machine too loaded for the agents' 250 ms).
+pub fn test_dir_with(dir: &Path, limits: Limits) -> Result<TestReport, PolicyError> {
     let mut dirs = Vec::new();
     collect_dirs(dir, &mut dirs)?;
     let mut report = TestReport::default();
     for d in dirs {
-        test_one_dir(&d, &mut report)?;
+        test_one_dir(&d, limits, &mut report)?;
     }
     if report.results.is_empty() {
         return Err(PolicyError::Invalid {
@@ -174,7 +181,7 @@ fn files_with(dir: &Path, pred: impl Fn(&str) -> bool) -> Vec<PathBuf> {
     v
 }
 
-fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> {
+fn test_one_dir(dir: &Path, limits: Limits, report: &mut TestReport) -> Result<(), PolicyError> {
     let rego_files = files_with(dir, |n| n.ends_with(".rego"));
     let case_files = files_with(dir, |n| {
         matches!(n, "cases.yaml" | "cases.yml")
@@ -207,7 +214,7 @@ fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> 
                         file: cases_path.clone(),
                         name: case.name.clone(),
                         kind: TestKind::Case,
-                        failure: run_case(&policies, file.point, base.as_ref(), case),
+                        failure: run_case(&policies, file.point, base.as_ref(), case, limits),
                     });
                 }
             }
@@ -238,7 +245,7 @@ fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> 
     for f in &rego_files {
         sources.push((f.clone(), read(f)?));
     }
-    run_rego_tests(&sources, data.as_ref(), report);
+    run_rego_tests(&sources, data.as_ref(), limits, report);
 
     let dir_name = dir
         .file_name()
@@ -272,7 +279,7 @@ fn test_one_dir(dir: &Path, report: &mut TestReport) -> Result<(), PolicyError> 
                     enforcement: Enforcement::Deny,
                 })
                 .collect();
-            let failure = run_case(&policies, file.point, base.as_ref(), &case);
+            let failure = run_case(&policies, file.point, base.as_ref(), &case, limits);
             report.results.push(TestResult {
                 file: cases_path.clone(),
                 name: case.name,
@@ -318,8 +325,9 @@ fn run_case(
     point: Option<DecisionPoint>,
     base: Option<&serde_json::Value>,
     case: &Case,
+    limits: Limits,
 ) -> Option<String> {
-    let set = PolicySet::compile(policies, Limits::default());
+    let set = PolicySet::compile(policies, limits);
     let point = match point.or_else(|| set.statuses().iter().find_map(|s| s.point)) {
         Some(p) => p,
         None => {
@@ -369,9 +377,10 @@ fn run_case(
 fn run_rego_tests(
     sources: &[(PathBuf, String)],
     data: Option<&serde_json::Value>,
+    limits: Limits,
     report: &mut TestReport,
 ) {
-    let mut engine = new_engine(Limits::default());
+    let mut engine = new_engine(limits);
     for (path, rego) in sources {
         if let Err(e) = engine.add_policy(path.display().to_string(), rego.clone()) {
             let err = CompileError::from_engine(&path.display().to_string(), &e);
