@@ -315,11 +315,6 @@ pub async fn apply(
 ) -> Result<()> {
     let api: Api<NodeTask> = Api::all(client.clone());
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name }, "status": status });
-    eprintln!(
-        patch["status"]
-            .as_object()
-            .map(|o| o.keys().cloned().collect::<Vec<_>>())
-    );
     api.patch_status(
         name,
         &PatchParams::apply(manager).force(),
