@@ -1,6 +1,6 @@
 //! Node facts the agent reports in NodeTask status (`status.nodeFacts`): what it found on
-//! its node when it started working on a task (`before`) and once the task finished
-//! (`after`), so an upgrade or a certificate renewal shows its effect.
+//! its node when it started working on a task (`before`) and once its work on the task was
+//! done (`after`), so an upgrade or a certificate renewal shows its effect.
 //!
 //! What is read, and how (one way per fact, shared with the plugins and the step gate):
 //! - the kubelet's version from the Node object (`status.nodeInfo.kubeletVersion`, the
@@ -14,10 +14,23 @@
 //!   `pki/etcd`, parsed as X.509 ([`read_certificates`]; the step gate's
 //!   `node.certificates` is built from the same list).
 //!
-//! Each report is written with its own field manager (`<manager>.facts.before`,
-//! `<manager>.facts.after`), so it never removes a step's fields or the other report.
+//! When they are read, and which write carries them (no write of their own when a step's
+//! write can carry them):
+//! - `before` is read right before the task's first agent step starts, and carried by that
+//!   step's start write; `after` is read right after the task's last agent step succeeded,
+//!   and carried by that step's result write. Both are then owned by that step's field
+//!   manager (`<manager>.step.<name>`), so every later write of that manager carries them
+//!   again ([`carried`]), or server-side apply would remove them.
+//! - Once the task is Succeeded or Skipped, the agent reads the facts again if it carried
+//!   `after` itself, and writes `after` anew (its own manager, `<manager>.facts.after`)
+//!   only if something changed since (a kubelet that reported its new version late, a
+//!   certificate renewed by a controller step): `after` always says what the node held
+//!   once the task's work was done, and a task that changed nothing since costs no write.
+//! - A task with no agent step gets `before` when the agent first sees it Running and
+//!   `after` once it finished, each in a write of its own (`<manager>.facts.before`,
+//!   `<manager>.facts.after`); so does a task that finished (Skipped) without an `after`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -25,6 +38,7 @@ use std::time::Duration;
 use bosun_api::node_task::{
     CertificateExpiry, MAX_CERTIFICATES, MAX_PACKAGES, NodeFacts, NodeTask, NodeTaskPhase,
 };
+use bosun_api::operation::RunsOn;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -43,9 +57,10 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Which of a task's two reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Stage {
-    /// When the agent first sees the task Running.
+    /// Before the task's first agent step (when the agent first sees a task with no agent
+    /// step Running).
     Before,
-    /// When the task has finished (Succeeded or Skipped).
+    /// After the task's last agent step (once a task with no agent step finished).
     After,
 }
 
@@ -58,39 +73,84 @@ impl Stage {
     }
 }
 
-/// The `before` reports this process has written, by task uid: the watch cache may lag
-/// behind our own write, and a second `before` written after the first step changed the
-/// node would no longer be "before". An entry is dropped when the task's `after` is
-/// written, so this holds one entry per task in flight. (`after` needs no such memory: a
-/// second `after` read a moment later is still after the task.)
+/// What this process remembers of the reports it wrote, by task uid, for the tasks in
+/// flight: the `before` it wrote, as written (the status type keeps whole seconds of
+/// `collectedAt`; a later write that carries it again sends it unchanged), and which tasks
+/// had their `after` carried by a step result (to be read again once the task finished).
+/// Both are forgotten once the task's `after` is final, so this holds one entry per task
+/// in flight.
 #[derive(Debug, Default)]
-pub struct Written(Mutex<HashSet<String>>);
+pub struct Written(Mutex<WrittenInner>);
+
+#[derive(Debug, Default)]
+struct WrittenInner {
+    before: HashMap<String, serde_json::Value>,
+    recheck: HashSet<String>,
+}
 
 impl Written {
-    fn contains(&self, uid: &str, stage: Stage) -> bool {
-        stage == Stage::Before && self.0.lock().map(|s| s.contains(uid)).unwrap_or(false)
+    fn with<T>(&self, f: impl FnOnce(&mut WrittenInner) -> T) -> T {
+        let mut inner = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut inner)
     }
 
-    fn record(&self, uid: &str, stage: Stage) {
-        if let Ok(mut s) = self.0.lock() {
-            match stage {
-                Stage::Before => s.insert(uid.to_owned()),
-                Stage::After => s.remove(uid),
-            };
-        }
+    /// The `before` this process wrote for task `uid`, as written.
+    pub fn before(&self, uid: &str) -> Option<serde_json::Value> {
+        self.with(|w| w.before.get(uid).cloned())
+    }
+
+    fn record_before(&self, uid: &str, body: serde_json::Value) {
+        self.with(|w| w.before.insert(uid.to_owned(), body));
+    }
+
+    /// A step result carried task `uid`'s `after`: read the facts again once it finished.
+    pub fn carried_after(&self, uid: &str) {
+        self.with(|w| w.recheck.insert(uid.to_owned()));
+    }
+
+    fn recheck_due(&self, uid: &str) -> bool {
+        self.with(|w| w.recheck.contains(uid))
+    }
+
+    /// Task `uid`'s `after` is final: forget the task.
+    fn forget(&self, uid: &str) {
+        self.with(|w| {
+            w.before.remove(uid);
+            w.recheck.remove(uid);
+        });
     }
 }
 
-/// Which report, if any, `task` needs now. Pure: the phase and the reports in status.
+/// Whether `task` has a step its node's agent runs.
+pub fn has_agent_step(task: &NodeTask) -> bool {
+    task.spec.steps.iter().any(|s| s.runs_on == RunsOn::Agent)
+}
+
+/// The index of the task's first and last agent steps (spec order).
+pub fn agent_steps(task: &NodeTask) -> Option<(usize, usize)> {
+    let steps = &task.spec.steps;
+    let first = steps.iter().position(|s| s.runs_on == RunsOn::Agent)?;
+    let last = steps.iter().rposition(|s| s.runs_on == RunsOn::Agent)?;
+    Some((first, last))
+}
+
+/// Which report, if any, needs a write of its own now. Pure: the phase, the steps and the
+/// reports in status.
 ///
-/// `before` is due when the task is Running and has none; `after` when the task finished
-/// with Succeeded or Skipped and has a `before` but no `after` (a task the agent never saw
+/// `before` is due when a task with no agent step is Running and has none (a task with
+/// agent steps gets it with its first step's start); `after` when the task finished with
+/// Succeeded or Skipped and has a `before` but no `after` (a task the agent never saw
 /// Running gets no reports; an Invalid task's node is gone).
 pub fn due(task: &NodeTask) -> Option<Stage> {
     let status = task.status.as_ref()?;
     let report = status.node_facts.clone().unwrap_or_default();
     match status.phase {
-        NodeTaskPhase::Running if report.before.is_none() => Some(Stage::Before),
+        NodeTaskPhase::Running if report.before.is_none() && !has_agent_step(task) => {
+            Some(Stage::Before)
+        }
         NodeTaskPhase::Succeeded | NodeTaskPhase::Skipped
             if report.before.is_some() && report.after.is_none() =>
         {
@@ -100,27 +160,135 @@ pub fn due(task: &NodeTask) -> Option<Stage> {
     }
 }
 
-/// Writes the report `task` needs now, if any and if this process has not written it
-/// already. Errors are API errors writing the report; reading facts never fails (what
-/// cannot be read is left out).
-pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> {
-    let Some(stage) = due(task) else {
-        return Ok(());
-    };
-    let uid = task.uid().unwrap_or_default();
-    if agent.facts_written.contains(&uid, stage) {
-        return Ok(());
-    }
-    let facts = collect(agent).await;
-    let name = task.name_any();
-    let api: Api<NodeTask> = Api::all(agent.client.clone());
-    // `collectedAt` with microseconds, like the step times it is compared with (a `Time`
-    // serialises whole seconds).
+/// A report as written: the facts, with `collectedAt` in microseconds like the step times
+/// it is compared with (a `Time` serialises whole seconds).
+pub fn body(facts: &NodeFacts) -> serde_json::Value {
     let mut body = json!(facts);
     body["collectedAt"] = json!(precise(facts.collected_at.0));
+    body
+}
+
+/// Whether field manager `manager` owns `status.nodeFacts.<stage>` of `task` (from its
+/// `managedFields`).
+pub fn owns(task: &NodeTask, manager: &str, stage: Stage) -> bool {
+    let key = format!("f:{}", stage.field());
+    task.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() == Some(manager))
+        .filter_map(|m| m.fields_v1.as_ref())
+        .any(|f| f.0["f:status"]["f:nodeFacts"].get(&key).is_some())
+}
+
+/// The reports a write under step manager `manager` must carry again because that manager
+/// wrote them before: `before` as this process wrote it, else (this process did not, a
+/// restarted agent) as the status holds it; `after` as the status holds it.
+pub fn carried(
+    agent: &Agent,
+    task: &NodeTask,
+    manager: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut out = serde_json::Map::new();
+    let report = task
+        .status
+        .as_ref()
+        .and_then(|s| s.node_facts.clone())
+        .unwrap_or_default();
+    let uid = task.uid().unwrap_or_default();
+    if let Some(before) = agent.facts_written.before(&uid) {
+        out.insert("before".into(), before);
+    } else if owns(task, manager, Stage::Before)
+        && let Some(before) = &report.before
+    {
+        out.insert("before".into(), body(before));
+    }
+    if owns(task, manager, Stage::After)
+        && let Some(after) = &report.after
+    {
+        out.insert("after".into(), body(after));
+    }
+    out
+}
+
+/// Reads `before` for a step start write of task `task` and remembers it (see
+/// [`Written`]). Returns it as written.
+pub async fn read_before(agent: &Agent, task: &NodeTask) -> serde_json::Value {
+    let facts = collect(agent).await;
+    log_read(&task.name_any(), Stage::Before, &facts);
+    let written = body(&facts);
+    agent
+        .facts_written
+        .record_before(&task.uid().unwrap_or_default(), written.clone());
+    written
+}
+
+/// Reads `after` for the result write of task `task`'s last agent step. Returns it as
+/// written; [`Written::carried_after`] is for the caller once the write landed.
+pub async fn read_after(agent: &Agent, task: &NodeTask) -> serde_json::Value {
+    let facts = collect(agent).await;
+    log_read(&task.name_any(), Stage::After, &facts);
+    body(&facts)
+}
+
+fn log_read(task: &str, stage: Stage, facts: &NodeFacts) {
+    tracing::info!(
+        task = %task,
+        stage = stage.field(),
+        kubelet = facts.kubelet_version.as_deref().unwrap_or("?"),
+        kubeadm = facts.kubeadm_version.as_deref().unwrap_or("?"),
+        kubectl = facts.kubectl_version.as_deref().unwrap_or("-"),
+        packages = facts.packages.len(),
+        certificates = facts.certificates.len(),
+        "node facts read"
+    );
+}
+
+/// Writes the report `task` needs on its own now, if any and if this process has not
+/// written it already; and once a task whose `after` a step result carried finished, reads
+/// the facts again and writes `after` anew only if they changed. Errors are API errors
+/// writing the report; reading facts never fails (what cannot be read is left out).
+pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> {
+    let uid = task.uid().unwrap_or_default();
+    let status = task.status.clone().unwrap_or_default();
+    let finished = matches!(
+        status.phase,
+        NodeTaskPhase::Succeeded | NodeTaskPhase::Skipped
+    );
+    let stage = match due(task) {
+        Some(Stage::Before) if agent.facts_written.before(&uid).is_some() => return Ok(()),
+        Some(stage) => stage,
+        None if finished && agent.facts_written.recheck_due(&uid) => {
+            let now = collect(agent).await;
+            let carried = status.node_facts.and_then(|r| r.after);
+            if carried.is_some_and(|a| crate::report::same_facts(&a, &now)) {
+                tracing::debug!(task = %task.name_any(), "node facts unchanged since the last agent step; after stands");
+                agent.facts_written.forget(&uid);
+                agent.report_now.notify_one();
+                return Ok(());
+            }
+            return write_report(agent, task, Stage::After, &now).await;
+        }
+        None => return Ok(()),
+    };
+    let facts = collect(agent).await;
+    write_report(agent, task, stage, &facts).await
+}
+
+/// Writes one report alone, under its own manager (`<manager>.facts.<stage>`).
+async fn write_report(
+    agent: &Agent,
+    task: &NodeTask,
+    stage: Stage,
+    facts: &NodeFacts,
+) -> Result<(), Error> {
+    let uid = task.uid().unwrap_or_default();
+    let name = task.name_any();
+    let api: Api<NodeTask> = Api::all(agent.client.clone());
+    let written = body(facts);
     let patch = json!({
         "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name },
-        "status": { "nodeFacts": { stage.field(): body } },
+        "status": { "nodeFacts": { stage.field(): written } },
     });
     let manager = format!("{}.facts.{}", agent.manager, stage.field());
     api.patch_status(
@@ -132,21 +300,15 @@ pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> 
     .map_err(bosun_cluster::Error::kube(format!(
         "writing the node facts of NodeTask {name}"
     )))?;
-    agent.facts_written.record(&uid, stage);
-    if stage == Stage::After {
-        // The task changed the node: the standing report looks now, not at its period.
-        agent.report_now.notify_one();
+    match stage {
+        Stage::Before => agent.facts_written.record_before(&uid, written),
+        Stage::After => {
+            agent.facts_written.forget(&uid);
+            // The task changed the node: the standing report looks now, not at its period.
+            agent.report_now.notify_one();
+        }
     }
-    tracing::info!(
-        task = %name,
-        stage = stage.field(),
-        kubelet = facts.kubelet_version.as_deref().unwrap_or("?"),
-        kubeadm = facts.kubeadm_version.as_deref().unwrap_or("?"),
-        kubectl = facts.kubectl_version.as_deref().unwrap_or("-"),
-        packages = facts.packages.len(),
-        certificates = facts.certificates.len(),
-        "node facts reported"
-    );
+    log_read(&name, stage, facts);
     Ok(())
 }
 
@@ -332,7 +494,7 @@ mod tests {
     }
 
     #[test]
-    fn before_is_due_once_running_and_after_once_finished() {
+    fn a_report_alone_is_due_only_without_an_agent_step_to_carry_it() {
         assert_eq!(due(&task(NodeTaskPhase::Pending, false, false)), None);
         assert_eq!(
             due(&task(NodeTaskPhase::AwaitingApproval, false, false)),
@@ -359,18 +521,68 @@ mod tests {
         let mut fresh = task(NodeTaskPhase::Running, false, false);
         fresh.status = None;
         assert_eq!(due(&fresh), None);
+        // With an agent step, `before` comes with its start write, not alone; `after` alone
+        // only if the task finished without it.
+        let mut with_step = task(NodeTaskPhase::Running, false, false);
+        with_step.spec.steps = vec![
+            serde_json::from_value(
+                json!({ "name": "cordon", "runsOn": "controller", "action": "cordon" }),
+            )
+            .unwrap(),
+            serde_json::from_value(
+                json!({ "name": "greet", "plugin": "hello", "action": "greet" }),
+            )
+            .unwrap(),
+        ];
+        assert_eq!(agent_steps(&with_step), Some((1, 1)));
+        assert_eq!(due(&with_step), None);
+        let mut skipped = with_step.clone();
+        skipped.status = task(NodeTaskPhase::Skipped, true, false).status;
+        assert_eq!(due(&skipped), Some(Stage::After));
+        assert_eq!(
+            agent_steps(&task(NodeTaskPhase::Running, false, false)),
+            None
+        );
     }
 
     #[test]
-    fn a_before_report_is_remembered_until_the_after_report() {
+    fn a_before_report_is_remembered_as_written_until_the_after_report_is_final() {
         let w = Written::default();
-        assert!(!w.contains("u", Stage::Before));
-        w.record("u", Stage::Before);
-        assert!(w.contains("u", Stage::Before));
-        assert!(!w.contains("u", Stage::After));
-        w.record("u", Stage::After);
-        assert!(!w.contains("u", Stage::Before));
-        assert!(w.0.lock().unwrap().is_empty());
+        assert_eq!(w.before("u"), None);
+        let body = json!({ "collectedAt": "2026-01-02T03:04:05.123456Z" });
+        w.record_before("u", body.clone());
+        assert_eq!(w.before("u"), Some(body));
+        assert!(!w.recheck_due("u"));
+        w.carried_after("u");
+        assert!(w.recheck_due("u"));
+        w.forget("u");
+        assert_eq!(w.before("u"), None);
+        assert!(!w.recheck_due("u"));
+        w.with(|i| assert!(i.before.is_empty() && i.recheck.is_empty()));
+    }
+
+    #[test]
+    fn ownership_of_a_report_is_read_from_the_managed_fields() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+        let mut t = task(NodeTaskPhase::Running, true, false);
+        let entry = |manager: &str, fields: serde_json::Value| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Apply".into()),
+            subresource: Some("status".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
+        };
+        t.metadata.managed_fields = Some(vec![
+            entry(
+                "a.step.greet",
+                json!({ "f:status": { "f:nodeFacts": { "f:before": { ".": {} } }, "f:steps": {} } }),
+            ),
+            entry("a.step.other", json!({ "f:status": { "f:steps": {} } })),
+        ]);
+        assert!(owns(&t, "a.step.greet", Stage::Before));
+        assert!(!owns(&t, "a.step.greet", Stage::After));
+        assert!(!owns(&t, "a.step.other", Stage::Before));
+        assert!(!owns(&t, "a.facts.before", Stage::Before));
     }
 
     fn cert(name: &str, second: i64) -> Certificate {

@@ -11,8 +11,9 @@
 //! the controller's call, once every step succeeded.
 //!
 //! Node facts: the agent reports what it finds on its node (kubelet and kubeadm versions,
-//! OS, kernel, certificate expiry) in `status.nodeFacts` when it first sees a task Running
-//! and again once the task finished (see [`facts`]).
+//! OS, kernel, certificate expiry) in `status.nodeFacts`: `before` with the start of the
+//! task's first agent step, `after` with the result of its last one, read again once the
+//! task finished and written anew only if they changed (see [`facts`]).
 //!
 //! Restart rule: a step found Running when the agent (re)starts was interrupted; it runs
 //! again only if the plugin declares the action idempotent, otherwise the task blocks as
@@ -357,13 +358,29 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     let attempts = previous.attempts + 1;
     // Read before the start write below replaces the previous attempt's entry.
     let resumed = resumes_interrupted(&previous);
+    // Node facts this step's writes carry (see `facts`): `before` for the task's first agent
+    // step, read now (before the step starts) unless the task has it already; and whatever
+    // this step's manager wrote before, but not an `after` of an earlier run of this step.
+    let manager = step_manager(&agent.manager, &step.name);
+    let (first, last) = facts::agent_steps(task).unwrap_or((index, index));
+    let mut carried = facts::carried(agent, task, &manager);
+    carried.remove("after");
+    let has_before = task
+        .status
+        .as_ref()
+        .and_then(|s| s.node_facts.as_ref())
+        .is_some_and(|f| f.before.is_some());
+    if index == first && !has_before && !carried.contains_key("before") {
+        carried.insert("before".into(), facts::read_before(agent, task).await);
+    }
     let started = Timestamp::now();
     let clock = Instant::now();
     apply_status(
         agent,
         &name,
         &step.name,
-        &TaskStatusWrite::step_started(&step.name, phase, attempts, started),
+        &TaskStatusWrite::step_started(&step.name, phase, attempts, started)
+            .with_facts(Some(serde_json::Value::Object(carried.clone()))),
     )
     .await?;
     // Recorded only now: had the start write failed, nothing ran and nothing is owed.
@@ -443,12 +460,18 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
             host_milliseconds: u64::try_from(result.host_time.as_millis()).unwrap_or(u64::MAX),
         }),
     );
-    let body = TaskStatusWrite::step_finished(entry, block);
+    // `after` with the result of the task's last agent step, read now (after the step).
+    if index == last && end_phase == StepPhase::Succeeded {
+        carried.insert("after".into(), facts::read_after(agent, task).await);
+    }
+    let body = TaskStatusWrite::step_finished(entry, block)
+        .with_facts(Some(serde_json::Value::Object(carried)));
     let written = apply_status(agent, &name, &step.name, &body).await;
     // The policy decision was made whether or not its status landed yet.
     prepared.publish_events(agent, task, &step.name).await;
     match written {
         Ok(()) => {
+            result_landed(agent, task, &body);
             agent.record(task, &step.name, StepRun::Written(attempts));
             // The write triggers another reconcile for the next step.
             Ok(Action::await_change())
@@ -468,6 +491,20 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
             );
             Ok(Action::requeue(wait))
         }
+    }
+}
+
+/// A step result landed: if it carried `after`, the facts are read again once the task
+/// finished (see [`facts`]).
+fn result_landed(agent: &Agent, task: &NodeTask, body: &TaskStatusWrite) {
+    if body
+        .node_facts
+        .as_ref()
+        .is_some_and(|f| f.get("after").is_some())
+    {
+        agent
+            .facts_written
+            .carried_after(&task.uid().unwrap_or_default());
     }
 }
 
@@ -505,6 +542,7 @@ async fn resend_result(task: &NodeTask, status: &NodeTaskStatus, agent: &Agent) 
         }
         return Some(match apply_status(agent, &name, &step.name, &body).await {
             Ok(()) => {
+                result_landed(agent, task, &body);
                 tracing::info!(task = %name, step = %step.name, attempt, failures, "step result written after failed writes");
                 agent.record(task, &step.name, StepRun::Written(attempt));
                 Action::await_change()
@@ -584,13 +622,17 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
     } else {
         None
     };
+    // And the node facts this step's manager wrote (its start write carried `before` if
+    // it is the task's first agent step).
+    let carried = facts::carried(agent, task, &step_manager(&agent.manager, &step.name));
     let body = TaskStatusWrite::step_interrupted(
         &step.name,
         next,
         previous.attempts,
         previous.started_at.map(|t| t.0),
         block,
-    );
+    )
+    .with_facts(Some(serde_json::Value::Object(carried)));
     tracing::warn!(step = %step.name, idempotent, "found a step interrupted by a restart");
     apply_status(agent, &name, &step.name, &body).await
 }

@@ -8,6 +8,11 @@
 //! apply removes the fields a manager set before and leaves out now, so a constructor
 //! writes every field its manager owns at that point, and leaves out the rest.
 //!
+//! To save writes, a step's write may carry what is due at the same moment, under the
+//! step's manager: the agent's node-facts reports ([`TaskStatusWrite::with_facts`]; that
+//! manager then carries them in each later write of its own), and the controller's task
+//! start or end (see `bosun_controller::reconcile::advance_running_task`).
+//!
 //! Step times are written with microseconds ([`crate::time::precise`]), which
 //! [`bosun_api::node_task::StepStatus`] (whole-second `Time`) cannot carry: that is why
 //! these are their own types, not the status types.
@@ -165,6 +170,10 @@ pub struct TaskStatusWrite {
     pub message: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepWrite>,
+    /// The node-facts reports this write carries (`status.nodeFacts`: `before`, `after`),
+    /// for the agent's step writes (see [`TaskStatusWrite::with_facts`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_facts: Option<serde_json::Value>,
 }
 
 impl TaskStatusWrite {
@@ -278,6 +287,16 @@ impl TaskStatusWrite {
             message: Some(message.to_string()),
             ..TaskStatusWrite::default()
         }
+    }
+}
+
+impl TaskStatusWrite {
+    /// This write carrying the node-facts reports `facts` (an object with `before` and/or
+    /// `after`; nothing when `None` or empty). A manager that wrote a report writes it again
+    /// in each later write of its own, or the apply removes it.
+    pub fn with_facts(mut self, facts: Option<serde_json::Value>) -> TaskStatusWrite {
+        self.node_facts = facts.filter(|f| f.as_object().is_some_and(|o| !o.is_empty()));
+        self
     }
 }
 
@@ -523,6 +542,22 @@ mod tests {
                     "message": "interrupted by an agent restart" }],
             })
         );
+    }
+
+    #[test]
+    fn a_step_write_carries_the_node_facts_reports_given_and_nothing_for_none() {
+        let w = TaskStatusWrite::step_started(
+            "greet",
+            StepPhase::Running,
+            1,
+            t("2026-01-02T03:04:05Z"),
+        );
+        let before =
+            json!({ "collectedAt": "2026-01-02T03:04:04.500000Z", "kubeletVersion": "v1.34.4" });
+        let carried = w.clone().with_facts(Some(json!({ "before": before })));
+        assert_eq!(json_of(&carried)["nodeFacts"], json!({ "before": before }));
+        assert_eq!(json_of(&w.clone().with_facts(None)), json_of(&w));
+        assert_eq!(json_of(&w.clone().with_facts(Some(json!({})))), json_of(&w));
     }
 
     #[test]

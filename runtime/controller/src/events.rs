@@ -1,8 +1,12 @@
 //! Kubernetes Events (events.k8s.io/v1) for Operations and NodeTasks.
 //!
-//! The controller reports what a person following `kubectl get events` wants to know: a task
-//! started, was blocked (with its reason and message), succeeded, was skipped or became
-//! invalid, a node was drained, and the Operation's own phase changes. Operations and NodeTasks
+//! The controller reports what a person following `kubectl get events` wants to know and a
+//! task's status does not say by itself: a task waits for approval, was blocked (with its
+//! reason and message: a Warning), was retried or skipped by a recovery, became invalid, a
+//! node was drained (the pods evicted); and the Operation's own phase changes. A task's
+//! routine start and success are not Events: its status says them (phase, each step's start
+//! and end), and the Operation's Events and status say how the rollout goes; at a thousand
+//! nodes they were two writes per node that told nothing new. Operations and NodeTasks
 //! are cluster-scoped, so their Events live in the `default` namespace (as for Nodes).
 //!
 //! Which event a change deserves is decided by pure functions ([`task_event`],
@@ -35,9 +39,8 @@ pub mod reasons {
     pub const FAILED: &str = "Failed";
 }
 
-/// The Events a NodeTask deserves when its phase moved from `from` to `to`, in order. A task
-/// this controller saw waiting and next sees finished or blocked (its steps all ran between
-/// two looks) also gets its `Started`.
+/// The Events a NodeTask deserves when its phase moved from `from` to `to`, in order (at
+/// most one: see [`task_event`]).
 pub fn task_events(
     from: Option<NodeTaskPhase>,
     to: NodeTaskPhase,
@@ -45,15 +48,9 @@ pub fn task_events(
     message: &str,
     node: &str,
 ) -> Vec<Notice> {
-    use NodeTaskPhase as P;
-    let mut out = Vec::new();
-    if matches!(from, Some(P::Pending | P::AwaitingApproval))
-        && matches!(to, P::Blocked | P::Succeeded)
-    {
-        out.extend(task_event(from, P::Running, None, "", node));
-    }
-    out.extend(task_event(from, to, reason, message, node));
-    out
+    task_event(from, to, reason, message, node)
+        .into_iter()
+        .collect()
 }
 
 /// The Event a NodeTask deserves when its phase moved from `from` to `to` (`from` is `None`
@@ -83,11 +80,8 @@ pub fn task_event(
             "Recover",
             format!("node {node}: running again after recovery: Retry"),
         ),
-        P::Running => Notice::normal(
-            reasons::STARTED,
-            "Schedule",
-            format!("node {node}: started"),
-        ),
+        // A routine start or success: the task's status says it (see the module's doc).
+        P::Running | P::Succeeded => return None,
         P::Blocked => {
             let why = reason.unwrap_or("Blocked");
             Notice::warning(
@@ -96,11 +90,6 @@ pub fn task_event(
                 format!("node {node} blocked ({why}): {message}"),
             )
         }
-        P::Succeeded => Notice::normal(
-            reasons::SUCCEEDED,
-            "RunStep",
-            format!("node {node}: every step succeeded and the health gates passed"),
-        ),
         P::Skipped => Notice::normal(
             reasons::SKIPPED,
             "Recover",
@@ -239,8 +228,6 @@ mod tests {
 
     #[test]
     fn each_task_change_has_its_reason() {
-        let started = task_event(Some(P::Pending), P::Running, None, "", "n1").unwrap();
-        assert_eq!((started.reason, started.warning), (reasons::STARTED, false));
         let retried = task_event(Some(P::Blocked), P::Running, None, "", "n1").unwrap();
         assert_eq!(retried.reason, reasons::RETRIED);
         let blocked = task_event(
@@ -259,12 +246,6 @@ mod tests {
                 && blocked.note.contains("n1"),
             "{}",
             blocked.note
-        );
-        assert_eq!(
-            task_event(Some(P::Running), P::Succeeded, None, "", "n1")
-                .unwrap()
-                .reason,
-            reasons::SUCCEEDED
         );
         assert_eq!(
             task_event(Some(P::Blocked), P::Skipped, None, "", "n1")
@@ -286,12 +267,20 @@ mod tests {
     }
 
     #[test]
-    fn a_task_seen_waiting_then_finished_also_reports_that_it_started() {
+    fn a_routine_start_or_success_of_a_task_is_no_event() {
         let r = |v: Vec<Notice>| v.into_iter().map(|n| n.reason).collect::<Vec<_>>();
-        assert_eq!(
-            r(task_events(Some(P::Pending), P::Succeeded, None, "", "n1")),
-            [reasons::STARTED, reasons::SUCCEEDED]
-        );
+        for (from, to) in [
+            (P::Pending, P::Running),
+            (P::AwaitingApproval, P::Running),
+            (P::Running, P::Succeeded),
+            (P::Pending, P::Succeeded),
+        ] {
+            assert!(
+                task_events(Some(from), to, None, "", "n1").is_empty(),
+                "{from:?} -> {to:?}"
+            );
+        }
+        // A task seen waiting, then blocked: the block only.
         assert_eq!(
             r(task_events(
                 Some(P::AwaitingApproval),
@@ -300,17 +289,13 @@ mod tests {
                 "x",
                 "n1"
             )),
-            [reasons::STARTED, reasons::BLOCKED]
-        );
-        assert_eq!(
-            r(task_events(Some(P::Running), P::Succeeded, None, "", "n1")),
-            [reasons::SUCCEEDED]
+            [reasons::BLOCKED]
         );
         assert_eq!(
             r(task_events(Some(P::Blocked), P::Skipped, None, "", "n1")),
             [reasons::SKIPPED]
         );
-        assert!(task_events(None, P::Succeeded, None, "", "n1").is_empty());
+        assert!(task_events(None, P::Blocked, Some("StepFailed"), "x", "n1").is_empty());
     }
 
     #[test]

@@ -13,11 +13,13 @@ use serde_json::json;
 
 use crate::reconcile::Context;
 
-/// One request the fake API server saw: method, path, body.
+/// One request the fake API server saw: method, path, query, body.
 #[derive(Clone, Debug)]
 pub struct Seen {
     pub method: String,
     pub path: String,
+    /// The query string (`fieldManager=...&force=true` for a server-side apply).
+    pub query: String,
     pub body: serde_json::Value,
 }
 
@@ -34,6 +36,12 @@ impl Seen {
     /// A patch of a NodeTask's status subresource.
     pub fn is_status(&self) -> bool {
         self.method == "PATCH" && self.path.ends_with("/status")
+    }
+    /// The field manager named in the query, if any.
+    pub fn field_manager(&self) -> Option<&str> {
+        self.query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("fieldManager="))
     }
 }
 
@@ -59,9 +67,15 @@ pub fn fake_failing_with(
         async move {
             let method = req.method().to_string();
             let path = req.uri().path().to_owned();
+            let query = req.uri().query().unwrap_or_default().to_owned();
             let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
             let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-            let request = Seen { method, path, body };
+            let request = Seen {
+                method,
+                path,
+                query,
+                body,
+            };
             let failed = fail(&request);
             log.lock().unwrap().push(request);
             let response = if failed {
@@ -96,9 +110,15 @@ pub fn fake_routes(route: fn(&Seen) -> serde_json::Value) -> (Client, Arc<Mutex<
         async move {
             let method = req.method().to_string();
             let path = req.uri().path().to_owned();
+            let query = req.uri().query().unwrap_or_default().to_owned();
             let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
             let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-            let request = Seen { method, path, body };
+            let request = Seen {
+                method,
+                path,
+                query,
+                body,
+            };
             let reply = route(&request);
             log.lock().unwrap().push(request);
             let response = http::Response::builder()

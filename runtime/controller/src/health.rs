@@ -5,7 +5,9 @@
 //! `/readyz`, then `settleSeconds` more with both still true; a gate that does not pass within
 //! `timeoutSeconds` blocks the task as `HealthGateFailed` with the reason. Waiting never
 //! blocks a reconcile: each pass checks once, records where the gates stand in the task's
-//! `HealthGates` condition and asks to be looked at again.
+//! `HealthGates` condition (only when it changed) and asks to be looked at again. The
+//! condition that says the gates `Passed` is carried by the write that moves the task to
+//! Succeeded (see `reconcile::advance_running_task`).
 //!
 //! The condition is the gates' clock, so a restarted controller keeps the same deadline:
 //! reason `Waiting` (its `lastTransitionTime` is when waiting began), `Settling` (when the
@@ -218,15 +220,16 @@ pub async fn check(client: &Client, gates: &HealthGates, node: &str) -> Result<(
     }
 }
 
-/// One pass of the gates for a task whose steps all finished: checks, records the
-/// `HealthGates` condition (only when it changed, so an unchanged wait writes nothing and
-/// does not wake the controller again), and returns the verdict.
-pub async fn evaluate(
+/// One pass of the gates for a task whose steps all finished: checks, and returns the
+/// verdict with the `HealthGates` condition to record, `None` when the task already holds
+/// it (so an unchanged wait writes nothing and does not wake the controller again). The
+/// caller writes it: alone with [`write_condition`], or carried by the write that finishes
+/// the task.
+pub async fn look(
     client: &Client,
-    manager: &str,
     gates: &HealthGates,
     task: &NodeTask,
-) -> Result<Verdict> {
+) -> (Option<Condition>, Verdict) {
     let checks = check(client, gates, &task.spec.node_name).await;
     let prior = task
         .status
@@ -239,24 +242,37 @@ pub async fn evaluate(
         task.metadata.generation,
         Timestamp::now(),
     );
-    if prior != Some(&condition) {
-        let name = task.name_any();
-        let api: Api<NodeTask> = Api::all(client.clone());
-        let patch = json!({
-            "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name },
-            "status": { "conditions": [condition] },
-        });
-        api.patch_status(
-            &name,
-            &PatchParams::apply(&format!("{manager}.gates")).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(Error::kube(format!(
-            "writing the HealthGates condition of NodeTask {name}"
-        )))?;
-    }
-    Ok(verdict)
+    ((prior != Some(&condition)).then_some(condition), verdict)
+}
+
+/// The field manager of the `HealthGates` condition when it is written alone.
+pub fn manager(controller: &str) -> String {
+    format!("{controller}.gates")
+}
+
+/// Writes the `HealthGates` condition alone, under [`manager`].
+pub async fn write_condition(
+    client: &Client,
+    controller: &str,
+    task: &NodeTask,
+    condition: &Condition,
+) -> Result<()> {
+    let name = task.name_any();
+    let api: Api<NodeTask> = Api::all(client.clone());
+    let patch = json!({
+        "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": name },
+        "status": { "conditions": [condition] },
+    });
+    api.patch_status(
+        &name,
+        &PatchParams::apply(&manager(controller)).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "writing the HealthGates condition of NodeTask {name}"
+    )))?;
+    Ok(())
 }
 
 #[cfg(test)]

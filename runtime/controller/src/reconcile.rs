@@ -284,7 +284,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     let advancing: Vec<_> = tasks
         .values_mut()
         .filter(|t| t.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running))
-        .map(|task| advance_running_task(&ctx, &op, task))
+        .map(|task| advance_running_task(&ctx, &op, task, None))
         .collect();
     let advanced: Vec<Option<Duration>> = futures::stream::iter(advancing)
         .buffer_unordered(RUNNING_TASKS_AT_ONCE)
@@ -398,18 +398,30 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         )
         .await?;
     }
-    for node in decision.start.iter().filter(free) {
-        let task = &tasks[node];
-        let from = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
-        let event = if from == NodeTaskPhase::AwaitingApproval {
-            TaskEvent::Approved
-        } else {
-            TaskEvent::TurnCame {
-                needs_approval: false,
-            }
-        };
-        move_task(&ctx, task, event, None).await?;
-        tracing::info!(node = %node, group = %task.spec.group, "NodeTask started");
+    // Started tasks run their first controller steps at once, written with the start (see
+    // `start_task`); up to `RUNNING_TASKS_AT_ONCE` at the same time, as running tasks.
+    let starting: BTreeSet<String> = decision.start.iter().filter(free).cloned().collect();
+    let starts: Vec<_> = tasks
+        .iter_mut()
+        .filter(|(node, _)| starting.contains(*node))
+        .map(|(_, task)| {
+            let from = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
+            let event = if from == NodeTaskPhase::AwaitingApproval {
+                TaskEvent::Approved
+            } else {
+                TaskEvent::TurnCame {
+                    needs_approval: false,
+                }
+            };
+            start_task(&ctx, &op, task, event)
+        })
+        .collect();
+    let started: Vec<Option<Duration>> = futures::stream::iter(starts)
+        .buffer_unordered(RUNNING_TASKS_AT_ONCE)
+        .try_collect()
+        .await?;
+    for d in started.into_iter().flatten() {
+        recheck = Some(recheck.map_or(d, |r| r.min(d)));
     }
     drop(exclusion_guard);
 
@@ -608,12 +620,22 @@ async fn move_task(
     event: TaskEvent,
     reason: Option<(BlockReason, String)>,
 ) -> Result<NodeTaskPhase> {
-    let name = task.name_any();
+    let (next, body) = moved(task, event, reason)?;
+    apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await?;
+    Ok(next)
+}
+
+/// The task's next phase after `event`, and the top-level fields that say so: every field
+/// the controller's own manager owns at the top level (server-side apply drops fields a
+/// manager set before and omits now).
+fn moved(
+    task: &NodeTask,
+    event: TaskEvent,
+    reason: Option<(BlockReason, String)>,
+) -> Result<(NodeTaskPhase, serde_json::Value)> {
     let current = task.status.clone().unwrap_or_default();
-    let next =
-        task_transition(current.phase, event).map_err(bosun_cluster::Error::transition(&name))?;
-    // Server-side apply drops fields this manager set before and omits now: every apply
-    // carries the whole set the controller owns at the top level.
+    let next = task_transition(current.phase, event)
+        .map_err(bosun_cluster::Error::transition(task.name_any()))?;
     let mut body = json!({ "phase": next, "attempts": current.attempts, "message": current.message.clone().unwrap_or_default() });
     if matches!(
         event,
@@ -640,8 +662,60 @@ async fn move_task(
         body["reason"] = json!(r);
         body["message"] = json!(m);
     }
-    apply_task_status(ctx, &name, body, &ctx.manager).await?;
-    Ok(next)
+    Ok((next, body))
+}
+
+/// Mirrors top-level fields written (`body`, from [`moved`]) in the task's status in memory.
+fn mirror_top(task: &mut NodeTask, next: NodeTaskPhase, body: &serde_json::Value) {
+    let s = task.status.get_or_insert_with(Default::default);
+    s.phase = next;
+    if let Some(a) = body["attempts"].as_u64() {
+        s.attempts = u32::try_from(a).unwrap_or(u32::MAX);
+    }
+    if let Some(m) = body["message"].as_str() {
+        s.message = Some(m.to_string());
+    }
+    if let Some(r) = body.get("reason") {
+        s.reason = serde_json::from_value(r.clone()).ok();
+    }
+}
+
+/// Starts a task whose turn came (or that was approved): moves it to Running and runs the
+/// controller steps that come first ([`advance_running_task`]), so that the start is
+/// written together with its first controller step when that step is done in this pass.
+/// Updates `task` in memory to what was written.
+async fn start_task(
+    ctx: &Context,
+    op: &Operation,
+    task: &mut NodeTask,
+    event: TaskEvent,
+) -> Result<Option<Duration>> {
+    let (next, body) = moved(task, event, None)?;
+    // Only the controller's own manager can remove what it set before (the `NodeHeld`
+    // condition and message of a task that waited for its node, a block reason): then the
+    // start is written under it, alone, as every move is.
+    let status = task.status.clone().unwrap_or_default();
+    let owns_more = status.reason.is_some()
+        || status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == crate::exclusion::CONDITION);
+    let carried = if owns_more {
+        apply_task_status(ctx, &task.name_any(), body.clone(), &ctx.manager).await?;
+        None
+    } else {
+        Some(body.clone())
+    };
+    mirror_top(task, next, &body);
+    tracing::info!(node = %task.spec.node_name, group = %task.spec.group, "NodeTask started");
+    if next != NodeTaskPhase::Running {
+        // Not a start after all: nothing more to run.
+        if let Some(body) = carried {
+            apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await?;
+        }
+        return Ok(None);
+    }
+    advance_running_task(ctx, op, task, carried).await
 }
 
 /// Server-side apply of part of a NodeTask's status under the controller's field manager.
@@ -684,29 +758,50 @@ async fn write_operation_status(
 /// For a Running task: runs the controller-side steps that are next, in order, one pass
 /// each ([`crate::actions::run_step`]: a drain or a wait that is not done yet stays Running
 /// and asks to be looked at again); once every step succeeded, checks the health gates
-/// ([`crate::health::evaluate`]), and moves the task to Succeeded only when they pass (or to
+/// ([`crate::health::look`]), and moves the task to Succeeded only when they pass (or to
 /// Blocked, `HealthGateFailed`, when they do not in time). Agent steps are left to the agent.
 /// Updates `task`'s status in memory to what was written. Returns when to look again, when
 /// that should be sooner than the resync.
+///
+/// `start` is the task's start (its top-level fields, from [`moved`]) when this pass
+/// starts it and it was not written yet.
+///
+/// Writes: a controller step that finished is written once, with its start and end. Its
+/// write is held back until the pass knows what follows, so that it carries the task's
+/// start when it is the task's first write in this pass, and the task's move to Succeeded
+/// (with the `HealthGates` condition that says the gates passed) when the task ends in
+/// this pass. Such a write goes under the step's own manager (`<manager>.step.<name>`),
+/// which then also holds those top-level fields: no later write of that manager omits
+/// them while it is their only owner (the next top-level write, the agent's or the
+/// controller's own, takes them over with a new value, and a finished task is not written
+/// by a step manager again). One step entry per write, so every entry keeps its own manager.
 async fn advance_running_task(
     ctx: &Context,
     op: &Operation,
     task: &mut NodeTask,
+    start: Option<serde_json::Value>,
 ) -> Result<Option<Duration>> {
     use crate::actions::StepOutcome;
+    let name = task.name_any();
+    // Not yet written: the task's start (until a step's write carries it), and a finished
+    // controller step's write (its manager, its body).
+    let mut start = start;
+    let mut held: Option<(String, serde_json::Value)> = None;
     loop {
         let status = task.status.clone().unwrap_or_default();
         match progress(&task.spec.steps, &status.steps) {
             Progress::Done => {
-                let (event, reason) = match crate::health::evaluate(
-                    &ctx.client,
-                    &ctx.manager,
-                    &op.spec.health_gates,
-                    task,
-                )
-                .await?
-                {
-                    crate::health::Verdict::Wait(d) => return Ok(Some(d)),
+                let (condition, verdict) =
+                    crate::health::look(&ctx.client, &op.spec.health_gates, task).await;
+                let (event, reason) = match verdict {
+                    crate::health::Verdict::Wait(d) => {
+                        flush(ctx, &name, &mut start, &mut held).await?;
+                        if let Some(c) = &condition {
+                            crate::health::write_condition(&ctx.client, &ctx.manager, task, c)
+                                .await?;
+                        }
+                        return Ok(Some(d));
+                    }
                     crate::health::Verdict::Fail(message) => {
                         record_health_gate(&status);
                         (
@@ -719,13 +814,35 @@ async fn advance_running_task(
                         (TaskEvent::StepsDone, None)
                     }
                 };
-                let next = move_task(ctx, task, event, reason.clone()).await?;
-                if let Some(s) = task.status.as_mut() {
-                    s.phase = next;
-                    if let Some((r, m)) = reason {
-                        s.reason = Some(r);
-                        s.message = Some(m);
+                let (next, top) = moved(task, event, reason)?;
+                if next == NodeTaskPhase::Succeeded {
+                    // One write: the last step (if not written yet), the gates' condition
+                    // and the task's end, under the manager of what it carries.
+                    let manager = match (&held, &condition) {
+                        (Some((m, _)), _) => m.clone(),
+                        (None, Some(_)) => crate::health::manager(&ctx.manager),
+                        (None, None) => ctx.manager.clone(),
+                    };
+                    let mut body = held.take().map_or_else(|| json!({}), |(_, b)| b);
+                    merge_into(&mut body, &top);
+                    if let Some(c) = &condition {
+                        body["conditions"] = json!([c]);
                     }
+                    // A start not written yet (none is: a started task has a step first) is
+                    // said again by the end's fields.
+                    apply_task_status(ctx, &name, body, &manager).await?;
+                } else {
+                    flush(ctx, &name, &mut start, &mut held).await?;
+                    if let Some(c) = &condition {
+                        crate::health::write_condition(&ctx.client, &ctx.manager, task, c).await?;
+                    }
+                    apply_task_status(ctx, &name, top.clone(), &ctx.manager).await?;
+                }
+                mirror_top(task, next, &top);
+                if let Some(c) = condition {
+                    let s = task.status.get_or_insert_with(Default::default);
+                    s.conditions.retain(|x| x.type_ != c.type_);
+                    s.conditions.push(c);
                 }
                 tracing::info!(node = %task.spec.node_name, phase = ?next, "NodeTask finished its steps");
                 return Ok(None);
@@ -734,12 +851,16 @@ async fn advance_running_task(
             Progress::Next {
                 runs_on: RunsOn::Controller,
                 ..
-            } if op.spec.paused => return Ok(None),
+            } if op.spec.paused => {
+                flush(ctx, &name, &mut start, &mut held).await?;
+                return Ok(None);
+            }
             // A dry run changes no node: the step says what it would do.
             Progress::Next {
                 index,
                 runs_on: RunsOn::Controller,
             } if task.spec.dry_run => {
+                flush_step(ctx, &name, &mut held).await?;
                 let step = task.spec.steps[index].clone();
                 let at = Timestamp::now();
                 let message = format!(
@@ -759,13 +880,11 @@ async fn advance_running_task(
                     },
                     None,
                 );
-                apply_task_status(
-                    ctx,
-                    &task.name_any(),
-                    TaskStatusWrite::step(entry.clone()),
-                    &step_manager(&ctx.manager, &step.name),
-                )
-                .await?;
+                held = Some(hold(
+                    step_manager(&ctx.manager, &step.name),
+                    &TaskStatusWrite::step(entry.clone()),
+                    start.take(),
+                )?);
                 let s = task.status.get_or_insert_with(Default::default);
                 s.steps.retain(|x| x.name != entry.name);
                 s.steps.push(entry.to_status());
@@ -778,6 +897,7 @@ async fn advance_running_task(
                 index,
                 runs_on: RunsOn::Controller,
             } => {
+                flush_step(ctx, &name, &mut held).await?;
                 let step = task.spec.steps[index].clone();
                 // A step already Running is a drain or wait in progress: same clock, same attempt.
                 let prior = step_status(&status.steps, &step.name)
@@ -865,26 +985,30 @@ async fn advance_running_task(
                     }
                 };
                 let entry = write.steps[0].clone();
-                // An in-progress step that reports the same as last time writes nothing: the
-                // write would wake this controller again at once.
-                let unchanged =
-                    recheck.is_some() && prior.as_ref().is_some_and(|p| p.message == entry.message);
-                if !unchanged {
-                    apply_task_status(
-                        ctx,
-                        &task.name_any(),
-                        write,
-                        &step_manager(&ctx.manager, &step.name),
-                    )
-                    .await?;
+                let manager = step_manager(&ctx.manager, &step.name);
+                if recheck.is_none() && blocked.is_none() {
+                    // Done: held back, to be carried with what follows.
+                    held = Some(hold(manager, &write, start.take())?);
+                } else {
+                    // The start, if not written yet, goes first and alone (a step in
+                    // progress writes again under its manager without the task's fields).
+                    flush(ctx, &name, &mut start, &mut held).await?;
+                    // An in-progress step that reports the same as last time writes
+                    // nothing: the write would wake this controller again at once.
+                    let unchanged = recheck.is_some()
+                        && prior.as_ref().is_some_and(|p| p.message == entry.message);
+                    if !unchanged {
+                        apply_task_status(ctx, &name, write, &manager).await?;
+                    }
                 }
                 if let Some((reason, message)) = &blocked {
-                    let next = task_transition(status.phase, TaskEvent::StepFailed)
-                        .map_err(bosun_cluster::Error::transition(task.name_any()))?;
+                    let current = task.status.clone().unwrap_or_default();
+                    let next = task_transition(current.phase, TaskEvent::StepFailed)
+                        .map_err(bosun_cluster::Error::transition(&name))?;
                     apply_task_status(
                         ctx,
-                        &task.name_any(),
-                        TaskStatusWrite::blocked(next, status.attempts, *reason, message),
+                        &name,
+                        TaskStatusWrite::blocked(next, current.attempts, *reason, message),
                         &ctx.manager,
                     )
                     .await?;
@@ -912,9 +1036,66 @@ async fn advance_running_task(
                 runs_on: RunsOn::Agent,
                 ..
             }
-            | Progress::Failed { .. } => return Ok(None),
+            | Progress::Failed { .. } => {
+                flush(ctx, &name, &mut start, &mut held).await?;
+                return Ok(None);
+            }
         }
     }
+}
+
+/// A finished step's write held back (see [`advance_running_task`]): its manager and body,
+/// carrying the task's start (`start`) when given.
+fn hold(
+    manager: String,
+    write: &TaskStatusWrite,
+    start: Option<serde_json::Value>,
+) -> Result<(String, serde_json::Value)> {
+    let mut body = serde_json::to_value(write).map_err(|source| Error::Serialize {
+        what: "NodeTask status",
+        source,
+    })?;
+    if let Some(start) = start {
+        merge_into(&mut body, &start);
+    }
+    Ok((manager, body))
+}
+
+/// Copies `fields`' top-level fields into `body` (both JSON objects); a field in both is
+/// `fields`' (the task's own `message` over a step write's).
+fn merge_into(body: &mut serde_json::Value, fields: &serde_json::Value) {
+    if let (Some(body), Some(fields)) = (body.as_object_mut(), fields.as_object()) {
+        for (k, v) in fields {
+            body.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+/// Writes the held step's write, if any.
+async fn flush_step(
+    ctx: &Context,
+    name: &str,
+    held: &mut Option<(String, serde_json::Value)>,
+) -> Result<()> {
+    if let Some((manager, body)) = held.take() {
+        apply_task_status(ctx, name, body, &manager).await?;
+    }
+    Ok(())
+}
+
+/// Writes what is held back: the held step's write (which carries the start, if it was
+/// held), else the start alone under the controller's own manager.
+async fn flush(
+    ctx: &Context,
+    name: &str,
+    start: &mut Option<serde_json::Value>,
+    held: &mut Option<(String, serde_json::Value)>,
+) -> Result<()> {
+    flush_step(ctx, name, held).await?;
+    if let Some(start) = start.take() {
+        apply_task_status(ctx, name, start, &ctx.manager).await?;
+    }
+    Ok(())
 }
 
 /// Records how long the health gates held a task: from its last step's finish to the gates'
@@ -1081,6 +1262,174 @@ mod tests {
                 .any(|r| r.path.ends_with("/operations/going")),
             "the Operation itself was read: {requests:#?}"
         );
+    }
+
+    /// A NodeTask of `steps` (JSON) on node w1, in `phase`, with `done` steps Succeeded.
+    fn task_of(steps: serde_json::Value, phase: NodeTaskPhase, done: &[&str]) -> NodeTask {
+        let mut t = pending();
+        t.spec.steps = serde_json::from_value(steps).unwrap();
+        let s = t.status.get_or_insert_with(Default::default);
+        s.phase = phase;
+        for name in done {
+            s.steps.push(
+                serde_json::from_value(
+                    json!({ "name": name, "phase": "Succeeded", "attempts": 1 }),
+                )
+                .unwrap(),
+            );
+        }
+        t
+    }
+
+    fn cordon_greet_uncordon() -> serde_json::Value {
+        json!([
+            { "name": "cordon", "runsOn": "controller", "action": "cordon" },
+            { "name": "greet", "plugin": "hello", "action": "greet" },
+            { "name": "uncordon", "runsOn": "controller", "action": "uncordon" },
+        ])
+    }
+
+    /// A fake API server with node w1 (Ready, schedulable unless a patch says otherwise)
+    /// that answers a NodeTask write with a bare NodeTask.
+    fn node_routes(req: &crate::fake_api::Seen) -> serde_json::Value {
+        if req.path.starts_with("/api/v1/nodes/") {
+            json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "w1" },
+                "spec": { "unschedulable": false },
+                "status": { "conditions": [{ "type": "Ready", "status": "True" }] } })
+        } else {
+            json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": "second-w1" },
+                "spec": { "operation": "second", "nodeName": "w1", "group": "g", "steps": [] } })
+        }
+    }
+
+    fn op_without_api_gate() -> Operation {
+        let mut spec = custom_op(json!(1));
+        spec.health_gates.api_server = false;
+        Operation::new("second", spec)
+    }
+
+    fn status_writes(seen: &[crate::fake_api::Seen]) -> Vec<crate::fake_api::Seen> {
+        seen.iter().filter(|r| r.is_status()).cloned().collect()
+    }
+
+    /// A task whose first step is a controller step that is done at once (cordon): its
+    /// start is written with that step, in one write under the step's manager, and the
+    /// agent's step is left to the agent.
+    #[tokio::test]
+    async fn a_start_is_written_with_its_first_controller_step_in_one_write() {
+        let (client, seen) = crate::fake_api::fake_routes(node_routes);
+        let ctx = context(client);
+        let mut task = task_of(cordon_greet_uncordon(), NodeTaskPhase::Pending, &[]);
+        let recheck = start_task(
+            &ctx,
+            &op_without_api_gate(),
+            &mut task,
+            TaskEvent::TurnCame {
+                needs_approval: false,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(recheck, None);
+        let writes = status_writes(&seen.lock().unwrap());
+        assert_eq!(writes.len(), 1, "{writes:#?}");
+        assert_eq!(
+            writes[0].field_manager(),
+            Some("bosun-controller.step.cordon")
+        );
+        let status = &writes[0].body["status"];
+        assert_eq!(
+            (&status["phase"], &status["attempts"], &status["message"]),
+            (&json!("Running"), &json!(1), &json!("running"))
+        );
+        assert_eq!(status["currentStep"], json!("cordon"));
+        assert_eq!(status["steps"][0]["name"], json!("cordon"));
+        assert_eq!(status["steps"][0]["phase"], json!("Succeeded"));
+        assert_eq!(status["steps"].as_array().unwrap().len(), 1);
+        // And in memory: Running, cordon done.
+        let s = task.status.as_ref().unwrap();
+        assert_eq!((s.phase, s.attempts), (NodeTaskPhase::Running, 1));
+        assert!(step_status(&s.steps, "cordon").is_some_and(|c| c.phase == StepPhase::Succeeded));
+    }
+
+    /// A task that waited for its node holds the controller's `NodeHeld` condition, which
+    /// only the controller's own manager can remove: its start is written alone under it
+    /// (without the condition), then the step under the step's manager.
+    #[tokio::test]
+    async fn a_start_that_must_remove_the_held_condition_is_written_alone_first() {
+        let (client, seen) = crate::fake_api::fake_routes(node_routes);
+        let ctx = context(client);
+        let mut task = task_of(cordon_greet_uncordon(), NodeTaskPhase::Pending, &[]);
+        let mut conditions = Vec::new();
+        set_condition(
+            &mut conditions,
+            crate::exclusion::CONDITION,
+            true,
+            crate::exclusion::REASON_HELD,
+            "waiting",
+            None,
+            Timestamp::now(),
+        );
+        task.status.as_mut().unwrap().conditions = conditions;
+        start_task(
+            &ctx,
+            &op_without_api_gate(),
+            &mut task,
+            TaskEvent::TurnCame {
+                needs_approval: false,
+            },
+        )
+        .await
+        .unwrap();
+        let writes = status_writes(&seen.lock().unwrap());
+        let managers: Vec<_> = writes.iter().map(|w| w.field_manager()).collect();
+        assert_eq!(
+            managers,
+            [
+                Some("bosun-controller"),
+                Some("bosun-controller.step.cordon")
+            ]
+        );
+        assert_eq!(writes[0].body["status"]["phase"], json!("Running"));
+        assert!(writes[0].body["status"].get("conditions").is_none());
+        assert!(writes[1].body["status"].get("phase").is_none());
+    }
+
+    /// The last controller step, the health gates' verdict and the task's Succeeded are one
+    /// write under the last step's manager.
+    #[tokio::test]
+    async fn the_last_controller_step_and_the_end_of_the_task_are_one_write() {
+        let (client, seen) = crate::fake_api::fake_routes(node_routes);
+        let ctx = context(client);
+        let mut task = task_of(
+            cordon_greet_uncordon(),
+            NodeTaskPhase::Running,
+            &["cordon", "greet"],
+        );
+        task.status.as_mut().unwrap().attempts = 1;
+        let recheck = advance_running_task(&ctx, &op_without_api_gate(), &mut task, None)
+            .await
+            .unwrap();
+        assert_eq!(recheck, None);
+        let writes = status_writes(&seen.lock().unwrap());
+        assert_eq!(writes.len(), 1, "{writes:#?}");
+        assert_eq!(
+            writes[0].field_manager(),
+            Some("bosun-controller.step.uncordon")
+        );
+        let status = &writes[0].body["status"];
+        assert_eq!(
+            (&status["phase"], &status["attempts"], &status["message"]),
+            (
+                &json!("Succeeded"),
+                &json!(1),
+                &json!("every step succeeded")
+            )
+        );
+        assert_eq!(status["steps"][0]["name"], json!("uncordon"));
+        assert_eq!(status["conditions"][0]["type"], json!("HealthGates"));
+        assert_eq!(status["conditions"][0]["reason"], json!("Passed"));
+        assert_eq!(task.status.unwrap().phase, NodeTaskPhase::Succeeded);
     }
 
     fn holder(phase: NodeTaskPhase) -> Holder {

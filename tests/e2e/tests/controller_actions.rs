@@ -568,32 +568,81 @@ async fn drain_succeeds_and_events_are_visible_for_the_operation_and_the_node_ta
                 .await?;
             w.wait_phase(&op, OperationPhase::Succeeded).await?;
             let task = tasks_of(&c, &op).await?.remove(&node).context("the task")?;
-            let drained = step(&task, "drain").and_then(|s| s.message.clone()).unwrap_or_default();
-            ensure!(drained == format!("node {node} drained; evicted {ns}/web-1; left {ns}/static-web (static pod)"), "{drained}");
-            ensure!(!pod_exists(&c, &ns, "web-1").await? && pod_exists(&c, &ns, "static-web").await?, "web-1 evicted, the mirror pod left");
+            let drained = step(&task, "drain")
+                .and_then(|s| s.message.clone())
+                .unwrap_or_default();
+            ensure!(
+                drained
+                    == format!(
+                        "node {node} drained; evicted {ns}/web-1; left {ns}/static-web (static pod)"
+                    ),
+                "{drained}"
+            );
+            ensure!(
+                !pod_exists(&c, &ns, "web-1").await? && pod_exists(&c, &ns, "static-web").await?,
+                "web-1 evicted, the mirror pod left"
+            );
             let nodes: Api<Node> = Api::all(c.clone());
-            ensure!(!nodes.get(&node).await?.spec.and_then(|s| s.unschedulable).unwrap_or(false), "uncordoned at the end");
+            ensure!(
+                !nodes
+                    .get(&node)
+                    .await?
+                    .spec
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false),
+                "uncordoned at the end"
+            );
 
             let tn = task.name_any();
             let (c2, tn2, op2) = (c.clone(), tn.clone(), op.clone());
             let (task_events, op_events) = w
-                .wait("Events for the task (Started, Drained, Succeeded) and the Operation (Started, Succeeded)", &op, || {
-                    let (c, tn, op) = (c2.clone(), tn2.clone(), op2.clone());
-                    async move {
-                        let t = events_about(&c, &tn).await?;
-                        let o = events_about(&c, &op).await?;
-                        let want_t: BTreeSet<String> = ["Started", "Drained", "Succeeded"].map(String::from).into();
-                        let want_o: BTreeSet<String> = ["Started", "Succeeded"].map(String::from).into();
-                        Ok((reasons(&t).is_superset(&want_t) && reasons(&o).is_superset(&want_o)).then_some((t, o)))
-                    }
-                })
+                .wait(
+                    "Events for the task (Drained) and the Operation (Started, Succeeded)",
+                    &op,
+                    || {
+                        let (c, tn, op) = (c2.clone(), tn2.clone(), op2.clone());
+                        async move {
+                            let t = events_about(&c, &tn).await?;
+                            let o = events_about(&c, &op).await?;
+                            let want_t: BTreeSet<String> = ["Drained"].map(String::from).into();
+                            let want_o: BTreeSet<String> =
+                                ["Started", "Succeeded"].map(String::from).into();
+                            Ok((reasons(&t).is_superset(&want_t)
+                                && reasons(&o).is_superset(&want_o))
+                            .then_some((t, o)))
+                        }
+                    },
+                )
                 .await?;
+            // The task's routine start and success are in its status, not Events (written
+            // with the Operation's Succeeded, so they would be listed by now).
+            ensure!(
+                reasons(&task_events) == BTreeSet::from(["Drained".to_string()]),
+                "the task's only Event is Drained: {:?}",
+                reasons(&task_events)
+            );
             for e in task_events.iter().chain(&op_events) {
-                ensure!(e.reporting_controller.as_deref() == Some("bosun.dev/controller") && e.reporting_instance.as_deref() == Some("controller"), "reported by this controller: {e:?}");
+                ensure!(
+                    e.reporting_controller.as_deref() == Some("bosun.dev/controller")
+                        && e.reporting_instance.as_deref() == Some("controller"),
+                    "reported by this controller: {e:?}"
+                );
             }
-            let drained_event = task_events.iter().find(|e| e.reason.as_deref() == Some("Drained")).context("Drained event")?;
-            ensure!(drained_event.note.as_deref() == Some(drained.as_str()), "the Drained Event says what the step says: {:?}", drained_event.note);
-            ensure!(task_events.iter().all(|e| e.type_.as_deref() == Some("Normal")), "no warnings on a clean run");
+            let drained_event = task_events
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("Drained"))
+                .context("Drained event")?;
+            ensure!(
+                drained_event.note.as_deref() == Some(drained.as_str()),
+                "the Drained Event says what the step says: {:?}",
+                drained_event.note
+            );
+            ensure!(
+                task_events
+                    .iter()
+                    .all(|e| e.type_.as_deref() == Some("Normal")),
+                "no warnings on a clean run"
+            );
             Ok(())
         }
         .await;
