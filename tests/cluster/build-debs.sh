@@ -31,7 +31,9 @@ deb() {
   echo "pool/$(basename "$out")" >>"$REPO/set-$k8s.list.tmp"
   local stamp="$REPO/pool/.${pkg}_${ver}.sha256"
   local want
-  want=$(for spec in "$@"; do sha256sum "${spec%%:*}"; done | sha256sum | cut -c1-64)
+  # The inputs' contents only, not their paths: cri-tools is the same package for every
+  # Kubernetes version, built from each version's own (identical) crictl.
+  want=$(for spec in "$@"; do sha256sum <"${spec%%:*}"; done | sha256sum | cut -c1-64)
   if [ -f "$out" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then return 0; fi
   local root; root=$(mktemp -d)
   chmod 0755 "$root"
