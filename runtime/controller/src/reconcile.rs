@@ -1312,6 +1312,14 @@ mod tests {
         seen.iter().filter(|r| r.is_status()).cloned().collect()
     }
 
+    /// The status of the only status write seen, which `manager` made.
+    fn the_one_status_write(seen: &[crate::fake_api::Seen], manager: &str) -> serde_json::Value {
+        let writes = status_writes(seen);
+        assert_eq!(writes.len(), 1, "{writes:#?}");
+        assert_eq!(writes[0].field_manager(), Some(manager));
+        writes[0].body["status"].clone()
+    }
+
     /// A task whose first step is a controller step that is done at once (cordon): its
     /// start is written with that step, in one write under the step's manager, and the
     /// agent's step is left to the agent.
@@ -1331,13 +1339,7 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(recheck, None);
-        let writes = status_writes(&seen.lock().unwrap());
-        assert_eq!(writes.len(), 1, "{writes:#?}");
-        assert_eq!(
-            writes[0].field_manager(),
-            Some("bosun-controller.step.cordon")
-        );
-        let status = &writes[0].body["status"];
+        let status = &the_one_status_write(&seen.lock().unwrap(), "bosun-controller.step.cordon");
         assert_eq!(
             (&status["phase"], &status["attempts"], &status["message"]),
             (&json!("Running"), &json!(1), &json!("running"))
@@ -1411,13 +1413,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(recheck, None);
-        let writes = status_writes(&seen.lock().unwrap());
-        assert_eq!(writes.len(), 1, "{writes:#?}");
-        assert_eq!(
-            writes[0].field_manager(),
-            Some("bosun-controller.step.uncordon")
-        );
-        let status = &writes[0].body["status"];
+        let status = &the_one_status_write(&seen.lock().unwrap(), "bosun-controller.step.uncordon");
         assert_eq!(
             (&status["phase"], &status["attempts"], &status["message"]),
             (
