@@ -23,6 +23,37 @@ use crate::health;
 /// How often a drain that is waiting for pods looks again.
 pub const DRAIN_RECHECK: Duration = Duration::from_secs(2);
 
+/// How long a cordon or uncordon keeps trying again after transient API errors (see
+/// [`is_transient`]) before its step fails. A busy API server answers a patch it could not
+/// finish in time with `504`; at 1,000 nodes cordoned at once that failed five steps
+/// (docs/benchmarks.md).
+pub const CORDON_RETRY_FOR: Duration = Duration::from_secs(120);
+
+/// The longest wait between two tries of a cordon or uncordon after a transient error.
+pub const CORDON_RETRY_MAX: Duration = Duration::from_secs(15);
+
+/// Whether an API error is worth trying again unchanged: the server was busy or failing
+/// (`429`, `5xx`) or the request never got an answer (a connection reset, a timeout).
+/// Everything else (a missing node, a forbidden write, an invalid patch) is not.
+pub fn is_transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+/// When a step that has tried since `started` tries again after a transient error: after as
+/// long as it has already tried (a doubling backoff without a counter), at least a second
+/// and at most [`CORDON_RETRY_MAX`].
+fn retry_after(started: Timestamp, now: Timestamp) -> Duration {
+    let tried = now
+        .duration_since(started)
+        .try_into()
+        .unwrap_or(Duration::ZERO);
+    tried.clamp(Duration::from_secs(1), CORDON_RETRY_MAX)
+}
+
 /// What one pass of a controller step came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepOutcome {
@@ -104,6 +135,7 @@ pub async fn run_step(
         controller_actions::CORDON | controller_actions::UNCORDON => {
             let cordon = step.action == controller_actions::CORDON;
             let verb = if cordon { "cordoned" } else { "uncordoned" };
+            let doing = if cordon { "cordoning" } else { "uncordoning" };
             match set_unschedulable(client, node, cordon, &task.name_any()).await {
                 Ok(change) => StepOutcome::Succeeded {
                     message: match change {
@@ -115,7 +147,27 @@ pub async fn run_step(
                     },
                     changed: change != Cordon::AlreadySo,
                 },
-                Err(m) => step_failed(m),
+                Err(CordonError {
+                    message,
+                    transient: true,
+                }) => keep_waiting_or_fail(
+                    started,
+                    now,
+                    CORDON_RETRY_FOR.as_secs() as u32,
+                    || {
+                        step_failed(format!(
+                            "{doing} node {node}: the API server kept failing for {}s; last error: {message}. Check the API server, then recovery: Retry",
+                            CORDON_RETRY_FOR.as_secs()
+                        ))
+                    },
+                    |deadline| StepOutcome::InProgress {
+                        message: format!(
+                            "{doing} node {node}: trying again until {deadline} after a transient error: {message}"
+                        ),
+                        recheck: retry_after(started, now),
+                    },
+                ),
+                Err(CordonError { message, .. }) => step_failed(message),
             }
         }
         controller_actions::DRAIN => {
@@ -261,22 +313,43 @@ fn cordon_decision(current: bool, mark: Option<&str>, value: bool, task: &str) -
     })
 }
 
+/// Why [`set_unschedulable`] did not finish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CordonError {
+    pub message: String,
+    /// Trying again unchanged may work ([`is_transient`]).
+    pub transient: bool,
+}
+
+impl CordonError {
+    fn api(what: String) -> impl FnOnce(kube::Error) -> CordonError {
+        move |e| CordonError {
+            transient: is_transient(&e),
+            message: format!("{what}: {e}"),
+        }
+    }
+}
+
 /// Sets the node's `spec.unschedulable` for the NodeTask `task`, patching only when it
 /// differs; the same patch records the change in the node's `bosun.dev/cordon` annotation,
-/// so a repeat after a controller restart is recognised without a second write.
+/// so a repeat after a controller restart is recognised without a second write (and so is
+/// a patch that landed although its answer was lost, when the step tries again).
 pub async fn set_unschedulable(
     client: &Client,
     node: &str,
     value: bool,
     task: &str,
-) -> Result<Cordon, String> {
+) -> Result<Cordon, CordonError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let current = nodes
         .get_opt(node)
         .await
-        .map_err(|e| format!("reading node {node}: {e}"))?;
+        .map_err(CordonError::api(format!("reading node {node}")))?;
     let Some(current) = current else {
-        return Err(format!("node {node} does not exist"));
+        return Err(CordonError {
+            message: format!("node {node} does not exist"),
+            transient: false,
+        });
     };
     let unschedulable = current
         .spec
@@ -302,12 +375,16 @@ pub async fn set_unschedulable(
             })),
         )
         .await
-        .map_err(|e| format!("patching node {node} spec.unschedulable={value}: {e}"))?;
+        .map_err(CordonError::api(format!(
+            "patching node {node} spec.unschedulable={value}"
+        )))?;
     Ok(Cordon::Patched)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
 
     #[test]
@@ -343,6 +420,115 @@ mod tests {
         assert_eq!(
             cordon_decision(false, None, false, "t1"),
             Some(Cordon::AlreadySo)
+        );
+    }
+
+    /// A fake API server with node w1 (schedulable) whose patches are answered with `code`.
+    fn node_patch_answered(code: u16) -> (Client, Arc<Mutex<Vec<crate::fake_api::Seen>>>) {
+        crate::fake_api::fake_answers(move |req| {
+            if req.method == "PATCH" && code != 200 {
+                let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": "the request failed", "reason": "Timeout", "code": code });
+                return (code, status);
+            }
+            let node = json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "w1" },
+                "spec": { "unschedulable": false } });
+            (200, node)
+        })
+    }
+
+    async fn cordon_pass(client: &Client, started: Timestamp) -> StepOutcome {
+        let spec = bosun_api::node_task::NodeTaskSpec {
+            operation: "op".into(),
+            node_name: "w1".into(),
+            group: "g".into(),
+            steps: vec![],
+            dry_run: false,
+            step_timeout_seconds: None,
+            approve: false,
+            recovery: None,
+        };
+        let task = bosun_api::node_task::NodeTask::new("op-w1", spec);
+        let step: Step = serde_json::from_value(
+            json!({ "name": "cordon", "runsOn": "controller", "action": "cordon" }),
+        )
+        .unwrap();
+        let op: OperationSpec = serde_json::from_value(json!({
+            "custom": {"groups": [{"name": "all", "steps": [{"name": "greet", "plugin": "hello", "action": "greet"}]}]},
+        }))
+        .unwrap();
+        let events = crate::events::Events::new(client.clone(), "test".into());
+        run_step(client, &events, &op, &task, &step, started).await
+    }
+
+    /// A cordon whose patch the API server answers with a 504 (it could not finish in
+    /// time) or a 429 tries again later, with a growing wait, until CORDON_RETRY_FOR has
+    /// passed since the step started; then the step fails naming the last error. An error
+    /// that will not go away by itself (403) fails the step at once.
+    #[tokio::test]
+    async fn a_cordon_tries_again_after_transient_errors_until_its_deadline() {
+        for code in [504, 500, 429] {
+            let (client, seen) = node_patch_answered(code);
+            let now = Timestamp::now();
+            match cordon_pass(&client, now).await {
+                StepOutcome::InProgress { message, recheck } => {
+                    assert!(
+                        message.starts_with("cordoning node w1: trying again until")
+                            && message.contains("transient error"),
+                        "{message}"
+                    );
+                    assert_eq!(recheck, Duration::from_secs(1));
+                }
+                other => panic!("{code}: expected to try again, got {other:?}"),
+            }
+            let patches = seen
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.method == "PATCH")
+                .count();
+            assert_eq!(patches, 1, "{code}");
+            // Later passes wait longer, up to CORDON_RETRY_MAX.
+            let later = cordon_pass(&client, now - Duration::from_secs(6)).await;
+            assert!(
+                matches!(later, StepOutcome::InProgress { recheck, .. } if recheck >= Duration::from_secs(6)),
+                "{later:?}"
+            );
+            let much_later = cordon_pass(&client, now - Duration::from_secs(100)).await;
+            assert!(
+                matches!(much_later, StepOutcome::InProgress { recheck, .. } if recheck == CORDON_RETRY_MAX),
+                "{much_later:?}"
+            );
+            // Past the deadline: the step fails, with the last error.
+            let failed = cordon_pass(&client, now - CORDON_RETRY_FOR).await;
+            match failed {
+                StepOutcome::Failed {
+                    reason: BlockReason::StepFailed,
+                    code: "controller-step-failed",
+                    message,
+                    retryable: true,
+                } => assert!(
+                    message.contains("kept failing for 120s")
+                        && message.contains(&format!("{code}"))
+                        && message.contains("recovery: Retry"),
+                    "{message}"
+                ),
+                other => panic!("{code}: expected a failure, got {other:?}"),
+            }
+        }
+        let (client, _) = node_patch_answered(403);
+        let failed = cordon_pass(&client, Timestamp::now()).await;
+        assert!(
+            matches!(&failed, StepOutcome::Failed { reason: BlockReason::StepFailed, message, .. } if message.contains("patching node w1 spec.unschedulable=true")),
+            "{failed:?}"
+        );
+        let (client, _) = node_patch_answered(200);
+        assert_eq!(
+            cordon_pass(&client, Timestamp::now()).await,
+            StepOutcome::Succeeded {
+                message: "node w1 cordoned".into(),
+                changed: true
+            }
         );
     }
 

@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bosun_api::node_task::NodeTask;
+use bosun_api::operation::Operation;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
@@ -321,6 +322,52 @@ impl Caches {
             );
         }
         caught
+    }
+}
+
+/// The Operations as the controller's own last status write of each left them (the API
+/// server's answer to the write), until the Operation watch shows that write.
+///
+/// The Operation a reconcile gets comes from the controller's Operation watch, and a
+/// NodeTask event can trigger a reconcile before that watch delivered the status the
+/// previous reconcile wrote. The reconcile would then compare the status it computes with
+/// an older one and write the same status again: a write that changes nothing. With
+/// [`OwnWrites::newest`] it starts from its own last write instead. An entry is dropped by
+/// the first reconcile that sees the watch at that version or later (every status write
+/// triggers one).
+#[derive(Debug, Default)]
+pub struct OwnWrites {
+    last: Mutex<BTreeMap<String, Arc<Operation>>>,
+}
+
+impl OwnWrites {
+    /// Keeps `written`, the answer to a status write, if its `resourceVersion` is an integer
+    /// (else a reconcile cannot tell which is newer, and uses the watch's as before).
+    pub fn record(&self, written: Operation) {
+        if version_of(&written).is_none() {
+            return;
+        }
+        let name = written.meta().name.clone().unwrap_or_default();
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        last.insert(name, Arc::new(written));
+    }
+
+    /// `seen`, the Operation as the watch last showed it, or the controller's own later
+    /// status write of the same object when the watch has not shown that write yet.
+    pub fn newest(&self, seen: Arc<Operation>) -> Arc<Operation> {
+        let name = seen.meta().name.clone().unwrap_or_default();
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(mine) = last.get(&name) else {
+            return seen;
+        };
+        let same_object = mine.meta().uid == seen.meta().uid;
+        match (version_of(mine.as_ref()), version_of(seen.as_ref())) {
+            (Some(m), Some(s)) if same_object && m > s => mine.clone(),
+            _ => {
+                last.remove(&name);
+                seen
+            }
+        }
     }
 }
 

@@ -262,7 +262,9 @@ pub async fn pass(
     task: &str,
     spec: &DrainSpec,
 ) -> Result<Pass, String> {
-    crate::actions::set_unschedulable(client, node, true, task).await?;
+    crate::actions::set_unschedulable(client, node, true, task)
+        .await
+        .map_err(|e| e.message)?;
     let pods_api: Api<Pod> = Api::all(client.clone());
     let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
     let pods = pods_api

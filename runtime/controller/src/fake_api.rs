@@ -103,10 +103,19 @@ pub fn fake_failing_with(
 /// it (so a test can serve a Node list, a NodeTask list and an Operation from one server).
 /// Records every request.
 pub fn fake_routes(route: fn(&Seen) -> serde_json::Value) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+    fake_answers(move |req| (200, route(req)))
+}
+
+/// [`fake_routes`], with the HTTP status of each answer chosen by `route` too (a `Status`
+/// body for an error, as the API server sends).
+pub fn fake_answers(
+    route: impl Fn(&Seen) -> (u16, serde_json::Value) + Clone + Send + 'static,
+) -> (Client, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let service = tower::service_fn(move |req: http::Request<Body>| {
         let log = log.clone();
+        let route = route.clone();
         async move {
             let method = req.method().to_string();
             let path = req.uri().path().to_owned();
@@ -119,10 +128,10 @@ pub fn fake_routes(route: fn(&Seen) -> serde_json::Value) -> (Client, Arc<Mutex<
                 query,
                 body,
             };
-            let reply = route(&request);
+            let (code, reply) = route(&request);
             log.lock().unwrap().push(request);
             let response = http::Response::builder()
-                .status(200)
+                .status(code)
                 .body(Body::from(serde_json::to_vec(&reply).unwrap()));
             Ok::<_, std::convert::Infallible>(response.unwrap())
         }
@@ -142,6 +151,7 @@ pub fn context(client: Client) -> Context {
         events: Arc::new(crate::events::Events::new(client, "test".into())),
         exclusion: Default::default(),
         waiters: Default::default(),
+        own_writes: Default::default(),
         caches: Arc::new(crate::cache::Caches::listed(vec![], vec![])),
     }
 }

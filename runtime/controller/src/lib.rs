@@ -122,6 +122,7 @@ pub async fn run(
         events,
         exclusion: Default::default(),
         waiters: Default::default(),
+        own_writes: Default::default(),
     });
     // A task change wakes its own Operation (as `owns` would) and the Operations waiting
     // for its node (see `exclusion::Waiters`): no timer for a held node.

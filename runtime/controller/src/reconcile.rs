@@ -61,6 +61,9 @@ pub struct Context {
     /// The watch-backed Nodes and NodeTasks every reconcile reads ([`crate::cache`]);
     /// `client` records its NodeTask writes there ([`crate::cache::Caches::recording`]).
     pub caches: Arc<crate::cache::Caches>,
+    /// The controller's own last Operation status writes, until the watch shows them
+    /// ([`crate::cache::OwnWrites`]).
+    pub own_writes: Arc<crate::cache::OwnWrites>,
 }
 
 impl std::fmt::Debug for Context {
@@ -86,6 +89,10 @@ pub async fn reconcile(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action> 
 async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action> {
     let name = op.name_any();
     let operations: Api<Operation> = Api::all(ctx.client.clone());
+    // The watch may not have shown this controller's last status write yet (a NodeTask event
+    // can trigger this reconcile first): start from that write, so that a status computed
+    // the same again is seen as unchanged and not written a second time.
+    let op = ctx.own_writes.newest(op);
     if being_deleted(&op) {
         tracing::debug!("operation is being deleted: nothing is planned, created or started");
         return Ok(Action::await_change());
@@ -136,7 +143,8 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
                     op.metadata.generation,
                     now,
                 );
-                write_operation_status(&operations, &name, &status, &ctx.manager).await?;
+                write_operation_status(&operations, &ctx.own_writes, &name, &status, &ctx.manager)
+                    .await?;
                 tracing::warn!(error = %e, "operation cannot be planned");
                 return Ok(Action::await_change());
             }
@@ -151,7 +159,14 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             Ok(None) => {}
             Ok(Some(blocked)) => {
                 if blocked != stored {
-                    write_operation_status(&operations, &name, &blocked, &ctx.manager).await?;
+                    write_operation_status(
+                        &operations,
+                        &ctx.own_writes,
+                        &name,
+                        &blocked,
+                        &ctx.manager,
+                    )
+                    .await?;
                 }
                 return Ok(Action::requeue(ctx.resync));
             }
@@ -176,9 +191,11 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             op.metadata.generation,
             now,
         );
-        write_operation_status(&operations, &name, &status, &ctx.manager).await?;
+        write_operation_status(&operations, &ctx.own_writes, &name, &status, &ctx.manager).await?;
         tracing::info!(nodes = planned.tasks.len(), "plan frozen");
     }
+    // What the Operation's status is now: the stored one, or the freeze just written.
+    let current = status.clone();
     let frozen = status.plan.clone().unwrap_or_default();
 
     // Existing tasks, then the missing ones (create-or-get by deterministic name).
@@ -453,8 +470,8 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         status.completion_time = Some(Time(now));
     }
     bosun_telemetry::metrics().operation_phase(&name, status.phase);
-    if status != stored {
-        write_operation_status(&operations, &name, &status, &ctx.manager).await?;
+    if status != current {
+        write_operation_status(&operations, &ctx.own_writes, &name, &status, &ctx.manager).await?;
     }
     ctx.events
         .observe(
@@ -731,8 +748,12 @@ pub(crate) async fn apply_task_status(
     Ok(())
 }
 
+/// Applies `status` as the Operation's status under `manager`, and records the API server's
+/// answer in `own` ([`crate::cache::OwnWrites`]): until the Operation watch shows this write,
+/// a reconcile starts from it rather than from the older Operation the watch last showed.
 async fn write_operation_status(
     api: &Api<Operation>,
+    own: &crate::cache::OwnWrites,
     name: &str,
     status: &OperationStatus,
     manager: &str,
@@ -743,15 +764,17 @@ async fn write_operation_status(
         source,
     })?;
     let patch = json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation", "metadata": { "name": name }, "status": status });
-    api.patch_status(
-        name,
-        &PatchParams::apply(manager).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!(
-        "writing the status of Operation {name}"
-    )))?;
+    let written = api
+        .patch_status(
+            name,
+            &PatchParams::apply(manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::kube(format!(
+            "writing the status of Operation {name}"
+        )))?;
+    own.record(written);
     Ok(())
 }
 
@@ -1262,6 +1285,82 @@ mod tests {
                 .any(|r| r.path.ends_with("/operations/going")),
             "the Operation itself was read: {requests:#?}"
         );
+    }
+
+    /// A reconcile triggered again before the Operation watch showed its last status write
+    /// (a NodeTask event comes first) starts from that write: the status it computes is the
+    /// same, and it is not written a second time.
+    #[tokio::test]
+    async fn a_status_the_watch_has_not_shown_yet_is_not_written_again() {
+        let nodes = [worker("w1"), worker("w2")];
+        let (planned, _) = plan_or_keep_frozen("done", &custom_op(json!(1)), &nodes, None).unwrap();
+        let mut cached = Operation::new("done", custom_op(json!(1)));
+        cached.metadata.uid = Some("u1".into());
+        cached.metadata.resource_version = Some("10".into());
+        cached.status = Some(OperationStatus {
+            plan: Some(planned.plan.clone()),
+            phase: OperationPhase::Running,
+            ..Default::default()
+        });
+        // Both tasks Succeeded, as the NodeTask watch shows them.
+        let tasks: Vec<NodeTask> = planned
+            .tasks
+            .iter()
+            .map(|p| {
+                let mut t = NodeTask::new(&p.name, p.spec.clone());
+                t.metadata.labels = Some(p.labels.clone());
+                t.metadata.resource_version = Some("9".into());
+                t.status = Some(NodeTaskStatus {
+                    phase: NodeTaskPhase::Succeeded,
+                    ..Default::default()
+                });
+                t
+            })
+            .collect();
+        // The API server answers the status write with the Operation at version 20.
+        let (client, seen) = crate::fake_api::fake_routes(|req| {
+            if req.method == "PATCH" && req.path.ends_with("/operations/done/status") {
+                json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+                    "metadata": { "name": "done", "uid": "u1", "resourceVersion": "20" },
+                    "spec": custom_op(json!(1)), "status": req.body["status"] })
+            } else {
+                req.body.clone()
+            }
+        });
+        let node = |n: &str| -> Node {
+            serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": n }, "status": { "conditions": [{ "type": "Ready", "status": "True" }] } })).unwrap()
+        };
+        let mut ctx = context(client);
+        ctx.caches = Arc::new(crate::cache::Caches::listed(
+            vec![node("w1"), node("w2")],
+            tasks,
+        ));
+        let ctx = Arc::new(ctx);
+        let operation_writes = |seen: &Arc<std::sync::Mutex<Vec<crate::fake_api::Seen>>>| {
+            seen.lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.method != "GET" && r.path.contains("/operations/"))
+                .count()
+        };
+        reconcile(Arc::new(cached.clone()), ctx.clone())
+            .await
+            .unwrap();
+        assert_eq!(operation_writes(&seen), 1, "{:#?}", seen.lock().unwrap());
+        let written = &status_writes(&seen.lock().unwrap())[0];
+        assert_eq!(written.body["status"]["phase"], json!("Succeeded"));
+        // Triggered again with the watch's Operation still at version 10: nothing written.
+        reconcile(Arc::new(cached.clone()), ctx.clone())
+            .await
+            .unwrap();
+        assert_eq!(operation_writes(&seen), 1, "{:#?}", seen.lock().unwrap());
+        // Once the watch shows version 20, that is what the reconcile starts from.
+        let mut caught_up = cached;
+        caught_up.metadata.resource_version = Some("20".into());
+        caught_up.status = Some(serde_json::from_value(written.body["status"].clone()).unwrap());
+        let shown = ctx.own_writes.newest(Arc::new(caught_up.clone()));
+        assert_eq!(shown.metadata.resource_version.as_deref(), Some("20"));
+        assert!(Arc::ptr_eq(&ctx.own_writes.newest(shown.clone()), &shown));
     }
 
     /// A NodeTask of `steps` (JSON) on node w1, in `phase`, with `done` steps Succeeded.
