@@ -8,7 +8,7 @@
 #   crictl   (sigs.k8s.io/cri-tools; the github.com path is refused by the proxy);
 #   coredns  (github.com/coredns/coredns, at the tag kubeadm's image list names).
 # Binaries the simulated lab already built at the same Kubernetes version and with the same flags
-# are copied from its cache instead of relinked. Rebuilds only what is missing; safe to run
+# are copied from its cache instead of relinked, and so is its etcd when it is the same release. Rebuilds only what is missing; safe to run
 # concurrently. Prints the bin directory on stdout as its last line. Exit status 3: no Go.
 set -euo pipefail
 
@@ -36,6 +36,13 @@ for lab_bin in "$CACHE"/lab/k8s-"$K8S_VERSION"-etcd-*/bin; do
       echo "cluster build: $b copied from $lab_bin" >>"$LOG"
     fi
   done
+done
+# And its etcd, when the lab built the release this Kubernetes version's kubeadm names (same flags).
+for lab_etcd in "$CACHE"/lab/k8s-*-etcd-"$ETCD_VERSION"/bin/etcd; do
+  if [ ! -x "$BIN/etcd" ] && [ -x "$lab_etcd" ]; then
+    cp "$lab_etcd" "$BIN/etcd.tmp" && mv "$BIN/etcd.tmp" "$BIN/etcd"
+    echo "cluster build: etcd copied from $lab_etcd" >>"$LOG"
+  fi
 done
 list_missing
 if [ ${#missing[@]} -eq 0 ]; then finished; echo "$BIN"; exit 0; fi

@@ -36,9 +36,11 @@ if [ ! -f "$BASE/rootfs.tar" ]; then
   echo "cluster node: debootstrap took $(( $(date +%s) - t0 ))s" | tee -a "$LOG" >&2
 fi
 
+# The key hashes contents and the node files' names relative to tests/cluster/node, never where
+# the clone or the cache is, so a new clone of the same tree finds the image it built before.
 key=$( { sha256sum "$BASE/rootfs.tar" | cut -c1-64
-         sha256sum "${DEBS[@]}"
-         find "$HERE/node" -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-12)
+         sha256sum "${DEBS[@]}" | cut -c1-64
+         cd "$HERE/node" && find . -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum | cut -c1-12)
 IMAGE="localhost/bosun-cluster-node:$key"
 if podman image exists "$IMAGE"; then echo "$IMAGE"; exit 0; fi
 

@@ -9,7 +9,7 @@
 #   5. the control-plane/addon images kubeadm wants (build-images.sh), as OCI archives.
 # Each step rebuilds only what is missing. Writes the results to
 # $BOSUN_CACHE_DIR/cluster/current.env (sourced by cluster.sh) and to versions/<version>.env,
-# and prints them. Another Kubernetes version: BOSUN_K8S_VERSION, with the etcd and CoreDNS
+# and prints them (`build.sh --packages-only`: step 1 alone). Another Kubernetes version: BOSUN_K8S_VERSION, with the etcd and CoreDNS
 # versions its kubeadm names (build-images.sh says which when they differ), e.g.
 #   BOSUN_K8S_VERSION=v1.33.13 BOSUN_CLUSTER_ETCD_VERSION=v3.5.24 BOSUN_COREDNS_VERSION=v1.12.0 build.sh
 set -euo pipefail
@@ -32,8 +32,12 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
   echo "cluster build: apt-get install ${need[*]}" >&2
+  apt-get update -q >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need[@]}" >&2
 fi
+# --packages-only: stop here (.ci/run installs them before it starts the builds in the
+# background, so that no two apt-get runs wait for each other's lock).
+if [ "${1:-}" = --packages-only ]; then exit 0; fi
 
 gobin=$("$HERE/build-go.sh" | tail -n1)
 repo=$("$HERE/build-debs.sh" "$gobin" | tail -n1)

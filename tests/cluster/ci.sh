@@ -10,14 +10,24 @@
 # again (a second minor needs its own etcd and CoreDNS too). The minor upgrade v1.33.13 ->
 # v1.34.4 is the documented command in docs/lab.md (`tests/cluster/test-bosun-upgrade.sh`).
 # Needs root (privileged node containers, a bridge network, iptables).
+#
+#   ci.sh                    build (a no-op when cached), then test
+#   ci.sh --build-only       just the builds (.ci/run starts them early, in the background)
+#   ci.sh --packages-only    just the host packages the builds need (apt-get, as root)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 FROM="${BOSUN_CI_FROM:-v1.34.3}"
 TO="${BOSUN_CI_TO:-v1.34.4}"
+case "${1:-}" in
+  "" | --build-only | --packages-only) ;;
+  *) echo "ci.sh: unknown argument '$1' (--build-only, --packages-only or nothing)" >&2; exit 2 ;;
+esac
+if [ "${1:-}" = --packages-only ]; then exec "$HERE/build.sh" --packages-only; fi
 t0=$(date +%s)
 # The target version last, so that it stays the default build (current.env) for cluster.sh.
 BOSUN_K8S_VERSION="$FROM" "$HERE/build.sh" >/dev/null
 BOSUN_K8S_VERSION="$TO" "$HERE/build.sh" >/dev/null
 echo "cluster ci: builds of $FROM and $TO ready in $(( $(date +%s) - t0 ))s"
+if [ "${1:-}" = --build-only ]; then exit 0; fi
 "$HERE/test-bosun-upgrade.sh" "$FROM" "$TO"
 echo "cluster ci: done in $(( $(date +%s) - t0 ))s"

@@ -10,7 +10,10 @@
 set -euo pipefail
 
 K8S_VERSION="${BOSUN_K8S_VERSION:-v1.34.4}"
-ETCD_VERSION="${BOSUN_ETCD_VERSION:-v3.6.16}"
+# etcd: the release kubeadm v1.34 names for its etcd image (`kubeadm config images list`), so the
+# real-node cluster's build (tests/cluster/build-go.sh) copies this binary instead of building
+# etcd a second time on a new machine.
+ETCD_VERSION="${BOSUN_ETCD_VERSION:-v3.6.5}"
 CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
 OUT="$CACHE/lab/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 K8S_BINS=(kube-apiserver kubeadm kubectl kube-controller-manager)
