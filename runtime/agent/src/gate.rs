@@ -123,9 +123,13 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
     let cluster = ClusterState {
         version: cluster_version(&agent.client).await,
         annotations: cluster_annotations(&agent.client).await,
-        control_plane: control_plane(&agent.client, &control_planes)
-            .await
-            .map_err(|e| Error::Gate(e.to_string()))?,
+        control_plane: control_plane(
+            &agent.client,
+            &control_planes,
+            task.metadata.resource_version.as_deref(),
+        )
+        .await
+        .map_err(|e| Error::Gate(e.to_string()))?,
     };
     let host_root = agent.host.config().host_root.clone();
     // os-release, arch, kernel and kubeadm exactly as a plugin's `facts.node` sees them.

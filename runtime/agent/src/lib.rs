@@ -103,6 +103,9 @@ pub struct Agent {
     /// here, so the node's facts have likely changed (an upgraded kubelet, renewed
     /// certificates).
     pub report_now: Arc<tokio::sync::Notify>,
+    /// Task name → reconciles of it that failed in a row (see [`error_policy`]); removed by
+    /// the next one that succeeds.
+    failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 impl Agent {
@@ -128,6 +131,7 @@ impl Agent {
             preflight: Default::default(),
             facts_written: Default::default(),
             report_now: Default::default(),
+            failures: Default::default(),
         }
     }
 
@@ -260,10 +264,44 @@ pub fn task_selector(node_name: &str, instance: Option<&str>) -> String {
     )
 }
 
-/// Retry a failed reconcile (an API error) a little later.
-pub fn error_policy(task: Arc<NodeTask>, error: &Error, _agent: Arc<Agent>) -> Action {
-    tracing::warn!(task = %task.name_any(), %error, "agent reconcile failed; retrying in 5s");
-    Action::requeue(Duration::from_secs(5))
+/// The wait before the first retry of a failed reconcile.
+pub const RETRY_FIRST: Duration = Duration::from_secs(5);
+/// The longest wait between retries of a reconcile that keeps failing.
+pub const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The wait before retrying a reconcile that failed `failures` times in a row (1: the first
+/// failure): [`RETRY_FIRST`], doubled with each further failure up to [`RETRY_MAX`], then
+/// ±25 % picked by `seed` (a hash of node and task) so that agents that failed together do
+/// not all come back together. At 1,000 nodes a fixed 5 s kept an overloaded API server
+/// overloaded (docs/benchmarks.md).
+pub fn retry_wait(failures: u32, seed: u64) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    let wait = RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX);
+    // A xorshift of the seed and the count picks a factor in [0.75, 1.25).
+    let mut x = (seed ^ u64::from(failures).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    let permille = 750 + (x % 500) as u32;
+    wait * permille / 1000
+}
+
+/// Retry a failed reconcile (an API error) later: see [`retry_wait`].
+pub fn error_policy(task: Arc<NodeTask>, error: &Error, agent: Arc<Agent>) -> Action {
+    let name = task.name_any();
+    let failures = {
+        let mut failures = agent
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = failures.entry(name.clone()).or_default();
+        *n = n.saturating_add(1);
+        *n
+    };
+    let seed = bosun_cluster::watch::seed_of(&format!("{}/{name}", agent.node_name));
+    let wait = retry_wait(failures, seed);
+    tracing::warn!(task = %name, %error, failures, retry_in = ?wait, "agent reconcile failed; retrying");
+    Action::requeue(wait)
 }
 
 /// One look at one of this node's NodeTasks: run its next agent step if it is its turn.
@@ -274,6 +312,19 @@ pub fn error_policy(task: Arc<NodeTask>, error: &Error, _agent: Arc<Agent>) -> A
 /// tell an interrupted step; runs the plugin at most once per attempt, and a result whose
 /// write failed is sent again (see [`StepRun`]) instead of the step staying Running.
 pub async fn reconcile(task: Arc<NodeTask>, agent: Arc<Agent>) -> Result<Action, Error> {
+    let result = reconcile_once(&task, &agent).await;
+    if result.is_ok() {
+        agent
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&task.name_any());
+    }
+    result
+}
+
+async fn reconcile_once(task: &Arc<NodeTask>, agent: &Arc<Agent>) -> Result<Action, Error> {
+    let (task, agent) = (task.clone(), agent.clone());
     if task.spec.node_name != agent.node_name {
         return Ok(Action::await_change());
     }
@@ -725,6 +776,37 @@ mod result_retry_tests {
             RESULT_RETRY_MAX,
             "no overflow however many failures"
         );
+    }
+
+    /// A reconcile that keeps failing waits longer each time (5 s doubled up to 60 s, each
+    /// ±25 %), and agents that failed together spread out.
+    #[test]
+    fn a_failing_reconcile_backs_off_with_jitter_up_to_the_maximum() {
+        let within = |wait: Duration, base: Duration| wait >= base * 3 / 4 && wait < base * 5 / 4;
+        for seed in [1, 42, seed_for("fleet-0001"), seed_for("fleet-0002")] {
+            let bases = [5, 10, 20, 40, 60, 60, 60];
+            for (failures, base) in (1..).zip(bases) {
+                let wait = retry_wait(failures, seed);
+                assert!(
+                    within(wait, Duration::from_secs(base)),
+                    "failure {failures}, seed {seed}: {wait:?} is not within 25 % of {base}s"
+                );
+            }
+            assert!(within(retry_wait(u32::MAX, seed), RETRY_MAX));
+        }
+        // A thousand agents' first retries do not all land in the same second.
+        let seconds: std::collections::BTreeSet<u128> = (0..1000)
+            .map(|i| retry_wait(1, seed_for(&format!("fleet-{i:04}"))).as_millis() / 100)
+            .collect();
+        assert!(
+            seconds.len() >= 20,
+            "first retries fall in {} tenths of a second",
+            seconds.len()
+        );
+    }
+
+    fn seed_for(node: &str) -> u64 {
+        bosun_cluster::watch::seed_of(&format!("{node}/op-{node}"))
     }
 }
 

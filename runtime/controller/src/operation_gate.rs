@@ -127,7 +127,7 @@ pub async fn decide(
         cluster: ClusterState {
             version: cluster_version(client).await,
             annotations: cluster_annotations(client).await,
-            control_plane: control_plane(client, &all).await?,
+            control_plane: control_plane(client, &all, None).await?,
         },
         now: Timestamp::now().to_string(),
     };
