@@ -438,17 +438,8 @@ mod tests {
     }
 
     async fn cordon_pass(client: &Client, started: Timestamp) -> StepOutcome {
-        let spec = bosun_api::node_task::NodeTaskSpec {
-            operation: "op".into(),
-            node_name: "w1".into(),
-            group: "g".into(),
-            steps: vec![],
-            dry_run: false,
-            step_timeout_seconds: None,
-            approve: false,
-            recovery: None,
-        };
-        let task = bosun_api::node_task::NodeTask::new("op-w1", spec);
+        let task =
+            bosun_api::node_task::NodeTask::new("op-w1", crate::fake_api::task_spec("op", "w1"));
         let step: Step = serde_json::from_value(
             json!({ "name": "cordon", "runsOn": "controller", "action": "cordon" }),
         )

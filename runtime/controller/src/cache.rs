@@ -451,24 +451,14 @@ impl Caches {
 
 #[cfg(test)]
 mod tests {
-    use bosun_api::node_task::{NodeTaskPhase, NodeTaskSpec, NodeTaskStatus};
+    use bosun_api::node_task::{NodeTaskPhase, NodeTaskStatus};
     use serde_json::json;
 
     use super::*;
     use kube::ResourceExt;
 
     fn task(name: &str, rv: &str, phase: NodeTaskPhase) -> NodeTask {
-        let spec = NodeTaskSpec {
-            operation: "op".into(),
-            node_name: name.into(),
-            group: "g".into(),
-            steps: vec![],
-            dry_run: false,
-            step_timeout_seconds: None,
-            approve: false,
-            recovery: None,
-        };
-        let mut t = NodeTask::new(name, spec);
+        let mut t = NodeTask::new(name, crate::fake_api::task_spec("op", name));
         t.metadata.resource_version = Some(rv.into());
         t.status = Some(NodeTaskStatus {
             phase,

@@ -139,6 +139,30 @@ pub fn fake_answers(
     (Client::new(service, "default"), seen)
 }
 
+/// The spec of a NodeTask of `operation` on `node`, group `g`, with no steps (tests add
+/// the steps they need).
+pub fn task_spec(operation: &str, node: &str) -> bosun_api::node_task::NodeTaskSpec {
+    bosun_api::node_task::NodeTaskSpec {
+        operation: operation.into(),
+        node_name: node.into(),
+        group: "g".into(),
+        steps: vec![],
+        dry_run: false,
+        step_timeout_seconds: None,
+        approve: false,
+        recovery: None,
+    }
+}
+
+/// A Node `name` whose Ready condition is True, as the Node watch would show it.
+pub fn ready_node(name: &str) -> k8s_openapi::api::core::v1::Node {
+    serde_json::from_value(
+        json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name },
+        "status": { "conditions": [{ "type": "Ready", "status": "True" }] } }),
+    )
+    .unwrap()
+}
+
 /// A controller context on `client` (no instance, field manager `bosun-controller`), with
 /// Node and NodeTask stores listed empty.
 pub fn context(client: Client) -> Context {

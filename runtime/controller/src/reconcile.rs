@@ -1144,7 +1144,7 @@ fn step_attempts(status: &bosun_api::node_task::NodeTaskStatus, step: &str) -> u
 
 #[cfg(test)]
 mod tests {
-    use bosun_api::node_task::{NodeTaskSpec, NodeTaskStatus};
+    use bosun_api::node_task::NodeTaskStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     use super::*;
@@ -1152,17 +1152,7 @@ mod tests {
     use crate::fake_api::{context, fake};
 
     fn pending() -> NodeTask {
-        let spec = NodeTaskSpec {
-            operation: "second".into(),
-            node_name: "w1".into(),
-            group: "g".into(),
-            steps: vec![],
-            dry_run: false,
-            step_timeout_seconds: None,
-            approve: false,
-            recovery: None,
-        };
-        let mut t = NodeTask::new("second-w1", spec);
+        let mut t = NodeTask::new("second-w1", crate::fake_api::task_spec("second", "w1"));
         t.status = Some(NodeTaskStatus::default());
         t
     }
@@ -1257,9 +1247,7 @@ mod tests {
             }
         });
         // The Node watch shows both nodes; the NodeTask watch shows no task.
-        let node = |n: &str| -> Node {
-            serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": n }, "status": { "conditions": [{ "type": "Ready", "status": "True" }] } })).unwrap()
-        };
+        let node = crate::fake_api::ready_node;
         let mut ctx = context(client);
         ctx.caches = Arc::new(crate::cache::Caches::listed(
             vec![node("w1"), node("w2")],
@@ -1327,9 +1315,7 @@ mod tests {
                 req.body.clone()
             }
         });
-        let node = |n: &str| -> Node {
-            serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": n }, "status": { "conditions": [{ "type": "Ready", "status": "True" }] } })).unwrap()
-        };
+        let node = crate::fake_api::ready_node;
         let mut ctx = context(client);
         ctx.caches = Arc::new(crate::cache::Caches::listed(
             vec![node("w1"), node("w2")],
