@@ -277,13 +277,9 @@ pub const RETRY_MAX: Duration = Duration::from_secs(60);
 pub fn retry_wait(failures: u32, seed: u64) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     let wait = RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX);
-    // A xorshift of the seed and the count picks a factor in [0.75, 1.25).
-    let mut x = (seed ^ u64::from(failures).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    let permille = 750 + (x % 500) as u32;
-    wait * permille / 1000
+    // A xorshift of the seed and the count picks the factor.
+    let x = (seed ^ u64::from(failures).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
+    bosun_cluster::watch::jittered(wait, bosun_cluster::watch::xorshift(x))
 }
 
 /// Retry a failed reconcile (an API error) later: see [`retry_wait`].

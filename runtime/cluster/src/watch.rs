@@ -58,14 +58,25 @@ impl WatchBackoff {
         wait
     }
 
-    /// ±25 %: a xorshift of the seed picks a factor in [0.75, 1.25).
+    /// ±25 %: the next xorshift of the seed picks the factor ([`jittered`]).
     fn jitter(&mut self, wait: Duration) -> Duration {
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        let permille = 750 + (self.seed % 500);
-        wait * u32::try_from(permille).unwrap_or(1000) / 1000
+        self.seed = xorshift(self.seed);
+        jittered(wait, self.seed)
     }
+}
+
+/// One xorshift step: the next pseudo-random value after `x` (never 0 when `x` is not).
+pub fn xorshift(mut x: u64) -> u64 {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x
+}
+
+/// `wait` times a factor in [0.75, 1.25) that `x` picks (±25 % jitter).
+pub fn jittered(wait: Duration, x: u64) -> Duration {
+    let permille = 750 + (x % 500);
+    wait * u32::try_from(permille).unwrap_or(1000) / 1000
 }
 
 impl Iterator for WatchBackoff {
