@@ -5,10 +5,11 @@
 # denies the upgrade, the upgrade Operation with its control plane's agent killed in the middle
 # of `kubeadm upgrade apply`, and a certificate renewal, on 1 control plane and 1 worker.
 #
-# CI runs a patch upgrade (BOSUN_CI_FROM, default v1.34.3 -> v1.34.4): a second patch release
-# wants the same etcd, CoreDNS and pause as the first, so only the Kubernetes binaries are built
-# again (a second minor needs its own etcd and CoreDNS too). The minor upgrade v1.33.13 ->
-# v1.34.4 is the documented command in docs/lab.md (`tests/cluster/test-bosun-upgrade.sh`).
+# CI runs the minor upgrade v1.33.13 -> v1.34.4 (BOSUN_CI_FROM / BOSUN_CI_TO override it). A
+# second minor wants its own etcd and CoreDNS (v1.33.13's kubeadm names etcd 3.5.24 and CoreDNS
+# 1.12.0; v1.34.4's names 3.6.5 and 1.12.1), so FROM is built with those
+# (BOSUN_CI_FROM_ETCD / BOSUN_CI_FROM_COREDNS). A patch FROM such as v1.34.3 wants TO's: pass
+# both empty, and build-go.sh's defaults (v1.34's) are used.
 # Needs root (privileged node containers, a bridge network, iptables).
 #
 #   ci.sh                    build (a no-op when cached), then test
@@ -16,7 +17,9 @@
 #   ci.sh --packages-only    just the host packages the builds need (apt-get, as root)
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-FROM="${BOSUN_CI_FROM:-v1.34.3}"
+FROM="${BOSUN_CI_FROM:-v1.33.13}"
+FROM_ETCD="${BOSUN_CI_FROM_ETCD-v3.5.24}"
+FROM_COREDNS="${BOSUN_CI_FROM_COREDNS-v1.12.0}"
 TO="${BOSUN_CI_TO:-v1.34.4}"
 case "${1:-}" in
   "" | --build-only | --packages-only) ;;
@@ -25,7 +28,10 @@ esac
 if [ "${1:-}" = --packages-only ]; then exec "$HERE/build.sh" --packages-only; fi
 t0=$(date +%s)
 # The target version last, so that it stays the default build (current.env) for cluster.sh.
-BOSUN_K8S_VERSION="$FROM" "$HERE/build.sh" >/dev/null
+from_env=(BOSUN_K8S_VERSION="$FROM")
+[ -z "$FROM_ETCD" ] || from_env+=(BOSUN_CLUSTER_ETCD_VERSION="$FROM_ETCD")
+[ -z "$FROM_COREDNS" ] || from_env+=(BOSUN_COREDNS_VERSION="$FROM_COREDNS")
+env "${from_env[@]}" "$HERE/build.sh" >/dev/null
 BOSUN_K8S_VERSION="$TO" "$HERE/build.sh" >/dev/null
 echo "cluster ci: builds of $FROM and $TO ready in $(( $(date +%s) - t0 ))s"
 if [ "${1:-}" = --build-only ]; then exit 0; fi
