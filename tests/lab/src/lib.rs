@@ -37,3 +37,12 @@ pub use lab::{
 };
 pub use nodes::{LabNode, Role};
 pub use options::{DEFAULT_CONTROL_PLANES, DEFAULT_NODES, DEFAULT_PORT_BASE, LabOptions, Ports};
+
+/// The real-node cluster lab's script (`lab cluster ...`): `$BOSUN_CLUSTER_SCRIPT`, or
+/// `tests/cluster/cluster.sh` of the checkout this binary was built from.
+pub fn cluster_script() -> std::path::PathBuf {
+    match std::env::var_os("BOSUN_CLUSTER_SCRIPT") {
+        Some(path) if !path.is_empty() => path.into(),
+        _ => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cluster/cluster.sh"),
+    }
+}

@@ -48,6 +48,17 @@ enum Command {
         #[command(subcommand)]
         command: NodesCommand,
     },
+    /// The real-node cluster lab (kubeadm nodes in podman containers; needs root): runs
+    /// tests/cluster/cluster.sh with these arguments, e.g. `lab cluster up --version v1.33.13
+    /// --control-planes 2 --workers 1`, `lab cluster status`, `lab cluster env`, `lab cluster
+    /// down` (docs/lab.md, "The real-node cluster lab").
+    #[command(disable_help_flag = true)]
+    Cluster {
+        /// up [--control-planes M] [--workers N] [--version vX.Y.Z] | load-images vX.Y.Z |
+        /// import DIR | check-nodes vX.Y.Z | status | env | down | check-clean
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Stop the lab's processes; keeps PKI, etcd data and node roots unless --purge.
     Down {
         /// Also delete the state directory's contents.
@@ -170,6 +181,17 @@ async fn run(cli: Cli) -> Result<()> {
                     );
                 }
             }
+        }
+        Command::Cluster { args } => {
+            let script = bosun_lab::cluster_script();
+            // exec: the script's output, exit status and signals are the command's own.
+            let err = std::os::unix::process::CommandExt::exec(
+                std::process::Command::new("bash").arg(&script).args(&args),
+            );
+            anyhow::bail!(
+                "could not run {} ({err}); set BOSUN_CLUSTER_SCRIPT to tests/cluster/cluster.sh of a Bosun checkout",
+                script.display()
+            );
         }
         Command::Down { purge } => {
             let stopped = bosun_lab::down(&opts.state_dir, purge).await?;
