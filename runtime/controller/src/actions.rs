@@ -118,7 +118,8 @@ pub fn keep_waiting_or_fail(
 }
 
 /// Runs one pass of the controller step `step` on `node`. `started` is when the step first
-/// started (from its status), `now` the time of this pass.
+/// started (from its status), `now` the time of this pass. `known`: the task's Node as the
+/// controller's watch shows it, if it does (see [`set_unschedulable`]).
 pub async fn run_step(
     client: &Client,
     events: &crate::events::Events,
@@ -126,6 +127,7 @@ pub async fn run_step(
     task: &bosun_api::node_task::NodeTask,
     step: &Step,
     started: Timestamp,
+    known: Option<&Node>,
 ) -> StepOutcome {
     let node = task.spec.node_name.as_str();
     let now = Timestamp::now();
@@ -136,7 +138,7 @@ pub async fn run_step(
             let cordon = step.action == controller_actions::CORDON;
             let verb = if cordon { "cordoned" } else { "uncordoned" };
             let doing = if cordon { "cordoning" } else { "uncordoning" };
-            match set_unschedulable(client, node, cordon, &task.name_any()).await {
+            match set_unschedulable(client, node, cordon, &task.name_any(), known).await {
                 Ok(change) => StepOutcome::Succeeded {
                     message: match change {
                         Cordon::Patched => format!("node {node} {verb}"),
@@ -334,13 +336,38 @@ impl CordonError {
 /// differs; the same patch records the change in the node's `bosun.dev/cordon` annotation,
 /// so a repeat after a controller restart is recognised without a second write (and so is
 /// a patch that landed although its answer was lost, when the step tries again).
+///
+/// `known` is the Node as the controller's watch last showed it. When it shows that a patch
+/// is due, the patch is sent at once with that `resourceVersion` as its precondition: no
+/// read first. If the Node changed since (a 409 Conflict), or the watch shows nothing to do
+/// (which a watch behind this controller's own last patch could show wrongly), the Node is
+/// read from the API server and the decision made again on what it says. So a patch is
+/// always decided on the Node as it is, and a cordon or uncordon in the usual order costs
+/// one request instead of two.
 pub async fn set_unschedulable(
     client: &Client,
     node: &str,
     value: bool,
     task: &str,
+    known: Option<&Node>,
 ) -> Result<Cordon, CordonError> {
     let nodes: Api<Node> = Api::all(client.clone());
+    if let Some(known) = known
+        && let Some(version) = known.metadata.resource_version.as_deref()
+        && cordon_decision(unschedulable_of(known), mark_of(known), value, task).is_none()
+    {
+        match patch_unschedulable(&nodes, node, value, task, Some(version)).await {
+            Ok(()) => return Ok(Cordon::Patched),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(%node, "the Node changed since the watch showed it; reading it");
+            }
+            Err(e) => {
+                return Err(CordonError::api(format!(
+                    "patching node {node} spec.unschedulable={value}"
+                ))(e));
+            }
+        }
+    }
     let current = nodes
         .get_opt(node)
         .await
@@ -351,34 +378,61 @@ pub async fn set_unschedulable(
             transient: false,
         });
     };
-    let unschedulable = current
-        .spec
+    if let Some(found) = cordon_decision(unschedulable_of(&current), mark_of(&current), value, task)
+    {
+        return Ok(found);
+    }
+    patch_unschedulable(&nodes, node, value, task, None)
+        .await
+        .map_err(CordonError::api(format!(
+            "patching node {node} spec.unschedulable={value}"
+        )))?;
+    Ok(Cordon::Patched)
+}
+
+/// The node's `spec.unschedulable` (false when unset).
+fn unschedulable_of(node: &Node) -> bool {
+    node.spec
         .as_ref()
         .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
-    let mark = current
-        .metadata
+        .unwrap_or(false)
+}
+
+/// The node's `bosun.dev/cordon` annotation.
+fn mark_of(node: &Node) -> Option<&str> {
+    node.metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(bosun_api::labels::annotations::CORDON))
-        .map(String::as_str);
-    if let Some(found) = cordon_decision(unschedulable, mark, value, task) {
-        return Ok(found);
+        .map(String::as_str)
+}
+
+/// One merge patch: `spec.unschedulable` and this task's mark; with `precondition`, the API
+/// server refuses it (409) unless the Node is still at that `resourceVersion`.
+async fn patch_unschedulable(
+    nodes: &Api<Node>,
+    node: &str,
+    value: bool,
+    task: &str,
+    precondition: Option<&str>,
+) -> Result<(), kube::Error> {
+    let mut metadata = json!({
+        "annotations": { bosun_api::labels::annotations::CORDON: cordon_mark(task, value) }
+    });
+    if let Some(version) = precondition {
+        metadata["resourceVersion"] = json!(version);
     }
     nodes
         .patch(
             node,
             &PatchParams::default(),
             &Patch::Merge(json!({
-                "metadata": { "annotations": { bosun_api::labels::annotations::CORDON: cordon_mark(task, value) } },
+                "metadata": metadata,
                 "spec": { "unschedulable": value },
             })),
         )
         .await
-        .map_err(CordonError::api(format!(
-            "patching node {node} spec.unschedulable={value}"
-        )))?;
-    Ok(Cordon::Patched)
+        .map(|_| ())
 }
 
 #[cfg(test)]
@@ -449,7 +503,7 @@ mod tests {
         }))
         .unwrap();
         let events = crate::events::Events::new(client.clone(), "test".into());
-        run_step(client, &events, &op, &task, &step, started).await
+        run_step(client, &events, &op, &task, &step, started, None).await
     }
 
     /// A cordon whose patch the API server answers with a 504 (it could not finish in
@@ -565,5 +619,103 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// A Node as the controller's watch would show it: `unschedulable`, the cordon mark
+    /// `mark`, at resourceVersion `version`.
+    fn node_at(version: &str, unschedulable: bool, mark: Option<&str>) -> Node {
+        let mut annotations = serde_json::Map::new();
+        if let Some(m) = mark {
+            annotations.insert(bosun_api::labels::annotations::CORDON.into(), json!(m));
+        }
+        serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Node",
+            "metadata": { "name": "w1", "resourceVersion": version, "annotations": annotations },
+            "spec": { "unschedulable": unschedulable } }))
+        .unwrap()
+    }
+
+    /// The watch shows the node schedulable: the cordon is one PATCH, carrying the watched
+    /// resourceVersion as its precondition, and no read.
+    #[tokio::test]
+    async fn a_cordon_the_watch_shows_due_is_one_patch_with_the_watched_version() {
+        let (client, seen) = crate::fake_api::fake_answers(|_| {
+            (
+                200,
+                serde_json::to_value(node_at("8", true, Some("op-w1 cordoned"))).unwrap(),
+            )
+        });
+        let known = node_at("7", false, None);
+        let done = set_unschedulable(&client, "w1", true, "op-w1", Some(&known)).await;
+        assert_eq!(done, Ok(Cordon::Patched));
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0].method, "PATCH");
+        assert_eq!(seen[0].body["metadata"]["resourceVersion"], "7");
+        assert_eq!(seen[0].body["spec"]["unschedulable"], true);
+        assert_eq!(
+            seen[0].body["metadata"]["annotations"][bosun_api::labels::annotations::CORDON],
+            "op-w1 cordoned"
+        );
+    }
+
+    /// The Node changed after the watch showed it (here: this task's own earlier patch
+    /// landed, its answer lost): the precondition fails with 409, the Node is read, and the
+    /// step is recognised as done without a second patch.
+    #[tokio::test]
+    async fn a_cordon_refused_by_its_precondition_is_decided_again_on_the_node_read() {
+        let (client, seen) = crate::fake_api::fake_answers(|req| {
+            if req.method == "PATCH" {
+                let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": "the object has been modified", "reason": "Conflict", "code": 409 });
+                return (409, status);
+            }
+            (
+                200,
+                serde_json::to_value(node_at("9", true, Some("op-w1 cordoned"))).unwrap(),
+            )
+        });
+        let stale = node_at("7", false, None);
+        let done = set_unschedulable(&client, "w1", true, "op-w1", Some(&stale)).await;
+        assert_eq!(done, Ok(Cordon::DoneByThisTask));
+        let methods: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.method.clone())
+            .collect();
+        assert_eq!(methods, ["PATCH", "GET"]);
+    }
+
+    /// The watch shows nothing to do (a watch behind this controller's own last patch
+    /// could): that is never trusted alone. The Node is read, and here it is still
+    /// cordoned by this task's cordon, so the uncordon patches it (without a precondition,
+    /// on the Node as read).
+    #[tokio::test]
+    async fn an_uncordon_the_watch_shows_already_done_is_checked_with_a_read() {
+        let (client, seen) = crate::fake_api::fake_answers(|req| {
+            if req.method == "PATCH" {
+                return (
+                    200,
+                    serde_json::to_value(node_at("10", false, Some("op-w1 uncordoned"))).unwrap(),
+                );
+            }
+            (
+                200,
+                serde_json::to_value(node_at("9", true, Some("op-w1 cordoned"))).unwrap(),
+            )
+        });
+        // A watch that has not yet shown the cordon.
+        let behind = node_at("5", false, None);
+        let done = set_unschedulable(&client, "w1", false, "op-w1", Some(&behind)).await;
+        assert_eq!(done, Ok(Cordon::Patched));
+        let seen = seen.lock().unwrap();
+        let methods: Vec<&str> = seen.iter().map(|r| r.method.as_str()).collect();
+        assert_eq!(methods, ["GET", "PATCH"]);
+        assert!(
+            seen[1].body["metadata"].get("resourceVersion").is_none(),
+            "{:?}",
+            seen[1].body
+        );
+        assert_eq!(seen[1].body["spec"]["unschedulable"], false);
     }
 }

@@ -44,7 +44,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::client::Body;
-use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
@@ -272,6 +272,11 @@ impl Caches {
     /// Every Node in the store.
     pub fn nodes(&self) -> Vec<Arc<Node>> {
         self.nodes.state()
+    }
+
+    /// The Node `name` as the store holds it, if it does.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&ObjectRef::new(name))
     }
 
     /// The NodeTasks (of this instance) that `keep` accepts, as of a moment no earlier than

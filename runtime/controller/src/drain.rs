@@ -262,7 +262,7 @@ pub async fn pass(
     task: &str,
     spec: &DrainSpec,
 ) -> Result<Pass, String> {
-    crate::actions::set_unschedulable(client, node, true, task)
+    crate::actions::set_unschedulable(client, node, true, task, None)
         .await
         .map_err(|e| e.message)?;
     let pods_api: Api<Pod> = Api::all(client.clone());

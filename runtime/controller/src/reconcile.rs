@@ -934,6 +934,7 @@ async fn advance_running_task(
                     .as_ref()
                     .map_or_else(|| step_attempts(&status, &step.name) + 1, |p| p.attempts);
                 let span = tracing::info_span!("step", node = %task.spec.node_name, step = %step.name, plugin = "");
+                let known = ctx.caches.node(&task.spec.node_name);
                 let outcome = crate::actions::run_step(
                     &ctx.client,
                     &ctx.events,
@@ -941,6 +942,7 @@ async fn advance_running_task(
                     task,
                     &step,
                     started,
+                    known.as_deref(),
                 )
                 .instrument(span)
                 .await;
