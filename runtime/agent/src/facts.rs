@@ -212,9 +212,15 @@ pub fn carried(
 }
 
 /// Reads `before` for a step start write of task `task` and remembers it (see
-/// [`Written`]). Returns it as written.
-pub async fn read_before(agent: &Agent, task: &NodeTask) -> serde_json::Value {
-    let facts = collect(agent).await;
+/// [`Written`]). Returns it as written. `kubelet_version` is what this agent's Node reported
+/// when the step gate read it a moment before (the same reconcile), so the Node is not read
+/// twice for one step start.
+pub async fn read_before(
+    agent: &Agent,
+    task: &NodeTask,
+    kubelet_version: Option<String>,
+) -> serde_json::Value {
+    let facts = collect_with(agent, kubelet_version).await;
     log_read(&task.name_any(), Stage::Before, &facts);
     let written = body(&facts);
     agent
@@ -323,6 +329,11 @@ pub async fn collect(agent: &Agent) -> NodeFacts {
             None
         }
     };
+    collect_with(agent, kubelet_version).await
+}
+
+/// [`collect`] with the kubelet version already read from the Node.
+async fn collect_with(agent: &Agent, kubelet_version: Option<String>) -> NodeFacts {
     let host = agent.host.clone();
     let node = bosun_host::NodeContext {
         node_name: agent.node_name.clone(),

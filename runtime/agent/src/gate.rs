@@ -170,6 +170,11 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
 }
 
 impl Prepared {
+    /// The kubelet version this agent's Node reported when the gate read it.
+    pub fn kubelet_version(&self) -> Option<String> {
+        self.node.kubelet_version.clone()
+    }
+
     /// The context the host gives the plugin.
     pub fn node_context(&self) -> NodeContext {
         NodeContext {

@@ -418,7 +418,11 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         .and_then(|s| s.node_facts.as_ref())
         .is_some_and(|f| f.before.is_some());
     if index == first && !has_before && !carried.contains_key("before") {
-        carried.insert("before".into(), facts::read_before(agent, task).await);
+        let kubelet = prepared.kubelet_version();
+        carried.insert(
+            "before".into(),
+            facts::read_before(agent, task, kubelet).await,
+        );
     }
     let started = Timestamp::now();
     let clock = Instant::now();
