@@ -478,6 +478,13 @@ pub struct RunResult {
     pub wall: Duration,
     /// Request counts during the run, by (verb, resource, subresource).
     pub requests: BTreeMap<metrics::Key, f64>,
+    /// The API server's seconds serving them (a WATCH: while it was open), same keys.
+    pub server_seconds: BTreeMap<metrics::Key, f64>,
+    /// Watches the API server's watch cache closed because the client fell behind, by
+    /// resource.
+    pub terminated_watchers: BTreeMap<String, f64>,
+    /// Seconds requests waited in API Priority and Fairness queues, by priority level.
+    pub queue_wait: BTreeMap<String, f64>,
     /// Writes by resource during the run.
     pub writes: BTreeMap<String, f64>,
     /// Node-steps run (nodes × steps).
@@ -489,11 +496,17 @@ pub struct RunResult {
     /// Operation GETs the bench itself made while waiting (in `requests`).
     pub own_gets: u64,
     pub controller_cpu_secs: f64,
+    /// CPU seconds during the run of the other processes on the machine's cores: the lab's
+    /// etcd, kube-apiserver and kube-controller-manager, and this process (the fleet's
+    /// agents and the bench's own watches). Where the cores went.
+    pub cpu_secs: Vec<(String, f64)>,
     pub controller_hwm_kib: u64,
     pub controller_rss_kib: u64,
     /// Between one task's last step finishing and the next task's first step starting,
     /// in start order (only with parallelism 1).
     pub gaps: Option<Spread>,
+    /// Where the tasks' time went ([`phases_ms`]).
+    pub phases: Vec<(String, Spread)>,
     /// Every task Succeeded.
     pub all_succeeded: bool,
     /// Whether a step ran twice or a task was created twice (a failed run unless
@@ -754,6 +767,7 @@ pub async fn run_once(
     let name = bosun_e2e::unique(&format!("fleet-{}", max_unavailable.replace('%', "pct")));
     let ops: Api<Operation> = Api::all(client.clone());
     let ctl_before = procfs::sample(env.controller.pid())?;
+    let cpu_before = cpu_by_process(&env.lab.state_dir);
     let before = metrics::scrape(&client).await?;
     let started = Instant::now();
     ops.create(
@@ -817,6 +831,17 @@ pub async fn run_once(
     // Let the last writes' events arrive before reading the counters.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = metrics::scrape(&client).await?;
+    let cpu_after = cpu_by_process(&env.lab.state_dir);
+    let cpu_secs = cpu_after
+        .iter()
+        .map(|(name, after)| {
+            let before = cpu_before
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0.0, |(_, b)| *b);
+            (name.clone(), after - before)
+        })
+        .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let ctl_after = procfs::sample(env.controller.pid())?;
     // After a restart: the old process's share up to the kill, and the new one's whole.
@@ -838,6 +863,18 @@ pub async fn run_once(
     }
     let requests = metrics::delta(&after.requests, &before.requests);
     let writes = metrics::writes_by_resource(&requests);
+    let server_seconds = metrics::delta(&after.seconds, &before.seconds);
+    let by_middle = |m: BTreeMap<metrics::Key, f64>| -> BTreeMap<String, f64> {
+        m.into_iter().map(|((_, r, _), v)| (r, v)).collect()
+    };
+    let by_first = |m: BTreeMap<metrics::Key, f64>| -> BTreeMap<String, f64> {
+        m.into_iter().map(|((p, _, _), v)| (p, v)).collect()
+    };
+    let terminated_watchers = by_middle(metrics::delta(
+        &after.terminated_watchers,
+        &before.terminated_watchers,
+    ));
+    let queue_wait = by_first(metrics::delta(&after.queue_wait, &before.queue_wait));
 
     let tasks: Api<NodeTask> = Api::all(client.clone());
     let list = tasks
@@ -870,21 +907,27 @@ pub async fn run_once(
     };
     let steps_per_task = 3;
     let gaps = (parallel == 1).then(|| Spread::of(gaps_ms(&list.items)));
+    let phases = phases_ms(&list.items);
     let mut result = RunResult {
         max_unavailable: max_unavailable.into(),
         parallel,
         nodes: env.nodes.len(),
         wall,
         requests,
+        server_seconds,
+        terminated_watchers,
+        queue_wait,
         writes,
         node_steps: env.nodes.len() * steps_per_task,
         changes,
         relisted,
         own_gets,
         controller_cpu_secs,
+        cpu_secs,
         controller_hwm_kib,
         controller_rss_kib: ctl_after.rss_kib,
         gaps,
+        phases,
         all_succeeded,
         once,
         restart,
@@ -924,6 +967,60 @@ pub fn gaps_ms(tasks: &[NodeTask]) -> Vec<f64> {
         .windows(2)
         .map(|w| (w[1].0 - w[0].1) as f64 / 1000.0)
         .collect()
+}
+
+/// Where the tasks' time went, from their recorded step times: for each step (in the
+/// tasks' order) how long it ran, and between consecutive steps how long the next one took
+/// to start (the hand-over between controller and agent: a status write, a watch event, a
+/// reconcile, the step gate's reads); and first, when each task's first step started,
+/// counted from the earliest (how long starting every task took).
+pub fn phases_ms(tasks: &[NodeTask]) -> Vec<(String, Spread)> {
+    let Some(first) = tasks.first() else {
+        return Vec::new();
+    };
+    let names: Vec<&str> = first.spec.steps.iter().map(|s| s.name.as_str()).collect();
+    let times = |t: &NodeTask, name: &str| -> Option<(i64, i64)> {
+        let step = t.status.as_ref()?.steps.iter().find(|s| s.name == name)?;
+        Some((
+            step.started_at.as_ref()?.0.as_microsecond(),
+            step.finished_at.as_ref()?.0.as_microsecond(),
+        ))
+    };
+    let ms = |us: i64| us as f64 / 1000.0;
+    let mut out = Vec::new();
+    let starts: Vec<i64> = tasks
+        .iter()
+        .filter_map(|t| times(t, names.first()?).map(|(s, _)| s))
+        .collect();
+    if let Some(earliest) = starts.iter().min() {
+        out.push((
+            format!("{} started, after the earliest task's", names[0]),
+            Spread::of(starts.iter().map(|s| ms(s - earliest)).collect()),
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        out.push((
+            format!("{name} ran"),
+            Spread::of(
+                tasks
+                    .iter()
+                    .filter_map(|t| times(t, name).map(|(s, f)| ms(f - s)))
+                    .collect(),
+            ),
+        ));
+        if let Some(next) = names.get(i + 1) {
+            out.push((
+                format!("{name} finished -> {next} started"),
+                Spread::of(
+                    tasks
+                        .iter()
+                        .filter_map(|t| Some(ms(times(t, next)?.0 - times(t, name)?.1)))
+                        .collect(),
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// The floor: what the API server takes for the minimum writes of one node's work.
@@ -996,6 +1093,22 @@ pub async fn run_floor(client: &Client, nodes: &[String], parallel: usize) -> Re
     })
 }
 
+/// CPU seconds so far of the lab's running daemons and of this process (the fleet), by name.
+fn cpu_by_process(state_dir: &Path) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = bosun_lab::LabPaths::new(state_dir)
+        .daemons()
+        .iter()
+        .filter_map(|d| {
+            let pid = d.running_pid()?;
+            Some((d.name.to_string(), procfs::sample(pid).ok()?.cpu_secs))
+        })
+        .collect();
+    if let Ok(own) = procfs::own() {
+        out.push(("fleet (this process)".to_string(), own.cpu_secs));
+    }
+    out
+}
+
 /// The machine's load average now (1, 5, 15 minutes).
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
@@ -1045,6 +1158,41 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         "  (of which Operation GETs by the bench waiting: {})",
         r.own_gets
     );
+    // Where the API server's time went: the request kinds it spent the most seconds on
+    // (WATCHes excluded: their seconds are the time they stayed open).
+    let mut busiest: Vec<_> = r
+        .server_seconds
+        .iter()
+        .filter(|((verb, _, _), _)| verb != "WATCH")
+        .collect();
+    busiest.sort_by(|a, b| b.1.total_cmp(a.1));
+    let served: f64 = busiest.iter().map(|(_, v)| **v).sum();
+    let _ = writeln!(
+        s,
+        "API server time serving requests (WATCH excluded): {served:.1} s; the most:"
+    );
+    for ((verb, resource, sub), secs_) in busiest.iter().take(8) {
+        let n = r
+            .requests
+            .get(&(verb.clone(), resource.clone(), sub.clone()))
+            .copied()
+            .unwrap_or(0.0);
+        let res = if sub.is_empty() {
+            resource.clone()
+        } else {
+            format!("{resource}/{sub}")
+        };
+        let _ = writeln!(
+            s,
+            "  {verb:<8} {res:<28} {secs_:.1} s over {n} ({:.1} ms each)",
+            1000.0 * *secs_ / n.max(1.0)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "watches the API server closed because their client fell behind: {:?}; seconds waited in priority-and-fairness queues: {:?}",
+        r.terminated_watchers, r.queue_wait
+    );
     let _ = writeln!(
         s,
         "writes: {:?}; Bosun's writes per node-step: {:.2} ({} node-steps)",
@@ -1073,6 +1221,19 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         r.controller_cpu_secs,
         r.controller_hwm_kib as f64 / 1024.0,
         r.controller_rss_kib as f64 / 1024.0
+    );
+    let others: Vec<String> = r
+        .cpu_secs
+        .iter()
+        .map(|(name, secs_)| format!("{name} {secs_:.1} s"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "CPU seconds during the run, of {:.1} core-seconds on {} cores: controller {:.1} s, {}",
+        secs(r.wall) * std::thread::available_parallelism().map_or(1, |n| n.get()) as f64,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        r.controller_cpu_secs,
+        others.join(", ")
     );
     let c = &r.once;
     if c.passed() {
@@ -1131,6 +1292,14 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
             g.count, g.p50_ms, g.p99_ms, g.max_ms, env.resync_seconds
         );
     }
+    let _ = writeln!(s, "where the tasks' time went (ms: p50 / p99 / max):");
+    for (what, g) in &r.phases {
+        let _ = writeln!(
+            s,
+            "  {what:<44} {:>9.1} {:>9.1} {:>9.1}  (n={})",
+            g.p50_ms, g.p99_ms, g.max_ms, g.count
+        );
+    }
     let _ = writeln!(s, "load average now: {}", load_average());
     s
 }
@@ -1160,9 +1329,9 @@ pub struct IdleResult {
     pub hwm_kib: u64,
 }
 
-/// Runs `bosun-agent` for one fleet node (`idle-0001`), idles it `idle_secs`, then runs an
-/// Operation with the no-op step on that node.
-pub async fn agent_idle(lab: &LabHandle, idle_secs: u64) -> Result<IdleResult> {
+/// Runs the agent binary `agent` for one fleet node (`idle-0001`), idles it `idle_secs`,
+/// then runs an Operation with the no-op step on that node.
+pub async fn agent_idle(lab: &LabHandle, idle_secs: u64, agent: &Path) -> Result<IdleResult> {
     let prefix = "idle-";
     let instance = bosun_e2e::unique("idle");
     let dir = work_dir(&instance);
@@ -1172,7 +1341,7 @@ pub async fn agent_idle(lab: &LabHandle, idle_secs: u64) -> Result<IdleResult> {
     prepare_roots(&nodes)?;
     let node = &nodes[0];
     let result = async {
-        let mut cmd = Command::new(bosun_e2e::binary("bosun-agent")?);
+        let mut cmd = Command::new(agent);
         cmd.env("KUBECONFIG", &lab.kubeconfig)
             .env("BOSUN_LOG", "warn")
             .arg("--instance")
@@ -1262,11 +1431,15 @@ mod tests {
                         "startedAt": at(*start), "finishedAt": at(*end) })
             })
             .collect();
+        let spec_steps: Vec<_> = steps
+            .iter()
+            .map(|s| json!({ "name": s["name"], "plugin": "good", "action": "noop" }))
+            .collect();
         serde_json::from_value(json!({
             "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask",
             "metadata": { "name": "t" },
             "spec": { "operation": "op", "nodeName": "n", "group": "g",
-                      "steps": [{ "name": "noop", "plugin": "good", "action": "noop" }] },
+                      "steps": spec_steps },
             "status": { "phase": "Succeeded", "steps": steps },
         }))
         .unwrap()
@@ -1281,6 +1454,30 @@ mod tests {
             task(&[("a", 2_030_000, 3_000_000)]),
         ];
         assert_eq!(gaps_ms(&tasks), vec![30.0, 2000.0]);
+    }
+
+    #[test]
+    fn phases_split_each_task_into_step_runs_and_hand_overs() {
+        let tasks = [
+            task(&[("a", 1_000_000, 1_010_000), ("b", 1_050_000, 1_150_000)]),
+            task(&[("a", 3_000_000, 3_020_000), ("b", 3_020_000, 3_220_000)]),
+        ];
+        let phases = phases_ms(&tasks);
+        let names: Vec<&str> = phases.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "a started, after the earliest task's",
+                "a ran",
+                "a finished -> b started",
+                "b ran"
+            ]
+        );
+        let max = |i: usize| phases[i].1.max_ms;
+        assert_eq!(max(0), 2000.0);
+        assert_eq!((phases[1].1.p50_ms, max(1)), (10.0, 20.0));
+        assert_eq!((phases[2].1.p50_ms, max(2)), (0.0, 40.0));
+        assert_eq!((phases[3].1.p50_ms, max(3)), (100.0, 200.0));
     }
 
     #[test]

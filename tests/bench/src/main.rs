@@ -52,6 +52,10 @@ enum Command {
         /// Idle period (300 in the real bench).
         #[arg(long, default_value_t = 300)]
         idle_secs: u64,
+        /// The agent binary to measure, e.g. a release build
+        /// (`cargo build --release -p bosun-agent`); default: the workspace's debug build.
+        #[arg(long)]
+        agent: Option<std::path::PathBuf>,
     },
 }
 
@@ -120,8 +124,13 @@ async fn main() -> Result<()> {
             );
             Ok(())
         }
-        Command::AgentIdle { idle_secs } => {
-            let r = bosun_bench::agent_idle(&lab, idle_secs).await?;
+        Command::AgentIdle { idle_secs, agent } => {
+            let agent = match agent {
+                Some(path) => path,
+                None => bosun_e2e::binary("bosun-agent")?,
+            };
+            println!("agent binary: {}", agent.display());
+            let r = bosun_bench::agent_idle(&lab, idle_secs, &agent).await?;
             println!(
                 "agent alone: RSS {:.1} MiB after {} s idle with its watches open, {:.3} CPU s in that period; RSS {:.1} MiB after one step ran (peak {:.1} MiB)",
                 r.rss_idle_kib as f64 / 1024.0,

@@ -1,6 +1,10 @@
 //! The API server's own counters, read from its `/metrics`: requests by verb and resource
-//! (`apiserver_request_total`) and the long-running requests open now
-//! (`apiserver_longrunning_requests`, which counts the open watches).
+//! (`apiserver_request_total`), the long-running requests open now
+//! (`apiserver_longrunning_requests`, which counts the open watches), the server time spent
+//! on them (`apiserver_request_duration_seconds_sum`; for a WATCH the whole time it was
+//! open), the watches the watch cache closed because their client did not keep up
+//! (`apiserver_terminated_watchers_total`) and the time requests waited in API Priority and
+//! Fairness queues (`apiserver_flowcontrol_request_wait_duration_seconds_sum`).
 
 use std::collections::BTreeMap;
 
@@ -27,6 +31,13 @@ pub struct Scrape {
     pub requests: BTreeMap<Key, f64>,
     /// `apiserver_longrunning_requests` (watches open now), summed over groups and scopes.
     pub longrunning: BTreeMap<Key, f64>,
+    /// `apiserver_request_duration_seconds_sum`: seconds spent serving, by request kind.
+    pub seconds: BTreeMap<Key, f64>,
+    /// `apiserver_terminated_watchers_total`, keyed ("", resource, "").
+    pub terminated_watchers: BTreeMap<Key, f64>,
+    /// `apiserver_flowcontrol_request_wait_duration_seconds_sum`, keyed
+    /// (priority level, "", "").
+    pub queue_wait: BTreeMap<Key, f64>,
 }
 
 impl Scrape {
@@ -53,7 +64,10 @@ pub async fn scrape(client: &Client) -> Result<Scrape> {
     Ok(parse(&text))
 }
 
-/// Parses the two metrics out of the Prometheus text format.
+/// The labels a request kind is keyed by.
+const REQUEST_KEY: [&str; 3] = ["verb", "resource", "subresource"];
+
+/// Parses the metrics [`Scrape`] holds out of the Prometheus text format.
 pub fn parse(text: &str) -> Scrape {
     let mut out = Scrape::default();
     for line in text.lines() {
@@ -61,9 +75,16 @@ pub fn parse(text: &str) -> Scrape {
             Some(x) => x,
             None => continue,
         };
-        let target = match name {
-            "apiserver_request_total" => &mut out.requests,
-            "apiserver_longrunning_requests" => &mut out.longrunning,
+        let (target, key) = match name {
+            "apiserver_request_total" => (&mut out.requests, REQUEST_KEY),
+            "apiserver_longrunning_requests" => (&mut out.longrunning, REQUEST_KEY),
+            "apiserver_request_duration_seconds_sum" => (&mut out.seconds, REQUEST_KEY),
+            "apiserver_terminated_watchers_total" => {
+                (&mut out.terminated_watchers, ["", "resource", ""])
+            }
+            "apiserver_flowcontrol_request_wait_duration_seconds_sum" => {
+                (&mut out.queue_wait, ["priority_level", "", ""])
+            }
             _ => continue,
         };
         let Some((labels, value)) = rest.rsplit_once("} ") else {
@@ -75,7 +96,7 @@ pub fn parse(text: &str) -> Scrape {
         let labels = parse_labels(labels);
         let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
         *target
-            .entry((get("verb"), get("resource"), get("subresource")))
+            .entry((get(key[0]), get(key[1]), get(key[2])))
             .or_default() += value;
     }
     out
@@ -142,6 +163,11 @@ apiserver_request_total{code="409",component="apiserver",dry_run="",group="bosun
 apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="nodes",scope="resource",subresource="",verb="POST",version="v1"} 2
 apiserver_longrunning_requests{component="apiserver",group="bosun.dev",resource="nodetasks",scope="cluster",subresource="",verb="WATCH",version="v1alpha1"} 7
 apiserver_request_total_other{verb="GET"} 5
+apiserver_request_duration_seconds_sum{component="apiserver",dry_run="",group="",resource="nodes",scope="resource",subresource="",verb="GET",version="v1"} 1.5
+apiserver_request_duration_seconds_count{component="apiserver",dry_run="",group="",resource="nodes",scope="resource",subresource="",verb="GET",version="v1"} 9
+apiserver_terminated_watchers_total{group="bosun.dev",resource="nodetasks"} 4
+apiserver_flowcontrol_request_wait_duration_seconds_sum{execute="true",flow_schema="global-default",priority_level="global-default"} 0.25
+apiserver_flowcontrol_request_wait_duration_seconds_sum{execute="false",flow_schema="global-default",priority_level="global-default"} 0.5
 "#;
         let s = parse(text);
         let key = |v: &str, r: &str, sub: &str| (v.to_string(), r.to_string(), sub.to_string());
@@ -155,5 +181,9 @@ apiserver_request_total_other{verb="GET"} 5
         let w = writes_by_resource(&d);
         assert_eq!(w["nodetasks"], 15.0);
         assert_eq!(w["nodes"], 1.0);
+        assert_eq!(s.seconds[&key("GET", "nodes", "")], 1.5);
+        assert_eq!(s.seconds.len(), 1);
+        assert_eq!(s.terminated_watchers[&key("", "nodetasks", "")], 4.0);
+        assert_eq!(s.queue_wait[&key("global-default", "", "")], 0.75);
     }
 }
