@@ -43,7 +43,7 @@ use bosun_policy::{Decision, Finding};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, GetParams, ListParams};
 
 use crate::plugins::Resolved;
 use crate::step::{StepCall, StepResult, execute};
@@ -91,49 +91,72 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         .await
         .map_err(|e| Error::Gate(e.to_string()))?;
     // This node and the control planes, not every Node: every agent reads these before
-    // every step, and a full list costs each of them the whole fleet.
+    // every step, and a full list costs each of them the whole fleet. The reads do not
+    // depend on each other (but for the control planes' tasks, which need their Nodes), so
+    // they go out together: a step waits for the slowest, not for their sum (at 1,000
+    // nodes on one API server that sum was seconds: docs/benchmarks.md).
     let nodes: Api<Node> = Api::all(agent.client.clone());
-    let own = nodes
-        .get_opt(&agent.node_name)
-        .await
-        .map_err(bosun_cluster::Error::kube("reading this agent's Node"))?;
-    let control_planes = nodes
-        .list(&ListParams::default().labels(bosun_cluster::readers::CONTROL_PLANE_SELECTOR))
-        .await
-        .map_err(bosun_cluster::Error::kube(
-            "listing the control-plane Nodes",
-        ))?
-        .items;
-    let node = own.as_ref();
     let operations: Api<Operation> = Api::all(agent.client.clone());
-    let operation = match operations
-        .get_opt(&task.spec.operation)
-        .await
-        .map_err(bosun_cluster::Error::kube("reading the task's Operation"))?
-    {
-        Some(op) => operation_ref(&op),
-        None => OperationRef {
+    let task_version = task.metadata.resource_version.as_deref();
+    let control_plane_state = async {
+        let control_planes = nodes
+            .list(&bosun_cluster::readers::no_older_than(
+                ListParams::default().labels(bosun_cluster::readers::CONTROL_PLANE_SELECTOR),
+                task_version,
+            ))
+            .await
+            .map_err(bosun_cluster::Error::kube(
+                "listing the control-plane Nodes",
+            ))?
+            .items;
+        control_plane(&agent.client, &control_planes, task_version)
+            .await
+            .map_err(|e| Error::Gate(e.to_string()))
+    };
+    // Every read from the API server's watch cache, never older than this task: as fresh as
+    // the event that brought the task, without a consistent read's look at etcd. A
+    // consistent read of the Operation (whose status holds its whole plan) by every agent
+    // took 4.2 s each at 1,000 nodes, and in another run a consistent list of the
+    // control-plane Nodes took 31 s each (docs/benchmarks.md).
+    let not_older = GetParams {
+        resource_version: task_version.map(str::to_owned),
+    };
+    let operation_read = operations.get_with(&task.spec.operation, &not_older);
+    let own_read = async {
+        match nodes.get_with(&agent.node_name, &not_older).await {
+            Ok(node) => Ok(Some(node)),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let (own, operation, version, annotations, control_plane_now, found) = tokio::join!(
+        own_read,
+        operation_read,
+        cluster_version(&agent.client),
+        cluster_annotations(&agent.client),
+        control_plane_state,
+        // os-release, arch, kernel and kubeadm exactly as a plugin's `facts.node` sees them.
+        crate::facts::host_facts(agent),
+    );
+    let own = own.map_err(bosun_cluster::Error::kube("reading this agent's Node"))?;
+    let node = own.as_ref();
+    let operation = match operation {
+        Ok(op) => operation_ref(&op),
+        Err(kube::Error::Api(status)) if status.is_not_found() => OperationRef {
             name: task.spec.operation.clone(),
             kind: OperationKind::Custom,
             target_version: None,
             execution_mode: None,
             annotations: Default::default(),
         },
+        Err(e) => return Err(bosun_cluster::Error::kube("reading the task's Operation")(e).into()),
     };
     let cluster = ClusterState {
-        version: cluster_version(&agent.client).await,
-        annotations: cluster_annotations(&agent.client).await,
-        control_plane: control_plane(
-            &agent.client,
-            &control_planes,
-            task.metadata.resource_version.as_deref(),
-        )
-        .await
-        .map_err(|e| Error::Gate(e.to_string()))?,
+        version,
+        annotations,
+        control_plane: control_plane_now?,
     };
     let host_root = agent.host.config().host_root.clone();
-    // os-release, arch, kernel and kubeadm exactly as a plugin's `facts.node` sees them.
-    let found = crate::facts::host_facts(agent).await;
     let os = found.as_ref().map(|f| f.os.clone()).unwrap_or_default();
     let facts = NodeFacts {
         name: agent.node_name.clone(),

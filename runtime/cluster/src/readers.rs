@@ -119,8 +119,14 @@ pub async fn control_plane(
 
 /// The list of the control-plane nodes' NodeTasks [`control_plane`] sends.
 fn control_plane_tasks(selector: &str, not_older_than: Option<&str>) -> ListParams {
-    let params = ListParams::default().labels(selector);
-    match not_older_than {
+    no_older_than(ListParams::default().labels(selector), not_older_than)
+}
+
+/// `params` served from the API server's watch cache, never older than `version` (a
+/// `resourceVersion` the reader has seen, e.g. of the object that triggered it); a
+/// consistent read when there is none (which costs the API server a look at etcd first).
+pub fn no_older_than(params: ListParams, version: Option<&str>) -> ListParams {
+    match version {
         Some(rv) if !rv.is_empty() => params
             .at(rv)
             .matching(kube::api::VersionMatch::NotOlderThan),
