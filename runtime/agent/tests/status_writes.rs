@@ -33,6 +33,8 @@ const PLUGIN_PATH: &str = "/apis/bosun.dev/v1alpha1/plugins/hello";
 struct Seen {
     method: String,
     path: String,
+    /// The query string.
+    query: String,
     body: Value,
     failed: bool,
 }
@@ -178,11 +180,13 @@ fn setup(
             }
             let method = req.method().to_string();
             let path = req.uri().path().to_owned();
+            let query = req.uri().query().unwrap_or_default().to_owned();
             let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             let mut request = Seen {
                 method,
                 path,
+                query,
                 body,
                 failed: false,
             };
@@ -397,4 +401,37 @@ async fn a_step_found_running_by_a_fresh_agent_is_interrupted_not_run() {
         (NodeTaskPhase::Blocked, Some(BlockReason::Interrupted)),
         "{status:#?}"
     );
+}
+
+/// The step gate reads the task's Operation, the agent's own Node and the control-plane
+/// Nodes from the API server's watch cache, no older than the task that triggered the
+/// reconcile (`resourceVersion=<the task's>`), not as consistent reads: at 1,000 nodes a
+/// consistent read of the Operation by every agent took seconds each (docs/benchmarks.md).
+#[tokio::test]
+async fn the_step_gate_reads_no_older_than_the_task() {
+    let (fake, agent, _dir) = setup(running_task(), 0, |_| false);
+    reconcile_until_finished(&fake, &agent, 20).await;
+    let seen = fake.seen();
+    let params = |s: &Seen| -> Vec<String> { s.query.split('&').map(str::to_owned).collect() };
+    let read_at_task = |path: &str, list: bool| {
+        seen.iter().any(|s| {
+            let p = params(s);
+            s.method == "GET"
+                && s.path == path
+                && p.iter().any(|x| x == "resourceVersion=1")
+                && (!list || p.iter().any(|x| x == "resourceVersionMatch=NotOlderThan"))
+        })
+    };
+    for path in ["/apis/bosun.dev/v1alpha1/operations/op", "/api/v1/nodes/w1"] {
+        assert!(
+            read_at_task(path, false),
+            "no GET {path} at the task's version: {seen:#?}"
+        );
+    }
+    assert!(
+        read_at_task("/api/v1/nodes", true),
+        "no list of the control-plane Nodes at the task's version: {seen:#?}"
+    );
+    // And the step still ran to its result.
+    assert_one_run_with_its_result(&fake);
 }
