@@ -31,7 +31,8 @@ use bosun_api::policy::Enforcement as ApiEnforcement;
 use bosun_cluster::events::{Notice, Publisher};
 use bosun_cluster::policies::{Generation, SYNC_WAIT};
 use bosun_cluster::readers::{
-    cluster_annotations, cluster_version, control_plane, is_ready, operation_ref, roles_of,
+    cluster_annotations, cluster_version, control_plane, get_no_older_than, is_ready,
+    no_older_than, operation_ref, roles_of,
 };
 use bosun_host::{LoadedPlugin, NodeContext};
 use bosun_policy::capabilities::RequestedCapabilities;
@@ -43,7 +44,7 @@ use bosun_policy::{Decision, Finding};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, GetParams, ListParams};
+use kube::api::{Api, ListParams};
 
 use crate::plugins::Resolved;
 use crate::step::{StepCall, StepResult, execute};
@@ -100,7 +101,7 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
     let task_version = task.metadata.resource_version.as_deref();
     let control_plane_state = async {
         let control_planes = nodes
-            .list(&bosun_cluster::readers::no_older_than(
+            .list(&no_older_than(
                 ListParams::default().labels(bosun_cluster::readers::CONTROL_PLANE_SELECTOR),
                 task_version,
             ))
@@ -118,20 +119,9 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
     // consistent read of the Operation (whose status holds its whole plan) by every agent
     // took 4.2 s each at 1,000 nodes, and in another run a consistent list of the
     // control-plane Nodes took 31 s each (docs/benchmarks.md).
-    let not_older = GetParams {
-        resource_version: task_version.map(str::to_owned),
-    };
-    let operation_read = operations.get_with(&task.spec.operation, &not_older);
-    let own_read = async {
-        match nodes.get_with(&agent.node_name, &not_older).await {
-            Ok(node) => Ok(Some(node)),
-            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
-            Err(e) => Err(e),
-        }
-    };
     let (own, operation, version, annotations, control_plane_now, found) = tokio::join!(
-        own_read,
-        operation_read,
+        get_no_older_than(&nodes, &agent.node_name, task_version),
+        get_no_older_than(&operations, &task.spec.operation, task_version),
         cluster_version(&agent.client),
         cluster_annotations(&agent.client),
         control_plane_state,
@@ -140,17 +130,17 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
     );
     let own = own.map_err(bosun_cluster::Error::kube("reading this agent's Node"))?;
     let node = own.as_ref();
-    let operation = match operation {
-        Ok(op) => operation_ref(&op),
-        Err(kube::Error::Api(status)) if status.is_not_found() => OperationRef {
-            name: task.spec.operation.clone(),
-            kind: OperationKind::Custom,
-            target_version: None,
-            execution_mode: None,
-            annotations: Default::default(),
-        },
-        Err(e) => return Err(bosun_cluster::Error::kube("reading the task's Operation")(e).into()),
-    };
+    let operation =
+        match operation.map_err(bosun_cluster::Error::kube("reading the task's Operation"))? {
+            Some(op) => operation_ref(&op),
+            None => OperationRef {
+                name: task.spec.operation.clone(),
+                kind: OperationKind::Custom,
+                target_version: None,
+                execution_mode: None,
+                annotations: Default::default(),
+            },
+        };
     let cluster = ClusterState {
         version,
         annotations,

@@ -8,7 +8,7 @@ use bosun_api::node_task::{NodeTask, NodeTaskPhase};
 use bosun_api::operation::{ExecutionMode, Operation};
 use bosun_policy::input::{ControlPlaneNode, OperationKind, OperationRef};
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeCondition};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, GetParams, ListParams};
 use kube::{Client, ResourceExt};
 
 use crate::{Error, Result};
@@ -131,6 +131,27 @@ pub fn no_older_than(params: ListParams, version: Option<&str>) -> ListParams {
             .at(rv)
             .matching(kube::api::VersionMatch::NotOlderThan),
         _ => params,
+    }
+}
+
+/// The object `name`, like [`Api::get_opt`], but read as [`no_older_than`] reads a list:
+/// from the watch cache, never older than `version` (a consistent read when there is none).
+/// `None` when it does not exist.
+pub async fn get_no_older_than<K>(
+    api: &Api<K>,
+    name: &str,
+    version: Option<&str>,
+) -> kube::Result<Option<K>>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = GetParams {
+        resource_version: version.filter(|rv| !rv.is_empty()).map(str::to_owned),
+    };
+    match api.get_with(name, &params).await {
+        Ok(object) => Ok(Some(object)),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
