@@ -352,6 +352,8 @@ pub async fn set_unschedulable(
     known: Option<&Node>,
 ) -> Result<Cordon, CordonError> {
     let nodes: Api<Node> = Api::all(client.clone());
+    let patch_failed =
+        || CordonError::api(format!("patching node {node} spec.unschedulable={value}"));
     if let Some(known) = known
         && let Some(version) = known.metadata.resource_version.as_deref()
         && cordon_decision(unschedulable_of(known), mark_of(known), value, task).is_none()
@@ -361,11 +363,7 @@ pub async fn set_unschedulable(
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 tracing::debug!(%node, "the Node changed since the watch showed it; reading it");
             }
-            Err(e) => {
-                return Err(CordonError::api(format!(
-                    "patching node {node} spec.unschedulable={value}"
-                ))(e));
-            }
+            Err(e) => return Err(patch_failed()(e)),
         }
     }
     let current = nodes
@@ -384,9 +382,7 @@ pub async fn set_unschedulable(
     }
     patch_unschedulable(&nodes, node, value, task, None)
         .await
-        .map_err(CordonError::api(format!(
-            "patching node {node} spec.unschedulable={value}"
-        )))?;
+        .map_err(patch_failed())?;
     Ok(Cordon::Patched)
 }
 
