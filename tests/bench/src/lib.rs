@@ -864,17 +864,9 @@ pub async fn run_once(
     let requests = metrics::delta(&after.requests, &before.requests);
     let writes = metrics::writes_by_resource(&requests);
     let server_seconds = metrics::delta(&after.seconds, &before.seconds);
-    let by_middle = |m: BTreeMap<metrics::Key, f64>| -> BTreeMap<String, f64> {
-        m.into_iter().map(|((_, r, _), v)| (r, v)).collect()
-    };
-    let by_first = |m: BTreeMap<metrics::Key, f64>| -> BTreeMap<String, f64> {
-        m.into_iter().map(|((p, _, _), v)| (p, v)).collect()
-    };
-    let terminated_watchers = by_middle(metrics::delta(
-        &after.terminated_watchers,
-        &before.terminated_watchers,
-    ));
-    let queue_wait = by_first(metrics::delta(&after.queue_wait, &before.queue_wait));
+    let terminated_watchers =
+        metrics::delta(&after.terminated_watchers, &before.terminated_watchers);
+    let queue_wait = metrics::delta(&after.queue_wait, &before.queue_wait);
 
     let tasks: Api<NodeTask> = Api::all(client.clone());
     let list = tasks

@@ -33,11 +33,10 @@ pub struct Scrape {
     pub longrunning: BTreeMap<Key, f64>,
     /// `apiserver_request_duration_seconds_sum`: seconds spent serving, by request kind.
     pub seconds: BTreeMap<Key, f64>,
-    /// `apiserver_terminated_watchers_total`, keyed ("", resource, "").
-    pub terminated_watchers: BTreeMap<Key, f64>,
-    /// `apiserver_flowcontrol_request_wait_duration_seconds_sum`, keyed
-    /// (priority level, "", "").
-    pub queue_wait: BTreeMap<Key, f64>,
+    /// `apiserver_terminated_watchers_total`, by resource.
+    pub terminated_watchers: BTreeMap<String, f64>,
+    /// `apiserver_flowcontrol_request_wait_duration_seconds_sum`, by priority level.
+    pub queue_wait: BTreeMap<String, f64>,
 }
 
 impl Scrape {
@@ -64,29 +63,23 @@ pub async fn scrape(client: &Client) -> Result<Scrape> {
     Ok(parse(&text))
 }
 
-/// The labels a request kind is keyed by.
-const REQUEST_KEY: [&str; 3] = ["verb", "resource", "subresource"];
-
 /// Parses the metrics [`Scrape`] holds out of the Prometheus text format.
 pub fn parse(text: &str) -> Scrape {
+    const WANTED: [&str; 5] = [
+        "apiserver_request_total",
+        "apiserver_longrunning_requests",
+        "apiserver_request_duration_seconds_sum",
+        "apiserver_terminated_watchers_total",
+        "apiserver_flowcontrol_request_wait_duration_seconds_sum",
+    ];
     let mut out = Scrape::default();
     for line in text.lines() {
-        let (name, rest) = match line.split_once('{') {
-            Some(x) => x,
-            None => continue,
+        let Some((name, rest)) = line.split_once('{') else {
+            continue;
         };
-        let (target, key) = match name {
-            "apiserver_request_total" => (&mut out.requests, REQUEST_KEY),
-            "apiserver_longrunning_requests" => (&mut out.longrunning, REQUEST_KEY),
-            "apiserver_request_duration_seconds_sum" => (&mut out.seconds, REQUEST_KEY),
-            "apiserver_terminated_watchers_total" => {
-                (&mut out.terminated_watchers, ["", "resource", ""])
-            }
-            "apiserver_flowcontrol_request_wait_duration_seconds_sum" => {
-                (&mut out.queue_wait, ["priority_level", "", ""])
-            }
-            _ => continue,
-        };
+        if !WANTED.contains(&name) {
+            continue;
+        }
         let Some((labels, value)) = rest.rsplit_once("} ") else {
             continue;
         };
@@ -95,9 +88,21 @@ pub fn parse(text: &str) -> Scrape {
         };
         let labels = parse_labels(labels);
         let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
-        *target
-            .entry((get(key[0]), get(key[1]), get(key[2])))
-            .or_default() += value;
+        let request = || (get("verb"), get("resource"), get("subresource"));
+        let (by_request, key) = match name {
+            "apiserver_request_total" => (&mut out.requests, request()),
+            "apiserver_longrunning_requests" => (&mut out.longrunning, request()),
+            "apiserver_request_duration_seconds_sum" => (&mut out.seconds, request()),
+            "apiserver_terminated_watchers_total" => {
+                *out.terminated_watchers.entry(get("resource")).or_default() += value;
+                continue;
+            }
+            _ => {
+                *out.queue_wait.entry(get("priority_level")).or_default() += value;
+                continue;
+            }
+        };
+        *by_request.entry(key).or_default() += value;
     }
     out
 }
@@ -130,7 +135,10 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
 }
 
 /// `after - before`, keeping only the keys that changed.
-pub fn delta(after: &BTreeMap<Key, f64>, before: &BTreeMap<Key, f64>) -> BTreeMap<Key, f64> {
+pub fn delta<K: Ord + Clone>(
+    after: &BTreeMap<K, f64>,
+    before: &BTreeMap<K, f64>,
+) -> BTreeMap<K, f64> {
     after
         .iter()
         .filter_map(|(k, a)| {
@@ -183,7 +191,7 @@ apiserver_flowcontrol_request_wait_duration_seconds_sum{execute="false",flow_sch
         assert_eq!(w["nodes"], 1.0);
         assert_eq!(s.seconds[&key("GET", "nodes", "")], 1.5);
         assert_eq!(s.seconds.len(), 1);
-        assert_eq!(s.terminated_watchers[&key("", "nodetasks", "")], 4.0);
-        assert_eq!(s.queue_wait[&key("global-default", "", "")], 0.75);
+        assert_eq!(s.terminated_watchers["nodetasks"], 4.0);
+        assert_eq!(s.queue_wait["global-default"], 0.75);
     }
 }
