@@ -142,6 +142,15 @@ pub async fn publish(lab: &LabHandle) -> Result<PathBuf> {
     Ok(trust_root)
 }
 
+/// The Cargo profile directory of the binaries the bench runs: its own (`cargo run --release
+/// -p bosun-bench` runs the release controller and agent; build them with `cargo build
+/// --release --bins` first).
+pub const PROFILE: &str = if cfg!(debug_assertions) {
+    "debug"
+} else {
+    "release"
+};
+
 /// The namespace of the controller's leader Lease (its default `--lease-namespace`).
 pub const LEASE_NAMESPACE: &str = "bosun-system";
 
@@ -161,7 +170,7 @@ pub fn start_controller(
     name: &str,
     dir: &Path,
 ) -> Result<ChildGuard> {
-    let mut cmd = Command::new(bosun_e2e::binary("bosun-controller")?);
+    let mut cmd = Command::new(bosun_e2e::binary_of(PROFILE, "bosun-controller")?);
     cmd.env("KUBECONFIG", &lab.kubeconfig)
         .env("BOSUN_LOG", "warn")
         .arg("--instance")
@@ -515,6 +524,8 @@ pub struct RunResult {
     /// The controller killed and started again mid-run, when asked for.
     pub restart: Option<RestartResult>,
     pub floor: Option<FloorResult>,
+    /// The floor of the design's writes ([`run_design_floor`]), run after `floor`.
+    pub design_floor: Option<FloorResult>,
 }
 
 /// Kill the controller (SIGKILL, as a crash) once `at_percent` % of the Operation's tasks
@@ -924,12 +935,15 @@ pub async fn run_once(
         once,
         restart,
         floor: None,
+        design_floor: None,
     };
     // The next run's tasks would wait for these nodes while these tasks exist.
     delete_instance(&client, &env.instance).await?;
     if floor {
         let names: Vec<String> = env.nodes.iter().map(|n| n.name.clone()).collect();
-        result.floor = Some(run_floor(&client, &names, parallel.max(1) as usize).await?);
+        let parallel = parallel.max(1) as usize;
+        result.floor = Some(run_floor(&client, &names, parallel).await?);
+        result.design_floor = Some(run_design_floor(&client, &names, parallel).await?);
     }
     Ok(result)
 }
@@ -1027,35 +1041,98 @@ pub struct FloorResult {
 /// instance no controller or agent acts on), write its step Running, write its result.
 /// Then deletes the tasks (not timed).
 pub async fn run_floor(client: &Client, nodes: &[String], parallel: usize) -> Result<FloorResult> {
+    floor_loop(client, nodes, parallel, false).await
+}
+
+/// The floor of the design's writes: for each node, at `parallel` nodes at a time, exactly
+/// the writes Bosun's run makes for it, with merge patches and nothing else (no read, no
+/// watch, no decision): create the task (cordon, no-op, uncordon); cordon the Node, then
+/// write the task started with its cordon done; write the no-op step Running, then its
+/// result; uncordon the Node, then write the uncordon and the task Succeeded. Five NodeTask
+/// writes and two Node writes, as the run's (the Node writes bring kube-controller-manager's
+/// taint patches here too). What the run takes beyond this is Bosun's orchestration (and the
+/// agents' and the controller's CPU on the same cores); what this takes beyond [`run_floor`]
+/// is the work of the steps themselves.
+pub async fn run_design_floor(
+    client: &Client,
+    nodes: &[String],
+    parallel: usize,
+) -> Result<FloorResult> {
+    floor_loop(client, nodes, parallel, true).await
+}
+
+/// The floors' loop: with `node_steps`, [`run_design_floor`]'s writes, else
+/// [`run_floor`]'s.
+async fn floor_loop(
+    client: &Client,
+    nodes: &[String],
+    parallel: usize,
+    node_steps: bool,
+) -> Result<FloorResult> {
     let instance = bosun_e2e::unique("floor");
     let api: Api<NodeTask> = Api::all(client.clone());
+    let node_api: Api<Node> = Api::all(client.clone());
     let before = metrics::scrape(client).await?;
     let started = Instant::now();
     futures::stream::iter(nodes.iter().map(|node| {
-        let api = api.clone();
+        let (api, node_api) = (api.clone(), node_api.clone());
         let instance = instance.clone();
         async move {
             let name = format!("{instance}-{node}");
+            let steps = if node_steps {
+                json!([{ "name": "cordon", "runsOn": "controller", "action": "cordon" }, noop_step(),
+                       { "name": "uncordon", "runsOn": "controller", "action": "uncordon" }])
+            } else {
+                json!([noop_step()])
+            };
             let task: NodeTask = serde_json::from_value(json!({
                 "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask",
                 "metadata": { "name": name, "labels": { INSTANCE_LABEL: instance } },
                 "spec": { "operation": instance, "nodeName": node, "group": "fleet",
-                          "steps": [noop_step()] },
+                          "steps": steps },
             }))?;
             api.create(&PostParams::default(), &task).await?;
             let now = || k8s_openapi::jiff::Timestamp::now().to_string();
+            let status = |body: serde_json::Value| {
+                let api = api.clone();
+                let name = name.clone();
+                async move {
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": body })))
+                        .await
+                }
+            };
+            let unschedulable = |value: bool| {
+                let node_api = node_api.clone();
+                async move {
+                    node_api
+                        .patch(node, &PatchParams::default(), &Patch::Merge(json!({ "spec": { "unschedulable": value } })))
+                        .await
+                }
+            };
+            // A finished step's status entry.
+            let done = |step: &str, started_at: &str| {
+                json!({ "name": step, "phase": "Succeeded", "attempts": 1,
+                        "startedAt": started_at, "finishedAt": now() })
+            };
+            let mut steps = Vec::new();
+            if node_steps {
+                let at = now();
+                unschedulable(true).await?;
+                steps.push(done("cordon", &at));
+                status(json!({ "phase": "Running", "attempts": 1, "steps": steps })).await?;
+            }
             let started_at = now();
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({
-                "status": { "phase": "Running", "currentStep": "noop",
-                            "steps": [{ "name": "noop", "phase": "Running", "attempts": 1, "startedAt": started_at }] }
-            })))
-            .await?;
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({
-                "status": { "phase": "Succeeded",
-                            "steps": [{ "name": "noop", "phase": "Succeeded", "attempts": 1,
-                                        "startedAt": started_at, "finishedAt": now() }] }
-            })))
-            .await?;
+            let mut running = steps.clone();
+            running.push(json!({ "name": "noop", "phase": "Running", "attempts": 1, "startedAt": started_at }));
+            status(json!({ "phase": "Running", "currentStep": "noop", "steps": running })).await?;
+            steps.push(done("noop", &started_at));
+            if node_steps {
+                status(json!({ "steps": steps })).await?;
+                let at = now();
+                unschedulable(false).await?;
+                steps.push(done("uncordon", &at));
+            }
+            status(json!({ "phase": "Succeeded", "steps": steps })).await?;
             anyhow::Ok(())
         }
     }))
@@ -1065,11 +1142,12 @@ pub async fn run_floor(client: &Client, nodes: &[String], parallel: usize) -> Re
     let wall = started.elapsed();
     let after = metrics::scrape(client).await?;
     // Only the floor's own verbs: the garbage collector may still be deleting the tasks
-    // of the run before.
+    // of the run before (and kube-controller-manager's Node writes are not the floor's).
     let writes = metrics::delta(&after.requests, &before.requests)
         .iter()
         .filter(|((verb, resource, _), _)| {
-            resource == "nodetasks" && (verb == "POST" || verb == "PATCH")
+            (resource == "nodetasks" && (verb == "POST" || verb == "PATCH"))
+                || (node_steps && resource == "nodes" && verb == "PATCH")
         })
         .map(|(_, n)| n)
         .sum();
@@ -1127,6 +1205,16 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         let _ = writeln!(
             s,
             "floor (create + start + result per node, {} at a time): {:.2} s, {} writes; ratio {:.2}x",
+            f.parallel,
+            secs(f.wall),
+            f.writes,
+            secs(r.wall) / secs(f.wall).max(1e-9)
+        );
+    }
+    if let Some(f) = &r.design_floor {
+        let _ = writeln!(
+            s,
+            "floor of the design's writes (the run's 5 NodeTask and 2 Node writes per node, merge patches, nothing else, {} at a time): {:.2} s, {} writes; ratio {:.2}x",
             f.parallel,
             secs(f.wall),
             f.writes,

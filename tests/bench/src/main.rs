@@ -1,7 +1,8 @@
 //! `bosun-bench`: fleet-scale benchmarks against the lab (see the library docs and
 //! docs/benchmarks.md). Uses the lab of `$BOSUN_LAB_DIR` (started if needed) and the
-//! debug `bosun-controller` / `bosun-agent` binaries of `$CARGO_TARGET_DIR` (build them
-//! first: `cargo build --workspace --locked --bins`).
+//! `bosun-controller` / `bosun-agent` binaries of `$CARGO_TARGET_DIR` built with the bench's
+//! own profile (build them first: `cargo build --workspace --locked --bins`, with
+//! `--release` for `cargo run --release -p bosun-bench`).
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -127,7 +128,7 @@ async fn main() -> Result<()> {
         Command::AgentIdle { idle_secs, agent } => {
             let agent = match agent {
                 Some(path) => path,
-                None => bosun_e2e::binary("bosun-agent")?,
+                None => bosun_e2e::binary_of(bosun_bench::PROFILE, "bosun-agent")?,
             };
             println!("agent binary: {}", agent.display());
             let r = bosun_bench::agent_idle(&lab, idle_secs, &agent).await?;

@@ -91,5 +91,12 @@ async fn a_fleet_of_agents_runs_an_operation_with_every_write_changing_something
         "the floor made {} writes, not 3 per node:\n{report}",
         floor.writes
     );
+    // The design floor makes the run's own writes: 5 to each task, 2 to each Node.
+    let design = r.design_floor.as_ref().expect("the design floor ran");
+    ensure!(
+        design.writes == f64::from(NODES) * 7.0,
+        "the design floor made {} writes, not 7 per node:\n{report}",
+        design.writes
+    );
     Ok(())
 }

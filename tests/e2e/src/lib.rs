@@ -32,7 +32,7 @@ use std::time::Duration;
 
 pub use cluster::{apply_crds, publish_plugin, unique};
 pub use operator::{Operator, describe_tasks};
-pub use paths::{binary, build_plugin, target_dir, workspace_root};
+pub use paths::{binary, binary_of, build_plugin, target_dir, workspace_root};
 pub use processes::Processes;
 
 /// Upper bound for the cluster and the operator's processes to do a piece of work;

@@ -106,7 +106,13 @@ fn dep_info_sources(binary: &Path) -> Result<Vec<PathBuf>> {
 /// `tests/run.sh`) builds the binaries of every crate with integration tests first; alone,
 /// run `cargo build -p bosun-controller -p bosun-agent -p kubectl-bosun` before the e2e test.
 pub fn binary(name: &str) -> Result<PathBuf> {
-    let path = target_dir().join("debug").join(name);
+    binary_of("debug", name)
+}
+
+/// [`binary`] of the Cargo profile directory `profile` (`debug`, `release`): the bench built
+/// with `--release` runs the release controller and agent beside it.
+pub fn binary_of(profile: &str, name: &str) -> Result<PathBuf> {
+    let path = target_dir().join(profile).join(name);
     ensure_fresh(&path, &workspace_root())?;
     Ok(path)
 }
