@@ -31,8 +31,8 @@ use bosun_api::policy::Enforcement as ApiEnforcement;
 use bosun_cluster::events::{Notice, Publisher};
 use bosun_cluster::policies::{Generation, SYNC_WAIT};
 use bosun_cluster::readers::{
-    cluster_annotations, cluster_version, control_plane, get_no_older_than, is_ready,
-    no_older_than, operation_ref, roles_of,
+    cluster_annotations, cluster_version, control_plane, get_cached_or_consistent, is_ready,
+    operation_ref, roles_of,
 };
 use bosun_host::{LoadedPlugin, NodeContext};
 use bosun_policy::capabilities::RequestedCapabilities;
@@ -100,11 +100,16 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
     let operations: Api<Operation> = Api::all(agent.client.clone());
     let task_version = task.metadata.resource_version.as_deref();
     let control_plane_state = async {
+        // The control planes' Nodes from the watch cache as it is (their readiness is a
+        // heartbeat's, seconds old by nature); their NodeTasks no older than this task
+        // (the cache the task came from: no wait), so a control plane's step that ended
+        // before this task started is seen ended.
         let control_planes = nodes
-            .list(&no_older_than(
-                ListParams::default().labels(bosun_cluster::readers::CONTROL_PLANE_SELECTOR),
-                task_version,
-            ))
+            .list(
+                &ListParams::default()
+                    .labels(bosun_cluster::readers::CONTROL_PLANE_SELECTOR)
+                    .match_any(),
+            )
             .await
             .map_err(bosun_cluster::Error::kube(
                 "listing the control-plane Nodes",
@@ -114,14 +119,17 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
             .await
             .map_err(|e| Error::Gate(e.to_string()))
     };
-    // Every read from the API server's watch cache, never older than this task: as fresh as
-    // the event that brought the task, without a consistent read's look at etcd. A
-    // consistent read of the Operation (whose status holds its whole plan) by every agent
-    // took 4.2 s each at 1,000 nodes, and in another run a consistent list of the
-    // control-plane Nodes took 31 s each (docs/benchmarks.md).
+    // No read waits for a cache to reach this task's version: that is a wait on another
+    // resource's cache for a progress notice from etcd, and at 1,000 nodes it ran past the
+    // API server's limit thousands of times (a 504, the step retried seconds later;
+    // docs/benchmarks.md). This agent's Node is one key read from etcd (exact: its kubelet
+    // version is the step's `before` fact). The Operation comes from the watch cache (its
+    // kind and target version never change; a consistent read of it, whose status holds the
+    // whole plan, took 4.2 s each at 1,000 nodes), read consistently only when the cache
+    // does not hold it yet.
     let (own, operation, version, annotations, control_plane_now, found) = tokio::join!(
-        get_no_older_than(&nodes, &agent.node_name, task_version),
-        get_no_older_than(&operations, &task.spec.operation, task_version),
+        nodes.get_opt(&agent.node_name),
+        get_cached_or_consistent(&operations, &task.spec.operation),
         cluster_version(&agent.client),
         cluster_annotations(&agent.client),
         control_plane_state,

@@ -134,23 +134,25 @@ pub fn no_older_than(params: ListParams, version: Option<&str>) -> ListParams {
     }
 }
 
-/// The object `name`, like [`Api::get_opt`], but read as [`no_older_than`] reads a list:
-/// from the watch cache, never older than `version` (a consistent read when there is none).
-/// `None` when it does not exist.
-pub async fn get_no_older_than<K>(
-    api: &Api<K>,
-    name: &str,
-    version: Option<&str>,
-) -> kube::Result<Option<K>>
+/// The object `name` as the API server's watch cache holds it (`resourceVersion=0`: no
+/// wait for the cache to reach any version, no look at etcd), or, when the cache does not
+/// hold it, as a consistent read says (`None` when it does not exist). For an object whose
+/// fields the reader needs are set when it is made (an Operation's kind and target version
+/// are immutable): any copy of it is as good as the newest, and one that is missing may be
+/// only a cache behind its creation.
+///
+/// A read no older than a given version of *another* resource (the task that triggered the
+/// reader) makes the cache of this one wait for a progress notice from etcd, and under load
+/// that wait ran past the API server's 3 s limit: 2,711 `504 Too large resource version`
+/// answers in one 1,000-node run, each a failed reconcile retried seconds later
+/// (docs/benchmarks.md).
+pub async fn get_cached_or_consistent<K>(api: &Api<K>, name: &str) -> kube::Result<Option<K>>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let params = GetParams {
-        resource_version: version.filter(|rv| !rv.is_empty()).map(str::to_owned),
-    };
-    match api.get_with(name, &params).await {
+    match api.get_with(name, &GetParams::any()).await {
         Ok(object) => Ok(Some(object)),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+        Err(kube::Error::Api(status)) if status.is_not_found() => api.get_opt(name).await,
         Err(e) => Err(e),
     }
 }
