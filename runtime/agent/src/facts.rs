@@ -270,7 +270,7 @@ pub async fn report_if_due(agent: &Agent, task: &NodeTask) -> Result<(), Error> 
             if carried.is_some_and(|a| crate::report::same_facts(&a, &now)) {
                 tracing::debug!(task = %task.name_any(), "node facts unchanged since the last agent step; after stands");
                 agent.facts_written.forget(&uid);
-                agent.report_now.notify_one();
+                agent.report_now.wake(Some(now));
                 return Ok(());
             }
             return write_report(agent, task, Stage::After, &now).await;
@@ -311,7 +311,7 @@ async fn write_report(
         Stage::After => {
             agent.facts_written.forget(&uid);
             // The task changed the node: the standing report looks now, not at its period.
-            agent.report_now.notify_one();
+            agent.report_now.wake(Some(facts.clone()));
         }
     }
     log_read(&name, stage, facts);

@@ -102,7 +102,7 @@ pub struct Agent {
     /// Wakes the standing NodeReport ([`report::run`]) before its period: a task finished
     /// here, so the node's facts have likely changed (an upgraded kubelet, renewed
     /// certificates).
-    pub report_now: Arc<tokio::sync::Notify>,
+    pub report_now: Arc<report::ReportNow>,
     /// Task name → reconciles of it that failed in a row (see [`error_policy`]); removed by
     /// the next one that succeeds.
     failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,

@@ -39,7 +39,12 @@ pub async fn report_once(agent: &Agent, last: &mut Option<NodeFacts>) -> Result<
             Err(e) => tracing::debug!(error = %e, "cannot read this node's NodeReport; writing it"),
         }
     }
-    let now = facts::collect(agent).await;
+    // The facts a finished task's last read gave, when that is what woke this: read a
+    // moment ago, not read again (one Node read and host look less per task).
+    let now = match agent.report_now.take() {
+        Some(given) => given,
+        None => facts::collect(agent).await,
+    };
     if last.as_ref().is_some_and(|l| same_facts(l, &now)) {
         return Ok(false);
     }
@@ -82,8 +87,35 @@ pub async fn run(agent: std::sync::Arc<Agent>, period: Duration) {
         }
         tokio::select! {
             () = tokio::time::sleep(period) => {}
-            () = agent.report_now.notified() => {}
+            () = agent.report_now.notify.notified() => {}
         }
+    }
+}
+
+/// The wake-up of the standing report ([`run`]), with the facts a finished task read last,
+/// if any (the report then writes those instead of reading them again).
+#[derive(Debug, Default)]
+pub struct ReportNow {
+    notify: tokio::sync::Notify,
+    facts: std::sync::Mutex<Option<NodeFacts>>,
+}
+
+impl ReportNow {
+    /// Wakes the report now; with `facts`, it reports them rather than reading its own.
+    pub fn wake(&self, facts: Option<NodeFacts>) {
+        *self
+            .facts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = facts;
+        self.notify.notify_one();
+    }
+
+    /// The facts given with the last wake-up, once.
+    pub fn take(&self) -> Option<NodeFacts> {
+        self.facts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 }
 

@@ -132,6 +132,9 @@ impl Fake {
                 json!({ "major": "1", "minor": "34", "gitVersion": "v1.34.4", "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64" }),
             ),
             ("POST", path) if path.ends_with("/events") => (201, request.body.clone()),
+            ("PATCH", path) if path.starts_with("/apis/bosun.dev/v1alpha1/nodereports/") => {
+                (200, request.body.clone())
+            }
             _ => not_found,
         }
     }
@@ -452,4 +455,50 @@ async fn the_step_gate_reads_no_cache_at_the_tasks_version() {
     );
     // And the step still ran to its result.
     assert_one_run_with_its_result(&fake);
+}
+
+/// The standing NodeReport woken with the facts a finished task just read writes those: it
+/// does not read the Node (nor the host) again. Woken without facts (its period), it reads
+/// them itself.
+#[tokio::test]
+async fn the_report_writes_the_facts_it_was_woken_with() {
+    let (fake, agent, _dir) = setup(running_task(), 0, |_| false);
+    let node_reads = |fake: &Fake| {
+        fake.seen()
+            .iter()
+            .filter(|s| s.method == "GET" && s.path == "/api/v1/nodes/w1")
+            .count()
+    };
+    let facts = bosun_agent::facts::collect(&agent).await;
+    let before = node_reads(&fake);
+    agent.report_now.wake(Some(facts.clone()));
+    let mut last = None;
+    assert!(
+        bosun_agent::report::report_once(&agent, &mut last)
+            .await
+            .unwrap()
+    );
+    assert_eq!(node_reads(&fake), before, "the report read the Node again");
+    assert_eq!(
+        last.as_ref(),
+        Some(&facts),
+        "the report wrote the facts it was given"
+    );
+    let written = fake
+        .seen()
+        .into_iter()
+        .rfind(|s| s.method == "PATCH" && s.path == "/apis/bosun.dev/v1alpha1/nodereports/w1")
+        .expect("the report was written");
+    assert_eq!(
+        written.body["spec"]["facts"],
+        serde_json::to_value(&facts).unwrap()
+    );
+
+    // Its period: no facts given, so it reads them (and, unchanged, writes nothing).
+    assert!(
+        !bosun_agent::report::report_once(&agent, &mut last)
+            .await
+            .unwrap()
+    );
+    assert_eq!(node_reads(&fake), before + 1);
 }
