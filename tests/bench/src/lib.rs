@@ -842,17 +842,7 @@ pub async fn run_once(
     // Let the last writes' events arrive before reading the counters.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = metrics::scrape(&client).await?;
-    let cpu_after = cpu_by_process(&env.lab.state_dir);
-    let cpu_secs = cpu_after
-        .iter()
-        .map(|(name, after)| {
-            let before = cpu_before
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or(0.0, |(_, b)| *b);
-            (name.clone(), after - before)
-        })
-        .collect();
+    let cpu_secs = cpu_since(&cpu_before, &cpu_by_process(&env.lab.state_dir));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let ctl_after = procfs::sample(env.controller.pid())?;
     // After a restart: the old process's share up to the kill, and the new one's whole.
@@ -942,8 +932,15 @@ pub async fn run_once(
     if floor {
         let names: Vec<String> = env.nodes.iter().map(|n| n.name.clone()).collect();
         let parallel = parallel.max(1) as usize;
-        result.floor = Some(run_floor(&client, &names, parallel).await?);
-        result.design_floor = Some(run_design_floor(&client, &names, parallel).await?);
+        let state_dir = &env.lab.state_dir;
+        let cpu = cpu_by_process(state_dir);
+        let mut minimum = run_floor(&client, &names, parallel).await?;
+        minimum.cpu_secs = cpu_since(&cpu, &cpu_by_process(state_dir));
+        result.floor = Some(minimum);
+        let cpu = cpu_by_process(state_dir);
+        let mut design = run_design_floor(&client, &names, parallel).await?;
+        design.cpu_secs = cpu_since(&cpu, &cpu_by_process(state_dir));
+        result.design_floor = Some(design);
     }
     Ok(result)
 }
@@ -1035,6 +1032,9 @@ pub struct FloorResult {
     pub parallel: usize,
     pub wall: Duration,
     pub writes: f64,
+    /// CPU seconds of the lab's daemons and of this process while it ran (this process: the
+    /// floor's client, and the fleet's idle agents).
+    pub cpu_secs: Vec<(String, f64)>,
 }
 
 /// For each node, at `parallel` nodes at a time: create a NodeTask (labelled with an
@@ -1160,7 +1160,22 @@ async fn floor_loop(
         parallel,
         wall,
         writes,
+        cpu_secs: Vec::new(),
     })
+}
+
+/// CPU seconds used between two [`cpu_by_process`] samples, by name.
+fn cpu_since(before: &[(String, f64)], after: &[(String, f64)]) -> Vec<(String, f64)> {
+    after
+        .iter()
+        .map(|(name, a)| {
+            let b = before
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0.0, |(_, b)| *b);
+            (name.clone(), a - b)
+        })
+        .collect()
 }
 
 /// CPU seconds so far of the lab's running daemons and of this process (the fleet), by name.
@@ -1220,6 +1235,16 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
             f.writes,
             secs(r.wall) / secs(f.wall).max(1e-9)
         );
+    }
+    for (what, f) in [("floor", &r.floor), ("design floor", &r.design_floor)] {
+        if let Some(f) = f.as_ref().filter(|f| !f.cpu_secs.is_empty()) {
+            let used: Vec<String> = f
+                .cpu_secs
+                .iter()
+                .map(|(name, secs_)| format!("{name} {secs_:.1} s"))
+                .collect();
+            let _ = writeln!(s, "  CPU seconds during the {what}: {}", used.join(", "));
+        }
     }
     let _ = writeln!(
         s,
