@@ -309,7 +309,7 @@ impl Caches {
     /// Whether the task store holds every NodeTask write of `which` the controller made so
     /// far, waiting up to `catch_up` for it. (One watch delivers every task's events in
     /// order: once it showed a version, it showed every earlier write.)
-    async fn caught_up(&self, which: Writes<'_>) -> bool {
+    pub(crate) async fn caught_up(&self, which: Writes<'_>) -> bool {
         if self.written.uncomparable.load(Ordering::SeqCst) {
             return false;
         }

@@ -111,6 +111,15 @@ pub fn fake_routes(route: fn(&Seen) -> serde_json::Value) -> (Client, Arc<Mutex<
 pub fn fake_answers(
     route: impl Fn(&Seen) -> (u16, serde_json::Value) + Clone + Send + 'static,
 ) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+    fake_answers_after(route, |_| Duration::ZERO)
+}
+
+/// [`fake_answers`], answering each request only `delay` after it came (it is recorded at
+/// once): a slow API server for one kind of request.
+pub fn fake_answers_after(
+    route: impl Fn(&Seen) -> (u16, serde_json::Value) + Clone + Send + 'static,
+    delay: fn(&Seen) -> Duration,
+) -> (Client, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let service = tower::service_fn(move |req: http::Request<Body>| {
@@ -129,7 +138,9 @@ pub fn fake_answers(
                 body,
             };
             let (code, reply) = route(&request);
+            let wait = delay(&request);
             log.lock().unwrap().push(request);
+            tokio::time::sleep(wait).await;
             let response = http::Response::builder()
                 .status(code)
                 .body(Body::from(serde_json::to_vec(&reply).unwrap()));
@@ -177,5 +188,7 @@ pub fn context(client: Client) -> Context {
         waiters: Default::default(),
         own_writes: Default::default(),
         caches: Arc::new(crate::cache::Caches::listed(vec![], vec![])),
+        inflight: Default::default(),
+        retrigger: None,
     }
 }

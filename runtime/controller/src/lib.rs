@@ -23,6 +23,8 @@
 //!   freshness, reconciled into generated Operations; adoption on a fresh install).
 //! - [`cache`]: the watch-backed Node and NodeTask stores the reconciler reads (no LIST per
 //!   reconcile), and how a reconcile sees the controller's own writes in them.
+//! - [`inflight`]: running tasks' controller steps advanced in the background of their
+//!   Operation's reconcile, which waits for them only a moment.
 //! - [`run`]: wires the reconciler into a kube-runtime `Controller` watching the Operations
 //!   of its instance ([`instance_selector`]) and the NodeTasks they own.
 //!
@@ -37,6 +39,7 @@ pub mod exclusion;
 #[cfg(test)]
 mod fake_api;
 pub mod health;
+pub mod inflight;
 pub mod leader;
 pub mod lifecycle;
 pub mod operation_gate;
@@ -112,6 +115,12 @@ pub async fn run(
     ) else {
         unreachable!("a new Caches gives its watches once");
     };
+    // A task advanced in the background after its reconcile stopped waiting wakes its
+    // Operation as a change of the task would (see `inflight`).
+    let (retrigger, advanced) = tokio::sync::mpsc::unbounded_channel::<NodeTask>();
+    let advanced = futures::stream::unfold(advanced, |mut rx| async move {
+        rx.recv().await.map(|task| (Ok(task), rx))
+    });
     let ctx = Arc::new(Context {
         client: caches.recording(client),
         caches,
@@ -123,13 +132,16 @@ pub async fn run(
         exclusion: Default::default(),
         waiters: Default::default(),
         own_writes: Default::default(),
+        inflight: Default::default(),
+        retrigger: Some(retrigger),
     });
     // A task change wakes its own Operation (as `owns` would) and the Operations waiting
     // for its node (see `exclusion::Waiters`): no timer for a held node.
     let waiters = ctx.waiters.clone();
     let wake = move |task: NodeTask| tasks_to_wake(&task, &waiters);
+    let triggers = futures::stream::select(task_triggers, advanced);
     let controller = Controller::new(operations, watcher::Config::default().labels(&selector))
-        .watches_stream(task_triggers, wake)
+        .watches_stream(triggers, wake)
         .reconcile_all_on(futures::stream::iter(policy_changes).flatten())
         .trigger_backoff(bosun_cluster::watch::WatchBackoff::new(
             bosun_cluster::watch::seed_of("bosun-controller"),

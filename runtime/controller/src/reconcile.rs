@@ -18,7 +18,7 @@ use bosun_api::operation::{
 };
 use bosun_planner::state::{TaskEvent, task_transition};
 use bosun_planner::{NodeInfo, PlanError, PlanOutput, TaskView, plan, schedule};
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -64,6 +64,12 @@ pub struct Context {
     /// The controller's own last Operation status writes, until the watch shows them
     /// ([`crate::cache::OwnWrites`]).
     pub own_writes: Arc<crate::cache::OwnWrites>,
+    /// Running tasks being advanced in the background ([`crate::inflight`]).
+    pub inflight: Arc<crate::inflight::InFlight>,
+    /// Wakes a task's Operation when its background advance ends after the reconcile that
+    /// started it stopped waiting (a clone of the task goes through the controller's task
+    /// trigger); `None` in unit tests, which call [`reconcile`] themselves.
+    pub retrigger: Option<tokio::sync::mpsc::UnboundedSender<NodeTask>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -210,6 +216,9 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         t.spec.operation == name
             && label.is_none_or(|v| t.labels().get(labels::OPERATION) == Some(v))
     };
+    // Which tasks are being advanced in the background, read before the tasks themselves:
+    // a task not in flight now has its last advance's writes in the store (`inflight`).
+    let busy = ctx.inflight.busy();
     for t in ctx
         .caches
         .tasks(&ctx.client, Writes::Of(&name), &selector, own)
@@ -283,6 +292,10 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     // here runs on below in this same pass.
     let mut recheck: Option<Duration> = None;
     for task in tasks.values_mut() {
+        if busy.contains(&task.name_any()) {
+            // Being advanced: looked at again once that is done.
+            continue;
+        }
         crate::recovery::mirror_pause(&ctx, task, op.spec.paused).await?;
         if let Some(d) = crate::recovery::handle(&ctx, &op, task, now).await? {
             recheck = Some(recheck.map_or(d, |r| r.min(d)));
@@ -293,23 +306,49 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     // all succeeded and whose health gates passed. A drain or wait in progress asks to be
     // looked at again sooner than the resync.
     //
-    // The tasks are independent (each its own node and objects), so up to
-    // `RUNNING_TASKS_AT_ONCE` advance at the same time: one after another, a pass over a
-    // thousand running tasks took minutes of API round trips (docs/benchmarks.md, fleet).
-    // The futures are made before they are polled (a lazily mapped stream would hold a
-    // closure across the await, which the reconcile's `Send` bound cannot name).
-    let advancing: Vec<_> = tasks
-        .values_mut()
-        .filter(|t| t.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running))
-        .map(|task| advance_running_task(&ctx, &op, task, None))
-        .collect();
-    let advanced: Vec<Option<Duration>> = futures::stream::iter(advancing)
-        .buffer_unordered(RUNNING_TASKS_AT_ONCE)
-        .try_collect()
-        .await?;
-    for d in advanced.into_iter().flatten() {
-        recheck = Some(recheck.map_or(d, |r| r.min(d)));
+    // Each such task is advanced by a job of its own (`inflight`), up to
+    // `RUNNING_TASKS_AT_ONCE` at a time; this pass waits for them at most
+    // `inflight::PASS_WAIT` and takes what they finished in that time. The others go on and
+    // wake this Operation when done, so a pass over a thousand running tasks no longer
+    // waits for each of their writes (docs/benchmarks.md, fleet).
+    let mut jobs = futures::stream::FuturesUnordered::new();
+    for (node, task) in &tasks {
+        let task_name = task.name_any();
+        let running = task.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running);
+        if !running
+            || busy.contains(&task_name)
+            || !controller_moves_next(task)
+            || !ctx.inflight.claim(&task_name)
+        {
+            continue;
+        }
+        let node = node.clone();
+        jobs.push(
+            spawn_advance(ctx.clone(), op.clone(), task.clone()).map(move |done| (node, done)),
+        );
     }
+    let pass_wait = tokio::time::sleep(crate::inflight::PASS_WAIT);
+    tokio::pin!(pass_wait);
+    loop {
+        tokio::select! {
+            next = jobs.next() => match next {
+                Some((node, Ok((task, result)))) => {
+                    tasks.insert(node, task);
+                    if let Some(d) = result? {
+                        recheck = Some(recheck.map_or(d, |r| r.min(d)));
+                    }
+                }
+                // A job dropped without an answer (the runtime is stopping).
+                Some((_, Err(_))) => {}
+                None => break,
+            },
+            () = &mut pass_wait => {
+                tracing::debug!(left = jobs.len(), "tasks still being advanced; they wake this Operation when done");
+                break;
+            }
+        }
+    }
+    drop(jobs);
 
     let present: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
     let views: BTreeMap<String, TaskView> = tasks
@@ -570,11 +609,81 @@ fn owner_reference(op: &Operation) -> OwnerReference {
     }
 }
 
-/// Running tasks one reconcile advances at the same time (their controller steps and
-/// finishing writes), and tasks it starts at the same time. At 1,000 nodes and
-/// `maxUnavailable: 100%` (docs/benchmarks.md): 16 took 95 s, 32 took 82 s and 64 took 78 s,
-/// with the controller's peak RSS at 85, 91 and 107 MiB; 32 keeps it under the 100 MB target.
-const RUNNING_TASKS_AT_ONCE: usize = 32;
+/// Running tasks advanced at the same time (their controller steps and finishing writes,
+/// across Operations: [`crate::inflight`]), and tasks one reconcile starts at the same time.
+/// At 1,000 nodes and `maxUnavailable: 100%` (docs/benchmarks.md, debug build): 16 took
+/// 95 s, 32 took 82 s and 64 took 78 s, with the controller's peak RSS at 85, 91 and
+/// 107 MiB; 32 keeps it under the 100 MB target.
+pub(crate) const RUNNING_TASKS_AT_ONCE: usize = 32;
+
+/// Whether a running task's next move is the controller's: a controller step next or in
+/// progress, or every step done (the health gates and the task's end). Agent steps, and a
+/// failure waiting for a person, are not.
+fn controller_moves_next(task: &NodeTask) -> bool {
+    let status = task.status.clone().unwrap_or_default();
+    matches!(
+        progress(&task.spec.steps, &status.steps),
+        Progress::Done
+            | Progress::Next {
+                runs_on: RunsOn::Controller,
+                ..
+            }
+            | Progress::Running {
+                runs_on: RunsOn::Controller,
+                ..
+            }
+    )
+}
+
+/// What a background advance of one task gives back: the task as it wrote it, and when to
+/// look at it again (or the error).
+type Advanced = (NodeTask, Result<Option<Duration>>);
+
+/// Advances `task` (claimed in [`Context::inflight`]) in a job of its own
+/// ([`advance_running_task`], under one of the shared permits), and answers on the returned
+/// channel. Once the store shows what it wrote, the task is released. When nobody waits for
+/// the answer any more (the reconcile carried on), the job wakes the Operation itself:
+/// at once, after the wait the advance asked for (a drain in progress), or after
+/// [`crate::inflight::RETRY_AFTER_ERROR`] when it failed.
+fn spawn_advance(
+    ctx: Arc<Context>,
+    op: Arc<Operation>,
+    task: NodeTask,
+) -> tokio::sync::oneshot::Receiver<Advanced> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let span = tracing::Span::current();
+    tokio::spawn(
+        async move {
+            let name = task.name_any();
+            let mut task = task;
+            let result = {
+                let _permit = ctx.inflight.permits.clone().acquire_owned().await;
+                advance_running_task(&ctx, &op, &mut task, None).await
+            };
+            // A store that has not caught up in time makes the next reconcile read the tasks
+            // from the API server (`Caches::tasks`), so releasing then is safe too.
+            ctx.caches.caught_up(Writes::Of(&op.name_any())).await;
+            ctx.inflight.release(&name);
+            if let Err((task, result)) = answer.send((task, result)) {
+                let wait = match result {
+                    Ok(wait) => wait,
+                    Err(e) => {
+                        tracing::warn!(task = %name, error = %e, "advancing the task failed; looking again in 5s");
+                        Some(crate::inflight::RETRY_AFTER_ERROR)
+                    }
+                };
+                if let Some(wait) = wait {
+                    tokio::time::sleep(wait).await;
+                }
+                if let Some(retrigger) = &ctx.retrigger {
+                    let _ = retrigger.send(task);
+                }
+            }
+        }
+        .instrument(span),
+    );
+    answered
+}
 
 /// The nodes held by NodeTasks of Operations other than `operation`, of this instance.
 /// The caller holds [`Context::exclusion`], and the last holder's writes must be seen: the
@@ -1515,6 +1624,110 @@ mod tests {
         assert_eq!(status["conditions"][0]["type"], json!("HealthGates"));
         assert_eq!(status["conditions"][0]["reason"], json!("Passed"));
         assert_eq!(task.status.unwrap().phase, NodeTaskPhase::Succeeded);
+    }
+
+    /// A task whose controller step's write is slow (3 s) does not hold its Operation's
+    /// reconcile: the pass carries on after `inflight::PASS_WAIT` while the task is still
+    /// being advanced; a second pass meanwhile does not advance it again; when the write
+    /// lands, the job wakes the Operation with the task as written, once. (Tokio's clock is
+    /// paused: the waits are exact, not raced.)
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_controller_step_does_not_hold_the_pass_and_runs_once() {
+        let spec: OperationSpec = serde_json::from_value(json!({
+            "custom": {"groups": [{"name": "all", "steps": [
+                {"name": "uncordon", "runsOn": "controller", "action": "uncordon"}]}]},
+            "healthGates": {"nodeReady": false, "apiServer": false},
+        }))
+        .unwrap();
+        let (planned, _) = plan_or_keep_frozen("slow", &spec, &[worker("w1")], None).unwrap();
+        let mut op = Operation::new("slow", spec.clone());
+        op.metadata.uid = Some("u1".into());
+        op.status = Some(OperationStatus {
+            plan: Some(planned.plan.clone()),
+            phase: OperationPhase::Running,
+            ..Default::default()
+        });
+        let p = &planned.tasks[0];
+        let mut task = NodeTask::new(&p.name, p.spec.clone());
+        task.metadata.labels = Some(p.labels.clone());
+        task.metadata.owner_references = Some(vec![owner_reference(&op)]);
+        task.status = Some(NodeTaskStatus {
+            phase: NodeTaskPhase::Running,
+            attempts: 1,
+            ..Default::default()
+        });
+        let (client, seen) = crate::fake_api::fake_answers_after(
+            move |req| {
+                let body = if req.path.starts_with("/api/v1/nodes/") {
+                    serde_json::to_value(crate::fake_api::ready_node("w1")).unwrap()
+                } else if req.path.contains("/operations/") {
+                    json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+                        "metadata": { "name": "slow", "uid": "u1", "resourceVersion": "20" },
+                        "spec": {}, "status": req.body["status"] })
+                } else {
+                    json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": "slow-w1" },
+                        "spec": { "operation": "slow", "nodeName": "w1", "group": "all", "steps": [] } })
+                };
+                (200, body)
+            },
+            |req| {
+                if req.is_status() && req.path.contains("/nodetasks/") {
+                    Duration::from_secs(3)
+                } else {
+                    Duration::ZERO
+                }
+            },
+        );
+        let (retrigger, mut woken) = tokio::sync::mpsc::unbounded_channel();
+        let mut ctx = context(client);
+        ctx.caches = Arc::new(crate::cache::Caches::listed(
+            vec![crate::fake_api::ready_node("w1")],
+            vec![task.clone()],
+        ));
+        ctx.retrigger = Some(retrigger);
+        let ctx = Arc::new(ctx);
+        let task_writes = || {
+            seen.lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.is_status() && r.path.contains("/nodetasks/"))
+                .count()
+        };
+        let op = Arc::new(op);
+
+        let started = tokio::time::Instant::now();
+        reconcile(op.clone(), ctx.clone()).await.unwrap();
+        assert_eq!(
+            started.elapsed(),
+            crate::inflight::PASS_WAIT,
+            "the pass waited for its job exactly the pass wait, not the write's 3 s"
+        );
+        assert_eq!(task_writes(), 1, "the uncordon's write was sent");
+        assert!(
+            ctx.inflight.busy().contains(&p.name),
+            "the task is in flight"
+        );
+
+        reconcile(op.clone(), ctx.clone()).await.unwrap();
+        assert_eq!(
+            task_writes(),
+            1,
+            "a second pass did not advance the task again"
+        );
+
+        let written = woken.recv().await.expect("the job woke the Operation");
+        assert_eq!(written.name_any(), p.name);
+        assert_eq!(
+            written.status.as_ref().map(|s| s.phase),
+            Some(NodeTaskPhase::Succeeded)
+        );
+        assert!(ctx.inflight.busy().is_empty(), "the task was released");
+        assert_eq!(
+            task_writes(),
+            1,
+            "one write for the step and the task's end"
+        );
+        assert!(woken.try_recv().is_err(), "woken once");
     }
 
     fn holder(phase: NodeTaskPhase) -> Holder {
