@@ -111,20 +111,23 @@ pub fn fake_routes(route: fn(&Seen) -> serde_json::Value) -> (Client, Arc<Mutex<
 pub fn fake_answers(
     route: impl Fn(&Seen) -> (u16, serde_json::Value) + Clone + Send + 'static,
 ) -> (Client, Arc<Mutex<Vec<Seen>>>) {
-    fake_answers_after(route, |_| Duration::ZERO)
+    fake_answers_held(route, |_| false, Arc::new(tokio::sync::Semaphore::new(0)))
 }
 
-/// [`fake_answers`], answering each request only `delay` after it came (it is recorded at
-/// once): a slow API server for one kind of request.
-pub fn fake_answers_after(
+/// [`fake_answers`], answering the requests `held` picks only once `gate` gives a permit
+/// (one per request; they are recorded at once): an API server that is slow to answer one
+/// kind of request for exactly as long as a test wants, with no clock involved.
+pub fn fake_answers_held(
     route: impl Fn(&Seen) -> (u16, serde_json::Value) + Clone + Send + 'static,
-    delay: fn(&Seen) -> Duration,
+    held: fn(&Seen) -> bool,
+    gate: Arc<tokio::sync::Semaphore>,
 ) -> (Client, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let service = tower::service_fn(move |req: http::Request<Body>| {
         let log = log.clone();
         let route = route.clone();
+        let gate = gate.clone();
         async move {
             let method = req.method().to_string();
             let path = req.uri().path().to_owned();
@@ -138,9 +141,11 @@ pub fn fake_answers_after(
                 body,
             };
             let (code, reply) = route(&request);
-            let wait = delay(&request);
+            let hold = held(&request);
             log.lock().unwrap().push(request);
-            tokio::time::sleep(wait).await;
+            if hold {
+                gate.acquire().await.expect("the gate stays open").forget();
+            }
             let response = http::Response::builder()
                 .status(code)
                 .body(Body::from(serde_json::to_vec(&reply).unwrap()));
