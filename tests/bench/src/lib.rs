@@ -1216,34 +1216,30 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         secs(r.wall),
         r.all_succeeded
     );
-    if let Some(f) = &r.floor {
+    let floors = [
+        ("floor (create + start + result per node", &r.floor),
+        (
+            "floor of the design's writes (the run's 5 NodeTask and 2 Node writes per node, merge patches, nothing else",
+            &r.design_floor,
+        ),
+    ];
+    for (what, f) in floors {
+        let Some(f) = f else { continue };
         let _ = writeln!(
             s,
-            "floor (create + start + result per node, {} at a time): {:.2} s, {} writes; ratio {:.2}x",
+            "{what}, {} at a time): {:.2} s, {} writes; ratio {:.2}x",
             f.parallel,
             secs(f.wall),
             f.writes,
             secs(r.wall) / secs(f.wall).max(1e-9)
         );
-    }
-    if let Some(f) = &r.design_floor {
-        let _ = writeln!(
-            s,
-            "floor of the design's writes (the run's 5 NodeTask and 2 Node writes per node, merge patches, nothing else, {} at a time): {:.2} s, {} writes; ratio {:.2}x",
-            f.parallel,
-            secs(f.wall),
-            f.writes,
-            secs(r.wall) / secs(f.wall).max(1e-9)
-        );
-    }
-    for (what, f) in [("floor", &r.floor), ("design floor", &r.design_floor)] {
-        if let Some(f) = f.as_ref().filter(|f| !f.cpu_secs.is_empty()) {
+        if !f.cpu_secs.is_empty() {
             let used: Vec<String> = f
                 .cpu_secs
                 .iter()
                 .map(|(name, secs_)| format!("{name} {secs_:.1} s"))
                 .collect();
-            let _ = writeln!(s, "  CPU seconds during the {what}: {}", used.join(", "));
+            let _ = writeln!(s, "  CPU seconds during it: {}", used.join(", "));
         }
     }
     let _ = writeln!(
