@@ -62,10 +62,14 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // kube-client logs every failed request at ERROR, including each of the lab's readiness
+    // probes while its API server starts (a screen of "500 Internal Server Error" before any
+    // figure); the callers report the errors that matter. `BOSUN_LOG` overrides the default.
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BOSUN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("BOSUN_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,kube_client::client::builder=off")
+            }),
         )
         .with_writer(std::io::stderr)
         .init();
