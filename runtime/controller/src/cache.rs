@@ -155,6 +155,9 @@ fn version_of<K: Resource>(obj: &K) -> Option<u64> {
         .and_then(parse_version)
 }
 
+/// How many NodeTasks one page of [`Caches::tasks`]' read from the API server holds.
+const FALLBACK_PAGE: u32 = 100;
+
 /// Whether a request is a write of NodeTasks (create, patch, update, delete), whose
 /// response's `resourceVersion` the reconciler must see in its store before it reads.
 fn is_task_write(req: &http::Request<Body>) -> bool {
@@ -293,17 +296,28 @@ impl Caches {
         if self.caught_up(after).await {
             return Ok(self.tasks.state_filter(|t| keep(t)));
         }
+        // In pages, each kept as the store keeps tasks (without managedFields): a thousand
+        // tasks listed at once, each with the managedFields of its five writers, cost the
+        // controller about 30 MB at the moment it could least afford it (a watch behind
+        // under load; docs/benchmarks.md, fleet). The pages of one list are one snapshot:
+        // the API server reads every page at the first one's resourceVersion.
         let api: Api<NodeTask> = Api::all(client.clone());
-        let list = api
-            .list(&ListParams::default().labels(selector))
-            .await
-            .map_err(Error::kube("listing NodeTasks"))?;
-        Ok(list
-            .items
-            .into_iter()
-            .filter(|t| keep(t))
-            .map(Arc::new)
-            .collect())
+        let mut params = ListParams::default().labels(selector).limit(FALLBACK_PAGE);
+        let mut tasks = Vec::new();
+        loop {
+            let page = api
+                .list(&params)
+                .await
+                .map_err(Error::kube("listing NodeTasks"))?;
+            tasks.extend(page.items.into_iter().filter(|t| keep(t)).map(|mut t| {
+                t.metadata.managed_fields = None;
+                Arc::new(t)
+            }));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(next) => params = params.continue_token(&next),
+                None => return Ok(tasks),
+            }
+        }
     }
 
     /// Whether the task store holds every NodeTask write of `which` the controller made so
@@ -557,6 +571,60 @@ mod tests {
         assert_eq!(
             (requests[0].method.as_str(), requests[0].path.as_str()),
             ("GET", "/apis/bosun.dev/v1alpha1/nodetasks")
+        );
+    }
+
+    /// The API server's tasks are read in pages of `FALLBACK_PAGE`, following the
+    /// continue token, and kept as the store keeps them: without managedFields.
+    #[tokio::test]
+    async fn the_api_servers_tasks_are_read_in_pages_without_managed_fields() {
+        let caches = Caches::listed(vec![], vec![]).with_catch_up(Duration::ZERO);
+        caches.written.record("op", Some("12"));
+        let (client, seen) = crate::fake_api::fake_routes(|req| {
+            let managed = |name: &str, phase| {
+                let mut t = serde_json::to_value(task(name, "12", phase)).unwrap();
+                t["metadata"]["managedFields"] = json!([{
+                    "manager": "bosun-agent", "operation": "Apply", "apiVersion": "bosun.dev/v1alpha1",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:phase": {}}}
+                }]);
+                t
+            };
+            let (items, next) = if req.query.contains("continue=page-2") {
+                (vec![managed("b", NodeTaskPhase::Pending)], json!({}))
+            } else {
+                (
+                    vec![managed("a", NodeTaskPhase::Running)],
+                    json!({ "continue": "page-2" }),
+                )
+            };
+            json!({ "kind": "NodeTaskList", "apiVersion": "bosun.dev/v1alpha1", "metadata": next, "items": items })
+        });
+        let read = caches
+            .tasks(&client, Writes::Of("op"), "x=y", |_| true)
+            .await
+            .unwrap();
+        assert_eq!(
+            phases(&read),
+            [
+                ("a".to_string(), NodeTaskPhase::Running),
+                ("b".to_string(), NodeTaskPhase::Pending)
+            ]
+        );
+        assert!(
+            read.iter().all(|t| t.metadata.managed_fields.is_none()),
+            "{read:#?}"
+        );
+        let requests = seen.lock().unwrap().clone();
+        assert_eq!(requests.len(), 2, "{requests:#?}");
+        let limit = format!("limit={FALLBACK_PAGE}");
+        assert!(
+            requests.iter().all(|r| r.query.contains(&limit)),
+            "{requests:#?}"
+        );
+        assert!(!requests[0].query.contains("continue="), "{requests:#?}");
+        assert!(
+            requests[1].query.contains("continue=page-2"),
+            "{requests:#?}"
         );
     }
 
