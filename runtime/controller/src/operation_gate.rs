@@ -6,7 +6,7 @@
 //! Fail closed: until the Policy list has been read once nothing is decided (the reconcile
 //! looks again soon, see [`retry_later`]); a Policy that does not compile denies.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use bosun_api::node_task::{NodeTask, NodeTaskPhase};
@@ -165,7 +165,7 @@ pub async fn before_groups(
     ctx: &Context,
     op: &Operation,
     plan: &Plan,
-    tasks: &BTreeMap<String, NodeTask>,
+    tasks: &crate::reconcile::Tasks,
     starting: &[String],
 ) -> Result<Option<Verdict>, bosun_cluster::Error> {
     let group_of = |node: &str| tasks.get(node).map(|t| t.spec.group.clone());
@@ -293,7 +293,7 @@ pub async fn hold_groups(
     ctx: &Context,
     op: &Operation,
     plan: &Plan,
-    tasks: &BTreeMap<String, NodeTask>,
+    tasks: &crate::reconcile::Tasks,
     starting: &[String],
     awaiting: &[String],
 ) -> Result<Hold, bosun_cluster::Error> {

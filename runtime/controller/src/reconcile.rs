@@ -35,6 +35,11 @@ use bosun_planner::state::{Progress, progress, step_status};
 
 use crate::time::set_condition;
 
+/// An Operation's tasks by node, as one reconcile sees them: shared with the NodeTask store
+/// (`crate::cache`) and copied only where the pass changes a task, so a pass over a thousand
+/// tasks does not hold a second copy of each (docs/benchmarks.md, fleet: controller RSS).
+pub type Tasks = BTreeMap<String, Arc<NodeTask>>;
+
 /// What every reconcile shares.
 #[derive(Clone)]
 pub struct Context {
@@ -206,7 +211,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
 
     // Existing tasks, then the missing ones (create-or-get by deterministic name).
     let tasks_api: Api<NodeTask> = Api::all(ctx.client.clone());
-    let mut tasks: BTreeMap<String, NodeTask> = BTreeMap::new();
+    let mut tasks: Tasks = BTreeMap::new();
     let label = planned
         .tasks
         .first()
@@ -224,7 +229,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         .tasks(&ctx.client, Writes::Of(&name), &selector, own)
         .await?
     {
-        tasks.insert(t.spec.node_name.clone(), NodeTask::clone(&t));
+        tasks.insert(t.spec.node_name.clone(), t);
     }
     // Tasks of a frozen plan missing from the cluster: the usual cause is a deletion under
     // way (the garbage collector removes the tasks of an Operation being deleted), which the
@@ -284,7 +289,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             }
         };
         tracing::info!(task = %planned_task.name, "NodeTask created");
-        tasks.insert(planned_task.spec.node_name.clone(), created);
+        tasks.insert(planned_task.spec.node_name.clone(), Arc::new(created));
     }
 
     // People's decisions (spec.recovery), the failure policy's automatic retries, and the
@@ -296,7 +301,15 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             // Being advanced: looked at again once that is done.
             continue;
         }
-        crate::recovery::mirror_pause(&ctx, task, op.spec.paused).await?;
+        let pause = crate::recovery::pause_differs(task, op.spec.paused);
+        if !pause && !crate::recovery::wants_handling(task) {
+            // Nothing to write: the task stays the store's, not a copy.
+            continue;
+        }
+        let task = Arc::make_mut(task);
+        if pause {
+            crate::recovery::mirror_pause(&ctx, task, op.spec.paused).await?;
+        }
         if let Some(d) = crate::recovery::handle(&ctx, &op, task, now).await? {
             recheck = Some(recheck.map_or(d, |r| r.min(d)));
         }
@@ -333,7 +346,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         tokio::select! {
             next = jobs.next() => match next {
                 Some((node, Ok((task, result)))) => {
-                    tasks.insert(node, task);
+                    tasks.insert(node, Arc::new(task));
                     if let Some(d) = result? {
                         recheck = Some(recheck.map_or(d, |r| r.min(d)));
                     }
@@ -469,7 +482,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
                     needs_approval: false,
                 }
             };
-            start_task(&ctx, &op, task, event)
+            start_task(&ctx, &op, Arc::make_mut(task), event)
         })
         .collect();
     let started: Vec<Option<Duration>> = futures::stream::iter(starts)
@@ -518,7 +531,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             stored.phase,
             status.phase,
             status.message.as_deref().unwrap_or(""),
-            tasks.values(),
+            tasks.values().map(|t| &**t),
         )
         .await;
     if status.phase.is_finished() {
@@ -648,18 +661,19 @@ type Advanced = (NodeTask, Result<Option<Duration>>);
 fn spawn_advance(
     ctx: Arc<Context>,
     op: Arc<Operation>,
-    task: NodeTask,
+    task: Arc<NodeTask>,
 ) -> tokio::sync::oneshot::Receiver<Advanced> {
     let (answer, answered) = tokio::sync::oneshot::channel();
     let span = tracing::Span::current();
     tokio::spawn(
         async move {
             let name = task.name_any();
-            let mut task = task;
-            let result = {
-                let _permit = ctx.inflight.permits.clone().acquire_owned().await;
-                advance_running_task(&ctx, &op, &mut task, None).await
-            };
+            let permit = ctx.inflight.permits.clone().acquire_owned().await;
+            // A job waiting for its permit holds the store's task, not a copy of it: at
+            // 1,000 running tasks and 32 permits, that is 968 copies not made.
+            let mut task = Arc::unwrap_or_clone(task);
+            let result = advance_running_task(&ctx, &op, &mut task, None).await;
+            drop(permit);
             // A store that has not caught up in time makes the next reconcile read the tasks
             // from the API server (`Caches::tasks`), so releasing then is safe too.
             ctx.caches.caught_up(Writes::Of(&op.name_any())).await;

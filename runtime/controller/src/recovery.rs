@@ -42,6 +42,9 @@ pub async fn handle(
     task: &mut NodeTask,
     now: Timestamp,
 ) -> Result<Option<Duration>> {
+    if !wants_handling(task) {
+        return Ok(None);
+    }
     let status = task.status.clone().unwrap_or_default();
     if let Some(recovery) = task.spec.recovery {
         let generation = task.metadata.generation;
@@ -125,6 +128,24 @@ pub async fn handle(
         }
         AutoRetry::No { .. } => Ok(None),
     }
+}
+
+/// Whether [`handle`] has anything to do for `task`: a person's `spec.recovery` to act on,
+/// or a Blocked task the failure policy may retry or explain. For any other task it reads
+/// and writes nothing, so a reconcile need not copy the task to offer it.
+pub fn wants_handling(task: &NodeTask) -> bool {
+    task.spec.recovery.is_some()
+        || task
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase == NodeTaskPhase::Blocked)
+}
+
+/// Whether [`mirror_pause`] has to write `task`: it is unfinished and its paused mark
+/// differs from the Operation's `paused`.
+pub fn pause_differs(task: &NodeTask, paused: bool) -> bool {
+    let finished = task.status.as_ref().is_some_and(|s| s.phase.is_finished());
+    !finished && is_paused(task) != paused
 }
 
 /// The failed step and its message: the part of a task's message a retry note keeps. Built
@@ -267,8 +288,7 @@ async fn clear_recovery(ctx: &Context, task: &mut NodeTask) -> Result<()> {
 /// Puts the pause annotation ([`bosun_api::labels::annotations::PAUSED`]) on the task while `paused`, and removes it otherwise.
 /// Finished tasks are left alone.
 pub async fn mirror_pause(ctx: &Context, task: &mut NodeTask, paused: bool) -> Result<()> {
-    let finished = task.status.as_ref().is_some_and(|s| s.phase.is_finished());
-    if finished || is_paused(task) == paused {
+    if !pause_differs(task, paused) {
         return Ok(());
     }
     let name = task.name_any();

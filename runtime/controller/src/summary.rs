@@ -5,9 +5,7 @@
 //! Condition reasons are fixed strings (the phase and block reason names as written in
 //! status, or the constants below), never `Debug` output.
 
-use std::collections::BTreeMap;
-
-use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase};
+use bosun_api::node_task::{BlockReason, NodeTaskPhase};
 use bosun_api::operation::{OperationPhase, OperationStatus};
 use bosun_planner::schedule::Schedule;
 use bosun_planner::state::operation_transition;
@@ -44,7 +42,7 @@ pub struct Summary<'a> {
     /// What the scheduler decided in this reconcile.
     pub schedule: &'a Schedule,
     /// The Operation's tasks by node, as they are after this reconcile's writes.
-    pub tasks: &'a BTreeMap<String, NodeTask>,
+    pub tasks: &'a crate::reconcile::Tasks,
     /// One line per task waiting for a node another Operation holds.
     pub waiting: &'a [String],
     /// A note saying what part of the spec is set aside, if any.
@@ -203,7 +201,10 @@ pub fn summarize(status: &mut OperationStatus, input: &Summary<'_>) {
 
 #[cfg(test)]
 mod tests {
-    use bosun_api::node_task::NodeTaskStatus;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use bosun_api::node_task::{NodeTask, NodeTaskStatus};
     use bosun_api::operation::TaskCounts;
     use serde_json::json;
 
@@ -214,7 +215,7 @@ mod tests {
         phase: NodeTaskPhase,
         reason: Option<BlockReason>,
         message: &str,
-    ) -> NodeTask {
+    ) -> Arc<NodeTask> {
         let spec = serde_json::from_value(json!({
             "operation": "op", "nodeName": node, "group": "all", "steps": []
         }))
@@ -226,7 +227,7 @@ mod tests {
             message: Some(message.into()),
             ..NodeTaskStatus::default()
         });
-        t
+        Arc::new(t)
     }
 
     fn schedule(phase: OperationPhase, succeeded: u32) -> Schedule {
@@ -259,7 +260,7 @@ mod tests {
     fn summary(
         stored_phase: OperationPhase,
         schedule: &Schedule,
-        tasks: &BTreeMap<String, NodeTask>,
+        tasks: &crate::reconcile::Tasks,
         waiting: &[String],
         ignored: Option<&str>,
     ) -> OperationStatus {
