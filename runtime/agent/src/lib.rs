@@ -50,11 +50,12 @@ use bosun_host::Host;
 use bosun_planner::state::{
     Progress, StepEvent, TaskEvent, progress, step_status, step_transition, task_transition,
 };
+use bosun_telemetry::Watched;
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
@@ -235,7 +236,17 @@ pub async fn run(agent: Arc<Agent>) {
     ) {
         tokio::spawn(watch);
     }
-    Controller::new(tasks, watcher::Config::default().labels(&selector))
+    // The NodeTask watch, as `Controller::new` builds it, with its lists counted
+    // (`bosun_watch_lists_total`).
+    let writer = reflector::store::Writer::<NodeTask>::default();
+    let store = writer.as_reader();
+    let triggers = reflector::reflector(
+        writer,
+        watcher(tasks, watcher::Config::default().labels(&selector))
+            .inspect(bosun_cluster::watch::count_lists(Watched::NodeTasks)),
+    )
+    .applied_objects();
+    Controller::for_stream(triggers, store)
         .trigger_backoff(bosun_cluster::watch::WatchBackoff::new(
             bosun_cluster::watch::seed_of(&agent.node_name),
         ))

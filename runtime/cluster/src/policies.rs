@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use bosun_api::policy::{Enforcement as ApiEnforcement, Policy};
 use bosun_policy::{Enforcement, Evaluator, Limits, PolicySet, PolicySource};
+use bosun_telemetry::Watched;
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -149,8 +150,11 @@ impl PolicyWatch {
         }
         let api: Api<Policy> = Api::all(client);
         Some(
-            reflector::reflector(writer, watcher(api, config))
-                .backoff(crate::watch::WatchBackoff::new(crate::watch::seed_of(
+            reflector::reflector(
+                writer,
+                watcher(api, config).inspect(crate::watch::count_lists(Watched::Policies)),
+            )
+            .backoff(crate::watch::WatchBackoff::new(crate::watch::seed_of(
                     "bosun.dev/policies",
                 )))
                 .filter_map(|event| async move {

@@ -15,7 +15,9 @@
 
 use std::time::{Duration, Instant};
 
+use bosun_telemetry::Watched;
 use kube::runtime::utils::Backoff;
+use kube::runtime::watcher;
 
 /// The first wait after a watch fails.
 pub const FIRST: Duration = Duration::from_millis(250);
@@ -91,6 +93,19 @@ impl Iterator for WatchBackoff {
 impl Backoff for WatchBackoff {
     fn reset(&mut self) {
         self.next = FIRST;
+    }
+}
+
+/// For a watcher stream's `inspect`: counts each full list the watch starts in
+/// `bosun_watch_lists_total{resource}` (one when it starts; any more are relists, after a
+/// 410 Gone or a failed list). kube-runtime's watcher resumes a watch the server ended from
+/// its last resourceVersion, kept current by bookmarks, without listing again; this is how
+/// that is seen in production and in the fleet bench.
+pub fn count_lists<K>(resource: Watched) -> impl FnMut(&Result<watcher::Event<K>, watcher::Error>) {
+    move |event| {
+        if let Ok(watcher::Event::Init) = event {
+            bosun_telemetry::metrics().watch_listed(resource);
+        }
     }
 }
 

@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use bosun_api::node_task::NodeTask;
 use bosun_api::operation::Operation;
+use bosun_telemetry::Watched;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
@@ -222,6 +223,7 @@ impl Caches {
         let api: Api<Node> = Api::all(client);
         Some(
             watcher(api, watcher::Config::default())
+                .inspect(bosun_cluster::watch::count_lists(Watched::Nodes))
                 .backoff(bosun_cluster::watch::WatchBackoff::new(
                     bosun_cluster::watch::seed_of("bosun-controller/nodes"),
                 ))
@@ -249,6 +251,7 @@ impl Caches {
         let api: Api<NodeTask> = Api::all(client);
         Some(
             watcher(api, config)
+                .inspect(bosun_cluster::watch::count_lists(Watched::NodeTasks))
                 .modify(|t: &mut NodeTask| t.metadata.managed_fields = None)
                 .reflect(writer)
                 .inspect(move |event| {

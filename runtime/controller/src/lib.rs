@@ -57,10 +57,11 @@ use bosun_api::node_task::NodeTask;
 use bosun_api::operation::Operation;
 use bosun_cluster::instance_selector;
 use bosun_cluster::policies::PolicyWatch;
+use bosun_telemetry::Watched;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 
 pub use error::{Error, Result};
 pub use reconcile::{Context, error_policy, reconcile};
@@ -140,7 +141,17 @@ pub async fn run(
     let waiters = ctx.waiters.clone();
     let wake = move |task: NodeTask| tasks_to_wake(&task, &waiters);
     let triggers = futures::stream::select(task_triggers, advanced);
-    let controller = Controller::new(operations, watcher::Config::default().labels(&selector))
+    // The Operation watch, as `Controller::new` builds it, with its lists counted
+    // (`bosun_watch_lists_total`).
+    let operation_writer = reflector::store::Writer::<Operation>::default();
+    let operation_store = operation_writer.as_reader();
+    let operation_triggers = reflector::reflector(
+        operation_writer,
+        watcher(operations, watcher::Config::default().labels(&selector))
+            .inspect(bosun_cluster::watch::count_lists(Watched::Operations)),
+    )
+    .applied_objects();
+    let controller = Controller::for_stream(operation_triggers, operation_store)
         .watches_stream(triggers, wake)
         .reconcile_all_on(futures::stream::iter(policy_changes).flatten())
         .trigger_backoff(bosun_cluster::watch::WatchBackoff::new(

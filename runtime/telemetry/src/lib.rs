@@ -17,7 +17,7 @@ pub mod metrics;
 use std::net::SocketAddr;
 
 pub use admin::{AdminServer, Readiness};
-pub use metrics::{CacheResult, Gate, Metrics, Side, StepOutcome, metrics};
+pub use metrics::{CacheResult, Gate, Metrics, Side, StepOutcome, Watched, metrics};
 
 /// The telemetry flags shared by `bosun-controller` and `bosun-agent`.
 #[derive(Clone, Debug, clap::Args)]

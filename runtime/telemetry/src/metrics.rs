@@ -8,6 +8,7 @@
 //! | `bosun_step_duration_seconds` | histogram | `side`, `outcome` |
 //! | `bosun_gate_duration_seconds` | histogram | `gate` (preflight, policy, health) |
 //! | `bosun_plugin_cache_total` | counter | `result` (hit, miss) |
+//! | `bosun_watch_lists_total` | counter | `resource` (nodetasks, operations, nodes, policies) |
 //!
 //! One process-wide [`Metrics`] ([`metrics()`]) is shared by every reconcile: the hooks in
 //! the controller and agent are one line each and need no handle threaded through their
@@ -78,6 +79,32 @@ pub enum Gate {
     Policy,
     /// A health gate between nodes (node Ready, API server healthy, settle time).
     Health,
+}
+
+/// A resource one of Bosun's long-running watches keeps.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Watched {
+    NodeTasks,
+    Operations,
+    Nodes,
+    Policies,
+}
+
+/// Every [`Watched`], in the order they are exposed.
+const WATCHED: [Watched; 4] = [
+    Watched::NodeTasks,
+    Watched::Operations,
+    Watched::Nodes,
+    Watched::Policies,
+];
+
+fn watched_str(w: Watched) -> &'static str {
+    match w {
+        Watched::NodeTasks => "nodetasks",
+        Watched::Operations => "operations",
+        Watched::Nodes => "nodes",
+        Watched::Policies => "policies",
+    }
 }
 
 /// Whether a plugin's verified bytes were already in the agent's local store.
@@ -162,6 +189,11 @@ struct CacheLabels {
     result: Fixed,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchLabels {
+    resource: Fixed,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// The registry and every family in it.
@@ -172,6 +204,7 @@ pub struct Metrics {
     step_duration: HistogramFamily<StepLabels>,
     gate_duration: HistogramFamily<GateLabels>,
     plugin_cache: Family<CacheLabels, Counter>,
+    watch_lists: Family<WatchLabels, Counter>,
     /// Operation name → the phase last recorded for it; `bosun_operations` is its tally.
     phases: Mutex<HashMap<String, OperationPhase>>,
 }
@@ -218,6 +251,8 @@ impl Metrics {
         );
         let plugin_cache = Family::<CacheLabels, Counter>::default();
         registry.register("bosun_plugin_cache", "Plugin byte lookups in the agent's local store: hit (verified bytes on disk) or miss (fetched from the source)", plugin_cache.clone());
+        let watch_lists = Family::<WatchLabels, Counter>::default();
+        registry.register("bosun_watch_lists", "Full lists made by this process's watches, by resource: one when a watch starts, one more each time it has to list again (its resourceVersion expired: 410 Gone) or its list failed and was retried", watch_lists.clone());
 
         for p in PHASES {
             operations
@@ -242,6 +277,11 @@ impl Metrics {
         for r in ["hit", "miss"] {
             drop(plugin_cache.get_or_create(&CacheLabels { result: Fixed(r) }));
         }
+        for w in WATCHED {
+            drop(watch_lists.get_or_create(&WatchLabels {
+                resource: Fixed(watched_str(w)),
+            }));
+        }
         Metrics {
             registry,
             operations,
@@ -249,6 +289,7 @@ impl Metrics {
             step_duration,
             gate_duration,
             plugin_cache,
+            watch_lists,
             phases: Mutex::new(HashMap::new()),
         }
     }
@@ -300,6 +341,24 @@ impl Metrics {
         self.plugin_cache
             .get_or_create(&CacheLabels { result: Fixed(r) })
             .inc();
+    }
+
+    /// Records that a watch of `resource` started a full list.
+    pub fn watch_listed(&self, resource: Watched) {
+        self.watch_lists
+            .get_or_create(&WatchLabels {
+                resource: Fixed(watched_str(resource)),
+            })
+            .inc();
+    }
+
+    /// Full lists recorded for `resource` so far (see [`Metrics::watch_listed`]).
+    pub fn watch_lists(&self, resource: Watched) -> u64 {
+        self.watch_lists
+            .get_or_create(&WatchLabels {
+                resource: Fixed(watched_str(resource)),
+            })
+            .get()
     }
 
     /// The OpenMetrics text exposition of every family (what `/metrics` serves).
@@ -357,8 +416,31 @@ mod tests {
             "{text}"
         );
         assert!(
+            text.contains("bosun_watch_lists_total{resource=\"nodetasks\"} 0"),
+            "{text}"
+        );
+        assert!(
             text.ends_with("# EOF\n"),
             "OpenMetrics text ends with # EOF: {text}"
+        );
+    }
+
+    #[test]
+    fn watch_lists_are_counted_by_resource() {
+        let m = Metrics::new();
+        m.watch_listed(Watched::NodeTasks);
+        m.watch_listed(Watched::NodeTasks);
+        m.watch_listed(Watched::Policies);
+        assert_eq!(m.watch_lists(Watched::NodeTasks), 2);
+        assert_eq!(m.watch_lists(Watched::Nodes), 0);
+        let text = m.encode();
+        assert!(
+            text.contains("bosun_watch_lists_total{resource=\"nodetasks\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_watch_lists_total{resource=\"policies\"} 1"),
+            "{text}"
         );
     }
 

@@ -397,12 +397,13 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-const FAMILIES: [(&str, &str); 5] = [
+const FAMILIES: [(&str, &str); 6] = [
     ("bosun_operations", "gauge"),
     ("bosun_steps", "counter"),
     ("bosun_step_duration_seconds", "histogram"),
     ("bosun_gate_duration_seconds", "histogram"),
     ("bosun_plugin_cache", "counter"),
+    ("bosun_watch_lists", "counter"),
 ];
 
 #[tokio::test]
@@ -519,6 +520,24 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
     // These processes saw this one Operation only, so the counts are exact.
     let (_, controller) = get(controller_port, "/metrics")?;
     let (_, agent) = get(agent_port, "/metrics")?;
+    // Each watch listed once, when it started: none listed again (issue #16).
+    for (who, text, resources) in [
+        (
+            "controller",
+            &controller,
+            &["operations", "nodetasks", "nodes", "policies"][..],
+        ),
+        ("agent", &agent, &["nodetasks", "policies"][..]),
+    ] {
+        for resource in resources {
+            let series = format!("bosun_watch_lists_total{{resource=\"{resource}\"}}");
+            let got = sample(text, &series);
+            ensure!(
+                got == Some(1.0),
+                "the {who}'s {series} is {got:?}, not 1:\n{text}"
+            );
+        }
+    }
     for (text, series, want) in [
         (&controller, "bosun_operations{phase=\"Succeeded\"}", 1.0),
         (&controller, "bosun_operations{phase=\"Blocked\"}", 0.0),
