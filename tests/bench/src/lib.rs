@@ -24,6 +24,7 @@ pub mod procfs;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,6 +36,7 @@ use bosun_agent::fleet::{Fleet, FleetNode, FleetShared};
 use bosun_api::node_task::{NodeTask, NodeTaskPhase};
 use bosun_api::operation::{Operation, OperationPhase};
 use bosun_lab::{FLEET_LABEL, LabHandle, LabNode};
+use bosun_telemetry::Watched;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -73,6 +75,8 @@ pub struct ChildGuard {
     pub name: String,
     pub child: Child,
     pub log: PathBuf,
+    /// Where its admin server (`/metrics`) listens, when it was given one.
+    pub admin: Option<SocketAddr>,
 }
 
 impl ChildGuard {
@@ -91,6 +95,7 @@ impl ChildGuard {
             name: name.into(),
             child,
             log,
+            admin: None,
         })
     }
 
@@ -170,9 +175,15 @@ pub fn start_controller(
     name: &str,
     dir: &Path,
 ) -> Result<ChildGuard> {
+    // Its admin server on a free loopback port, for its `bosun_watch_lists_total`.
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("finding a free port for the controller's admin server")?;
     let mut cmd = Command::new(bosun_e2e::binary_of(PROFILE, "bosun-controller")?);
     cmd.env("KUBECONFIG", &lab.kubeconfig)
         .env("BOSUN_LOG", "warn")
+        .arg("--admin-addr")
+        .arg(admin.to_string())
         .arg("--instance")
         .arg(instance)
         .args(["--resync-seconds", &resync_seconds.to_string()]);
@@ -189,7 +200,51 @@ pub fn start_controller(
             "--lease-renew-seconds",
             "10",
         ]);
-    ChildGuard::spawn(name, &mut cmd, dir)
+    let mut guard = ChildGuard::spawn(name, &mut cmd, dir)?;
+    guard.admin = Some(admin);
+    Ok(guard)
+}
+
+/// `bosun_watch_lists_total` of this process (the fleet's agents) by resource.
+pub fn agent_watch_lists() -> BTreeMap<String, u64> {
+    let m = bosun_telemetry::metrics();
+    [
+        ("nodetasks", Watched::NodeTasks),
+        ("policies", Watched::Policies),
+    ]
+    .into_iter()
+    .map(|(name, w)| (name.to_string(), m.watch_lists(w)))
+    .collect()
+}
+
+/// `bosun_watch_lists_total` by resource from the admin server at `addr` (a plain
+/// HTTP/1.1 GET of `/metrics`): the full lists that process's watches made since it started.
+pub async fn watch_lists_of(addr: SocketAddr) -> Result<BTreeMap<String, u64>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fetch = async {
+        let mut conn = tokio::net::TcpStream::connect(addr).await?;
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+            .await?;
+        let mut text = String::new();
+        conn.read_to_string(&mut text).await?;
+        Ok::<_, std::io::Error>(text)
+    };
+    let text = tokio::time::timeout(Duration::from_secs(10), fetch)
+        .await
+        .with_context(|| format!("{addr}/metrics did not answer in 10 s"))?
+        .with_context(|| format!("reading {addr}/metrics"))?;
+    Ok(parse_watch_lists(&text))
+}
+
+/// The `bosun_watch_lists_total{resource="..."} N` lines of a metrics text.
+pub fn parse_watch_lists(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("bosun_watch_lists_total{resource=\"")?;
+            let (resource, rest) = rest.split_once("\"}")?;
+            Some((resource.to_string(), rest.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 /// The N fleet nodes, the controller and the in-process agents, ready for runs.
@@ -511,6 +566,12 @@ pub struct RunResult {
     pub cpu_secs: Vec<(String, f64)>,
     pub controller_hwm_kib: u64,
     pub controller_rss_kib: u64,
+    /// Full lists made by the controller's watches since it (the last one, after a
+    /// restart) started, by resource (`bosun_watch_lists_total`): one per watch is its
+    /// first list, any more are relists.
+    pub controller_watch_lists: BTreeMap<String, u64>,
+    /// The same for the fleet's agents together, since they started.
+    pub agent_watch_lists: BTreeMap<String, u64>,
     /// Between one task's last step finishing and the next task's first step starting,
     /// in start order (only with parallelism 1).
     pub gaps: Option<Spread>,
@@ -845,6 +906,10 @@ pub async fn run_once(
     let cpu_secs = cpu_since(&cpu_before, &cpu_by_process(&env.lab.state_dir));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let ctl_after = procfs::sample(env.controller.pid())?;
+    let controller_watch_lists = match env.controller.admin {
+        Some(addr) => watch_lists_of(addr).await?,
+        None => BTreeMap::new(),
+    };
     // After a restart: the old process's share up to the kill, and the new one's whole.
     let (controller_cpu_secs, controller_hwm_kib) = match &restarted {
         Some((_, old)) => (
@@ -919,6 +984,8 @@ pub async fn run_once(
         cpu_secs,
         controller_hwm_kib,
         controller_rss_kib: ctl_after.rss_kib,
+        controller_watch_lists,
+        agent_watch_lists: agent_watch_lists(),
         gaps,
         phases,
         all_succeeded,
@@ -1323,6 +1390,19 @@ pub fn report(env: &FleetEnv, r: &RunResult) -> String {
         r.controller_hwm_kib as f64 / 1024.0,
         r.controller_rss_kib as f64 / 1024.0
     );
+    let lists = |m: &BTreeMap<String, u64>| {
+        m.iter()
+            .map(|(res, n)| format!("{res} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(
+        s,
+        "watch lists (one per watch when it starts; more are relists): controller {} (since it started); the {} agents {} (since they started)",
+        lists(&r.controller_watch_lists),
+        env.nodes.len(),
+        lists(&r.agent_watch_lists)
+    );
     let others: Vec<String> = r
         .cpu_secs
         .iter()
@@ -1518,6 +1598,19 @@ pub fn names(tasks: &[NodeTask]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watch_lists_are_read_from_a_metrics_text() {
+        let m = bosun_telemetry::Metrics::new();
+        m.watch_listed(Watched::NodeTasks);
+        m.watch_listed(Watched::NodeTasks);
+        m.watch_listed(Watched::Operations);
+        let lists = parse_watch_lists(&m.encode());
+        assert_eq!(lists.get("nodetasks"), Some(&2));
+        assert_eq!(lists.get("operations"), Some(&1));
+        assert_eq!(lists.get("nodes"), Some(&0));
+        assert_eq!(lists.len(), 4, "{lists:?}");
+    }
 
     fn task(steps: &[(&str, i64, i64)]) -> NodeTask {
         let at = |us: i64| {

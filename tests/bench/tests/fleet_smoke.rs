@@ -85,6 +85,22 @@ async fn a_fleet_of_agents_runs_an_operation_with_every_write_changing_something
             r.no_op_writes(resource)
         );
     }
+    // No watch listed twice (issue #16: no full relist after the first): each of the
+    // controller's four watches listed once, and each agent's NodeTask and Policy watch.
+    for resource in ["nodetasks", "operations", "nodes", "policies"] {
+        let n = r.controller_watch_lists.get(resource).copied();
+        ensure!(
+            n == Some(1),
+            "the controller's {resource} watch listed {n:?} times, not once:\n{report}"
+        );
+    }
+    for resource in ["nodetasks", "policies"] {
+        let n = r.agent_watch_lists.get(resource).copied();
+        ensure!(
+            n == Some(u64::from(NODES)),
+            "the {NODES} agents' {resource} watches listed {n:?} times, not once each:\n{report}"
+        );
+    }
     let floor = r.floor.as_ref().expect("the floor ran");
     ensure!(
         floor.writes == f64::from(NODES) * 3.0,
