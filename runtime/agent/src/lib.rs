@@ -55,7 +55,7 @@ use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use tracing::Instrument;
 
@@ -238,14 +238,11 @@ pub async fn run(agent: Arc<Agent>) {
     }
     // The NodeTask watch, as `Controller::new` builds it, with its lists counted
     // (`bosun_watch_lists_total`).
-    let writer = reflector::store::Writer::<NodeTask>::default();
-    let store = writer.as_reader();
-    let triggers = reflector::reflector(
-        writer,
-        watcher(tasks, watcher::Config::default().labels(&selector))
-            .inspect(bosun_cluster::watch::count_lists(Watched::NodeTasks)),
-    )
-    .applied_objects();
+    let (triggers, store) = bosun_cluster::watch::counted_controller_source(
+        tasks,
+        watcher::Config::default().labels(&selector),
+        Watched::NodeTasks,
+    );
     Controller::for_stream(triggers, store)
         .trigger_backoff(bosun_cluster::watch::WatchBackoff::new(
             bosun_cluster::watch::seed_of(&agent.node_name),

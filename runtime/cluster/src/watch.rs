@@ -109,6 +109,39 @@ pub fn count_lists<K>(resource: Watched) -> impl FnMut(&Result<watcher::Event<K>
     }
 }
 
+/// The trigger stream and store of a kube-runtime `Controller` of `api`'s objects, built as
+/// `Controller::new` builds them (a reflector over a watcher), with the watch's lists counted
+/// as `resource` ([`count_lists`]). For `Controller::for_stream(triggers, store)`.
+pub fn counted_controller_source<K>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    resource: Watched,
+) -> (
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    kube::runtime::reflector::Store<K>,
+)
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    use futures::StreamExt as _;
+    use kube::runtime::WatchStreamExt as _;
+    let writer = kube::runtime::reflector::store::Writer::<K>::default();
+    let store = writer.as_reader();
+    let triggers = kube::runtime::reflector::reflector(
+        writer,
+        watcher(api, config).inspect(count_lists(resource)),
+    )
+    .applied_objects();
+    (triggers, store)
+}
+
 /// A seed for [`WatchBackoff::new`] from a name (FNV-1a).
 pub fn seed_of(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {

@@ -61,7 +61,7 @@ use bosun_telemetry::Watched;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::runtime::{Controller, watcher};
 
 pub use error::{Error, Result};
 pub use reconcile::{Context, error_policy, reconcile};
@@ -143,14 +143,11 @@ pub async fn run(
     let triggers = futures::stream::select(task_triggers, advanced);
     // The Operation watch, as `Controller::new` builds it, with its lists counted
     // (`bosun_watch_lists_total`).
-    let operation_writer = reflector::store::Writer::<Operation>::default();
-    let operation_store = operation_writer.as_reader();
-    let operation_triggers = reflector::reflector(
-        operation_writer,
-        watcher(operations, watcher::Config::default().labels(&selector))
-            .inspect(bosun_cluster::watch::count_lists(Watched::Operations)),
-    )
-    .applied_objects();
+    let (operation_triggers, operation_store) = bosun_cluster::watch::counted_controller_source(
+        operations,
+        watcher::Config::default().labels(&selector),
+        Watched::Operations,
+    );
     let controller = Controller::for_stream(operation_triggers, operation_store)
         .watches_stream(triggers, wake)
         .reconcile_all_on(futures::stream::iter(policy_changes).flatten())
