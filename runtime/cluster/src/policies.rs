@@ -149,12 +149,10 @@ impl PolicyWatch {
             config = config.labels(s);
         }
         let api: Api<Policy> = Api::all(client);
+        let events = watcher(api, config).inspect(crate::watch::count_lists(Watched::Policies));
         Some(
-            reflector::reflector(
-                writer,
-                watcher(api, config).inspect(crate::watch::count_lists(Watched::Policies)),
-            )
-            .backoff(crate::watch::WatchBackoff::new(crate::watch::seed_of(
+            reflector::reflector(writer, events)
+                .backoff(crate::watch::WatchBackoff::new(crate::watch::seed_of(
                     "bosun.dev/policies",
                 )))
                 .filter_map(|event| async move {

@@ -352,15 +352,6 @@ impl Metrics {
             .inc();
     }
 
-    /// Full lists recorded for `resource` so far (see [`Metrics::watch_listed`]).
-    pub fn watch_lists(&self, resource: Watched) -> u64 {
-        self.watch_lists
-            .get_or_create(&WatchLabels {
-                resource: Fixed(watched_str(resource)),
-            })
-            .get()
-    }
-
     /// The OpenMetrics text exposition of every family (what `/metrics` serves).
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -431,11 +422,13 @@ mod tests {
         m.watch_listed(Watched::NodeTasks);
         m.watch_listed(Watched::NodeTasks);
         m.watch_listed(Watched::Policies);
-        assert_eq!(m.watch_lists(Watched::NodeTasks), 2);
-        assert_eq!(m.watch_lists(Watched::Nodes), 0);
         let text = m.encode();
         assert!(
             text.contains("bosun_watch_lists_total{resource=\"nodetasks\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bosun_watch_lists_total{resource=\"nodes\"} 0"),
             "{text}"
         );
         assert!(

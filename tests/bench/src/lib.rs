@@ -24,7 +24,6 @@ pub mod procfs;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,7 +35,6 @@ use bosun_agent::fleet::{Fleet, FleetNode, FleetShared};
 use bosun_api::node_task::{NodeTask, NodeTaskPhase};
 use bosun_api::operation::{Operation, OperationPhase};
 use bosun_lab::{FLEET_LABEL, LabHandle, LabNode};
-use bosun_telemetry::Watched;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -75,8 +73,8 @@ pub struct ChildGuard {
     pub name: String,
     pub child: Child,
     pub log: PathBuf,
-    /// Where its admin server (`/metrics`) listens, when it was given one.
-    pub admin: Option<SocketAddr>,
+    /// The loopback port of its admin server (`/metrics`), when it was given one.
+    pub admin_port: Option<u16>,
 }
 
 impl ChildGuard {
@@ -95,7 +93,7 @@ impl ChildGuard {
             name: name.into(),
             child,
             log,
-            admin: None,
+            admin_port: None,
         })
     }
 
@@ -176,14 +174,13 @@ pub fn start_controller(
     dir: &Path,
 ) -> Result<ChildGuard> {
     // Its admin server on a free loopback port, for its `bosun_watch_lists_total`.
-    let admin = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
+    let admin_port = bosun_e2e::admin::free_port()
         .context("finding a free port for the controller's admin server")?;
     let mut cmd = Command::new(bosun_e2e::binary_of(PROFILE, "bosun-controller")?);
     cmd.env("KUBECONFIG", &lab.kubeconfig)
         .env("BOSUN_LOG", "warn")
         .arg("--admin-addr")
-        .arg(admin.to_string())
+        .arg(format!("127.0.0.1:{admin_port}"))
         .arg("--instance")
         .arg(instance)
         .args(["--resync-seconds", &resync_seconds.to_string()]);
@@ -201,38 +198,21 @@ pub fn start_controller(
             "10",
         ]);
     let mut guard = ChildGuard::spawn(name, &mut cmd, dir)?;
-    guard.admin = Some(admin);
+    guard.admin_port = Some(admin_port);
     Ok(guard)
 }
 
 /// `bosun_watch_lists_total` of this process (the fleet's agents) by resource.
 pub fn agent_watch_lists() -> BTreeMap<String, u64> {
-    let m = bosun_telemetry::metrics();
-    [
-        ("nodetasks", Watched::NodeTasks),
-        ("policies", Watched::Policies),
-    ]
-    .into_iter()
-    .map(|(name, w)| (name.to_string(), m.watch_lists(w)))
-    .collect()
+    parse_watch_lists(&bosun_telemetry::metrics().encode())
 }
 
-/// `bosun_watch_lists_total` by resource from the admin server at `addr` (a plain
-/// HTTP/1.1 GET of `/metrics`): the full lists that process's watches made since it started.
-pub async fn watch_lists_of(addr: SocketAddr) -> Result<BTreeMap<String, u64>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let fetch = async {
-        let mut conn = tokio::net::TcpStream::connect(addr).await?;
-        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
-            .await?;
-        let mut text = String::new();
-        conn.read_to_string(&mut text).await?;
-        Ok::<_, std::io::Error>(text)
-    };
-    let text = tokio::time::timeout(Duration::from_secs(10), fetch)
-        .await
-        .with_context(|| format!("{addr}/metrics did not answer in 10 s"))?
-        .with_context(|| format!("reading {addr}/metrics"))?;
+/// `bosun_watch_lists_total` by resource from the admin server on loopback `port`: the full
+/// lists that process's watches made since it started.
+pub fn watch_lists_of(port: u16) -> Result<BTreeMap<String, u64>> {
+    let (code, text) = bosun_e2e::admin::get(port, "/metrics")
+        .with_context(|| format!("reading 127.0.0.1:{port}/metrics"))?;
+    ensure!(code == 200, "127.0.0.1:{port}/metrics answered {code}");
     Ok(parse_watch_lists(&text))
 }
 
@@ -906,8 +886,8 @@ pub async fn run_once(
     let cpu_secs = cpu_since(&cpu_before, &cpu_by_process(&env.lab.state_dir));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let ctl_after = procfs::sample(env.controller.pid())?;
-    let controller_watch_lists = match env.controller.admin {
-        Some(addr) => watch_lists_of(addr).await?,
+    let controller_watch_lists = match env.controller.admin_port {
+        Some(port) => watch_lists_of(port)?,
         None => BTreeMap::new(),
     };
     // After a restart: the old process's share up to the kill, and the new one's whole.
@@ -1598,6 +1578,7 @@ pub fn names(tasks: &[NodeTask]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bosun_telemetry::Watched;
 
     #[test]
     fn watch_lists_are_read_from_a_metrics_text() {

@@ -12,7 +12,6 @@
 //!   `/metrics` show every metric family with exact counts for that Operation.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -20,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use bosun_api::node_task::NodeTask;
 use bosun_api::operation::{Operation, OperationPhase};
+use bosun_e2e::admin::{free_port, get, request};
 use bosun_e2e::cluster::publish_hello;
 use bosun_e2e::identity::{agent_pod, client_with_token, kubectl, token_kubeconfig, token_of};
 use bosun_e2e::{DEADLINE, MANAGER, Processes, apply_crds, binary, target_dir, unique};
@@ -307,40 +307,6 @@ async fn an_agent_may_write_only_its_own_nodes_node_tasks() -> Result<()> {
         .await
         .context("deleting the agent Pod")?;
     Ok(())
-}
-
-/// A free loopback port for an admin server (bound and released; the process binds it
-/// right after).
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-/// `GET path` on the admin server at `port`: status code and body.
-fn get(port: u16, path: &str) -> Result<(u16, String)> {
-    request(port, "GET", path)
-}
-
-/// `method path` on the admin server at `port`: status code and body.
-fn request(port: u16, method: &str, path: &str) -> Result<(u16, String)> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer)?;
-    let (head, body) = answer
-        .split_once("\r\n\r\n")
-        .with_context(|| format!("not an HTTP answer: {answer}"))?;
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .with_context(|| format!("no status in {head}"))?;
-    Ok((code, body.to_string()))
 }
 
 /// Waits until `/ready` on `port` answers 200, failing if a process exits first.
