@@ -21,11 +21,14 @@ pub(crate) const MAX_SCHEMA_BYTES: usize = 64 << 10;
 /// Regular expressions (`pattern` values and `patternProperties` names) across all of a
 /// plugin's schemas.
 pub(crate) const MAX_PATTERNS: usize = 64;
-/// Longest regular expression, in bytes.
+/// Longest regular expression, in bytes (as written in the schema).
 pub(crate) const MAX_PATTERN_BYTES: usize = 1024;
-/// Most memory one regular expression may compile to (the `regex` crate's size limit).
-/// With [`MAX_PATTERNS`] this bounds what compiling a plugin's patterns can take at
-/// 16 MiB; a schema of 25,000 `\p{L}{200}` patterns took 14 GB before these bounds.
+/// Most memory one regular expression may compile to (the `regex` crate's size limit),
+/// judged on the exact text boon compiles ([`ecma_to_boon`]). With [`MAX_PATTERNS`] this
+/// bounds what compiling a plugin's patterns can take at 16 MiB; a schema of 25,000
+/// `\p{L}{200}` patterns took 14 GB before these bounds, and 64 `\cA\p{L}{200}` (which the
+/// `regex` crate cannot parse, but boon rewrites and compiles) 650 MiB before the bound
+/// was judged on boon's text.
 pub(crate) const MAX_PATTERN_COMPILED_BYTES: usize = 256 << 10;
 
 /// Checks a schema's size before it is parsed.
@@ -40,7 +43,11 @@ fn check_size(text: &str) -> Result<(), String> {
 }
 
 /// Checks a schema's regular expressions against the bounds above before anything
-/// compiles them; `patterns` counts across the plugin's actions.
+/// compiles them; `patterns` counts across the plugin's actions. The compiled size is
+/// judged on the text boon will compile ([`ecma_to_boon`]), with the `regex` crate boon
+/// uses; a pattern that cannot be bounded that way (one the `regex` crate cannot parse
+/// once rewritten, or one using the `x` flag) is refused, never left to boon, since boon
+/// compiles with the `regex` crate's default limit of 10 MiB.
 fn check_patterns(value: &Value, patterns: &mut usize) -> Result<(), String> {
     let mut found: Vec<&str> = Vec::new();
     collect_patterns(value, &mut found);
@@ -58,20 +65,101 @@ fn check_patterns(value: &Value, patterns: &mut usize) -> Result<(), String> {
                 p.len()
             ));
         }
-        // Only the compiled size is judged here; a pattern that is not valid Rust regex
-        // syntax is left to boon, which converts ECMA-262 syntax first and reports it.
-        if let Err(regex::Error::CompiledTooBig(limit)) = regex::RegexBuilder::new(p)
+        let shown = || {
+            let mut shown = p.to_owned();
+            crate::sandbox::truncate_utf8(&mut shown, 64);
+            shown
+        };
+        let compiled = ecma_to_boon(p).ok_or_else(|| {
+            format!(
+                "the regular expression `{}` uses the `x` flag, which ECMA-262 does not have and under which the host \
+                 cannot bound what the validator compiles; write it without `(?x)`",
+                shown()
+            )
+        })?;
+        match regex::RegexBuilder::new(&compiled)
             .size_limit(MAX_PATTERN_COMPILED_BYTES)
             .build()
         {
-            let mut shown = p.to_owned();
-            crate::sandbox::truncate_utf8(&mut shown, 64);
-            return Err(format!(
-                "the regular expression `{shown}` compiles to more than {limit} bytes, the host's limit; use a simpler pattern"
-            ));
+            Ok(_) => {}
+            Err(regex::Error::CompiledTooBig(limit)) => {
+                return Err(format!(
+                    "the regular expression `{}` compiles to more than {limit} bytes, the host's limit; use a simpler pattern",
+                    shown()
+                ));
+            }
+            Err(e) => {
+                // Only the one-line reason: the rest of the message repeats the pattern.
+                let e = e.to_string();
+                let reason = e
+                    .lines()
+                    .find_map(|l| l.strip_prefix("error: "))
+                    .unwrap_or("not a regular expression");
+                return Err(format!(
+                    "the regular expression `{}` cannot be bounded by the host ({reason}); write it in the syntax both \
+                     ECMA-262 and the Rust `regex` crate accept (no lookaround or backreferences)",
+                    shown()
+                ));
+            }
         }
     }
     Ok(())
+}
+
+/// The text boon 0.6 compiles for the ECMA-262 regular expression `p` (a `pattern` value
+/// or `patternProperties` name), or `None` when that cannot be told from the text alone.
+///
+/// boon (`ecma::convert`) parses `p` with `regex-syntax`, rewrites each `\cX` to the control
+/// character and each `\d`, `\D`, `\w`, `\W`, `\s`, `\S` to the ASCII class ECMA-262 gives it,
+/// then compiles the result with `regex::Regex::new`. This repeats the rewrite escape by
+/// escape (every `\` starts an escape in the `regex` crate's syntax), so the bound is judged
+/// on exactly what boon compiles: Rust's Unicode classes differ from boon's ASCII ones in
+/// size either way (`[\p{L}--\w]` is empty in Rust, every non-ASCII letter in boon). A
+/// rewrite that does not parse is refused by the caller; boon would refuse it too, or
+/// compile a partly rewritten pattern, which is never bounded.
+///
+/// The exception is the `x` flag: under it `#` starts a comment, where `\` escapes nothing,
+/// and the whitespace boon writes (`\cJ`, `\s`) is ignored, so the text is not enough.
+/// ECMA-262 has no such flag, so any `(?` whose flags name `x` gives `None`.
+fn ecma_to_boon(p: &str) -> Option<String> {
+    /// ECMA-262's `\s`, as boon writes it.
+    const SPACE: &str = " \t\n\r\u{000b}\u{000c}\u{00a0}\u{feff}\u{2003}\u{2029}";
+    let mut out = String::with_capacity(p.len());
+    let mut chars = p.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('d') => out.push_str("[0-9]"),
+                Some('D') => out.push_str("[^0-9]"),
+                Some('w') => out.push_str("[A-Za-z0-9_]"),
+                Some('W') => out.push_str("[^A-Za-z0-9_]"),
+                Some('s') => out.extend(["[", SPACE, "]"]),
+                Some('S') => out.extend(["[^", SPACE, "]"]),
+                Some('c') => match chars.next_if(char::is_ascii_alphabetic) {
+                    Some(letter) => out.push(char::from(letter as u8 % 32)),
+                    // Not a control escape: left for the `regex` crate to refuse, as boon does.
+                    None => out.push_str("\\c"),
+                },
+                Some(e) => {
+                    out.push('\\');
+                    out.push(e);
+                }
+                None => out.push('\\'),
+            },
+            '(' if chars.peek() == Some(&'?') => {
+                let mut flags = chars
+                    .clone()
+                    .skip(1)
+                    .take_while(|f| f.is_ascii_alphabetic() || *f == '-');
+                if flags.any(|f| f == 'x') {
+                    return None;
+                }
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    Some(out)
 }
 
 /// Every `pattern` string and `patternProperties` name in `value`, at any depth.
@@ -117,7 +205,8 @@ impl ParamSchemas {
     /// Fails with the action's name and the compiler's message when a schema is not valid
     /// JSON or not a valid JSON Schema, and before compiling anything when a schema is
     /// larger than [`MAX_SCHEMA_BYTES`] or its regular expressions exceed the bounds
-    /// ([`MAX_PATTERNS`], [`MAX_PATTERN_BYTES`], [`MAX_PATTERN_COMPILED_BYTES`]).
+    /// ([`MAX_PATTERNS`], [`MAX_PATTERN_BYTES`], [`MAX_PATTERN_COMPILED_BYTES`]) or cannot
+    /// be bounded (see [`check_patterns`]).
     pub(crate) fn compile(actions: &[ActionInfo]) -> Result<ParamSchemas, (String, String)> {
         let mut schemas = boon::Schemas::new();
         let mut compiler = boon::Compiler::new();
@@ -301,6 +390,108 @@ mod tests {
         // What a real plugin declares still compiles.
         let cheap_one = json!({"type": "object", "properties": {"v": {"type": "string", "pattern": "^v1\\.[0-9]+\\.[0-9]+$"}}}).to_string();
         ParamSchemas::compile(&[action("a", &cheap), action("b", &cheap_one)]).unwrap();
+    }
+
+    #[test]
+    fn patterns_are_bounded_as_boon_compiles_them_or_refused() {
+        // Issue 31 item 3: the `regex` crate cannot parse `\cA`, so the bound was skipped,
+        // but boon rewrites it to U+0001 and compiled the rest with a 10 MiB limit (64 of
+        // these: 650 MiB, 9 s). Now the bound is judged on boon's text.
+        let cases = [
+            (
+                json!({"type": "string", "pattern": "\\cA\\p{L}{200}"}),
+                "\\cA\\p{L}{200}",
+            ),
+            // Valid Rust, and empty there (Unicode `\w` holds every letter), but boon's
+            // ASCII `\w` leaves every non-ASCII letter: as large as `\p{L}{200}`.
+            (
+                json!({"type": "object", "patternProperties": {"[\\p{L}--\\w]{200}": {}}}),
+                "[\\p{L}--\\w]{200}",
+            ),
+        ];
+        for (schema, pattern) in cases {
+            let started = std::time::Instant::now();
+            let (name, message) = ParamSchemas::compile(&[action("bomb", &schema.to_string())])
+                .err()
+                .unwrap_or_else(|| panic!("{pattern} was not refused"));
+            assert_eq!(name, "bomb");
+            assert!(
+                message.contains("compiles to more than 262144 bytes") && message.contains(pattern),
+                "{message}"
+            );
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "{pattern} took {:?}",
+                started.elapsed()
+            );
+        }
+        // What cannot be bounded is refused with the pattern and what to do, not left to
+        // boon: syntax the `regex` crate lacks, and the `x` flag (its comments hide escapes).
+        for (pattern, why) in [
+            (
+                "^(?=a)\\p{L}{200}$",
+                "write it in the syntax both ECMA-262 and the Rust `regex` crate accept",
+            ),
+            ("(?x)\\p{L}\\cJ{200}", "uses the `x` flag"),
+            ("\\c1", "write it in the syntax both"),
+        ] {
+            let schema = json!({"type": "string", "pattern": pattern}).to_string();
+            let (_, message) = ParamSchemas::compile(&[action("odd", &schema)])
+                .err()
+                .unwrap_or_else(|| panic!("{pattern} was not refused"));
+            assert!(
+                message.contains(why) && message.contains(pattern),
+                "{message}"
+            );
+        }
+        // Ordinary ECMA-262 patterns still load, and keep ECMA-262's meaning (`\d` is ASCII).
+        let ordinary = [
+            "^v[0-9]+\\.[0-9]+\\.[0-9]+$",
+            "^[a-z0-9-]+$",
+            "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+            "^\\d{1,5}$",
+            "^\\w[\\w.-]*\\S$",
+            "^\\s*\\cI?$",
+        ];
+        let properties: serde_json::Map<String, Value> = ordinary
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("p{i}"), json!({"type": "string", "pattern": p})))
+            .collect();
+        let schema = json!({"type": "object", "properties": properties,
+                            "patternProperties": {"^x-[a-z]+$": {"type": "string"}}});
+        let s = ParamSchemas::compile(&[action("ok", &schema.to_string())]).unwrap();
+        assert_eq!(
+            s.check(
+                "ok",
+                &json!({"p0": "v1.2.3", "p1": "my-app", "p3": "8080", "x-y": "z"})
+            ),
+            Ok(())
+        );
+        let e = s.check("ok", &json!({"p3": "\u{661}\u{662}"})).unwrap_err();
+        assert!(e.contains("at `/p3`"), "{e}");
+    }
+
+    #[test]
+    fn the_rewrite_is_boons() {
+        // boon 0.6's own `ecma::convert` cases, and the `x` flag it cannot follow.
+        for (ecma, boon) in [
+            ("ab\\cAcde\\cBfg", "ab\u{1}cde\u{2}fg"),
+            ("\\\\comment", "\\\\comment"),
+            ("ab\\def", "ab[0-9]ef"),
+            ("ab[a-z\\d]ef", "ab[a-z[0-9]]ef"),
+            ("ab\\Def", "ab[^0-9]ef"),
+            ("ab[a-z\\D]ef", "ab[a-z[^0-9]]ef"),
+            ("\\w\\W", "[A-Za-z0-9_][^A-Za-z0-9_]"),
+            ("\\(?x\\)", "\\(?x\\)"),
+            ("(?i)(?P<x>a)", "(?i)(?P<x>a)"),
+        ] {
+            assert_eq!(ecma_to_boon(ecma).as_deref(), Some(boon), "{ecma}");
+        }
+        assert!(ecma_to_boon("\\s").unwrap().contains('\u{feff}'));
+        for x in ["(?x)a", "(?ix:a)", "(?-x)a"] {
+            assert_eq!(ecma_to_boon(x), None, "{x}");
+        }
     }
 
     #[test]
