@@ -65,8 +65,9 @@ fn main() -> ExitCode {
         Ok(Status::PluginFailed | Status::Denied) => ExitCode::from(2),
         Ok(Status::Blocked) => ExitCode::from(3),
         Err(e) => {
-            // Errors may quote a plugin (its metadata, its stderr): no raw control characters.
-            eprintln!("error: {}", terminal::clean(&error_chain(&e)));
+            // Errors may quote a plugin (its metadata, its stderr), a policy or the cluster:
+            // no raw control characters, and on one line.
+            terminal::errln!("error: {}", terminal::clean(&error_chain(&e)));
             ExitCode::from(1)
         }
     }

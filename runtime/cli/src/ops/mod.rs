@@ -9,7 +9,6 @@
 //! carries the `resourceVersion` the checks saw, so a change made in between makes the
 //! API server refuse it (409) instead of acting on a stale view.
 
-use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -26,7 +25,7 @@ use kube::{Client, Config};
 use serde_json::json;
 
 use crate::Status;
-use crate::terminal;
+use crate::terminal::{self, clean, errln, out, outln};
 
 pub mod checks;
 pub mod render;
@@ -217,17 +216,60 @@ async fn snapshot(client: &Client, name: &str) -> Result<(Operation, Vec<NodeTas
 
 fn style() -> render::Style {
     render::Style::detect(
-        std::io::stdout().is_terminal(),
+        terminal::stdout_is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
     )
 }
 
 fn machine_output(format: Format, op: &Operation, tasks: &[NodeTask]) -> Result<String> {
     let doc = json!({ "operation": op, "nodeTasks": tasks });
-    Ok(match format {
-        Format::Json => serde_json::to_string_pretty(&doc)? + "\n",
-        Format::Yaml => serde_yaml::to_string(&doc)?,
-    })
+    match format {
+        Format::Json => terminal::json(&doc),
+        Format::Yaml => terminal::yaml(&doc),
+    }
+}
+
+// The renderings for people. Plugins write the messages, logs, outputs and checks shown
+// (through the agent), so every string of the resources is escaped first; each rendering
+// goes through here, `status --watch`'s final summary too.
+
+/// The status tree of an Operation and its NodeTasks.
+fn human_status(
+    op: &Operation,
+    tasks: &[NodeTask],
+    now: Timestamp,
+    style: render::Style,
+) -> Result<String> {
+    let op = terminal::cleaned(op)?;
+    let tasks = tasks.iter().map(for_people).collect::<Result<Vec<_>>>()?;
+    Ok(render::status(&op, &tasks, now, style))
+}
+
+/// What `status --watch` ends with when the Operation is Blocked.
+fn human_blocked_summary(op: &Operation, tasks: &[NodeTask]) -> Result<Option<String>> {
+    let op = terminal::cleaned(op)?;
+    let tasks = tasks.iter().map(for_people).collect::<Result<Vec<_>>>()?;
+    Ok(render::blocked_summary(&op, &tasks))
+}
+
+/// The log tails of a NodeTask's steps.
+fn human_logs(task: &NodeTask, step: Option<&str>, now: Timestamp) -> Result<String> {
+    Ok(render::logs(&for_people(task)?, step, now))
+}
+
+/// The ClusterLifecycle and the Operations it generated.
+fn human_lifecycle(
+    cl: &bosun_api::ClusterLifecycle,
+    generated: &[Operation],
+    now: Timestamp,
+    style: render::Style,
+) -> Result<String> {
+    let cl = terminal::cleaned(cl)?;
+    let generated = generated
+        .iter()
+        .map(terminal::cleaned)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(render::lifecycle(&cl, &generated, now, style))
 }
 
 async fn status(args: StatusArgs) -> Result<Status> {
@@ -242,24 +284,19 @@ async fn status(args: StatusArgs) -> Result<Status> {
     let show = |op: &Operation, tasks: &[NodeTask]| -> Result<String> {
         match args.output {
             Some(f) => machine_output(f, op, tasks),
-            None => {
-                // Plugins write the messages, logs and outputs shown here.
-                let op = terminal::cleaned(op)?;
-                let tasks = tasks.iter().map(for_people).collect::<Result<Vec<_>>>()?;
-                Ok(render::status(&op, &tasks, Timestamp::now(), style))
-            }
+            None => human_status(op, tasks, Timestamp::now(), style),
         }
     };
     if !args.watch {
         let (op, tasks) = snapshot(&client, name).await?;
-        print!("{}", show(&op, &tasks)?);
+        terminal::out_styled(&show(&op, &tasks)?, style.color);
         return Ok(Status::Success);
     }
 
     // Watch: any event on the Operation or its tasks triggers a fresh read and a
     // re-render. On a terminal the screen is redrawn (and refreshed each second so running
     // times move); elsewhere each changed rendering is printed after a blank line.
-    let terminal = std::io::stdout().is_terminal() && args.output.is_none();
+    let redraw = terminal::stdout_is_terminal() && args.output.is_none();
     let ops: Api<Operation> = Api::all(client.clone());
     let tasks_api: Api<NodeTask> = Api::all(client.clone());
     let op_events = watcher(
@@ -281,16 +318,16 @@ async fn status(args: StatusArgs) -> Result<Status> {
         let (op, tasks) = snapshot(&client, name).await?;
         let text = show(&op, &tasks)?;
         if text != last {
-            if terminal {
-                print!("\x1b[H\x1b[2J{text}\n{}", style_hint(style));
+            if redraw {
+                terminal::clear_screen();
+                terminal::out_styled(&format!("{text}\n{}", style_hint(style)), style.color);
             } else {
                 if !last.is_empty() {
-                    println!();
+                    outln!();
                 }
-                print!("{text}");
+                terminal::out_styled(&text, style.color);
             }
-            use std::io::Write as _;
-            std::io::stdout().flush().ok();
+            terminal::flush();
             last = text;
         }
         if op.status.as_ref().is_some_and(|s| s.phase.is_finished()) {
@@ -298,19 +335,22 @@ async fn status(args: StatusArgs) -> Result<Status> {
         }
         // Blocked stays Blocked until a person acts: say why and how, and stop watching.
         if args.output.is_none()
-            && let Some(summary) = render::blocked_summary(&op, &tasks)
+            && let Some(summary) = human_blocked_summary(&op, &tasks)?
         {
-            print!("\n{summary}");
+            out!("\n{summary}");
             return Ok(Status::Blocked);
         }
         tokio::select! {
             event = events.next() => match event {
                 None => bail!("the watch on Operation {name} ended unexpectedly"),
                 // The watcher retries with backoff; a failed round is reported, not fatal.
-                Some(Err(e)) => eprintln!("warning: watching Operation {name}: {e}"),
+                Some(Err(e)) => errln!(
+                    "warning: watching Operation {name}: {}",
+                    clean(&e.to_string())
+                ),
                 Some(Ok(())) => {}
             },
-            _ = tick.tick(), if terminal => {}
+            _ = tick.tick(), if redraw => {}
         }
         // Coalesce a burst of events (one step's writes come in several) into one render.
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -346,25 +386,13 @@ async fn lifecycle_status(
         .await
         .context("listing the generated Operations")?
         .items;
+    let doc = || serde_json::json!({ "clusterLifecycle": cl, "operations": generated });
     let text = match output {
-        Some(Format::Json) => {
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "clusterLifecycle": cl, "operations": generated }),
-            )? + "\n"
-        }
-        Some(Format::Yaml) => serde_yaml::to_string(
-            &serde_json::json!({ "clusterLifecycle": cl, "operations": generated }),
-        )?,
-        None => {
-            let cl = terminal::cleaned(&cl)?;
-            let generated = generated
-                .iter()
-                .map(terminal::cleaned)
-                .collect::<Result<Vec<_>>>()?;
-            render::lifecycle(&cl, &generated, Timestamp::now(), style)
-        }
+        Some(Format::Json) => terminal::json(&doc())?,
+        Some(Format::Yaml) => terminal::yaml(&doc())?,
+        None => human_lifecycle(&cl, &generated, Timestamp::now(), style)?,
     };
-    print!("{text}");
+    terminal::out_styled(&text, style.color);
     Ok(Status::Success)
 }
 
@@ -445,7 +473,11 @@ async fn approve(args: ApproveArgs) -> Result<Status> {
         )
         .await
         .map_err(|e| conflict_advice(e, &format!("NodeTask {name}"), &args.operation))?;
-        println!("approved {} (NodeTask {name})", task.spec.node_name);
+        outln!(
+            "approved {} (NodeTask {})",
+            clean(&task.spec.node_name),
+            clean(&name)
+        );
     }
     Ok(Status::Success)
 }
@@ -474,19 +506,20 @@ async fn recover(args: NodeArgs, recovery: bosun_api::Recovery) -> Result<Status
     let step = task
         .status
         .as_ref()
-        .and_then(|s| s.current_step.clone())
-        .unwrap_or_else(|| "its failed step".into());
+        .and_then(|s| s.current_step.as_deref())
+        .map_or_else(|| "its failed step".into(), |s| clean(s).into_owned());
+    let name = clean(&name);
     match recovery {
-        bosun_api::Recovery::Retry => println!(
+        bosun_api::Recovery::Retry => outln!(
             "recovery: Retry set on NodeTask {name}: the controller runs step {step} on {} again",
             args.node
         ),
-        bosun_api::Recovery::Skip => println!(
+        bosun_api::Recovery::Skip => outln!(
             "recovery: Skip set on NodeTask {name}: {} is left as it is (from step {step} on) and the Operation moves on",
             args.node
         ),
     }
-    println!(
+    outln!(
         "follow it with: kubectl bosun status {} --watch",
         args.operation
     );
@@ -513,12 +546,13 @@ async fn set_paused(args: OperationArgs, paused: bool) -> Result<Status> {
     .await
     .map_err(|e| conflict_advice(e, &format!("Operation {}", args.operation), &args.operation))?;
     if paused {
-        println!(
+        outln!(
             "paused {}: running steps finish, nothing new starts; resume with `kubectl bosun resume {}`",
-            args.operation, args.operation
+            args.operation,
+            args.operation
         );
     } else {
-        println!("resumed {}", args.operation);
+        outln!("resumed {}", args.operation);
     }
     Ok(Status::Success)
 }
@@ -538,10 +572,9 @@ async fn logs(args: LogsArgs) -> Result<Status> {
         );
     }
     // The log lines are the plugin's own.
-    let task = for_people(task)?;
-    print!(
+    out!(
         "{}",
-        render::logs(&task, args.step.as_deref(), Timestamp::now())
+        human_logs(task, args.step.as_deref(), Timestamp::now())?
     );
     Ok(Status::Success)
 }
@@ -579,5 +612,340 @@ mod tests {
         assert_eq!(step.started_at, time("2026-11-30T03:00:02.123456Z"));
         assert_eq!(step.finished_at, time("2026-11-30T03:00:03.854321Z"));
         assert_eq!(step.message.as_deref(), Some("hi\\u{1b}[2J"));
+    }
+
+    /// Control characters of every kind, a carriage return and a newline that start forged
+    /// lines, bidirectional overrides: what a plugin can put in any text the agent writes.
+    const H: &str = "<\x1b]0;pwned\x07\x1b[2J\x1b[1;1H\rFORGED\x00\x01\x1f\x7f\u{85}\u{9b}31m\u{202e}\u{2066}\nFORGED verified: signed by admin>";
+
+    /// Everything `status` and `logs` read from the cluster.
+    #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+    struct Cluster {
+        op: Operation,
+        tasks: Vec<NodeTask>,
+        cl: bosun_api::ClusterLifecycle,
+        #[serde(default)]
+        generated: Vec<Operation>,
+    }
+
+    /// An Operation Blocked on one node, with a task of each kind the renderings treat
+    /// apart, every text field filled in, and a ClusterLifecycle that generated it.
+    fn cluster() -> Cluster {
+        let step = |name: &str, controller: bool| {
+            if controller {
+                json!({"name": name, "runsOn": "controller", "action": name})
+            } else {
+                json!({"name": name, "plugin": "hello", "action": "greet", "params": {"name": "x"}})
+            }
+        };
+        let steps = json!([
+            step("cordon", true),
+            step("greet", false),
+            step("uncordon", true)
+        ]);
+        let facts = json!({
+            "collectedAt": "2026-11-30T03:00:01Z", "kubeletVersion": "v1.33.5",
+            "kubeadmVersion": "v1.33.5", "kubectlVersion": "v1.33.5",
+            "packages": [{"name": "kubeadm", "version": "1.33.5-1.1"}], "os": "Debian",
+            "arch": "amd64", "kernel": "6.12.0",
+            "certificates": [{"name": "apiserver", "notAfter": "2027-11-30T03:00:00Z"}],
+            "commandConfinement": {"landlockAbi": 4, "seccomp": true, "missing": ["x"]},
+        });
+        let condition = |type_: &str, reason: &str| {
+            json!({"type": type_, "status": "True", "reason": reason, "message": "why",
+                   "lastTransitionTime": "2026-11-30T03:00:02Z"})
+        };
+        let task = |node: &str, status: serde_json::Value| {
+            json!({
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask",
+                "metadata": {"name": format!("op1-{node}")},
+                "spec": {"operation": "op1", "nodeName": node, "group": "workers", "steps": steps},
+                "status": status,
+            })
+        };
+        let time = |s: &str| json!(s);
+        let value = json!({
+            "op": {
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+                "metadata": {"name": "op1", "creationTimestamp": "2026-11-30T03:00:00Z"},
+                "spec": {"custom": {"groups": [{"name": "workers", "steps": steps}]}},
+                "status": {
+                    "phase": "Blocked", "progress": "1/4",
+                    "message": "n2: preflight failed: not found",
+                    "conditions": [condition("Blocked", "PreflightFailed")],
+                    "plan": {"groups": [{"name": "workers", "nodes": ["n1", "n2", "n3", "n4", "n5"], "maxParallel": 2, "controlPlaneNodes": []}]},
+                },
+            },
+            "tasks": [
+                task("n1", json!({
+                    "phase": "Succeeded", "attempts": 1, "message": "done",
+                    "nodeFacts": {"before": facts, "after": facts},
+                    "steps": [
+                        {"name": "cordon", "phase": "Succeeded", "attempts": 1, "message": "cordoned",
+                         "startedAt": time("2026-11-30T03:00:02Z"), "finishedAt": time("2026-11-30T03:00:03Z")},
+                        {"name": "greet", "phase": "Succeeded", "attempts": 1, "changed": true,
+                         "message": "hello", "logTail": ["line"],
+                         "outputs": {"kernel": "6.12", "apiserver.before": "a", "apiserver.after": "b"},
+                         "preflight": [{"name": "file-readable", "status": "Warn", "message": "slow"}],
+                         "policy": {"allowed": true, "messages": [], "policySetDigest": "sha256:00"},
+                         "startedAt": time("2026-11-30T03:00:03Z"), "finishedAt": time("2026-11-30T03:00:04Z")},
+                    ],
+                })),
+                task("n2", json!({
+                    "phase": "Blocked", "attempts": 2, "reason": "PreflightFailed",
+                    "message": "the agent restarted during step greet",
+                    "currentStep": "greet",
+                    "conditions": [condition("Blocked", "PreflightFailed")],
+                    "steps": [
+                        {"name": "cordon", "phase": "Succeeded", "attempts": 1,
+                         "startedAt": time("2026-11-30T03:00:02Z"), "finishedAt": time("2026-11-30T03:00:03Z")},
+                        {"name": "greet", "phase": "Failed", "attempts": 2, "message": "it failed",
+                         "logTail": ["checking", "still checking"],
+                         "preflight": [{"name": "file-readable", "status": "Fail", "message": "not found"}],
+                         "error": {"code": "preflight-failed", "message": "not found", "retryable": true},
+                         "startedAt": time("2026-11-30T03:00:03Z"), "finishedAt": time("2026-11-30T03:00:04Z")},
+                    ],
+                })),
+                task("n3", json!({
+                    "phase": "Pending", "message": "waiting: node n3 is held by Operation other",
+                    "conditions": [condition("NodeHeld", "HeldByOtherOperation")],
+                })),
+                task("n4", json!({"phase": "Skipped", "message": "skipped by a person"})),
+                task("n5", json!({
+                    "phase": "Running", "attempts": 1, "currentStep": "cordon",
+                    "steps": [{"name": "cordon", "phase": "Running", "attempts": 1,
+                               "startedAt": time("2026-11-30T03:00:02Z")}],
+                })),
+            ],
+            "cl": {
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "ClusterLifecycle",
+                "metadata": {"name": "cluster"},
+                "spec": {"kubernetesVersion": "v1.34.4", "certificates": {"autoRenew": true}},
+                "status": {
+                    "conditions": [condition("InSync", "Upgrading"), condition("Progressing", "Waiting")],
+                    "waiting": "op1", "summary": "upgrading",
+                    "versions": {"nodesAtDesired": 1, "nodes": 5, "lowest": "v1.33.5", "highest": "v1.34.4"},
+                    "certificates": {"earliestExpiry": "2027-11-30T03:00:00Z", "earliest": "apiserver",
+                                     "nextRenewal": "2027-10-30T03:00:00Z", "nodesReported": 1, "handledRotation": 0},
+                    "currentOperation": "op1",
+                    "history": [{"name": "op1", "kind": "upgrade", "reason": "desired v1.34.4",
+                                 "createdAt": "2026-11-30T03:00:00Z"}],
+                },
+            },
+        });
+        let mut c: Cluster = serde_json::from_value(value).unwrap();
+        c.generated = vec![c.op.clone()];
+        c
+    }
+
+    /// `text` without the SGR sequences (`ESC [ digits ; m`) the CLI colours with.
+    fn without_colours(text: &str) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("\x1b[") {
+            out.push_str(&rest[..i]);
+            let params = &rest[i + 2..];
+            match params.find(|c: char| !(c.is_ascii_digit() || c == ';')) {
+                Some(j) if params[j..].starts_with('m') => rest = &params[j + 1..],
+                _ => {
+                    out.push('\x1b');
+                    rest = &rest[i + 1..];
+                }
+            }
+        }
+        out + rest
+    }
+
+    /// What is wrong with a rendering: raw controls (but newlines and tabs; with colour,
+    /// but its SGR sequences), bidirectional controls, lines that start forged.
+    fn leaks(what: &str, text: &str) -> Vec<String> {
+        let unsafe_char = |c: char| {
+            (c.is_control() && c != '\n' && c != '\t')
+                || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        };
+        let mut found = Vec::new();
+        for line in without_colours(text).split('\n') {
+            if line.chars().any(unsafe_char) {
+                found.push(format!("{what}: raw control character in {line:?}"));
+            }
+            if line
+                .trim_start_matches(['│', '├', '└', '─', ' '])
+                .starts_with("FORGED")
+            {
+                found.push(format!("{what}: forged line {line:?}"));
+            }
+        }
+        found
+    }
+
+    /// Every rendering `status`, `status --watch`, `status` without an Operation and `logs`
+    /// print for people, plain and coloured, and their machine output.
+    fn renderings(c: &Cluster) -> Vec<(String, String)> {
+        let now: Timestamp = "2026-11-30T03:01:12Z".parse().unwrap();
+        let mut out = Vec::new();
+        for style in [render::Style::PLAIN, render::Style { color: true }] {
+            let tag = if style.color { " (colour)" } else { "" };
+            out.push((
+                format!("status{tag}"),
+                human_status(&c.op, &c.tasks, now, style).unwrap(),
+            ));
+            out.push((
+                format!("status cluster{tag}"),
+                human_lifecycle(&c.cl, &c.generated, now, style).unwrap(),
+            ));
+        }
+        out.push((
+            "status --watch, blocked".into(),
+            human_blocked_summary(&c.op, &c.tasks)
+                .unwrap()
+                .unwrap_or_default(),
+        ));
+        for t in &c.tasks {
+            out.push((
+                format!("logs {}", t.spec.node_name),
+                human_logs(t, None, now).unwrap(),
+            ));
+        }
+        for format in [Format::Json, Format::Yaml] {
+            out.push((
+                format!("status -o {format:?}"),
+                machine_output(format, &c.op, &c.tasks).unwrap(),
+            ));
+        }
+        out
+    }
+
+    /// Where one string of the resources is: a value, or a key of an object.
+    enum Leaf {
+        Value(String),
+        Key(String, String),
+    }
+
+    fn leaves(v: &serde_json::Value, at: &str, out: &mut Vec<Leaf>) {
+        let token = |k: &str| k.replace('~', "~0").replace('/', "~1");
+        match v {
+            serde_json::Value::String(_) => out.push(Leaf::Value(at.to_owned())),
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    leaves(item, &format!("{at}/{i}"), out);
+                }
+            }
+            serde_json::Value::Object(map) => {
+                for (k, item) in map {
+                    out.push(Leaf::Key(at.to_owned(), k.clone()));
+                    leaves(item, &format!("{at}/{}", token(k)), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `cluster()` with `H` added to the string at `leaf`; `None` when the result is not
+    /// a valid resource any more (a time, an enum, a field name).
+    fn hostile_at(base: &serde_json::Value, leaf: &Leaf) -> Option<Cluster> {
+        let mut doc = base.clone();
+        match leaf {
+            Leaf::Value(at) => {
+                let s = doc.pointer_mut(at)?;
+                *s = format!("{}{H}", s.as_str()?).into();
+            }
+            Leaf::Key(at, key) => {
+                let map = doc.pointer_mut(at)?.as_object_mut()?;
+                let v = map.remove(key)?;
+                map.insert(format!("{key}{H}"), v);
+            }
+        }
+        serde_json::from_value(doc).ok()
+    }
+
+    /// `status` and `logs` need a cluster, so their renderings are driven here: the plugin-
+    /// and agent-written fields in the table must each be shown, escaped, by some
+    /// rendering; then every string of the resources (each value and each key, one at a
+    /// time) is made hostile and no rendering may let it through raw. Machine output
+    /// escapes in its own syntax and parses back to the same resources.
+    #[test]
+    fn every_human_rendering_escapes_every_string_of_the_resources() {
+        let clean_cluster = cluster();
+        let base = serde_json::to_value(&clean_cluster).unwrap();
+        for (what, text) in renderings(&clean_cluster) {
+            assert!(leaks(&what, &text).is_empty(), "{what}:\n{text}");
+        }
+
+        #[rustfmt::skip]
+        let shown: &[(&str, &str)] = &[
+            ("Operation message", "/op/status/message"),
+            ("Operation Blocked reason", "/op/status/conditions/0/reason"),
+            ("task message (blocked)", "/tasks/1/status/message"),
+            ("task message (node held)", "/tasks/2/status/message"),
+            ("task message (skipped)", "/tasks/3/status/message"),
+            ("step outcome message", "/tasks/0/status/steps/1/message"),
+            ("controller step message", "/tasks/0/status/steps/0/message"),
+            ("step output value", "/tasks/0/status/steps/1/outputs/kernel"),
+            ("step output before", "/tasks/0/status/steps/1/outputs/apiserver.before"),
+            ("step log line", "/tasks/1/status/steps/1/logTail/1"),
+            ("preflight check name", "/tasks/1/status/steps/1/preflight/0/name"),
+            ("preflight check message", "/tasks/1/status/steps/1/preflight/0/message"),
+            ("step error code", "/tasks/1/status/steps/1/error/code"),
+            ("step error message", "/tasks/1/status/steps/1/error/message"),
+            ("kubelet version fact", "/tasks/0/status/nodeFacts/after/kubeletVersion"),
+            ("certificate name fact", "/tasks/0/status/nodeFacts/after/certificates/0/name"),
+            ("node name", "/tasks/1/spec/nodeName"),
+            ("step name", "/tasks/1/spec/steps/1/name"),
+            ("plan group", "/op/status/plan/groups/0/name"),
+            ("lifecycle summary", "/cl/status/summary"),
+            ("lifecycle waiting", "/cl/status/waiting"),
+            ("lifecycle condition message", "/cl/status/conditions/1/message"),
+            ("lifecycle lowest version", "/cl/status/versions/lowest"),
+            ("lifecycle earliest certificate", "/cl/status/certificates/earliest"),
+            ("lifecycle history reason", "/cl/status/history/0/reason"),
+            ("lifecycle history kind", "/cl/status/history/0/kind"),
+        ];
+        let mut failures = Vec::new();
+        for (field, at) in shown {
+            let Some(c) = hostile_at(&base, &Leaf::Value((*at).to_owned())) else {
+                failures.push(format!("{field}: {at} is not a string of the resources"));
+                continue;
+            };
+            let all = renderings(&c);
+            for (what, text) in &all {
+                failures.extend(leaks(&format!("{field} in {what}"), text));
+            }
+            if !all
+                .iter()
+                .any(|(what, text)| !what.contains("-o") && text.contains("<\\u{1b}]0;pwned\\u{7}"))
+            {
+                failures.push(format!("{field}: no rendering shows it"));
+            }
+        }
+
+        let mut all = Vec::new();
+        leaves(&base, "", &mut all);
+        let mut tried = 0;
+        for leaf in &all {
+            let Some(c) = hostile_at(&base, leaf) else {
+                continue;
+            };
+            tried += 1;
+            let at = match leaf {
+                Leaf::Value(at) => at.clone(),
+                Leaf::Key(at, key) => format!("{at} key {key}"),
+            };
+            for (what, text) in renderings(&c) {
+                failures.extend(leaks(&format!("{at} in {what}"), &text));
+            }
+            // Machine output: the same resources, parsed back (YAML reads JSON too).
+            let want =
+                serde_json::to_value(json!({"operation": c.op, "nodeTasks": c.tasks})).unwrap();
+            for format in [Format::Json, Format::Yaml] {
+                let text = machine_output(format, &c.op, &c.tasks).unwrap();
+                match serde_yaml::from_str::<serde_json::Value>(&text) {
+                    Ok(back) if back == want => {}
+                    Ok(_) => failures.push(format!("{at}: -o {format:?} parses to other values")),
+                    Err(e) => failures.push(format!("{at}: -o {format:?} does not parse: {e}")),
+                }
+            }
+        }
+        assert!(tried > 100, "only {tried} strings could be made hostile");
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 }

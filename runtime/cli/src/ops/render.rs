@@ -1355,6 +1355,7 @@ workers  1/3 finished  (up to 2 at a time)
                 })
                 .collect(),
             certificates_omitted: 0,
+            command_confinement: None,
         }
     }
 

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::PluginFile;
 use crate::Status;
-use crate::terminal::clean;
+use crate::terminal::{self, clean, out, outln};
 
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -38,9 +38,9 @@ pub fn inspect(args: &InspectArgs) -> Result<Status> {
     // The bundle is shown as found, not verified: `verify` is the command that checks it.
     let bundle = SignatureBundle::read(&bundle_path).ok();
     match args.output {
-        Format::Json => println!(
+        Format::Json => out!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&file, &meta, bundle.as_ref()))?
+            terminal::json(&to_json(&file, &meta, bundle.as_ref()))?
         ),
         Format::Text => print_text(&file, &meta, bundle.as_ref(), &bundle_path),
     }
@@ -89,29 +89,32 @@ fn print_text(
     bundle: Option<&SignatureBundle>,
     bundle_path: &std::path::Path,
 ) {
-    println!("name:        {}", clean(&meta.name));
-    println!("version:     {}", clean(&meta.version));
-    println!("abi:         bosun:plugin@{}", clean(&meta.abi_version));
-    println!("digest:      {} ({} bytes)", file.digest, file.bytes.len());
+    outln!("name:        {}", clean(&meta.name));
+    outln!("version:     {}", clean(&meta.version));
+    outln!("abi:         bosun:plugin@{}", clean(&meta.abi_version));
+    outln!("digest:      {} ({} bytes)", file.digest, file.bytes.len());
     if !meta.description.is_empty() {
-        println!("description: {}", clean(&meta.description));
+        outln!("description: {}", clean(&meta.description));
     }
     match bundle {
-        Some(b) if b.sha256 == file.digest => println!(
+        Some(b) if b.sha256 == file.digest => outln!(
             "signatures:  {} in {} (not verified here; use `plugin verify`)",
             b.signatures.len(),
-            bundle_path.display()
+            terminal::path(bundle_path)
         ),
-        Some(b) => println!(
+        Some(b) => outln!(
             "signatures:  {} is for other bytes ({}): sign this build again",
-            bundle_path.display(),
+            terminal::path(bundle_path),
             b.sha256
         ),
-        None => println!("signatures:  none ({} not found)", bundle_path.display()),
+        None => outln!(
+            "signatures:  none ({} not found)",
+            terminal::path(bundle_path)
+        ),
     }
-    println!("actions:");
+    outln!("actions:");
     for a in &meta.actions {
-        println!(
+        outln!(
             "  {}{} - {}",
             clean(&a.name),
             if a.idempotent {
@@ -124,34 +127,34 @@ fn print_text(
         let schema = serde_json::from_str::<serde_json::Value>(&a.params_schema)
             .and_then(|v| serde_json::to_string_pretty(&v))
             .unwrap_or_else(|_| a.params_schema.clone());
-        println!("    params schema:");
+        outln!("    params schema:");
         for line in schema.lines() {
-            println!("      {}", clean(line));
+            outln!("      {}", clean(line));
         }
     }
     let caps = &meta.capabilities;
-    println!("requested capabilities:");
+    outln!("requested capabilities:");
     if caps.filesystem.is_empty()
         && caps.exec.is_empty()
         && caps.services.is_empty()
         && caps.http.is_empty()
     {
-        println!("  none");
+        outln!("  none");
     }
     for (path, writable) in &caps.filesystem {
-        println!(
+        outln!(
             "  filesystem {} ({})",
             clean(path),
             if *writable { "ReadWrite" } else { "ReadOnly" }
         );
     }
     for (command, args) in &caps.exec {
-        println!("  exec {} {}", clean(command), clean(&args.join(" ")));
+        outln!("  exec {} {}", clean(command), clean(&args.join(" ")));
     }
     for (unit, actions) in &caps.services {
-        println!("  service {}: {}", clean(unit), clean(&actions.join(", ")));
+        outln!("  service {}: {}", clean(unit), clean(&actions.join(", ")));
     }
     for host in &caps.http {
-        println!("  http {}", clean(host));
+        outln!("  http {}", clean(host));
     }
 }

@@ -30,6 +30,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use super::grants::read_grants;
 use crate::Status;
 use crate::ops::{Connection, FIELD_MANAGER};
+use crate::terminal::{clean, errln, outln};
 
 /// The annotation the agent reads the plugin's version from.
 pub const VERSION_ANNOTATION: &str = "bosun.dev/plugin-version";
@@ -256,7 +257,7 @@ async fn publish(args: PublishArgs) -> Result<Status> {
     })?;
     let grants = read_grants(args.grants.as_ref())?;
     if args.grants.is_none() {
-        eprintln!(
+        errln!(
             "note: no --grants: the plugin is granted nothing (every host capability is denied)"
         );
     }
@@ -276,13 +277,23 @@ async fn publish(args: PublishArgs) -> Result<Status> {
         )?;
         let client = args.conn.client().await?;
         let action = write_plugin(&client, &name, &version, &spec).await?;
-        println!("published {name} {version} {}", spec.sha256);
+        // Name and version are the bundle's, as its file says.
+        outln!(
+            "published {} {} {}",
+            clean(&name),
+            clean(&version),
+            spec.sha256
+        );
         match &remote {
             Remote::Url(url) => {
-                println!("  source: https URL {url} (agents refuse any bytes there but these)")
+                outln!(
+                    "  source: https URL {} (agents refuse any bytes there but these)",
+                    clean(url)
+                )
             }
-            Remote::Oci(reference) => println!(
-                "  source: OCI artifact {reference} (agents refuse any bytes there but these)"
+            Remote::Oci(reference) => outln!(
+                "  source: OCI artifact {} (agents refuse any bytes there but these)",
+                clean(reference)
             ),
         }
         print_plugin_line(&name, action, &spec);
@@ -313,7 +324,7 @@ async fn publish(args: PublishArgs) -> Result<Status> {
             .create(&PostParams::default(), &ns)
             .await
             .with_context(|| format!("creating namespace {}", p.namespace))?;
-        println!("created namespace {}", p.namespace);
+        outln!("created namespace {}", clean(&p.namespace));
     }
 
     // ConfigMap: this CLI owns the plugin's key (server-side apply, forced).
@@ -338,12 +349,17 @@ async fn publish(args: PublishArgs) -> Result<Status> {
     .with_context(|| format!("writing ConfigMap {}/{}", p.namespace, p.configmap))?;
 
     let action = write_plugin(&client, &p.name, &p.version, &p.spec).await?;
-    println!("published {} {} {}", p.name, p.version, p.spec.sha256);
-    println!(
+    outln!(
+        "published {} {} {}",
+        clean(&p.name),
+        clean(&p.version),
+        p.spec.sha256
+    );
+    outln!(
         "  ConfigMap {}/{} key {} ({} bytes)",
-        p.namespace,
-        p.configmap,
-        p.key,
+        clean(&p.namespace),
+        clean(&p.configmap),
+        clean(&p.key),
         p.bytes.len()
     );
     print_plugin_line(&p.name, action, &p.spec);
@@ -396,8 +412,9 @@ async fn write_plugin(
 
 fn print_plugin_line(name: &str, action: &str, spec: &PluginSpec) {
     let g = &spec.grants;
-    println!(
-        "  Plugin {name} {action}: {} signature{}; grants: {} filesystem, {} exec, {} services, {} http",
+    outln!(
+        "  Plugin {} {action}: {} signature{}; grants: {} filesystem, {} exec, {} services, {} http",
+        clean(name),
         spec.signatures.len(),
         if spec.signatures.len() == 1 { "" } else { "s" },
         g.filesystem.len(),

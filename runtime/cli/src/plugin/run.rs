@@ -20,7 +20,7 @@ use clap::{Args, ValueEnum};
 
 use super::PluginFile;
 use crate::Status;
-use crate::terminal::clean;
+use crate::terminal::{clean, errln, outln};
 
 /// How granted commands are started (see the host's `ExecIsolation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -146,7 +146,7 @@ pub fn run(args: &RunArgs) -> Result<Status> {
         kubelet_version: args.kubelet_version.clone(),
     };
     if !args.skip_preflight {
-        println!("preflight {}:", args.action);
+        outln!("preflight {}:", clean(&args.action));
         let report = host
             .preflight_with(&plugin, &grants, &node, &args.action, &params, args.dry_run)
             .inspect_err(|f| print_captured(&f.captured))
@@ -160,10 +160,10 @@ pub fn run(args: &RunArgs) -> Result<Status> {
                         CheckStatus::Warn => "WARN",
                         CheckStatus::Fail => "FAIL",
                     };
-                    println!("  {status:<4} {}: {}", clean(&c.name), clean(&c.message));
+                    outln!("  {status:<4} {}: {}", clean(&c.name), clean(&c.message));
                 }
                 if checks.is_empty() {
-                    println!("  (no checks)");
+                    outln!("  (no checks)");
                 }
                 let failed: Vec<&str> = checks
                     .iter()
@@ -171,7 +171,7 @@ pub fn run(args: &RunArgs) -> Result<Status> {
                     .map(|c| c.name.as_str())
                     .collect();
                 if !failed.is_empty() {
-                    eprintln!(
+                    errln!(
                         "error: preflight check(s) failed: {}; the action did not run",
                         clean(&failed.join(", "))
                     );
@@ -179,7 +179,7 @@ pub fn run(args: &RunArgs) -> Result<Status> {
                 }
             }
             Err(e) => {
-                eprintln!(
+                errln!(
                     "error: preflight failed: {} (code {}{})",
                     clean(&e.message),
                     clean(&e.code),
@@ -190,9 +190,9 @@ pub fn run(args: &RunArgs) -> Result<Status> {
         }
     }
 
-    println!(
+    outln!(
         "run {}{}:",
-        args.action,
+        clean(&args.action),
         match (args.dry_run, args.resumed) {
             (false, false) => "",
             (true, false) => " (dry run)",
@@ -212,7 +212,7 @@ pub fn run(args: &RunArgs) -> Result<Status> {
     print_captured(&report.captured);
     match report.result {
         Ok(outcome) => {
-            println!(
+            outln!(
                 "outcome: {}: {}",
                 if outcome.changed {
                     "changed"
@@ -222,12 +222,12 @@ pub fn run(args: &RunArgs) -> Result<Status> {
                 clean(&outcome.message)
             );
             for (k, v) in &outcome.outputs {
-                println!("  {} = {}", clean(k), clean(v));
+                outln!("  {} = {}", clean(k), clean(v));
             }
             Ok(Status::Success)
         }
         Err(e) => {
-            eprintln!(
+            errln!(
                 "error: the plugin failed: {} (code {}{})",
                 clean(&e.message),
                 clean(&e.code),
@@ -260,20 +260,27 @@ fn capabilities_allowed(
     let decision = set
         .evaluator()
         .capabilities(&info, &requested, grants, Some(node));
+    // The findings quote the plugin's requests (commands, arguments, paths, units, hosts)
+    // and policies build their messages from them.
     for f in &decision.warnings {
-        println!("  WARN {}: {}", f.policy, f.message);
+        outln!("  WARN {}: {}", clean(&f.policy), clean(&f.message));
     }
     if !decision.allowed {
-        eprintln!(
+        let denies: Vec<String> = decision
+            .deny_messages()
+            .iter()
+            .map(|m| clean(m).into_owned())
+            .collect();
+        errln!(
             "error: the plugin's capabilities were denied: {}; the agent refuses this plugin the same way (capabilities-denied) before its preflight; grant what it requests (--grants) or change the policy",
-            decision.deny_messages().join("; ")
+            denies.join("; ")
         );
         return false;
     }
     if policies.is_empty() {
-        println!("capabilities: every request granted");
+        outln!("capabilities: every request granted");
     } else {
-        println!(
+        outln!(
             "capabilities: every request granted, allowed by {} policies (policy set {})",
             policies.len(),
             decision.policy_set_digest
@@ -305,18 +312,18 @@ fn read_params(arg: &str) -> Result<String> {
 
 fn print_header(plugin: &LoadedPlugin) {
     let meta = plugin.metadata();
-    println!(
+    outln!(
         "plugin {} {} ({})",
         clean(&meta.name),
         clean(&meta.version),
         plugin.digest()
     );
     if let Some(v) = plugin.verified() {
-        println!(
+        outln!(
             "verified: signed by {} ({}, trust root {})",
             v.key_id,
             v.algorithm.as_str(),
-            v.origin
+            clean(&v.origin)
         );
     }
 }
@@ -329,21 +336,21 @@ fn print_captured(c: &Captured) {
             .map(|(k, v)| format!(" {}={}", clean(k), clean(v)))
             .collect();
         let cut = if line.truncated { " [truncated]" } else { "" };
-        println!(
+        outln!(
             "  [{}] {}{fields}{cut}",
             format!("{:?}", line.level).to_lowercase(),
             clean(&line.message)
         );
     }
     if let Some(p) = &c.progress {
-        println!("  progress {}/{}: {}", p.done, p.total, clean(&p.message));
+        outln!("  progress {}/{}: {}", p.done, p.total, clean(&p.message));
     }
     for d in &c.denied {
-        println!("  denied {}: {}", clean(&d.capability), clean(&d.message));
+        outln!("  denied {}: {}", clean(&d.capability), clean(&d.message));
     }
     if !c.stderr.trim().is_empty() {
         for line in c.stderr.trim_end().lines() {
-            println!("  stderr: {}", clean(line));
+            outln!("  stderr: {}", clean(line));
         }
     }
 }

@@ -6,6 +6,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args;
 
 use crate::Status;
+use crate::terminal::{self, outln};
 
 #[derive(Debug, Args)]
 pub struct NewArgs {
@@ -89,18 +90,18 @@ pub fn new(args: &NewArgs) -> Result<Status> {
         let path = dir.join(rel);
         std::fs::write(&path, fill(body)).with_context(|| format!("writing {}", path.display()))?;
     }
-    println!(
+    outln!(
         "created plugin {} in {} (SDK: {})",
         args.name,
-        dir.display(),
-        sdk.display()
+        terminal::path(&dir),
+        terminal::path(&sdk)
     );
-    println!("next:");
-    println!(
+    outln!("next:");
+    outln!(
         "  cd {} && cargo build --release --target wasm32-wasip2",
-        dir.display()
+        terminal::path(&dir)
     );
-    println!("  kubectl bosun plugin sign --key KEY target/wasm32-wasip2/release/{lib_name}.wasm");
+    outln!("  kubectl bosun plugin sign --key KEY target/wasm32-wasip2/release/{lib_name}.wasm");
     Ok(Status::Success)
 }
 

@@ -10,6 +10,7 @@ use clap::{Args, ValueEnum};
 
 use super::PluginFile;
 use crate::Status;
+use crate::terminal::{self, clean, errln, outln};
 
 /// Key algorithms `keygen` makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -39,15 +40,15 @@ pub fn keygen(args: &KeygenArgs) -> Result<Status> {
         KeyAlgorithm::P256 => SigningKey::generate_p256(),
     };
     let files = bosun_trust::write_key_pair(&args.out, &args.stem, &key)?;
-    println!(
+    outln!(
         "private key: {} (keep it secret; mode 0600)",
-        files.private_key.display()
+        terminal::path(&files.private_key)
     );
-    println!(
+    outln!(
         "public key:  {} (add it to the trust roots)",
-        files.public_key.display()
+        terminal::path(&files.public_key)
     );
-    println!("key id:      {}", files.key_id);
+    outln!("key id:      {}", files.key_id);
     Ok(Status::Success)
 }
 
@@ -117,11 +118,12 @@ pub fn sign(args: &SignArgs) -> Result<Status> {
     let mut bundle = match SignatureBundle::read(&path) {
         Ok(existing) if existing.statement().ok().as_ref() == Some(&statement) => existing,
         Ok(old) => {
-            eprintln!(
+            // The old bundle's name and version are whatever its file says: not validated.
+            errln!(
                 "note: replacing {} (it was for {} {} {})",
-                path.display(),
-                old.name,
-                old.version,
+                terminal::path(&path),
+                clean(&old.name),
+                clean(&old.version),
                 old.sha256
             );
             SignatureBundle::new(&statement)
@@ -135,18 +137,18 @@ pub fn sign(args: &SignArgs) -> Result<Status> {
     let algorithm = signature.algorithm;
     let added = bundle.add(signature);
     bundle.write(&path)?;
-    println!(
+    outln!(
         "{} {} {} {}",
         if added { "signed" } else { "already signed" },
         statement.name(),
         statement.version(),
         statement.digest()
     );
-    println!(
+    outln!(
         "signature: {} by {} -> {} ({} signature{})",
         algorithm.as_str(),
         key_id.as_deref().unwrap_or("a cosign key (no key id)"),
-        path.display(),
+        terminal::path(&path),
         bundle.signatures.len(),
         if bundle.signatures.len() == 1 {
             ""
@@ -206,17 +208,17 @@ pub fn verify(args: &VerifyArgs) -> Result<Status> {
     let verified = bundle
         .verify(&file.bytes, &roots)
         .with_context(|| format!("{} did not verify", args.file.display()))?;
-    println!(
+    outln!(
         "verified {} {} {}",
         verified.statement.name(),
         verified.statement.version(),
         verified.statement.digest()
     );
-    println!(
+    outln!(
         "signed by {} ({}, trust root {})",
         verified.key_id,
         verified.algorithm.as_str(),
-        verified.origin
+        clean(&verified.origin)
     );
     Ok(Status::Success)
 }
@@ -233,9 +235,7 @@ pub struct StatementArgs {
 pub fn statement(args: &StatementArgs) -> Result<Status> {
     let file = PluginFile::read(&args.file)?;
     let statement = args.identity.statement(&file)?;
-    use std::io::Write as _;
-    std::io::stdout()
-        .write_all(&statement.to_bytes())
-        .context("writing to stdout")?;
+    // Exactly the signed bytes (a validated name and version: no control character).
+    terminal::out_verbatim(&statement.to_bytes())?;
     Ok(Status::Success)
 }

@@ -10,10 +10,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
-use bosun_policy::{DecisionPoint, Explanation, explain, load_policies, test_dir};
+use bosun_policy::{
+    Decision, DecisionPoint, Explanation, Finding, PolicyTrace, RuleTrace, TestReport, TestResult,
+    explain, load_policies, test_dir,
+};
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::Status;
+use crate::terminal::{self, clean, errln, out};
 
 /// The policy commands.
 #[derive(Debug, Subcommand)]
@@ -92,8 +96,9 @@ fn test(args: &TestArgs) -> Result<Status> {
     let report = test_dir(&args.dir)
         .with_context(|| format!("testing the policies under {}", args.dir.display()))?;
     match args.output {
-        Format::Text => print!("{report}"),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        // Case names and failures quote inputs and deny messages built from them.
+        Format::Text => out!("{}", cleaned_report(report.clone())),
+        Format::Json => out!("{}", terminal::json(&report)?),
     }
     if report.results.is_empty() {
         bail!(
@@ -152,8 +157,9 @@ fn eval(args: &EvalArgs) -> Result<Status> {
         Some(p) => {
             let p = DecisionPoint::from(p);
             if let Err(e) = bosun_policy::input::validate(p, &input) {
-                eprintln!(
-                    "warning: the input does not match the {p} input schema ({e}); Bosun never sends such a document"
+                errln!(
+                    "warning: the input does not match the {p} input schema ({}); Bosun never sends such a document",
+                    clean(&e.to_string())
                 );
             }
             p
@@ -178,14 +184,111 @@ fn eval(args: &EvalArgs) -> Result<Status> {
     }
     let explanation: Explanation = explain(&policies, data.as_ref(), &input, point);
     match args.output {
-        Format::Text => print!("{explanation}"),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
+        // Policy messages are built (sprintf) from the input: a plugin's requests, a
+        // node's facts, an Operation's names.
+        Format::Text => out!("{}", cleaned_explanation(explanation.clone())),
+        Format::Json => out!("{}", terminal::json(&explanation)?),
     }
     Ok(if explanation.decision.allowed {
         Status::Success
     } else {
         Status::Denied
     })
+}
+
+/// `report` with every text in it [`clean`]ed, for its text rendering. Every field is
+/// named, so a field added to the report does not compile until it is handled here.
+fn cleaned_report(report: TestReport) -> TestReport {
+    let TestReport { results } = report;
+    TestReport {
+        results: results
+            .into_iter()
+            .map(|r| {
+                let TestResult {
+                    file,
+                    name,
+                    kind,
+                    failure,
+                } = r;
+                TestResult {
+                    file: terminal::path(&file).into(),
+                    name: clean(&name).into_owned(),
+                    kind,
+                    failure: failure.map(|f| clean(&f).into_owned()),
+                }
+            })
+            .collect(),
+    }
+}
+
+/// `explanation` with every text in it [`clean`]ed, for its text rendering; rule values
+/// are shown as JSON, whose encoder escapes control characters (the writer escapes what
+/// it leaves). Every field is named, as in [`cleaned_report`].
+fn cleaned_explanation(explanation: Explanation) -> Explanation {
+    let Explanation { decision, policies } = explanation;
+    let Decision {
+        point,
+        allowed,
+        denies,
+        warnings,
+        audits,
+        policy_set_digest,
+    } = decision;
+    let findings = |list: Vec<Finding>| -> Vec<Finding> {
+        list.into_iter()
+            .map(|Finding { policy, message }| Finding {
+                policy: clean(&policy).into_owned(),
+                message: clean(&message).into_owned(),
+            })
+            .collect()
+    };
+    Explanation {
+        decision: Decision {
+            point,
+            allowed,
+            denies: findings(denies),
+            warnings: findings(warnings),
+            audits: findings(audits),
+            policy_set_digest: clean(&policy_set_digest).into_owned(),
+        },
+        policies: policies
+            .into_iter()
+            .map(|p| {
+                let PolicyTrace {
+                    name,
+                    package,
+                    enforcement,
+                    evaluated,
+                    errors,
+                    rules,
+                } = p;
+                PolicyTrace {
+                    name: clean(&name).into_owned(),
+                    package: package.map(|p| clean(&p).into_owned()),
+                    enforcement,
+                    evaluated,
+                    errors: errors.iter().map(|e| clean(e).into_owned()).collect(),
+                    rules: rules
+                        .into_iter()
+                        .map(|r| {
+                            let RuleTrace {
+                                name,
+                                line,
+                                value,
+                                fired,
+                            } = r;
+                            RuleTrace {
+                                name: clean(&name).into_owned(),
+                                line,
+                                value,
+                                fired,
+                            }
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]
