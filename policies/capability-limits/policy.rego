@@ -2,8 +2,10 @@
 #
 # - No shells or other general-purpose interpreters in exec grants: a granted shell is
 #   every command on the node, whatever the argument patterns say.
-# - Writable filesystem grants only under /etc/kubernetes and the package manager's
-#   paths (data.capability_limits.writable_prefixes).
+# - Writable filesystem grants, and writable paths of a command's sandbox, only under
+#   /etc/kubernetes and the package manager's paths (data.capability_limits.writable_prefixes).
+#   A package manager that installs packages writes /usr and /etc (the shipped packages
+#   example's apt-get and dnf sandboxes): with this policy, add those paths knowingly.
 # Evaluated at the capabilities decision point, on the grants (what the plugin would
 # get) and on the requests (what it asked for).
 package bosun.capabilities.limits
@@ -44,6 +46,13 @@ under(path, prefix) if startswith(path, concat("", [trim_suffix(prefix, "/"), "/
 writable contains [g.path, "granted"] if {
 	some g in input.grants.filesystem
 	g.access == "ReadWrite"
+}
+
+# What a granted command may write (its kernel-enforced sandbox) counts as written too.
+writable contains [p.path, sprintf("granted (to the command %s)", [c.command])] if {
+	some c in input.grants.exec
+	some p in object.get(object.get(c, "sandbox", {}), "filesystem", [])
+	object.get(p, "access", "ReadOnly") == "ReadWrite"
 }
 
 writable contains [r.path, "requested"] if {
