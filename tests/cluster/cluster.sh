@@ -16,7 +16,8 @@
 # BOSUN_CLUSTER_DIR (state, default ~/.cache/bosun/cluster-state/<name>),
 # BOSUN_CLUSTER_SUBNET (node network, a /24, default 10.231.0.0/24),
 # BOSUN_CLUSTER_POD_SUBNET (default 10.244.0.0/16), BOSUN_CLUSTER_APT_PORT (the lab apt
-# repository on the bridge's gateway address, default 8780), BOSUN_CACHE_DIR. Needs root.
+# repository on the bridge's gateway address, default 80, the port of a real mirror, which the
+# packages example grants apt-get; a port of its own needs it in that tcpConnect), BOSUN_CACHE_DIR. Needs root.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
@@ -25,7 +26,7 @@ DIR="${BOSUN_CLUSTER_DIR:-$CACHE/cluster-state/$NAME}"
 SUBNET="${BOSUN_CLUSTER_SUBNET:-10.231.0.0/24}"
 POD_SUBNET="${BOSUN_CLUSTER_POD_SUBNET:-10.244.0.0/16}"
 SERVICE_SUBNET="10.96.0.0/12"
-APT_PORT="${BOSUN_CLUSTER_APT_PORT:-8780}"
+APT_PORT="${BOSUN_CLUSTER_APT_PORT:-80}"
 NET="bosun-cluster-$NAME"
 LABEL="bosun.cluster=$NAME"
 PREFIX="${SUBNET%.*}"                          # 10.231.0

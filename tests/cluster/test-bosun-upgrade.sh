@@ -4,6 +4,8 @@
 #      two control planes), TO's images loaded into the nodes (nothing can be pulled here);
 #   2. Bosun installed as a user does (install-bosun.sh: images, `kubectl apply -k deploy/`,
 #      trust roots, the first-party plugins signed and published with the example grants);
+#   2b. `bosun-agent self-test` in every agent Pod: the kernel boundary of granted commands
+#      (Landlock, seccomp) holds as deployed;
 #   3. a workload of 2 replicas held by a PodDisruptionBudget (minAvailable 1), so each
 #      drain waits for a replacement to be Ready elsewhere;
 #   4. policy deny (BOSUN_TEST_DENY=1, the default): a step Policy freezes upgrades; the
@@ -83,6 +85,18 @@ mapfile -t NODES <"${BOSUN_CLUSTER_DIR:-$HOME/.cache/bosun/cluster-state/$NAME}/
 phase "up at $FROM"
 "$HERE/install-bosun.sh" >>"$LOG" 2>&1 || { tail -n 30 "$LOG" >&2; fail "install-bosun.sh"; }
 phase "Bosun installed"
+
+# The kernel boundary of granted commands, checked inside each real agent Pod as deployed (no
+# SYS_ADMIN, RuntimeDefault seccomp, chroot into /host): every probe of `bosun-agent
+# self-test` (docs/security.md, "The kernel boundary of a granted command") must hold.
+for pod in $(kubectl -n bosun-system get pods -l app.kubernetes.io/name=bosun-agent -o name); do
+  if ! out=$(kubectl -n bosun-system exec "$pod" -- /usr/local/bin/bosun-agent self-test --host-root /host 2>&1); then
+    echo "$out" >&2
+    fail "the kernel boundary of granted commands did not hold in $pod"
+  fi
+  echo "self-test in $pod:"; echo "$out" | sed 's/^/  /'
+done
+phase "kernel boundary checked in every agent Pod"
 
 lc_field() { kubectl get clusterlifecycle cluster -o jsonpath="$1" 2>/dev/null || true; }
 lc_in_sync() { [ "$(lc_field '{.status.conditions[?(@.type=="InSync")].status}')" = True ] \

@@ -63,7 +63,7 @@ svc=$(k get svc kubernetes -o jsonpath='{.spec.clusterIP}')
 echo "$out" | grep -q "Address: $svc" || fail "nslookup did not return the kubernetes Service address $svc"
 # The nodes' apt sees only the lab repository, and installs kubeadm's packages from it.
 subnet="${BOSUN_CLUSTER_SUBNET:-10.231.0.0/24}"
-repo_url="http://${subnet%.*}.1:${BOSUN_CLUSTER_APT_PORT:-8780}"
+repo_url="http://${subnet%.*}.1:${BOSUN_CLUSTER_APT_PORT:-80}"
 repo_re="${repo_url//./\\.}"
 apt_out=$(podman exec -e DEBIAN_FRONTEND=noninteractive "$last" sh -c 'apt-get update && apt-cache policy kubeadm kubelet kubectl cri-tools && apt-get install -y --reinstall kubectl' 2>&1) \
   || { echo "$apt_out" >&2; fail "apt on $last could not use the lab repository"; }

@@ -36,7 +36,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bosun_api::node_task::{
-    CertificateExpiry, MAX_CERTIFICATES, MAX_PACKAGES, NodeFacts, NodeTask, NodeTaskPhase,
+    CertificateExpiry, CommandConfinement, MAX_CERTIFICATES, MAX_PACKAGES, NodeFacts, NodeTask,
+    NodeTaskPhase,
 };
 use bosun_api::operation::RunsOn;
 use k8s_openapi::api::core::v1::Node;
@@ -419,6 +420,17 @@ pub fn assemble(
             })
             .collect(),
         certificates_omitted: u32::try_from(omitted).unwrap_or(u32::MAX),
+        command_confinement: Some(command_confinement()),
+    }
+}
+
+/// What this node's kernel enforces around granted commands, as the NodeReport says it.
+pub fn command_confinement() -> CommandConfinement {
+    let support = bosun_host::confinement_support();
+    CommandConfinement {
+        landlock_abi: support.landlock_abi,
+        seccomp: support.seccomp,
+        missing: support.missing(),
     }
 }
 

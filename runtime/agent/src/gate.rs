@@ -175,6 +175,14 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         kubeadm_version: found.and_then(|f| f.kubeadm_version),
         annotations: node.map(|n| n.annotations().clone()).unwrap_or_default(),
         certificates: certificates(&host_root),
+        confinement: {
+            let c = crate::facts::command_confinement();
+            bosun_policy::input::Confinement {
+                landlock_abi: c.landlock_abi,
+                seccomp: c.seccomp,
+                missing: c.missing,
+            }
+        },
     };
     Ok(Prepared {
         generation,

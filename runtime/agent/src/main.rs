@@ -94,8 +94,67 @@ enum ServiceBackendArg {
     Simulated,
 }
 
+/// `bosun-agent self-test`: checks the kernel boundary of granted commands on this node,
+/// as the agent is deployed, and exits 0 only if every probe held and the kernel lacks
+/// nothing (docs/security.md, "The kernel boundary of a granted command"). Run it in the
+/// agent's container: `kubectl -n bosun-system exec POD -- bosun-agent self-test --host-root /host`.
+#[derive(Debug, Parser)]
+#[command(name = "bosun-agent self-test")]
+struct SelfTestArgs {
+    /// The node's root file system as this process sees it, as for the agent.
+    #[arg(long, default_value = "/")]
+    host_root: PathBuf,
+    /// Where on the node the probes may write (a directory of their own beside it, removed
+    /// afterwards).
+    #[arg(long, default_value = "/var/lib/bosun/self-test")]
+    scratch: String,
+}
+
+fn self_test(args: SelfTestArgs) -> anyhow::Result<std::process::ExitCode> {
+    let report = bosun_host::confinement_self_test(
+        &args.host_root,
+        bosun_host::ExecIsolation::Chroot,
+        &args.scratch,
+    )
+    .map_err(anyhow::Error::msg)?;
+    println!(
+        "kernel: Landlock ABI {}, seccomp {}",
+        report.support.landlock_abi,
+        if report.support.seccomp { "yes" } else { "no" }
+    );
+    for missing in report.support.missing() {
+        println!("MISSING  {missing}");
+    }
+    for p in &report.probes {
+        println!(
+            "{}  {}\n         {}",
+            if p.held { "held   " } else { "ESCAPED" },
+            p.name,
+            p.detail
+        );
+    }
+    let passed = report.passed();
+    println!(
+        "{}",
+        if passed {
+            "the boundary held"
+        } else {
+            "the boundary did NOT hold"
+        }
+    );
+    Ok(if passed {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<std::process::ExitCode> {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "self-test") {
+        let args = SelfTestArgs::parse_from(std::env::args_os().skip(1));
+        return self_test(args);
+    }
     let args = Args::parse();
     let simulated_services = args.service_backend == ServiceBackendArg::Simulated;
     if simulated_services
@@ -146,6 +205,24 @@ async fn main() -> anyhow::Result<()> {
         .field_manager
         .unwrap_or_else(|| format!("bosun-agent-{}", args.node_name));
     tracing::info!(node = %args.node_name, host_root = %args.host_root.display(), "bosun-agent starting");
+    // Granted commands run with what the kernel offers; say plainly what it does not, here
+    // and in the NodeReport (commandConfinement), so that a policy can refuse the node.
+    let confinement = bosun_agent::facts::command_confinement();
+    if confinement.missing.is_empty() {
+        tracing::info!(
+            landlock_abi = confinement.landlock_abi,
+            seccomp = confinement.seccomp,
+            "granted commands are confined by the kernel: Landlock file, TCP and scope rules and a seccomp filter"
+        );
+    } else {
+        for missing in &confinement.missing {
+            tracing::warn!(
+                landlock_abi = confinement.landlock_abi,
+                seccomp = confinement.seccomp,
+                "this kernel lacks part of the boundary of granted commands: {missing}"
+            );
+        }
+    }
     let mut agent = Agent::new(
         client,
         args.node_name,
@@ -167,5 +244,5 @@ async fn main() -> anyhow::Result<()> {
     }
     bosun_agent::run(agent).await;
     tracing::info!("bosun-agent stopped");
-    Ok(())
+    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -315,6 +315,7 @@ mod tests {
             max_output_bytes: None,
             dry_run: false,
             optional: false,
+            sandbox: Default::default(),
         }
     }
 

@@ -104,6 +104,76 @@ pub struct ExecGrant {
     /// command gets `failed` from the host. Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// What the command itself may reach, enforced by the kernel (Landlock and a seccomp
+    /// filter) when the file is opened, the socket created or the signal sent, whatever
+    /// its arguments say. Besides what is listed here a command may only read and execute
+    /// the node's system directories (`/usr`, `/bin`, `/sbin`, `/lib*`), read a fixed list
+    /// of non-secret files in `/etc` (loader cache, users and groups, name resolution,
+    /// time zone, os-release, CA certificates) and `/proc`, use `/dev/null` and friends,
+    /// and reach the plugin's own `filesystem` grants with the same access. It has no
+    /// network, no Unix sockets, cannot change modes, owners or extended attributes of
+    /// files, and can signal only the processes it started. In a dry run every path here
+    /// is read-only. See docs/security.md, "The kernel boundary of a granted command".
+    #[serde(default, skip_serializing_if = "CommandSandbox::is_empty")]
+    pub sandbox: CommandSandbox,
+}
+
+/// The kernel-enforced allow-list of one exec grant's command (see [`ExecGrant::sandbox`]).
+/// The default allows nothing beyond the base every command gets.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandSandbox {
+    /// Files and directories (inside the host root) the command may reach besides the
+    /// plugin's filesystem grants, each with its access. A directory covers everything
+    /// beneath it. Like filesystem grants, a path may not go through a symlink.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filesystem: Vec<CommandPath>,
+    /// TCP ports the command may connect to, on any address. Granting any port also lets
+    /// the command create IP and netlink sockets (UDP, for name resolution, is then not
+    /// limited: Landlock bounds TCP only). Empty: no IP socket at all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tcp_connect: Vec<u16>,
+    /// Named Unix sockets the command may connect to, for example
+    /// `/run/containerd/containerd.sock`. On kernels whose Landlock cannot bound Unix
+    /// socket connections by path (before Landlock ABI 9) granting any lets the command
+    /// connect to every named Unix socket it can reach; the agent's confinement report
+    /// says which applies. A socket such as containerd's or systemd's is root on the node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unix_sockets: Vec<String>,
+    /// The command may change modes, owners and extended attributes of files
+    /// (`chmod`, `chown`, `setxattr`). Landlock does not confine these, so they are
+    /// refused outright unless granted, and granting them is root-equivalent: a command
+    /// that may `chmod u+s` any file it can name is root. Package managers need it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub change_metadata: bool,
+}
+
+impl CommandSandbox {
+    /// Whether nothing beyond the base is allowed.
+    pub fn is_empty(&self) -> bool {
+        self == &CommandSandbox::default()
+    }
+}
+
+/// A path one granted command may reach (see [`CommandSandbox::filesystem`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandPath {
+    /// Absolute path as seen on the node: a directory (covering everything below it) or a
+    /// file. Resolved under the agent's host root; `..` components are refused.
+    pub path: String,
+    /// `ReadOnly` (the default) or `ReadWrite` (create, write, truncate, rename, link and
+    /// remove; never make devices, FIFOs or sockets).
+    #[serde(default)]
+    pub access: Access,
+    /// The command may execute files below this path (a package manager's maintainer
+    /// scripts in `/var/lib/dpkg/info`). Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub execute: bool,
+    /// The path may be missing on some nodes; a missing path that is not optional fails
+    /// the command before it starts. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// A systemd unit and the actions allowed on it.

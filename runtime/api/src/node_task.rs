@@ -242,6 +242,26 @@ pub struct NodeFacts {
     /// Certificates found beyond the 32 listed (the latest-expiring are left out).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub certificates_omitted: u32,
+    /// How this node's kernel confines the commands plugins run (docs/security.md, "The
+    /// kernel boundary of a granted command"). Absent in reports of agents that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_confinement: Option<CommandConfinement>,
+}
+
+/// What the kernel enforces around granted commands on one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandConfinement {
+    /// The kernel's Landlock ABI version; 0 when Landlock is missing or disabled.
+    pub landlock_abi: u32,
+    /// Whether seccomp filters can be installed.
+    pub seccomp: bool,
+    /// What granted commands run without on this node, one sentence each; empty when the
+    /// whole boundary is enforced. A Policy can refuse steps on such nodes
+    /// (`policies/command-confinement`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    pub missing: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

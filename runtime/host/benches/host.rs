@@ -5,7 +5,9 @@
 //!     instance; re-hash + verify the bytes + run; all beside fork/exec of `/bin/true`;
 //! (b) one host-call round trip: a run making 1000 `log` calls beside one making none;
 //! (c) load one plugin from the compiled on-disk cache (evicted from memory first);
-//! (d) hash + verify a 5 MB plugin, beside hashing alone.
+//! (d) hash + verify a 5 MB plugin, beside hashing alone;
+//! (e) a granted `/bin/true` with and without the kernel boundary of granted commands, and
+//!     the boundary's preparation alone.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -94,6 +96,36 @@ fn benches(c: &mut Criterion) {
             host.evict(&pin.sha256);
             black_box(host.load(bytes, &pin).unwrap())
         });
+    });
+    g.finish();
+
+    // (e) the kernel boundary of a granted command: a granted /bin/true through the host's
+    // runner with and without the boundary (Landlock ruleset, seccomp filter, descriptors
+    // closed), and the boundary's preparation alone (in the agent, before the fork). The
+    // grants are the hello example's: /etc read-only and one command.
+    let filesystem = vec![bosun_api::grants::FilesystemGrant {
+        path: "/etc".into(),
+        access: bosun_api::grants::Access::ReadOnly,
+        optional: false,
+    }];
+    let grant = bosun_api::grants::ExecGrant {
+        command: "/bin/true".into(),
+        args: vec![],
+        timeout_seconds: None,
+        max_output_bytes: None,
+        dry_run: false,
+        optional: false,
+        sandbox: Default::default(),
+    };
+    let mut g = c.benchmark_group("e_granted_command");
+    g.bench_function("granted_true_without_the_boundary", |b| {
+        b.iter(|| bosun_host::bench_internals::run_granted(&filesystem, &grant, false));
+    });
+    g.bench_function("granted_true_with_the_boundary", |b| {
+        b.iter(|| bosun_host::bench_internals::run_granted(&filesystem, &grant, true));
+    });
+    g.bench_function("prepare_the_boundary_only", |b| {
+        b.iter(|| bosun_host::bench_internals::prepare(&filesystem, &grant));
     });
     g.finish();
 

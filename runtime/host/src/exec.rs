@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use bosun_api::grants::ExecGrant;
 
 use crate::config::ExecIsolation;
+use crate::confine::Sandbox;
 
 /// `PATH` is the only variable a command gets.
 pub(crate) const COMMAND_PATH: &str =
@@ -182,6 +183,15 @@ pub(crate) fn validate_grant(grant: &ExecGrant) -> Result<(), String> {
             glob::Pattern::new(p).map_err(|e| format!("pattern `{p}`: {e}"))?;
         }
     }
+    for p in &grant.sandbox.filesystem {
+        normalized_absolute(&p.path).map_err(|e| format!("sandbox filesystem: {e}"))?;
+    }
+    for socket in &grant.sandbox.unix_sockets {
+        normalized_absolute(socket).map_err(|e| format!("sandbox unixSockets: {e}"))?;
+    }
+    if grant.sandbox.tcp_connect.contains(&0) {
+        return Err("sandbox tcpConnect: port 0 is not a port one connects to".into());
+    }
     Ok(())
 }
 
@@ -301,6 +311,8 @@ pub(crate) struct CommandSpec<'a> {
     pub stdin: Option<Vec<u8>>,
     pub timeout: Duration,
     pub max_output: u64,
+    /// What the kernel lets the command reach (see [`crate::confine`]).
+    pub sandbox: &'a Sandbox,
 }
 
 /// Whether `root` is the real `/` (then no chroot or path rewriting is needed).
@@ -333,6 +345,16 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 ///   [`EXIT_GRACE`] later (never after the deadline) and the output is reported
 ///   `truncated`.
 pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> {
+    run_confined(spec, None)
+}
+
+/// [`run`], with the kernel boundary already prepared (`Some`) instead of prepared from
+/// `spec.sandbox`; only the benchmark passes one (an empty one, to measure the boundary's
+/// cost against the same runner without it).
+pub(crate) fn run_confined(
+    spec: CommandSpec<'_>,
+    prepared: Option<crate::confine::Prepared>,
+) -> Result<CommandOutput, CommandError> {
     if spec.timeout.is_zero() {
         return Err(CommandError::Timeout(Duration::ZERO));
     }
@@ -368,7 +390,18 @@ pub(crate) fn run(spec: CommandSpec<'_>) -> Result<CommandOutput, CommandError> 
         ExecIsolation::Chroot if !real_root => Some(root_cstring(spec.root)?),
         _ => None,
     };
-    confine_before_exec(&mut cmd, Confinement::new(root)?);
+    // A command that is not chrooted loads its programs and libraries from the real `/`.
+    let base_root = if root.is_some() {
+        spec.root
+    } else {
+        Path::new("/")
+    };
+    let sandbox = match prepared {
+        Some(p) => p,
+        None => crate::confine::prepare(base_root, spec.root, spec.sandbox)
+            .map_err(|e| CommandError::Failed(format!("{}: {e}", spec.command)))?,
+    };
+    confine_before_exec(&mut cmd, Confinement::new(root, sandbox)?);
     let deadline = Instant::now() + spec.timeout.min(MAX_TIMEOUT);
     let mut child = cmd
         .spawn()
@@ -685,10 +718,15 @@ struct Confinement {
     /// harmless: an exec under `no_new_privs` never gains a capability the process did
     /// not already have.
     drop_bounding: bool,
+    /// The kernel's allow-list for the command (Landlock, seccomp).
+    sandbox: crate::confine::Prepared,
 }
 
 impl Confinement {
-    fn new(root: Option<std::ffi::CString>) -> Result<Confinement, CommandError> {
+    fn new(
+        root: Option<std::ffi::CString>,
+        sandbox: crate::confine::Prepared,
+    ) -> Result<Confinement, CommandError> {
         let current = rustix::thread::capabilities(None).map_err(|e| {
             CommandError::Failed(format!("reading the agent's own capabilities: {e}"))
         })?;
@@ -698,6 +736,7 @@ impl Confinement {
             drop_bounding: current
                 .effective
                 .contains(rustix::thread::CapabilitySet::SETPCAP),
+            sandbox,
         })
     }
 }
@@ -833,7 +872,8 @@ fn confine_before_exec(cmd: &mut Command, confinement: Confinement) {
                     if let Some(root) = &confinement.root {
                         enter_root(root)?;
                     }
-                    reduce_capabilities(confinement.capabilities, confinement.drop_bounding)
+                    reduce_capabilities(confinement.capabilities, confinement.drop_bounding)?;
+                    confinement.sandbox.enter()
                 }
                 command => keep(command),
             }
@@ -959,7 +999,7 @@ fn as_pid(pid: u32) -> Option<rustix::process::Pid> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn grant(command: &str, args: &[&[&str]]) -> ExecGrant {
@@ -973,6 +1013,7 @@ mod tests {
             max_output_bytes: None,
             dry_run: false,
             optional: false,
+            sandbox: Default::default(),
         }
     }
 
@@ -1038,6 +1079,25 @@ mod tests {
         assert!(validate_grant(&grant("/bin/x", &[&["[a"]])).is_err());
         assert!(validate_grant(&grant("bin/x", &[])).is_err());
         assert!(validate_grant(&grant("/bin/x", &[&["a", "**"]])).is_ok());
+        let mut g = grant("/bin/x", &[]);
+        g.sandbox.filesystem.push(bosun_api::grants::CommandPath {
+            path: "var/lib/x".into(),
+            access: bosun_api::grants::Access::ReadWrite,
+            execute: false,
+            optional: false,
+        });
+        let e = validate_grant(&g).unwrap_err();
+        assert!(
+            e.contains("sandbox filesystem") && e.contains("absolute"),
+            "{e}"
+        );
+        let mut g = grant("/bin/x", &[]);
+        g.sandbox.unix_sockets.push("/run/../x.sock".into());
+        assert!(
+            validate_grant(&g)
+                .unwrap_err()
+                .contains("sandbox unixSockets")
+        );
     }
 
     fn refused(g: &[ExecGrant], command: &str, args: &[&str]) -> String {
@@ -1116,6 +1176,23 @@ mod tests {
         }
     }
 
+    /// A sandbox that lives as long as the test (commands borrow theirs).
+    pub(crate) fn sandbox(paths: &[(&Path, bool)]) -> &'static Sandbox {
+        Box::leak(Box::new(Sandbox {
+            paths: paths
+                .iter()
+                .map(|(p, write)| crate::confine::SandboxPath {
+                    path: p.to_str().unwrap().to_owned(),
+                    write: *write,
+                    execute: false,
+                    optional: false,
+                    origin: "the test",
+                })
+                .collect(),
+            ..Sandbox::default()
+        }))
+    }
+
     fn spec<'a>(
         root: &'a Path,
         command: &'a str,
@@ -1123,6 +1200,7 @@ mod tests {
         timeout: Duration,
     ) -> CommandSpec<'a> {
         CommandSpec {
+            sandbox: sandbox(&[]),
             root,
             isolation: ExecIsolation::Chroot,
             command,
@@ -1164,7 +1242,7 @@ mod tests {
     }
 
     /// Whether this process may create namespaces (CAP_SYS_ADMIN in its effective set).
-    fn may_unshare() -> bool {
+    pub(crate) fn may_unshare() -> bool {
         std::fs::read_to_string("/proc/self/status")
             .ok()
             .and_then(|s| {
@@ -1198,12 +1276,9 @@ mod tests {
         // sleep duration: inside a PID namespace its own `$$` is not an outer pid.
         let script = "setsid /bin/sh -c 'echo ready > \"$0\"; exec sleep \"$1\"' \"$0\" \"$1\" & while [ ! -s \"$0\" ]; do sleep 0.01; done; echo started";
         let args = v(&["-c", script, ready.to_str().unwrap(), &marker]);
-        let out = run(spec(
-            Path::new("/"),
-            "/bin/sh",
-            &args,
-            Duration::from_secs(300),
-        ));
+        let mut s = spec(Path::new("/"), "/bin/sh", &args, Duration::from_secs(300));
+        s.sandbox = sandbox(&[(dir.path(), true)]);
+        let out = run(s);
         let left = processes_with(&marker);
         for pid in &left {
             // The daemon this test started, by its outer pid.
@@ -1308,7 +1383,7 @@ mod tests {
     /// Fails, rather than passes vacuously, when the test is not run as root: what it
     /// checks (the capabilities and mount namespace of commands an agent running as root
     /// starts) exists only then. CI and `tests/run.sh` run as root.
-    fn require_root(what: &str) {
+    pub(crate) fn require_root(what: &str) {
         assert!(
             rustix::process::geteuid().is_root(),
             "{what}: this test needs root (the agent runs as root); run the host's tests as root"
@@ -1369,7 +1444,7 @@ mod tests {
     }
 
     /// Copies `/bin/sh` and the libraries `ldd` lists for it into `root`.
-    fn install_shell(root: &Path) {
+    pub(crate) fn install_shell(root: &Path) {
         let mut files = vec![PathBuf::from("/bin/sh")];
         let ldd = Command::new("ldd").arg("/bin/sh").output().expect("ldd");
         for line in String::from_utf8_lossy(&ldd.stdout).lines() {
@@ -1428,6 +1503,7 @@ mod tests {
             }
             let mut s = spec(&command_root, "/bin/sh", &args, Duration::from_secs(300));
             s.isolation = ExecIsolation::Chroot;
+            s.sandbox = sandbox(&[(Path::new("/"), true)]);
             run(s)
         });
         while !root.join("ready").exists() {

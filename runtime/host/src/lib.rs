@@ -20,6 +20,7 @@
 
 mod cache;
 mod config;
+mod confine;
 mod error;
 mod exec;
 mod facts;
@@ -29,6 +30,7 @@ mod http;
 mod params;
 mod report;
 mod sandbox;
+mod self_test;
 mod service;
 
 #[allow(unsafe_code)]
@@ -55,12 +57,14 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 pub use config::{ExecIsolation, HostConfig, Limits, PoolConfig};
+pub use confine::{Support as ConfinementSupport, support as confinement_support};
 pub use error::Error;
 pub use facts::{NodeContext, NodeFacts, OsRelease};
 pub use report::{
     ActionInfo, CallFailure, Capabilities, Captured, Check, CheckStatus, Denial, LogLevel, LogLine,
     Metadata, Outcome, PluginError, PreflightReport, Progress, Report, RunReport,
 };
+pub use self_test::{Probe as SelfTestProbe, SelfTest, confinement_self_test};
 pub use service::{RecordingBackend, ServiceBackend, ServiceError, SystemctlBackend, UnitStatus};
 
 use bindings::BosunPluginPre;
@@ -1178,4 +1182,43 @@ fn deserialize_own(engine: &Engine, code: &[u8]) -> wasmtime::Result<Component> 
     // compatibility fingerprint wrote. wasmtime additionally checks the version and
     // configuration recorded in the artifact header.
     unsafe { Component::deserialize(engine, code) }
+}
+
+/// Entry points for the host benchmark only (feature `bench-internals`, off in every build
+/// that ships): not part of the API.
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_internals {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use bosun_api::grants::{ExecGrant, FilesystemGrant};
+
+    /// Runs a granted command (without arguments) under `/` through the host's runner,
+    /// with the kernel boundary of `grant` (and the plugin's `filesystem` grants) when
+    /// `confined`, and with the same runner (keeper, capabilities, pipes) but no Landlock
+    /// ruleset, seccomp filter or descriptor closing when not.
+    pub fn run_granted(filesystem: &[FilesystemGrant], grant: &ExecGrant, confined: bool) {
+        let sandbox = crate::confine::Sandbox::for_command(filesystem, grant, false);
+        let spec = crate::exec::CommandSpec {
+            root: Path::new("/"),
+            isolation: crate::ExecIsolation::Chroot,
+            command: &grant.command,
+            args: &[],
+            stdin: None,
+            timeout: Duration::from_secs(10),
+            max_output: 4096,
+            sandbox: &sandbox,
+        };
+        let prepared = (!confined).then(crate::confine::Prepared::nothing);
+        let out = crate::exec::run_confined(spec, prepared).expect("the command runs");
+        assert_eq!(out.exit_code, 0);
+    }
+
+    /// Builds the Landlock ruleset and the seccomp program of `grant` without running
+    /// anything: the part of the boundary's cost paid in the agent, before the fork.
+    pub fn prepare(filesystem: &[FilesystemGrant], grant: &ExecGrant) {
+        let sandbox = crate::confine::Sandbox::for_command(filesystem, grant, false);
+        crate::confine::prepare(Path::new("/"), Path::new("/"), &sandbox).expect("prepared");
+    }
 }

@@ -484,8 +484,10 @@ impl RunState {
             });
         // The command may not outlive the call that started it.
         let timeout = grant_timeout.min(self.remaining());
+        let sandbox = crate::confine::Sandbox::for_command(&grants.filesystem, grant, self.dry_run);
         let started = Instant::now();
         let out = crate::exec::run(CommandSpec {
+            sandbox: &sandbox,
             root: &self.env.root,
             isolation: self.env.isolation,
             command: &command,

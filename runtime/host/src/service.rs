@@ -127,7 +127,9 @@ impl SystemctlBackend {
         args: &[String],
         deadline: Instant,
     ) -> Result<Vec<u8>, ServiceError> {
+        let sandbox = crate::confine::Sandbox::systemctl();
         let out = crate::exec::run(CommandSpec {
+            sandbox: &sandbox,
             root,
             isolation: self.isolation,
             command: "/usr/bin/systemctl",

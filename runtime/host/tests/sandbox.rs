@@ -1335,6 +1335,7 @@ fn exec_that_outlives_its_grant_timeout_is_killed() {
             max_output_bytes: None,
             dry_run: false,
             optional: false,
+            sandbox: Default::default(),
         }],
         ..Grants::default()
     };

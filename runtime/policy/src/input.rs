@@ -162,6 +162,26 @@ pub struct NodeFacts {
     /// them (empty on workers).
     #[serde(default)]
     pub certificates: Vec<CertificateFact>,
+    /// What the node's kernel enforces around the commands plugins run
+    /// (`policies/command-confinement` refuses steps where part of it is missing).
+    #[serde(default)]
+    pub confinement: Confinement,
+}
+
+/// The kernel boundary of granted commands on one node (docs/security.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Confinement {
+    /// The kernel's Landlock ABI version; 0 without Landlock.
+    #[serde(default)]
+    pub landlock_abi: u32,
+    /// Whether seccomp filters can be installed.
+    #[serde(default)]
+    pub seccomp: bool,
+    /// What granted commands run without on this node, one sentence each; empty when the
+    /// whole boundary is enforced.
+    #[serde(default)]
+    pub missing: Vec<String>,
 }
 
 /// The parts of /etc/os-release policies branch on.

@@ -271,6 +271,45 @@ pub fn example_grants(file: &str) -> Grants {
         .unwrap_or_else(|e| panic!("{}: spec.grants: {e}", path.display()))
 }
 
+/// The example grants of `file` with the lab's own loopback ports added beside the
+/// standard ones they stand for (the lab's API server listens on its port base, 16443 by
+/// default, not 6443; its etcd on the next port, not 2379), so kubeadm reaches the lab's
+/// control plane as it reaches a node's. Nothing else is added.
+pub fn example_grants_for_lab(file: &str, ports: bosun_lab::Ports) -> Grants {
+    let mut grants = example_grants(file);
+    for g in &mut grants.exec {
+        let ports_now = g.sandbox.tcp_connect.clone();
+        for (standard, lab) in [(6443, ports.apiserver), (2379, ports.etcd_client)] {
+            if ports_now.contains(&standard) && !ports_now.contains(&lab) {
+                g.sandbox.tcp_connect.push(lab);
+            }
+        }
+    }
+    grants
+}
+
+/// The example grants of `packages.yaml` with this suite's local package repository
+/// (`/srv/repo`, reached by apt's `file:` and dnf's `file://` sources) readable by the
+/// package managers' commands: on a node the repository is a mirror over HTTP, which the
+/// example's `tcpConnect` already allows. Nothing else is added.
+pub fn packages_grants_with_local_repository() -> Grants {
+    let mut grants = example_grants("packages.yaml");
+    for g in &mut grants.exec {
+        if ["apt-get", "apt-cache", "dnf", "yum"]
+            .iter()
+            .any(|c| g.command == format!("/usr/bin/{c}"))
+        {
+            g.sandbox.filesystem.push(bosun_api::grants::CommandPath {
+                path: "/srv/repo".into(),
+                access: bosun_api::grants::Access::ReadOnly,
+                execute: false,
+                optional: false,
+            });
+        }
+    }
+    grants
+}
+
 fn serde_yaml_ng(text: &str, path: &Path) -> serde_json::Value {
     let v: serde_yaml::Value =
         serde_yaml::from_str(text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -579,6 +618,7 @@ pub fn rhel_root(root: &Path) {
     for dir in [
         "etc/yum.repos.d",
         "var/lib/rpm",
+        "var/lib/dnf",
         "var/cache/dnf",
         "var/log",
         "tmp",

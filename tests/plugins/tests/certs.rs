@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use bosun_plugins_tests::{Node, copy_tree, example_grants, install_programs, plugins};
+use bosun_plugins_tests::{Node, copy_tree, example_grants_for_lab, install_programs, plugins};
 use x509_parser::prelude::*;
 
 /// What the test itself reads from a certificate file (independently of the plugin).
@@ -215,7 +215,7 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
 
     let node = Node::new(&root, &["control-plane"]);
     let certs = node.load(&plugins().certs, "certs");
-    let grants = example_grants("certs.yaml");
+    let grants = example_grants_for_lab("certs.yaml", lab.ports);
 
     // check: the plugin parses every certificate itself; kubeadm agrees on each expiry.
     let check = node.run(&certs, &grants, "check", &serde_json::json!({}), false);
@@ -377,7 +377,7 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
 
 #[test]
 fn restart_moves_each_manifest_out_and_back_and_recovers_an_interrupted_run() {
-    let (_lab, cp) = bosun_plugins_tests::lab_control_plane();
+    let (lab, cp) = bosun_plugins_tests::lab_control_plane();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     copy_tree(&cp.host_root, &root);
@@ -399,7 +399,7 @@ fn restart_moves_each_manifest_out_and_back_and_recovers_an_interrupted_run() {
 
     let node = Node::new(&root, &["control-plane"]);
     let certs = node.load(&plugins().certs, "certs");
-    let grants = example_grants("certs.yaml");
+    let grants = example_grants_for_lab("certs.yaml", lab.ports);
 
     let dry = node.run(
         &certs,

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bosun_api::grants::{Grants, HttpGrant};
 use bosun_plugins_tests::{
     Node, build_deb, debian_root, dpkg_state, example_grants, index_repo, install_programs,
-    plugins, write,
+    packages_grants_with_local_repository, plugins, write,
 };
 use serde_json::json;
 
@@ -56,7 +56,7 @@ fn apt_installs_an_exact_version_holds_upgrades_and_unholds() {
 
     let node = Node::new(&root, &["worker"]);
     let packages = node.load(&plugins().packages, "packages");
-    let grants = example_grants("packages.yaml");
+    let grants = packages_grants_with_local_repository();
 
     // Exact version, held. The index is empty before the first `apt-get update`, so the
     // preflight only warns that the version is not known yet.
@@ -463,7 +463,10 @@ fn binary_download_checks_the_digest_replaces_atomically_and_rolls_back() {
 /// without them the test fails saying so rather than passing untested.
 #[test]
 fn dnf_installs_an_exact_version_versionlocks_upgrades_and_unlocks() {
-    use bosun_plugins_tests::{build_rpm, have_rpm_tools, index_rpm_repo, rhel_root, rpm_version};
+    use bosun_plugins_tests::{
+        build_rpm, have_rpm_tools, index_rpm_repo, packages_grants_with_local_repository,
+        rhel_root, rpm_version,
+    };
     assert!(
         have_rpm_tools(),
         "dnf, dnf-plugins-core (versionlock), rpm (rpmbuild, rpmdb) and createrepo-c are needed: apt-get install dnf dnf-plugins-core rpm createrepo-c"
@@ -478,7 +481,7 @@ fn dnf_installs_an_exact_version_versionlocks_upgrades_and_unlocks() {
 
     let node = Node::new(&root, &["worker"]);
     let packages = node.load(&plugins().packages, "packages");
-    let grants = example_grants("packages.yaml");
+    let grants = packages_grants_with_local_repository();
     let dnf_upgrade = || {
         let out = std::process::Command::new("/usr/sbin/chroot")
             .arg(&root)

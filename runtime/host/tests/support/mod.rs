@@ -254,6 +254,7 @@ pub fn exec_grant(command: &str, args: &[&[&str]]) -> ExecGrant {
         max_output_bytes: Some(4096),
         dry_run: false,
         optional: false,
+        sandbox: Default::default(),
     }
 }
 
