@@ -99,7 +99,7 @@ fn benches(c: &mut Criterion) {
     });
     g.finish();
 
-    // (e) the kernel boundary of a granted command: a granted /bin/true through the host's
+    // (e) the kernel boundary of a granted command: a granted /usr/bin/true through the host's
     // runner with and without the boundary (Landlock ruleset, seccomp filter, descriptors
     // closed), and the boundary's preparation alone (in the agent, before the fork). The
     // grants are the hello example's: /etc read-only and one command.
@@ -109,7 +109,7 @@ fn benches(c: &mut Criterion) {
         optional: false,
     }];
     let grant = bosun_api::grants::ExecGrant {
-        command: "/bin/true".into(),
+        command: "/usr/bin/true".into(),
         args: vec![],
         timeout_seconds: None,
         max_output_bytes: None,

@@ -158,13 +158,22 @@ impl Sandbox {
     /// talks to systemd on its private socket and reads systemd's runtime directory.
     pub(crate) fn systemctl() -> Sandbox {
         Sandbox {
-            paths: vec![SandboxPath {
-                path: "/run/systemd".into(),
-                write: false,
-                execute: false,
-                optional: true,
-                origin: "systemctl's sandbox",
-            }],
+            paths: vec![
+                SandboxPath {
+                    path: "/run/systemd".into(),
+                    write: false,
+                    execute: false,
+                    optional: true,
+                    origin: "systemctl's sandbox",
+                },
+                SandboxPath {
+                    path: "/usr/bin/systemctl".into(),
+                    write: false,
+                    execute: true,
+                    optional: true,
+                    origin: "systemctl's sandbox",
+                },
+            ],
             unix_sockets: vec!["/run/systemd/private".into()],
             ..Sandbox::default()
         }
@@ -915,6 +924,39 @@ mod boundary {
             "read outside the sandbox: {}",
             text(&out)
         );
+        // More shapes: an option with its path attached (`-oPATH`), a truncation, a rename
+        // of a file outside into the sandbox.
+        for (command, args) in [
+            (
+                "/usr/bin/sort",
+                vec![format!("-o{}", o("sorted")), "/dev/null".to_owned()],
+            ),
+            ("/usr/bin/truncate", vec!["-s0".to_owned(), o("existing")]),
+            ("/bin/mv", vec![o("secret"), g("moved")]),
+        ] {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = run_as(
+                Path::new("/"),
+                command,
+                &args,
+                Sandbox {
+                    paths: vec![path(&granted, true)],
+                    ..Sandbox::default()
+                },
+                false,
+            );
+            assert_ne!(out.exit_code, 0, "{command} {args:?}: {}", text(&out));
+        }
+        assert!(!outside.join("sorted").exists());
+        assert_eq!(
+            std::fs::read_to_string(outside.join("existing")).unwrap(),
+            "orig"
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.join("secret")).unwrap(),
+            "s3cret"
+        );
+        assert!(!granted.join("moved").exists());
         // A hard link made by the command would carry a file outside into the sandbox.
         let ln = run_as(
             Path::new("/"),

@@ -218,6 +218,7 @@ fn item6_granted_commands_do_not_follow_symlinks_in_their_arguments() {
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
     let grants = Grants {
+        filesystem: vec![fs("/var/lib/foo", Access::ReadWrite)],
         exec: vec![exec_grant("/usr/bin/show", &[&["/var/lib/foo/*"], &["**"]])],
         ..Grants::default()
     };
@@ -400,8 +401,8 @@ fn also_seen_a_daemon_started_by_a_granted_command_dies_with_it() {
     write_executable(
         &root.join("usr/bin/daemonize"),
         format!(
-            "#!/bin/sh\n: > /daemon-ready\n{setsid} /bin/sh -c 'echo ready > /daemon-ready; exec {sleep} {marker}' &\n\
-             while [ ! -s /daemon-ready ]; do :; done\necho started\n"
+            "#!/bin/sh\n: > /run/daemon-ready\n{setsid} /bin/sh -c 'echo ready > /run/daemon-ready; exec {sleep} {marker}' &\n\
+             while [ ! -s /run/daemon-ready ]; do :; done\necho started\n"
         )
         .as_bytes(),
     );
@@ -419,6 +420,17 @@ fn also_seen_a_daemon_started_by_a_granted_command_dies_with_it() {
     let bad = node.load(&host, &plugins().bad, "bad");
     let mut grant = exec_grant("/usr/bin/daemonize", &[]);
     grant.timeout_seconds = Some(10);
+    // The one place the daemon and the command write their handshake.
+    std::fs::create_dir_all(root.join("run")).unwrap();
+    grant
+        .sandbox
+        .filesystem
+        .push(bosun_api::grants::CommandPath {
+            path: "/run".into(),
+            access: Access::ReadWrite,
+            execute: false,
+            optional: false,
+        });
     let grants = Grants {
         exec: vec![grant],
         ..Grants::default()

@@ -96,7 +96,7 @@ fn assert_happy(node: &Node, host: &Host) {
     assert_eq!(out("file"), "hello from the node");
     assert_eq!(out("exit-code"), "0");
     if is_root() {
-        // Chrooted: the script read /etc/marker from the node's root, not the machine's.
+        // Chrooted: the script read /usr/share/bosun/marker from the node's root, not the machine's.
         assert_eq!(out("stdout"), "hello world from inside-the-root\n");
     } else {
         assert!(
@@ -1316,9 +1316,10 @@ fn exec_that_outlives_its_grant_timeout_is_killed() {
     let root = node.root();
     std::fs::write(
         root.join("usr/bin/spin-marked"),
-        "#!/bin/sh\necho started > /spin.started\nwhile :; do :; done\n",
+        "#!/bin/sh\necho started > /run/spin.started\nwhile :; do :; done\n",
     )
     .unwrap();
+    std::fs::create_dir_all(root.join("run")).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(
         root.join("usr/bin/spin-marked"),
@@ -1335,7 +1336,16 @@ fn exec_that_outlives_its_grant_timeout_is_killed() {
             max_output_bytes: None,
             dry_run: false,
             optional: false,
-            sandbox: Default::default(),
+            // Where the script says it started.
+            sandbox: bosun_api::grants::CommandSandbox {
+                filesystem: vec![bosun_api::grants::CommandPath {
+                    path: "/run".into(),
+                    access: Access::ReadWrite,
+                    execute: false,
+                    optional: false,
+                }],
+                ..Default::default()
+            },
         }],
         ..Grants::default()
     };
@@ -1355,7 +1365,7 @@ fn exec_that_outlives_its_grant_timeout_is_killed() {
     };
     let pid = loop {
         if let [pid] = processes_with(&marker)[..]
-            && root.join("spin.started").exists()
+            && root.join("run/spin.started").exists()
         {
             break pid;
         }
@@ -1401,7 +1411,7 @@ fn granted_commands_run_confined_to_the_host_root() {
     )
     .unwrap();
     let outcome = report.result.unwrap();
-    // greet reads /etc/marker, which exists only inside the host root.
+    // greet reads /usr/share/bosun/marker, which exists only inside the host root.
     assert!(
         outcome
             .outputs

@@ -730,7 +730,16 @@ pub fn lab_control_plane() -> (bosun_lab::LabHandle, bosun_lab::LabNode) {
 
 /// Where [`simulated_package_manager`] keeps its package database in a node root: one line
 /// per package, `NAME|INSTALLED-VERSION|held (yes/no)|AVAILABLE VERSIONS, space-separated`.
-pub const SIMULATED_PACKAGES_DB: &str = "var/lib/bosun-sim/packages";
+/// Where the simulated tools keep their packages, in the real tools' own database
+/// directory, which the example grants' sandboxes let those commands read:
+/// `/var/lib/dpkg` (apt-cache, dpkg-query) or `/var/lib/rpm` (dnf, rpm).
+pub fn simulated_packages_db(family: &str) -> &'static str {
+    if family == "apt" {
+        "var/lib/dpkg/bosun-simulated-packages"
+    } else {
+        "var/lib/rpm/bosun-simulated-packages"
+    }
+}
 
 /// The package family a node root's os-release belongs to, as the `packages` plugin
 /// chooses it: `apt` for Debian-like roots, `dnf` for the RHEL family.
@@ -749,7 +758,7 @@ pub fn package_family(root: &Path) -> &'static str {
 /// Gives a lab node root a simulated package manager of its family that answers the
 /// queries the `packages` plugin makes (`apt-cache madison`, `dpkg-query -W` for apt;
 /// `dnf list --showduplicates`, `dnf versionlock list`, `rpm -q` for dnf) from
-/// [`SIMULATED_PACKAGES_DB`], and refuses every change with exit code 100. The tools are
+/// [`simulated_packages_db`], and refuses every change with exit code 100. The tools are
 /// `/bin/sh` scripts using shell builtins only (this machine's `/bin/sh` and its libraries
 /// are copied in), so they run chrooted in the root as the agent runs granted commands.
 /// `packages` is `(name, installed, held, available)`; versions are the upstream
@@ -774,8 +783,8 @@ pub fn simulated_package_manager(root: &Path, packages: &[(&str, &str, bool, &[&
             )
         })
         .collect();
-    write(root, SIMULATED_PACKAGES_DB, &db);
-    let db = format!("/{SIMULATED_PACKAGES_DB}");
+    write(root, simulated_packages_db(family), &db);
+    let db = format!("/{}", simulated_packages_db(family));
     let refuse = |tool: &str| {
         format!(
             "#!/bin/sh\necho \"{tool} (simulated by the Bosun tests) answers queries only: $*\" >&2\nexit 100\n"

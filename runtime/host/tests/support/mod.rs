@@ -192,7 +192,7 @@ fn install_shell(root: &Path) {
 ///   symlink to the secret outside the root;
 /// - `/ro/secret.txt` and `/rw/` for cross-domain tests; `/rw/escape` → `../../outside`
 ///   and `/rw/abs-escape` → the absolute path of `outside`;
-/// - `/etc/os-release`, `/etc/marker` and `/usr/bin/greet`, a shell script that prints
+/// - `/etc/os-release`, `/usr/share/bosun/marker` and `/usr/bin/greet`, a shell script that prints
 ///   its argument and the marker (which only exists inside the root), and
 ///   `/usr/bin/spin`, a shell script that never ends;
 /// - `outside/secret.txt` next to the root.
@@ -211,10 +211,12 @@ pub fn node() -> Node {
         &root.join("etc/os-release"),
         "NAME=\"Rocky Linux\"\nID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\nVERSION_ID=\"9.4\"\nPRETTY_NAME=\"Rocky Linux 9.4 (Blue Onyx)\"\n",
     );
-    write(&root.join("etc/marker"), "inside-the-root\n");
+    // In /usr, which every granted command may read (its sandbox's base), so the script
+    // tells the node's root from the machine's whatever the grants.
+    write(&root.join("usr/share/bosun/marker"), "inside-the-root\n");
     write(
         &root.join("usr/bin/greet"),
-        "#!/bin/sh\nread marker < /etc/marker || marker=unconfined\necho \"hello $1 from $marker\"\n",
+        "#!/bin/sh\nread marker < /usr/share/bosun/marker || marker=unconfined\necho \"hello $1 from $marker\"\n",
     );
     write(
         &root.join("usr/bin/spin"),
