@@ -35,5 +35,14 @@ env "${from_env[@]}" "$HERE/build.sh" >/dev/null
 BOSUN_K8S_VERSION="$TO" "$HERE/build.sh" >/dev/null
 echo "cluster ci: builds of $FROM and $TO ready in $(( $(date +%s) - t0 ))s"
 if [ "${1:-}" = --build-only ]; then exit 0; fi
+# CI owns this machine's cluster named "bosun" (BOSUN_CLUSTER_NAME): one left by an earlier run (kept with
+# BOSUN_KEEP_CLUSTER=1, or a session that ended mid-test) would make `cluster.sh up` refuse.
+# Outside CI, cluster.sh up refuses and says so instead.
+cluster="${BOSUN_CLUSTER_NAME:-bosun}"
+if [ -n "$(podman ps -a --filter "label=bosun.cluster=$cluster" --format '{{.Names}}' 2>/dev/null)" ] \
+  || podman network exists "bosun-cluster-$cluster" 2>/dev/null; then
+  echo "cluster ci: removing the cluster '$cluster' an earlier run left"
+  "$HERE/cluster.sh" down
+fi
 "$HERE/test-bosun-upgrade.sh" "$FROM" "$TO"
 echo "cluster ci: done in $(( $(date +%s) - t0 ))s"

@@ -6,7 +6,8 @@
 #      node's containerd;
 #   3. `kubectl apply --server-side -k` of an overlay of deploy/ that only names those images;
 #   4. a signing key (kept in the lab's state directory) as the trust roots ConfigMap;
-#   5. the plugins signed and published with the grants of deploy/examples/plugins/;
+#   5. the plugins (the first-party ones and the demo's hello) signed and published with the
+#      grants of deploy/examples/plugins/ and deploy/examples/plugin-hello.yaml;
 #   6. waits until the controller Deployment and the agent DaemonSet are rolled out.
 # Running it again re-does each step (a rebuilt binary is a new image tag and rolls the Pods).
 # Environment: as cluster.sh (BOSUN_CLUSTER_NAME, BOSUN_CLUSTER_DIR, BOSUN_CACHE_DIR), and
@@ -29,7 +30,8 @@ cd "$ROOT"
 say "building Bosun's binaries and plugins (cargo, cached in $CARGO_TARGET_DIR)"
 cargo build --workspace --locked --bins --quiet
 cargo build --locked --release --target wasm32-wasip2 --quiet \
-  -p bosun-plugin-certs -p bosun-plugin-kubeadm-upgrade -p bosun-plugin-packages -p bosun-plugin-kubelet
+  -p bosun-plugin-certs -p bosun-plugin-kubeadm-upgrade -p bosun-plugin-packages -p bosun-plugin-kubelet \
+  -p bosun-plugin-hello
 BOSUN="$CARGO_TARGET_DIR/debug/kubectl-bosun"
 
 images=$("$HERE/build-bosun-images.sh" "$CARGO_TARGET_DIR/debug" | tail -n 1)
@@ -63,11 +65,14 @@ fi
 kubectl -n bosun-system create configmap bosun-trust-roots \
   --from-file="$state/keys/bosun-signing.pub" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
-for p in certs kubeadm-upgrade packages kubelet; do
+for p in certs kubeadm-upgrade packages kubelet hello; do
   wasm="$state/plugins/$p.wasm"
   cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/bosun_plugin_${p//-/_}.wasm" "$wasm"
-  # The grants of the example resource, as docs/plugins-first-party.md extracts them.
-  sed -n '/^  grants:/,$p' "$ROOT/deploy/examples/plugins/$p.yaml" | sed '1d; s/^    //' >"$state/plugins/$p-grants.yaml"
+  # The grants of the example resource, as docs/plugins-first-party.md extracts them (the
+  # demo's hello plugin has its example beside the Operations).
+  example="$ROOT/deploy/examples/plugins/$p.yaml"
+  [ "$p" != hello ] || example="$ROOT/deploy/examples/plugin-hello.yaml"
+  sed -n '/^  grants:/,$p' "$example" | sed '1d; s/^    //' >"$state/plugins/$p-grants.yaml"
   "$BOSUN" plugin sign --key "$state/keys/bosun-signing.key" "$wasm" >/dev/null
   "$BOSUN" plugin publish --grants "$state/plugins/$p-grants.yaml" "$wasm" >&2
 done

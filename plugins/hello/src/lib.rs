@@ -67,8 +67,12 @@ impl Plugin for Hello {
 
     fn preflight(action: &Action) -> Result<Vec<Check>, PluginError> {
         let Action::Greet(p) = action;
-        let check = match bosun_plugin_sdk::fs::read_to_string(&p.file) {
-            Ok(_) => Check::pass("file-readable", format!("{} is readable", p.file)),
+        let check = match os_name(&p.file) {
+            Ok(Source::File(_)) => Check::pass("file-readable", format!("{} is readable", p.file)),
+            Ok(Source::Facts { unreadable, .. }) => Check::warn(
+                "file-readable",
+                format!("{unreadable}; the greeting names the OS from the node's facts instead"),
+            ),
             Err(e) => Check::fail("file-readable", e.to_string()),
         };
         Ok(vec![check])
@@ -79,20 +83,31 @@ impl Plugin for Hello {
         info!("greeting the node as {}", p.name);
 
         bosun_plugin_sdk::log::progress(0, 2, "reading os-release");
-        let text = bosun_plugin_sdk::fs::read_to_string(&p.file)?;
-        let pretty = os_release_value(&text, "PRETTY_NAME")
-            .or_else(|| os_release_value(&text, "NAME"))
-            .ok_or_else(|| {
-                PluginError::new(
-                    "bad-os-release",
-                    format!("{} has neither PRETTY_NAME nor NAME", p.file),
-                )
-            })?;
-        bosun_plugin_sdk::log::write(
-            bosun_plugin_sdk::log::Level::Debug,
-            "read os-release",
-            &[("file", &p.file), ("pretty_name", &pretty)],
-        );
+        let pretty = match os_name(&p.file)? {
+            Source::File(text) => {
+                let pretty = os_release_value(&text, "PRETTY_NAME")
+                    .or_else(|| os_release_value(&text, "NAME"))
+                    .ok_or_else(|| {
+                        PluginError::new(
+                            "bad-os-release",
+                            format!("{} has neither PRETTY_NAME nor NAME", p.file),
+                        )
+                    })?;
+                bosun_plugin_sdk::log::write(
+                    bosun_plugin_sdk::log::Level::Debug,
+                    "read os-release",
+                    &[("file", &p.file), ("pretty_name", &pretty)],
+                );
+                pretty
+            }
+            Source::Facts {
+                pretty_name,
+                unreadable,
+            } => {
+                warn!("{unreadable}; using the OS name of the node's facts");
+                pretty_name
+            }
+        };
 
         bosun_plugin_sdk::log::progress(1, 2, "asking the kernel release");
         let kernel = Command::new(UNAME)
@@ -113,6 +128,43 @@ impl Plugin for Hello {
         Ok(Outcome::unchanged(message)
             .output("os", pretty)
             .output("kernel", kernel))
+    }
+}
+
+/// Where the OS name comes from.
+enum Source {
+    /// The file's text.
+    File(String),
+    /// The node's facts, which the host reads itself: the default file could not be read
+    /// (on a Debian or RHEL node `/etc/os-release` is a symlink to `../usr/lib/os-release`,
+    /// which leads out of the `/etc` grant, and the host follows no symlink out of a grant).
+    Facts {
+        pretty_name: String,
+        unreadable: String,
+    },
+}
+
+/// Reads `file`; for the default file only, falls back to the node's facts when it cannot
+/// be read (os-release(5) itself says to fall back to `/usr/lib/os-release`, which the
+/// host's facts do, safely).
+fn os_name(file: &str) -> Result<Source, PluginError> {
+    match bosun_plugin_sdk::fs::read_to_string(file) {
+        Ok(text) => Ok(Source::File(text)),
+        Err(e) if file == DEFAULT_FILE => {
+            let unreadable = e.to_string();
+            let facts = bosun_plugin_sdk::facts::node().map_err(|_| PluginError::from(e))?;
+            if facts.os.pretty_name.is_empty() {
+                return Err(PluginError::new(
+                    "bad-os-release",
+                    "the node's facts name no OS (PRETTY_NAME)".to_owned(),
+                ));
+            }
+            Ok(Source::Facts {
+                pretty_name: facts.os.pretty_name,
+                unreadable,
+            })
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

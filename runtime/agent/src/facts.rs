@@ -427,10 +427,14 @@ pub fn assemble(
 /// What this node's kernel enforces around granted commands, as the NodeReport says it.
 pub fn command_confinement() -> CommandConfinement {
     let support = bosun_host::confinement_support();
+    let mut missing = support.missing();
+    if bosun_host::command_cgroup().is_none() {
+        missing.push(bosun_host::NO_COMMAND_CGROUP.to_owned());
+    }
     CommandConfinement {
         landlock_abi: support.landlock_abi,
         seccomp: support.seccomp,
-        missing: support.missing(),
+        missing,
     }
 }
 

@@ -125,6 +125,10 @@ fn self_test(args: SelfTestArgs) -> anyhow::Result<std::process::ExitCode> {
     for missing in report.support.missing() {
         println!("MISSING  {missing}");
     }
+    match bosun_host::command_cgroup() {
+        Some(c) => println!("cgroup: {c}"),
+        None => println!("MISSING  {}", bosun_host::NO_COMMAND_CGROUP),
+    }
     for p in &report.probes {
         println!(
             "{}  {}\n         {}",

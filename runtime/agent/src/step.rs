@@ -145,8 +145,9 @@ pub fn execute(
             BlockReason::PreflightFailed,
             "preflight-failed",
             format!(
-                "preflight failed ({}); fix the cause on the node, then retry",
-                what.join("; ")
+                "preflight failed ({}{}); fix the cause on the node, then retry",
+                what.join("; "),
+                host_refusals(&lines)
             ),
             true,
         );
@@ -190,9 +191,12 @@ pub fn execute(
                     block: None,
                     host_time: Duration::ZERO,
                 },
-                Err(pe) => {
-                    StepResult::failed(BlockReason::StepFailed, &pe.code, pe.message, pe.retryable)
-                }
+                Err(pe) => StepResult::failed(
+                    BlockReason::StepFailed,
+                    &pe.code,
+                    format!("{}{}", pe.message, host_refusals(&lines)),
+                    pe.retryable,
+                ),
             }
         }
         Err(failure) => {
@@ -205,6 +209,21 @@ pub fn execute(
     result.log_tail = keep_tail(lines);
     result.host_time = host_time;
     result
+}
+
+/// What the host refused the plugin's file opens for, from the call's log lines, to add
+/// to the step's message: the plugin only saw "not permitted", the host knows why (a
+/// symlink leading out of a grant). Empty when it refused none.
+fn host_refusals(lines: &[String]) -> String {
+    let why: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("DENIED filesystem: "))
+        .collect();
+    if why.is_empty() {
+        String::new()
+    } else {
+        format!("; the host refused: {}", why.join("; "))
+    }
 }
 
 fn with_tail(mut r: StepResult, lines: Vec<String>) -> StepResult {
@@ -284,6 +303,20 @@ pub fn keep_tail(mut lines: Vec<String>) -> Vec<String> {
 mod tests {
     use super::*;
     use bosun_host::{Denial, LogLine};
+
+    #[test]
+    fn the_hosts_filesystem_refusals_are_added_to_the_message() {
+        let lines = vec![
+            "INFO reading".to_owned(),
+            "DENIED exec: /usr/bin/x (no exec grant names this command)".to_owned(),
+            "DENIED filesystem: `os-release` (in a granted directory) is a symlink to `../usr/lib/os-release`, which leads out of that grant".to_owned(),
+        ];
+        assert_eq!(
+            host_refusals(&lines),
+            "; the host refused: `os-release` (in a granted directory) is a symlink to `../usr/lib/os-release`, which leads out of that grant"
+        );
+        assert_eq!(host_refusals(&lines[..2]), "");
+    }
 
     #[test]
     fn the_log_tail_is_bounded_and_keeps_the_last_lines() {

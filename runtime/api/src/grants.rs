@@ -146,7 +146,30 @@ pub struct CommandSandbox {
     /// that may `chmod u+s` any file it can name is root. Package managers need it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub change_metadata: bool,
+    /// Most processes and threads the command and everything it starts may have at once,
+    /// where the node gives commands a cgroup with the `pids` controller. Default 1024.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 16))]
+    pub max_processes: Option<u32>,
+    /// Most memory the command and everything it starts may use, in bytes, where the node
+    /// gives commands a cgroup with the `memory` controller; past it the kernel kills them.
+    /// Default 2 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 16777216))]
+    pub max_memory_bytes: Option<u64>,
+    /// Largest file the command may write, in bytes (`RLIMIT_FSIZE`, on every node): a
+    /// write past it fails. Default 8 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_file_bytes: Option<u64>,
 }
+
+/// [`CommandSandbox::max_processes`] when the grant sets none.
+pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
+/// [`CommandSandbox::max_memory_bytes`] when the grant sets none.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 2 << 30;
+/// [`CommandSandbox::max_file_bytes`] when the grant sets none.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 8 << 30;
 
 impl CommandSandbox {
     /// Whether nothing beyond the base is allowed.

@@ -110,6 +110,24 @@ pub(crate) struct Sandbox {
     pub tcp_connect: Vec<u16>,
     pub unix_sockets: Vec<String>,
     pub change_metadata: bool,
+    /// `None`: the defaults ([`bosun_api::grants::DEFAULT_MAX_PROCESSES`] and friends).
+    pub max_processes: Option<u32>,
+    pub max_memory_bytes: Option<u64>,
+    pub max_file_bytes: Option<u64>,
+}
+
+impl Sandbox {
+    /// The limits of the command's cgroup.
+    pub(crate) fn cgroup_limits(&self) -> crate::cgroup::CgroupLimits {
+        crate::cgroup::CgroupLimits {
+            max_processes: self
+                .max_processes
+                .unwrap_or(bosun_api::grants::DEFAULT_MAX_PROCESSES),
+            max_memory_bytes: self
+                .max_memory_bytes
+                .unwrap_or(bosun_api::grants::DEFAULT_MAX_MEMORY_BYTES),
+        }
+    }
 }
 
 impl Sandbox {
@@ -151,6 +169,9 @@ impl Sandbox {
             tcp_connect: grant.sandbox.tcp_connect.clone(),
             unix_sockets: grant.sandbox.unix_sockets.clone(),
             change_metadata: grant.sandbox.change_metadata,
+            max_processes: grant.sandbox.max_processes,
+            max_memory_bytes: grant.sandbox.max_memory_bytes,
+            max_file_bytes: grant.sandbox.max_file_bytes,
         }
     }
 
@@ -265,6 +286,17 @@ impl Support {
     }
 }
 
+/// What a granted command's cgroup gives on this node (see [`crate::cgroup`]), in a
+/// sentence; `None` where the agent can make none: then a command is ended by its keeper
+/// alone and has no process or memory limit. Known once a [`crate::Host`] exists.
+pub fn command_cgroup() -> Option<String> {
+    crate::cgroup::describe()
+}
+
+/// What is missing when [`command_cgroup`] is `None`, in the words of [`Support::missing`].
+pub const NO_COMMAND_CGROUP: &str = "a cgroup per command (no writable cgroup v2 hierarchy holds the agent): a granted command \
+     is ended by its keeper alone, and has no process or memory limit";
+
 /// What this kernel supports (see [`Support`]), read on first use.
 pub fn support() -> &'static Support {
     static SUPPORT: OnceLock<Support> = OnceLock::new();
@@ -308,6 +340,8 @@ pub(crate) struct Prepared {
     ruleset: Option<OwnedFd>,
     /// The seccomp program to install.
     filter: Option<seccompiler::BpfProgram>,
+    /// `RLIMIT_FSIZE` for the command.
+    max_file_bytes: u64,
 }
 
 /// Builds the command's Landlock ruleset from `sandbox` (paths opened beneath `root`
@@ -333,7 +367,13 @@ pub(crate) fn prepare(
     } else {
         None
     };
-    Ok(Prepared { ruleset, filter })
+    Ok(Prepared {
+        ruleset,
+        filter,
+        max_file_bytes: sandbox
+            .max_file_bytes
+            .unwrap_or(bosun_api::grants::DEFAULT_MAX_FILE_BYTES),
+    })
 }
 
 impl Prepared {
@@ -344,6 +384,7 @@ impl Prepared {
         Prepared {
             ruleset: None,
             filter: None,
+            max_file_bytes: u64::MAX,
         }
     }
 
@@ -358,6 +399,20 @@ impl Prepared {
     /// [`prepare`] built and allocates nothing.
     #[allow(unsafe_code)]
     pub(crate) unsafe fn enter(&self) -> std::io::Result<()> {
+        // A bound on any one file it writes, and no core dump (it may hold secrets it read).
+        for (resource, limit) in [
+            (libc::RLIMIT_FSIZE, self.max_file_bytes),
+            (libc::RLIMIT_CORE, 0),
+        ] {
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: setrlimit with a value on the stack.
+            if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
         if let Some(fd) = &self.ruleset {
             // SAFETY: a ruleset descriptor and no flags.
             let r = unsafe {
@@ -846,15 +901,15 @@ mod boundary {
             true,
         );
         assert!(dir.path().join("started").exists(), "{}", text(&out));
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("kill: 1"),
-            "the command could signal its keeper: {}",
-            text(&out)
-        );
         std::thread::sleep(Duration::from_millis(1500));
         assert!(
             !dir.path().join("late").exists(),
             "a process the command started wrote after the step ended: {}",
+            text(&out)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("kill: 1"),
+            "the command could signal its keeper: {}",
             text(&out)
         );
     }
@@ -1239,5 +1294,84 @@ mod boundary {
         let e = with("/missing", false).unwrap_err();
         assert!(e.contains("does not exist on this node"), "{e}");
         assert!(with("/missing", true).is_ok());
+    }
+}
+
+/// The cgroup per command, where this machine gives one (as root: its cgroup v2 hierarchy).
+#[cfg(test)]
+mod cgroup_tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::ExecIsolation;
+    use crate::exec::tests::require_root;
+    use crate::exec::{CommandSpec, run};
+
+    #[test]
+    fn a_command_and_what_it_starts_run_in_a_cgroup_of_their_own_removed_after() {
+        require_root("cgroup");
+        let parent = crate::cgroup::cgroups(Path::new("/"))
+            .map(|_| ())
+            .and(command_cgroup());
+        assert!(
+            parent.is_some(),
+            "this test needs a writable cgroup v2 hierarchy holding the test (root has one)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let args: Vec<String> = [
+            "-c",
+            "cat /proc/self/cgroup; setsid /bin/sh -c 'cat /proc/self/cgroup > \"$0/daemon\"' \"$0\" & wait",
+            dir.path().to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        let sandbox = Sandbox {
+            paths: vec![SandboxPath {
+                path: dir.path().to_str().unwrap().to_owned(),
+                write: true,
+                execute: false,
+                optional: false,
+                origin: "the test",
+            }],
+            ..Sandbox::default()
+        };
+        let out = run(CommandSpec {
+            root: Path::new("/"),
+            isolation: ExecIsolation::Chroot,
+            command: "/bin/sh",
+            args: &args,
+            stdin: None,
+            timeout: Duration::from_secs(30),
+            max_output: 4096,
+            sandbox: &sandbox,
+        })
+        .unwrap();
+        let own = String::from_utf8_lossy(&out.stdout).into_owned();
+        let daemon = std::fs::read_to_string(dir.path().join("daemon")).unwrap();
+        let cgroup_of = |text: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let cg = cgroup_of(&own);
+        assert!(cg.contains("/bosun-command-"), "{own}");
+        assert_eq!(cgroup_of(&daemon), cg, "{daemon}");
+        // Gone once the call returned.
+        let mount = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+            .iter()
+            .map(Path::new)
+            .find(|m| {
+                m.join(cg.trim_start_matches('/'))
+                    .parent()
+                    .is_some_and(Path::exists)
+            })
+            .unwrap();
+        assert!(
+            !mount.join(cg.trim_start_matches('/')).exists(),
+            "{cg} left behind"
+        );
     }
 }

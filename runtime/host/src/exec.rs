@@ -401,7 +401,18 @@ pub(crate) fn run_confined(
         None => crate::confine::prepare(base_root, spec.root, spec.sandbox)
             .map_err(|e| CommandError::Failed(format!("{}: {e}", spec.command)))?,
     };
-    confine_before_exec(&mut cmd, Confinement::new(root, sandbox)?);
+    // Everything the command starts goes into a cgroup of its own where the agent can make
+    // one; dropping it (however this call ends) kills all that is left and removes it.
+    let cgroup = match crate::cgroup::cgroups(spec.root) {
+        Some(c) => Some(
+            c.create(spec.sandbox.cgroup_limits())
+                .map_err(|e| CommandError::Failed(format!("{}: {e}", spec.command)))?,
+        ),
+        None => None,
+    };
+    let mut confinement = Confinement::new(root, sandbox)?;
+    confinement.cgroup_procs = cgroup.as_ref().map(crate::cgroup::CommandCgroup::procs_fd);
+    confine_before_exec(&mut cmd, confinement);
     let deadline = Instant::now() + spec.timeout.min(MAX_TIMEOUT);
     let mut child = cmd
         .spawn()
@@ -720,6 +731,8 @@ struct Confinement {
     drop_bounding: bool,
     /// The kernel's allow-list for the command (Landlock, seccomp).
     sandbox: crate::confine::Prepared,
+    /// `cgroup.procs` of the command's own cgroup, which the command writes itself into.
+    cgroup_procs: Option<libc::c_int>,
 }
 
 impl Confinement {
@@ -737,6 +750,7 @@ impl Confinement {
                 .effective
                 .contains(rustix::thread::CapabilitySet::SETPCAP),
             sandbox,
+            cgroup_procs: None,
         })
     }
 }
@@ -869,6 +883,11 @@ fn confine_before_exec(cmd: &mut Command, confinement: Confinement) {
                 -1 => Err(std::io::Error::last_os_error()),
                 0 => {
                     libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                    if let Some(fd) = confinement.cgroup_procs
+                        && libc::write(fd, c"0".as_ptr().cast(), 1) != 1
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
                     if let Some(root) = &confinement.root {
                         enter_root(root)?;
                     }

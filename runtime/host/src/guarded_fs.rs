@@ -27,8 +27,12 @@ impl HasData for GuardedFilesystem {
     type Data<'a> = GuardedFs<'a>;
 }
 
-/// wasmtime-wasi's filesystem view with the open check.
-pub(crate) struct GuardedFs<'a>(pub WasiFilesystemCtxView<'a>);
+/// wasmtime-wasi's filesystem view with the open check, and the call's refusals, where an
+/// open refused for a symlink leading out of its grant is explained.
+pub(crate) struct GuardedFs<'a> {
+    pub fs: WasiFilesystemCtxView<'a>,
+    pub denied: &'a mut Vec<crate::report::Denial>,
+}
 
 /// Whether a plugin may open a file of this type.
 pub(crate) fn openable(t: fs::DescriptorType) -> bool {
@@ -40,15 +44,79 @@ pub(crate) fn openable(t: fs::DescriptorType) -> bool {
     )
 }
 
+impl GuardedFs<'_> {
+    /// Why opening `path` beneath the directory `dir` was refused when a component of it is
+    /// a symlink whose target leads out of the directory (an absolute target, or more `..`
+    /// than the link is deep): wasmtime-wasi never follows such a link, and the plugin only
+    /// sees "not permitted". `None` when no component is such a link.
+    fn symlink_out_of_grant(
+        &mut self,
+        dir: Resource<fs::Descriptor>,
+        path: &str,
+    ) -> Option<String> {
+        let mut prefix = String::new();
+        for (depth, part) in path
+            .split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+            .enumerate()
+        {
+            if part == ".." {
+                return None;
+            }
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(part);
+            let probe = Resource::<fs::Descriptor>::new_borrow(dir.rep());
+            let stat = fs::HostDescriptor::stat_at(
+                &mut self.fs,
+                probe,
+                fs::PathFlags::empty(),
+                prefix.clone(),
+            )
+            .ok()?;
+            if stat.type_ == fs::DescriptorType::SymbolicLink {
+                let probe = Resource::<fs::Descriptor>::new_borrow(dir.rep());
+                let target =
+                    fs::HostDescriptor::readlink_at(&mut self.fs, probe, prefix.clone()).ok()?;
+                let mut level = depth;
+                let mut leaves = target.starts_with('/');
+                for t in target.split('/').filter(|t| !t.is_empty() && *t != ".") {
+                    if t == ".." {
+                        if level == 0 {
+                            leaves = true;
+                            break;
+                        }
+                        level -= 1;
+                    } else {
+                        level += 1;
+                    }
+                }
+                return leaves.then(|| {
+                    format!(
+                        "`{prefix}` (in a granted directory) is a symlink to `{target}`, which leads out of that grant: \
+                         the host never follows a symlink out of a grant (anything with write access there could have \
+                         made it); read the target's real path through a grant covering it"
+                    )
+                });
+            }
+            if stat.type_ != fs::DescriptorType::Directory {
+                return None;
+            }
+        }
+        None
+    }
+}
+
 impl fs::Host for GuardedFs<'_> {
     fn convert_error_code(&mut self, err: FsError) -> wasmtime::Result<fs::ErrorCode> {
-        fs::Host::convert_error_code(&mut self.0, err)
+        fs::Host::convert_error_code(&mut self.fs, err)
     }
     fn filesystem_error_code(
         &mut self,
         err: Resource<streams::Error>,
     ) -> wasmtime::Result<Option<fs::ErrorCode>> {
-        fs::Host::filesystem_error_code(&mut self.0, err)
+        fs::Host::filesystem_error_code(&mut self.fs, err)
     }
 }
 
@@ -63,13 +131,25 @@ impl fs::HostDescriptor for GuardedFs<'_> {
     ) -> FsResult<Resource<fs::Descriptor>> {
         // A missing file (to be created) or any error is left to the open itself.
         let probe = Resource::<fs::Descriptor>::new_borrow(fd.rep());
-        if let Ok(stat) = fs::HostDescriptor::stat_at(&mut self.0, probe, path_flags, path.clone())
+        if let Ok(stat) = fs::HostDescriptor::stat_at(&mut self.fs, probe, path_flags, path.clone())
             && !openable(stat.type_)
         {
             tracing::info!(path = %path, kind = ?stat.type_, "plugin open refused: not a regular file or directory");
             return Err(FsError::from(ErrorCode::NotPermitted));
         }
-        fs::HostDescriptor::open_at(&mut self.0, fd, path_flags, path, oflags, flags)
+        let dir = Resource::<fs::Descriptor>::new_borrow(fd.rep());
+        let opened =
+            fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path.clone(), oflags, flags);
+        if let Err(e) = &opened
+            && matches!(
+                e.downcast_ref(),
+                Some(ErrorCode::NotPermitted | ErrorCode::Access)
+            )
+            && let Some(why) = self.symlink_out_of_grant(dir, &path)
+        {
+            crate::sandbox::record_denial(self.denied, "filesystem", why);
+        }
+        opened
     }
 
     fn advise(
@@ -79,19 +159,19 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         len: fs::Filesize,
         advice: fs::Advice,
     ) -> FsResult<()> {
-        fs::HostDescriptor::advise(&mut self.0, fd, offset, len, advice)
+        fs::HostDescriptor::advise(&mut self.fs, fd, offset, len, advice)
     }
     fn sync_data(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<()> {
-        fs::HostDescriptor::sync_data(&mut self.0, fd)
+        fs::HostDescriptor::sync_data(&mut self.fs, fd)
     }
     fn get_flags(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorFlags> {
-        fs::HostDescriptor::get_flags(&mut self.0, fd)
+        fs::HostDescriptor::get_flags(&mut self.fs, fd)
     }
     fn get_type(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorType> {
-        fs::HostDescriptor::get_type(&mut self.0, fd)
+        fs::HostDescriptor::get_type(&mut self.fs, fd)
     }
     fn set_size(&mut self, fd: Resource<fs::Descriptor>, size: fs::Filesize) -> FsResult<()> {
-        fs::HostDescriptor::set_size(&mut self.0, fd, size)
+        fs::HostDescriptor::set_size(&mut self.fs, fd, size)
     }
     fn set_times(
         &mut self,
@@ -99,7 +179,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         atim: fs::NewTimestamp,
         mtim: fs::NewTimestamp,
     ) -> FsResult<()> {
-        fs::HostDescriptor::set_times(&mut self.0, fd, atim, mtim)
+        fs::HostDescriptor::set_times(&mut self.fs, fd, atim, mtim)
     }
     fn read(
         &mut self,
@@ -107,7 +187,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         len: fs::Filesize,
         offset: fs::Filesize,
     ) -> FsResult<(Vec<u8>, bool)> {
-        fs::HostDescriptor::read(&mut self.0, fd, len, offset)
+        fs::HostDescriptor::read(&mut self.fs, fd, len, offset)
     }
     fn write(
         &mut self,
@@ -115,22 +195,22 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         buf: Vec<u8>,
         offset: fs::Filesize,
     ) -> FsResult<fs::Filesize> {
-        fs::HostDescriptor::write(&mut self.0, fd, buf, offset)
+        fs::HostDescriptor::write(&mut self.fs, fd, buf, offset)
     }
     fn read_directory(
         &mut self,
         fd: Resource<fs::Descriptor>,
     ) -> FsResult<Resource<fs::DirectoryEntryStream>> {
-        fs::HostDescriptor::read_directory(&mut self.0, fd)
+        fs::HostDescriptor::read_directory(&mut self.fs, fd)
     }
     fn sync(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<()> {
-        fs::HostDescriptor::sync(&mut self.0, fd)
+        fs::HostDescriptor::sync(&mut self.fs, fd)
     }
     fn create_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
-        fs::HostDescriptor::create_directory_at(&mut self.0, fd, path)
+        fs::HostDescriptor::create_directory_at(&mut self.fs, fd, path)
     }
     fn stat(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorStat> {
-        fs::HostDescriptor::stat(&mut self.0, fd)
+        fs::HostDescriptor::stat(&mut self.fs, fd)
     }
     fn stat_at(
         &mut self,
@@ -138,7 +218,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         path_flags: fs::PathFlags,
         path: String,
     ) -> FsResult<fs::DescriptorStat> {
-        fs::HostDescriptor::stat_at(&mut self.0, fd, path_flags, path)
+        fs::HostDescriptor::stat_at(&mut self.fs, fd, path_flags, path)
     }
     fn set_times_at(
         &mut self,
@@ -148,7 +228,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         atim: fs::NewTimestamp,
         mtim: fs::NewTimestamp,
     ) -> FsResult<()> {
-        fs::HostDescriptor::set_times_at(&mut self.0, fd, path_flags, path, atim, mtim)
+        fs::HostDescriptor::set_times_at(&mut self.fs, fd, path_flags, path, atim, mtim)
     }
     fn link_at(
         &mut self,
@@ -159,7 +239,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         new_path: String,
     ) -> FsResult<()> {
         fs::HostDescriptor::link_at(
-            &mut self.0,
+            &mut self.fs,
             fd,
             old_path_flags,
             old_path,
@@ -168,13 +248,13 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         )
     }
     fn drop(&mut self, fd: Resource<fs::Descriptor>) -> wasmtime::Result<()> {
-        fs::HostDescriptor::drop(&mut self.0, fd)
+        fs::HostDescriptor::drop(&mut self.fs, fd)
     }
     fn readlink_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<String> {
-        fs::HostDescriptor::readlink_at(&mut self.0, fd, path)
+        fs::HostDescriptor::readlink_at(&mut self.fs, fd, path)
     }
     fn remove_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
-        fs::HostDescriptor::remove_directory_at(&mut self.0, fd, path)
+        fs::HostDescriptor::remove_directory_at(&mut self.fs, fd, path)
     }
     fn rename_at(
         &mut self,
@@ -183,7 +263,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         new_fd: Resource<fs::Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
-        fs::HostDescriptor::rename_at(&mut self.0, fd, old_path, new_fd, new_path)
+        fs::HostDescriptor::rename_at(&mut self.fs, fd, old_path, new_fd, new_path)
     }
     fn symlink_at(
         &mut self,
@@ -191,40 +271,40 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         src_path: String,
         dest_path: String,
     ) -> FsResult<()> {
-        fs::HostDescriptor::symlink_at(&mut self.0, fd, src_path, dest_path)
+        fs::HostDescriptor::symlink_at(&mut self.fs, fd, src_path, dest_path)
     }
     fn unlink_file_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
-        fs::HostDescriptor::unlink_file_at(&mut self.0, fd, path)
+        fs::HostDescriptor::unlink_file_at(&mut self.fs, fd, path)
     }
     fn read_via_stream(
         &mut self,
         fd: Resource<fs::Descriptor>,
         offset: fs::Filesize,
     ) -> FsResult<Resource<streams::InputStream>> {
-        fs::HostDescriptor::read_via_stream(&mut self.0, fd, offset)
+        fs::HostDescriptor::read_via_stream(&mut self.fs, fd, offset)
     }
     fn write_via_stream(
         &mut self,
         fd: Resource<fs::Descriptor>,
         offset: fs::Filesize,
     ) -> FsResult<Resource<streams::OutputStream>> {
-        fs::HostDescriptor::write_via_stream(&mut self.0, fd, offset)
+        fs::HostDescriptor::write_via_stream(&mut self.fs, fd, offset)
     }
     fn append_via_stream(
         &mut self,
         fd: Resource<fs::Descriptor>,
     ) -> FsResult<Resource<streams::OutputStream>> {
-        fs::HostDescriptor::append_via_stream(&mut self.0, fd)
+        fs::HostDescriptor::append_via_stream(&mut self.fs, fd)
     }
     fn is_same_object(
         &mut self,
         a: Resource<fs::Descriptor>,
         b: Resource<fs::Descriptor>,
     ) -> wasmtime::Result<bool> {
-        fs::HostDescriptor::is_same_object(&mut self.0, a, b)
+        fs::HostDescriptor::is_same_object(&mut self.fs, a, b)
     }
     fn metadata_hash(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::MetadataHashValue> {
-        fs::HostDescriptor::metadata_hash(&mut self.0, fd)
+        fs::HostDescriptor::metadata_hash(&mut self.fs, fd)
     }
     fn metadata_hash_at(
         &mut self,
@@ -232,7 +312,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         path_flags: fs::PathFlags,
         path: String,
     ) -> FsResult<fs::MetadataHashValue> {
-        fs::HostDescriptor::metadata_hash_at(&mut self.0, fd, path_flags, path)
+        fs::HostDescriptor::metadata_hash_at(&mut self.fs, fd, path_flags, path)
     }
 }
 
@@ -241,9 +321,9 @@ impl fs::HostDirectoryEntryStream for GuardedFs<'_> {
         &mut self,
         stream: Resource<fs::DirectoryEntryStream>,
     ) -> FsResult<Option<fs::DirectoryEntry>> {
-        fs::HostDirectoryEntryStream::read_directory_entry(&mut self.0, stream)
+        fs::HostDirectoryEntryStream::read_directory_entry(&mut self.fs, stream)
     }
     fn drop(&mut self, stream: Resource<fs::DirectoryEntryStream>) -> wasmtime::Result<()> {
-        fs::HostDirectoryEntryStream::drop(&mut self.0, stream)
+        fs::HostDirectoryEntryStream::drop(&mut self.fs, stream)
     }
 }

@@ -19,6 +19,7 @@
 //! Every failure is a typed [`Error`]; after any of them the same `Host` keeps working.
 
 mod cache;
+mod cgroup;
 mod config;
 mod confine;
 mod error;
@@ -57,7 +58,10 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 pub use config::{ExecIsolation, HostConfig, Limits, PoolConfig};
-pub use confine::{Support as ConfinementSupport, support as confinement_support};
+pub use confine::{
+    NO_COMMAND_CGROUP, Support as ConfinementSupport, command_cgroup,
+    support as confinement_support,
+};
 pub use error::Error;
 pub use facts::{NodeContext, NodeFacts, OsRelease};
 pub use report::{
@@ -367,6 +371,9 @@ impl Host {
                 config.host_root.display()
             )));
         }
+        // Where granted commands get a cgroup each, found once per process (the report of
+        // the node's confinement says what it found).
+        let _ = cgroup::cgroups(&config.host_root);
         let mut pool = wasmtime::PoolingAllocationConfig::default();
         let n = config.pool.max_instances.max(1);
         let per = config.pool.max_core_instances_per_plugin.max(1);

@@ -152,6 +152,28 @@ pub(crate) struct RunState {
     pub host_time: Duration,
 }
 
+/// Keeps a refusal for the call's report (at most [`MAX_DENIALS`], then one line saying
+/// more were refused) and returns its message, cut to [`MAX_DENIAL_MESSAGE`].
+pub(crate) fn record_denial(
+    denied: &mut Vec<Denial>,
+    capability: &str,
+    mut message: String,
+) -> String {
+    truncate_utf8(&mut message, MAX_DENIAL_MESSAGE);
+    match denied.len() {
+        n if n < MAX_DENIALS => {
+            tracing::info!(capability, %message, "plugin host call refused");
+            denied.push(Denial { capability: capability.to_owned(), message: message.clone() });
+        }
+        n if n == MAX_DENIALS => denied.push(Denial {
+            capability: "(more)".to_owned(),
+            message: format!("more than {MAX_DENIALS} host calls were refused; only the first {MAX_DENIALS} are listed"),
+        }),
+        _ => {}
+    }
+    message
+}
+
 impl WasiView for RunState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
@@ -166,20 +188,8 @@ impl RunState {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
-    fn deny(&mut self, capability: &str, mut message: String) -> types::HostError {
-        truncate_utf8(&mut message, MAX_DENIAL_MESSAGE);
-        match self.denied.len() {
-            n if n < MAX_DENIALS => {
-                tracing::info!(capability, %message, "plugin host call refused");
-                self.denied.push(Denial { capability: capability.to_owned(), message: message.clone() });
-            }
-            n if n == MAX_DENIALS => self.denied.push(Denial {
-                capability: "(more)".to_owned(),
-                message: format!("more than {MAX_DENIALS} host calls were refused; only the first {MAX_DENIALS} are listed"),
-            }),
-            _ => {}
-        }
-        types::HostError::NotGranted(message)
+    fn deny(&mut self, capability: &str, message: String) -> types::HostError {
+        types::HostError::NotGranted(record_denial(&mut self.denied, capability, message))
     }
 
     fn check_len(&self, what: &str, value: &str) -> Result<(), types::HostError> {
@@ -228,7 +238,13 @@ pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linke
     // wasmtime-wasi's filesystem with one check in front of `open-at` (guarded_fs.rs).
     sync::filesystem::types::add_to_linker::<RunState, crate::guarded_fs::GuardedFilesystem>(
         &mut l,
-        |s| crate::guarded_fs::GuardedFs(s.filesystem()),
+        |s| crate::guarded_fs::GuardedFs {
+            fs: wasmtime_wasi::filesystem::WasiFilesystemCtxView {
+                ctx: s.wasi.filesystem(),
+                table: &mut s.table,
+            },
+            denied: &mut s.denied,
+        },
     )?;
     random::random::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
     random::insecure::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;

@@ -44,9 +44,14 @@ impl FsError {
             {
                 format!(" (writing needs a ReadWrite filesystem grant covering `{dir}`)")
             }
-            io::ErrorKind::PermissionDenied => {
-                format!(" (the plugin needs a filesystem grant covering `{dir}`)")
-            }
+            // A path with no grant reads as not found; "not permitted" on a granted path is
+            // a symlink leading out of the grant, or a file that is not regular (the host
+            // opens neither). The step's message says which, from the host's refusal.
+            io::ErrorKind::PermissionDenied => format!(
+                " (a symlink leading out of the plugin's grants, or not a regular file: the host follows no \
+                 symlink out of a grant and opens only regular files; read the real path, through a grant covering \
+                 it, or grant `{dir}` if it has none)"
+            ),
             _ => String::new(),
         }
     }

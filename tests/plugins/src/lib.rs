@@ -25,6 +25,8 @@ pub struct Plugins {
     pub kubeadm_upgrade: Vec<u8>,
     pub packages: Vec<u8>,
     pub kubelet: Vec<u8>,
+    /// The `hello` example (plugins/hello), which the demo runs.
+    pub hello: Vec<u8>,
 }
 
 /// The workspace root.
@@ -35,7 +37,7 @@ pub fn workspace_root() -> PathBuf {
         .unwrap()
 }
 
-/// Runs `cargo build --release --target wasm32-wasip2` for the four plugins once per test
+/// Runs `cargo build --release --target wasm32-wasip2` for the five plugins once per test
 /// binary, in the same target directory as the tests, and reads the components.
 pub fn plugins() -> &'static Plugins {
     static PLUGINS: OnceLock<Plugins> = OnceLock::new();
@@ -47,6 +49,7 @@ pub fn plugins() -> &'static Plugins {
             .args(["build", "--release", "--target", "wasm32-wasip2"])
             .args(["-p", "bosun-plugin-certs", "-p", "bosun-plugin-kubeadm-upgrade"])
             .args(["-p", "bosun-plugin-packages", "-p", "bosun-plugin-kubelet"])
+            .args(["-p", "bosun-plugin-hello"])
             .status()
             .expect("running cargo to build the plugins");
         assert!(
@@ -64,6 +67,7 @@ pub fn plugins() -> &'static Plugins {
             kubeadm_upgrade: read("bosun_plugin_kubeadm_upgrade"),
             packages: read("bosun_plugin_packages"),
             kubelet: read("bosun_plugin_kubelet"),
+            hello: read("bosun_plugin_hello"),
         }
     })
 }
@@ -260,7 +264,12 @@ impl Node {
 /// Parses a Plugin-resource style grants YAML (the `grants:` of the examples in
 /// deploy/examples/plugins), so the tests run with exactly the grants the examples ship.
 pub fn example_grants(file: &str) -> Grants {
-    let path = workspace_root().join("deploy/examples/plugins").join(file);
+    grants_of(&workspace_root().join("deploy/examples/plugins").join(file))
+}
+
+/// The `spec.grants` of the Plugin resource in `path`.
+pub fn grants_of(path: &Path) -> Grants {
+    let path = path.to_owned();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let doc: serde_json::Value = serde_yaml_ng(&text, &path);
     let grants = doc
