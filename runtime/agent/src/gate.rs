@@ -4,7 +4,10 @@
 //! 1. [`prepare`] (before the step is marked Running): the compiled policy set of the
 //!    agent's instance (waiting for the first Policy list; nothing runs before it), and the
 //!    facts the policies read: the Operation, the Node, the cluster's version, annotations
-//!    and control-plane nodes, os-release from the host root, the time.
+//!    and control-plane nodes, os-release from the host root, the time. Then, still
+//!    before the step is marked Running, the cordon check ([`bosun_cluster::cordon`]): a
+//!    step inside the window of the task's cordon does not start on a node someone else
+//!    uncordoned (the task blocks as CordonCleared; see `run_step_inner` in the crate root).
 //! 2. The built-in checks of [`crate::preflight`]; a failure blocks the task
 //!    (PreflightFailed) before the plugin is loaded.
 //! 3. Once the host has verified, compiled and described the plugin: the capabilities
@@ -68,6 +71,8 @@ pub struct Prepared {
     generation: Arc<Generation>,
     node: NodeFacts,
     node_ready: Option<bool>,
+    /// The Node's `spec.unschedulable` as read (`None`: no such Node).
+    unschedulable: Option<bool>,
     operation: OperationRef,
     task: TaskRef,
     cluster: ClusterState,
@@ -187,6 +192,12 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
     Ok(Prepared {
         generation,
         node_ready: node.map(is_ready),
+        unschedulable: node.map(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false)
+        }),
         node: facts,
         operation,
         task: TaskRef {
@@ -202,6 +213,12 @@ impl Prepared {
     /// The kubelet version this agent's Node reported when the gate read it.
     pub fn kubelet_version(&self) -> Option<String> {
         self.node.kubelet_version.clone()
+    }
+
+    /// This agent's Node's `spec.unschedulable` when the gate read it (from the API server,
+    /// right before the step would start); `None` when the Node was not found.
+    pub fn unschedulable(&self) -> Option<bool> {
+        self.unschedulable
     }
 
     /// The context the host gives the plugin.

@@ -28,6 +28,10 @@
 //! backoff, until it lands (see [`StepRun`]). Only if the agent exits before that does the
 //! restart rule decide.
 //!
+//! Cordon: a step that runs inside the window of the task's cordon (after its `cordon`
+//! succeeded, before its `uncordon`) does not start on a node someone else uncordoned
+//! meanwhile; the task blocks as CordonCleared (see [`bosun_cluster::cordon`]).
+//!
 //! Pause: no new step of a task marked `bosun.dev/paused` (set by the controller while its
 //! Operation is paused) starts; a running step finishes.
 
@@ -405,6 +409,11 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     let name = task.name_any();
     // Policies and facts first: if they cannot be had, the step is not started at all.
     let prepared = Arc::new(gate::prepare(agent, task).await?);
+    // Inside the window of the task's cordon, the node must still be cordoned: someone
+    // else may have uncordoned it since (the Node was read just now, from the API server).
+    if let Some(message) = bosun_cluster::cordon::refusal(task, index, prepared.unschedulable()) {
+        return refuse_cordon_cleared(task, index, agent, message).await;
+    }
     let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name)
         .cloned()
         .unwrap_or_default();
@@ -551,6 +560,81 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
             Ok(Action::requeue(wait))
         }
     }
+}
+
+/// Step `index` runs inside the window of the task's cordon and someone else uncordoned the
+/// node (see [`bosun_cluster::cordon`]): the plugin is not started. One write records the
+/// refused attempt as Failed (attempt n+1, started and finished now, error `cordon-cleared`,
+/// not retryable: a person decides) and blocks the task as CordonCleared, the way a
+/// controller step that fails in its first pass is written; no Running write, since nothing
+/// ran that a restart would have to tell from a finished step. A Warning Event
+/// `CordonCleared` on the NodeTask says the same. If the write fails, nothing is recorded
+/// and the next reconcile decides again on the Node as it is then.
+async fn refuse_cordon_cleared(
+    task: &NodeTask,
+    index: usize,
+    agent: &Agent,
+    message: String,
+) -> Result<Action, Error> {
+    let step = &task.spec.steps[index];
+    let name = task.name_any();
+    let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name)
+        .cloned()
+        .unwrap_or_default();
+    let started = step_transition(previous.phase, StepEvent::Start)
+        .map_err(bosun_cluster::Error::transition(&name))?;
+    let failed = step_transition(started, StepEvent::Failed)
+        .map_err(bosun_cluster::Error::transition(&name))?;
+    let blocked = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed)
+        .map_err(bosun_cluster::Error::transition(&name))?;
+    let attempts = previous.attempts + 1;
+    let now = Timestamp::now();
+    // The node facts this step's manager wrote before, as every write of it carries them.
+    let mut carried = facts::carried(agent, task, &step_manager(&agent.manager, &step.name));
+    carried.remove("after");
+    let reason = BlockReason::CordonCleared;
+    let entry = StepWrite::finished(
+        &step.name,
+        attempts,
+        now,
+        now,
+        StepEnd {
+            phase: failed,
+            changed: false,
+            message: message.clone(),
+            error: Some(bosun_api::node_task::StepError {
+                code: bosun_cluster::cordon::CODE.to_string(),
+                message: message.clone(),
+                retryable: false,
+            }),
+        },
+        None,
+    );
+    let body = TaskStatusWrite::step_finished(entry, Some((blocked, reason)))
+        .with_facts(Some(serde_json::Value::Object(carried)));
+    apply_status(agent, &name, &step.name, &body).await?;
+    agent.record(task, &step.name, StepRun::Written(attempts));
+    bosun_telemetry::metrics().step_finished(
+        bosun_telemetry::Side::Agent,
+        bosun_telemetry::StepOutcome::from_block(Some(reason)),
+        Duration::ZERO,
+    );
+    tracing::warn!(attempt = attempts, outcome = %message, "step not started: the node's cordon was cleared; task blocked");
+    bosun_cluster::events::Publisher::new(
+        agent.client.clone(),
+        bosun_cluster::events::AGENT,
+        agent.node_name.clone(),
+    )
+    .publish(
+        task,
+        &bosun_cluster::events::Notice::warning(
+            reason.as_str(),
+            "CheckCordon",
+            format!("step {}: {message}", step.name),
+        ),
+    )
+    .await;
+    Ok(Action::await_change())
 }
 
 /// A step result landed: if it carried `after`, the facts are read again once the task

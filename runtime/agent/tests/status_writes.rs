@@ -68,6 +68,8 @@ struct Fake {
     /// How many more requests matching `fail` get a 500.
     failures_left: Mutex<u32>,
     fail: fn(&Seen) -> bool,
+    /// The Node's `spec.unschedulable` (false: schedulable, as an uncordoned node).
+    unschedulable: Mutex<bool>,
 }
 
 impl Fake {
@@ -124,9 +126,9 @@ impl Fake {
             ),
             ("GET", "/api/v1/nodes") => (
                 200,
-                json!({ "apiVersion": "v1", "kind": "NodeList", "metadata": { "resourceVersion": "1" }, "items": [node()] }),
+                json!({ "apiVersion": "v1", "kind": "NodeList", "metadata": { "resourceVersion": "1" }, "items": [self.node()] }),
             ),
-            ("GET", "/api/v1/nodes/w1") => (200, node()),
+            ("GET", "/api/v1/nodes/w1") => (200, self.node()),
             ("GET", "/version") => (
                 200,
                 json!({ "major": "1", "minor": "34", "gitVersion": "v1.34.4", "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64" }),
@@ -140,9 +142,12 @@ impl Fake {
     }
 }
 
-fn node() -> Value {
-    json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": NODE },
-        "status": { "conditions": [{ "type": "Ready", "status": "True" }] } })
+impl Fake {
+    fn node(&self) -> Value {
+        json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": NODE },
+            "spec": { "unschedulable": *self.unschedulable.lock().unwrap() },
+            "status": { "conditions": [{ "type": "Ready", "status": "True" }] } })
+    }
 }
 
 /// A Running task with one agent step, `hello`, not started yet.
@@ -168,6 +173,7 @@ fn setup(
         seen: Mutex::new(Vec::new()),
         failures_left: Mutex::new(failures),
         fail,
+        unschedulable: Mutex::new(false),
     });
     let server = fake.clone();
     let service = tower::service_fn(move |req: http::Request<Body>| {
@@ -404,6 +410,136 @@ async fn a_step_found_running_by_a_fresh_agent_is_interrupted_not_run() {
         (NodeTaskPhase::Blocked, Some(BlockReason::Interrupted)),
         "{status:#?}"
     );
+}
+
+/// A task whose `cordon` step succeeded, then the agent step `hello`: the task relies on
+/// the node's cordon until its `uncordon`.
+fn task_after_cordon() -> Value {
+    json!({
+        "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask",
+        "metadata": { "name": TASK, "uid": "0f1e2d3c-uid", "resourceVersion": "1" },
+        "spec": { "operation": "op", "nodeName": NODE, "group": "workers",
+            "steps": [
+                { "name": "cordon", "runsOn": "controller", "action": "cordon" },
+                { "name": "hello", "plugin": "hello", "action": "greet", "runsOn": "agent" },
+                { "name": "uncordon", "runsOn": "controller", "action": "uncordon" },
+            ] },
+        "status": { "phase": "Running", "attempts": 1, "steps": [
+            { "name": "cordon", "phase": "Succeeded", "attempts": 1,
+              "startedAt": "2026-01-01T00:00:00.000000Z", "finishedAt": "2026-01-01T00:00:00.100000Z" },
+        ] },
+    })
+}
+
+/// [`reconcile_until_finished`] for a task whose earlier steps finished: until its step
+/// `hello` has a result.
+async fn reconcile_until_hello_finished(fake: &Fake, agent: &Arc<Agent>) -> Vec<String> {
+    let mut errors = Vec::new();
+    for _ in 0..20 {
+        let task = fake.task();
+        let finished = task.status.as_ref().is_some_and(|s| {
+            s.steps
+                .iter()
+                .any(|s| s.name == "hello" && s.finished_at.is_some())
+        });
+        if finished {
+            break;
+        }
+        if let Err(e) = reconcile(Arc::new(task), agent.clone()).await {
+            errors.push(e.to_string());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    errors
+}
+
+/// Someone else uncordoned the node after the task's cordon: the agent step does not start.
+/// No start write (nothing is written Running) and no run (the Plugin is never read); one
+/// write records the refused attempt as Failed with error `cordon-cleared` (not retryable)
+/// and blocks the task as CordonCleared; a Warning Event `CordonCleared` names the node.
+/// Once the node is cordoned again and the step retried, it runs as usual.
+#[tokio::test]
+async fn a_step_inside_the_cordon_window_does_not_start_on_an_uncordoned_node() {
+    let (fake, agent, _dir) = setup(task_after_cordon(), 0, |_| false);
+    let errors = reconcile_until_hello_finished(&fake, &agent).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let seen = fake.seen();
+    assert_eq!(fake.count(Seen::is_start), 0, "no Running write: {seen:#?}");
+    assert_eq!(
+        fake.count(Seen::is_run),
+        0,
+        "the plugin never ran: {seen:#?}"
+    );
+    assert_eq!(fake.count(Seen::is_result), 1, "{seen:#?}");
+    let status = fake.task().status.unwrap();
+    assert_eq!(
+        (status.phase, status.reason),
+        (NodeTaskPhase::Blocked, Some(BlockReason::CordonCleared)),
+        "{status:#?}"
+    );
+    let step = status.steps.iter().find(|s| s.name == "hello").unwrap();
+    assert_eq!((step.phase, step.attempts), (StepPhase::Failed, 1));
+    let error = step.error.as_ref().unwrap();
+    assert_eq!(
+        (error.code.as_str(), error.retryable),
+        ("cordon-cleared", false)
+    );
+    assert!(
+        error.message.starts_with(
+            "node w1 is schedulable again: step `cordon` cordoned it, and someone else uncordoned it since"
+        ) && error.message.contains("Bosun does not start `hello` on a schedulable node"),
+        "{}",
+        error.message
+    );
+    assert!(
+        status
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("step hello failed: node w1 is schedulable again"),
+        "{status:#?}"
+    );
+    let event = seen
+        .iter()
+        .find(|s| s.method == "POST" && s.path.ends_with("/events"))
+        .expect("a CordonCleared Event");
+    assert_eq!(
+        (event.body["reason"].as_str(), event.body["type"].as_str()),
+        (Some("CordonCleared"), Some("Warning"))
+    );
+    assert!(
+        event.body["note"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("step hello: node w1 is schedulable again"),
+        "{:?}",
+        event.body
+    );
+
+    // A person cordons the node again and retries: the controller's retry write puts the
+    // step back to Pending (keeping its attempts) and the task Running.
+    *fake.unschedulable.lock().unwrap() = true;
+    {
+        let mut task = fake.task.lock().unwrap();
+        task["status"]["phase"] = json!("Running");
+        let steps = task["status"]["steps"].as_array_mut().unwrap();
+        for s in steps.iter_mut().filter(|s| s["name"] == "hello") {
+            *s = json!({ "name": "hello", "phase": "Pending", "attempts": 1 });
+        }
+    }
+    reconcile_until_hello_finished(&fake, &agent).await;
+    assert_eq!(
+        fake.count(Seen::is_start),
+        1,
+        "the retry started the step: {:#?}",
+        fake.seen()
+    );
+    assert_eq!(fake.count(Seen::is_run), 1, "and ran it");
+    let status = fake.task().status.unwrap();
+    let step = status.steps.iter().find(|s| s.name == "hello").unwrap();
+    // It ran (and ended at the Plugin this fake does not have).
+    assert_eq!(step.attempts, 2);
+    assert_eq!(status.reason, Some(BlockReason::PluginUnavailable));
 }
 
 /// The step gate never asks a cache to wait for the task's version of another resource

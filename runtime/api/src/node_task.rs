@@ -399,6 +399,10 @@ pub enum BlockReason {
     PluginUnavailable,
     /// The node vanished after the plan was frozen (phase Invalid).
     NodeGone,
+    /// Someone else uncordoned the node while the task relied on its cordon (between its
+    /// `cordon` step and its `uncordon`): the next step would have run on a schedulable
+    /// node, so it did not start.
+    CordonCleared,
 }
 
 impl BlockReason {
@@ -414,6 +418,7 @@ impl BlockReason {
             BlockReason::HealthGateFailed => "HealthGateFailed",
             BlockReason::PluginUnavailable => "PluginUnavailable",
             BlockReason::NodeGone => "NodeGone",
+            BlockReason::CordonCleared => "CordonCleared",
         }
     }
 }
@@ -557,6 +562,7 @@ mod tests {
             B::HealthGateFailed,
             B::PluginUnavailable,
             B::NodeGone,
+            B::CordonCleared,
         ] {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
         }

@@ -3,6 +3,8 @@
 //!
 //! - [`instance_selector`] and [`is_paused`]: the label and annotation contract (whose keys
 //!   live in [`bosun_api::labels`]) as the two binaries read it.
+//! - [`cordon`]: the cordon a NodeTask relies on, checked before each step inside it (a
+//!   step does not start on a node someone else uncordoned).
 //! - [`policies`]: the cluster's Policy objects, watched and compiled once per generation of
 //!   the set ([`PolicyWatch`](policies::PolicyWatch)), with a pool of evaluators.
 //! - [`readers`]: what the policy inputs read from the cluster (its version, its annotations,
@@ -15,6 +17,7 @@
 //! - [`Error`]: the errors both binaries share (an API call, a refused state transition, the
 //!   policies not listed yet).
 
+pub mod cordon;
 pub mod error;
 pub mod events;
 pub mod policies;

@@ -5,6 +5,11 @@
 //! progress (look again later). The step's `startedAt` in status is the clock for the
 //! step's deadline, so a controller that restarts mid-drain keeps the same deadline.
 //! Deadlines: `drain.timeoutSeconds` for a drain, `healthGates.timeoutSeconds` for the waits.
+//!
+//! A drain inside the window of the task's cordon (see [`bosun_cluster::cordon`]) checks
+//! that the node is still cordoned instead of cordoning it: on a node someone else
+//! uncordoned it fails at once as `CordonCleared` (not retryable) with a Warning Event of
+//! that reason, evicting nothing.
 
 use std::time::Duration;
 
@@ -174,7 +179,40 @@ pub async fn run_step(
         }
         controller_actions::DRAIN => {
             let timeout = op.drain.timeout_seconds;
-            match drain::pass(client, node, &task.name_any(), &op.drain).await {
+            // Inside the window of the task's cordon, the drain checks the cordon holds
+            // instead of making it (see `bosun_cluster::cordon`).
+            let window = task
+                .spec
+                .steps
+                .iter()
+                .position(|s| s.name == step.name)
+                .and_then(|index| bosun_cluster::cordon::cordon_window(task, index));
+            match drain::pass(client, node, &task.name_any(), &op.drain, window.is_some()).await {
+                Ok(Pass::Uncordoned) => {
+                    let message = bosun_cluster::cordon::message(
+                        &task.spec.operation,
+                        node,
+                        window.as_deref().unwrap_or_default(),
+                        &step.name,
+                        true,
+                    );
+                    events
+                        .publish(
+                            task,
+                            bosun_cluster::events::Notice::warning(
+                                BlockReason::CordonCleared.as_str(),
+                                "CheckCordon",
+                                format!("step {}: {message}", step.name),
+                            ),
+                        )
+                        .await;
+                    StepOutcome::Failed {
+                        reason: BlockReason::CordonCleared,
+                        code: bosun_cluster::cordon::CODE,
+                        message,
+                        retryable: false,
+                    }
+                }
                 Ok(Pass::Drained { evicted, left }) => {
                     let message = drained_message(node, &evicted, &left);
                     events
@@ -570,6 +608,119 @@ mod tests {
                 message: "node w1 cordoned".into(),
                 changed: true
             }
+        );
+    }
+
+    /// A drain pass of a task whose steps are cordon, drain, uncordon, with the cordon
+    /// `cordon` phase, against a fake API server whose Node w1 is `unschedulable` and has
+    /// no pods.
+    async fn drain_pass_after_cordon(
+        cordon: bosun_api::node_task::StepPhase,
+        unschedulable: bool,
+    ) -> (StepOutcome, Vec<crate::fake_api::Seen>) {
+        let (client, seen) = crate::fake_api::fake_answers(move |req| {
+            if req.path.ends_with("/pods") {
+                return (
+                    200,
+                    json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }),
+                );
+            }
+            if req.path.ends_with("/events") {
+                return (201, req.body.clone());
+            }
+            (
+                200,
+                serde_json::to_value(node_at("7", unschedulable, None)).unwrap(),
+            )
+        });
+        let mut task =
+            bosun_api::node_task::NodeTask::new("op-w1", crate::fake_api::task_spec("op", "w1"));
+        task.spec.steps = serde_json::from_value(json!([
+            { "name": "cordon", "runsOn": "controller", "action": "cordon" },
+            { "name": "drain", "runsOn": "controller", "action": "drain" },
+            { "name": "uncordon", "runsOn": "controller", "action": "uncordon" },
+        ]))
+        .unwrap();
+        task.status = Some(bosun_api::node_task::NodeTaskStatus {
+            steps: vec![bosun_api::node_task::StepStatus {
+                name: "cordon".into(),
+                phase: cordon,
+                attempts: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let op: OperationSpec = serde_json::from_value(json!({
+            "custom": {"groups": [{"name": "all", "steps": [{"name": "greet", "plugin": "hello", "action": "greet"}]}]},
+        }))
+        .unwrap();
+        let events = crate::events::Events::new(client.clone(), "test".into());
+        let step = task.spec.steps[1].clone();
+        let outcome = run_step(&client, &events, &op, &task, &step, Timestamp::now(), None).await;
+        let seen = seen.lock().unwrap().clone();
+        (outcome, seen)
+    }
+
+    /// A drain after the task's cordon, on a node someone else uncordoned since: the step
+    /// fails as CordonCleared (not retryable), the node is not cordoned again, no pod is
+    /// listed or evicted, and a Warning Event `CordonCleared` is published.
+    #[tokio::test]
+    async fn a_drain_inside_the_cordon_window_does_not_run_on_an_uncordoned_node() {
+        let (outcome, seen) =
+            drain_pass_after_cordon(bosun_api::node_task::StepPhase::Succeeded, false).await;
+        match outcome {
+            StepOutcome::Failed {
+                reason: BlockReason::CordonCleared,
+                code: "cordon-cleared",
+                message,
+                retryable: false,
+            } => assert!(
+                message.starts_with("node w1 is schedulable again: step `cordon` cordoned it")
+                    && message.contains("Bosun does not start `drain` on a schedulable node")
+                    && message.contains("kubectl cordon w1"),
+                "{message}"
+            ),
+            other => panic!("expected CordonCleared, got {other:?}"),
+        }
+        let requests: Vec<(&str, &str)> = seen
+            .iter()
+            .map(|r| (r.method.as_str(), r.path.as_str()))
+            .collect();
+        assert!(
+            !requests
+                .iter()
+                .any(|(m, p)| *m == "PATCH" || p.ends_with("/pods") || p.ends_with("/eviction")),
+            "no cordon, no pod list, no eviction: {requests:?}"
+        );
+        let event = seen
+            .iter()
+            .find(|r| r.method == "POST" && r.path.ends_with("/events"))
+            .expect("a CordonCleared Event");
+        assert_eq!(event.body["reason"], "CordonCleared");
+        assert_eq!(event.body["type"], "Warning");
+
+        // The node still cordoned: the drain goes on (here: nothing to evict) without
+        // cordoning it again.
+        let (outcome, seen) =
+            drain_pass_after_cordon(bosun_api::node_task::StepPhase::Succeeded, true).await;
+        assert!(
+            matches!(outcome, StepOutcome::Succeeded { .. }),
+            "{outcome:?}"
+        );
+        assert!(seen.iter().all(|r| r.method != "PATCH"), "{seen:?}");
+
+        // The cordon step skipped by a person: no window; the drain cordons the node
+        // itself, as a drain without a cordon step does.
+        let (outcome, seen) =
+            drain_pass_after_cordon(bosun_api::node_task::StepPhase::Skipped, false).await;
+        assert!(
+            matches!(outcome, StepOutcome::Succeeded { .. }),
+            "{outcome:?}"
+        );
+        assert!(
+            seen.iter()
+                .any(|r| r.method == "PATCH" && r.body["spec"]["unschedulable"] == true),
+            "{seen:?}"
         );
     }
 

@@ -1,10 +1,11 @@
 //! Draining a node through the eviction API, one non-blocking pass at a time.
 //!
 //! A drain is a sequence of passes, one per reconcile, so a long drain never holds up the
-//! controller: each pass cordons the node (idempotent), lists the pods bound to it, evicts
-//! every pod that must go and is not already terminating, and reports what is left. The
-//! step's `startedAt` in status is the drain's clock, so a restarted controller continues the
-//! same drain with the same deadline.
+//! controller: each pass cordons the node (idempotent; inside the window of a cordon the
+//! task made before, it checks the node is still cordoned instead, see [`pass`]), lists the
+//! pods bound to it, evicts every pod that must go and is not already terminating, and
+//! reports what is left. The step's `startedAt` in status is the drain's clock, so a
+//! restarted controller continues the same drain with the same deadline.
 //!
 //! Which pods go is [`classify`] (pure): DaemonSet-owned pods and mirror (static) pods stay,
 //! as `kubectl drain` leaves them; pods using emptyDir volumes or managed by no controller
@@ -17,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use bosun_api::operation::DrainSpec;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, EvictParams, ListParams};
@@ -251,20 +252,48 @@ pub enum Pass {
         evicted: Vec<PodKey>,
         leftovers: Vec<Leftover>,
     },
+    /// The drain runs inside the window of the task's cordon and the node is schedulable:
+    /// someone else uncordoned it. Nothing was evicted and the node was not cordoned again
+    /// (see [`bosun_cluster::cordon`]).
+    Uncordoned,
 }
 
 /// One drain pass over `node`: cordon, list, evict, list again. Errors are the API calls
 /// that failed before any eviction (listing pods, cordoning); they are tried again next pass.
 /// `task` is the NodeTask's name, recorded with the cordon.
+///
+/// `within_cordon`: the drain runs inside the window of the task's cordon (an earlier step
+/// cordoned the node, see [`bosun_cluster::cordon::cordon_window`]). Then the pass does not
+/// cordon the node itself: it reads the Node and, if it is schedulable, stops at once with
+/// [`Pass::Uncordoned`]. Cordoning it again would hide that someone else cleared the cordon,
+/// and pods may have come back since.
 pub async fn pass(
     client: &Client,
     node: &str,
     task: &str,
     spec: &DrainSpec,
+    within_cordon: bool,
 ) -> Result<Pass, String> {
-    crate::actions::set_unschedulable(client, node, true, task, None)
-        .await
-        .map_err(|e| e.message)?;
+    if within_cordon {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let current = nodes
+            .get_opt(node)
+            .await
+            .map_err(|e| format!("reading node {node}: {e}"))?
+            .ok_or_else(|| format!("node {node} does not exist"))?;
+        if !current
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false)
+        {
+            return Ok(Pass::Uncordoned);
+        }
+    } else {
+        crate::actions::set_unschedulable(client, node, true, task, None)
+            .await
+            .map_err(|e| e.message)?;
+    }
     let pods_api: Api<Pod> = Api::all(client.clone());
     let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
     let pods = pods_api

@@ -134,6 +134,7 @@ fn outcome_str(o: StepOutcome) -> &'static str {
             BlockReason::HealthGateFailed => "health_gate_failed",
             BlockReason::PluginUnavailable => "plugin_unavailable",
             BlockReason::NodeGone => "node_gone",
+            BlockReason::CordonCleared => "cordon_cleared",
         },
     }
 }

@@ -1249,6 +1249,41 @@ workers  1/3 finished  (up to 2 at a time)
         );
     }
 
+    /// A step refused because someone uncordoned the node: the reason and the step's
+    /// message (what to do) are shown as they are written.
+    #[test]
+    fn a_cleared_cordon_shows_its_reason_and_what_to_do() {
+        let mut ts_ = tasks();
+        let message = "node lab-worker-2 is schedulable again: step `cordon` cordoned it, and someone else uncordoned it since (spec.unschedulable is false); Bosun does not start `greet` on a schedulable node. Cordon it again (kubectl cordon lab-worker-2; drain it if pods came back), then retry the step (kubectl bosun retry hello-everyone lab-worker-2); or skip the node (kubectl bosun skip hello-everyone lab-worker-2: Bosun leaves it as it is)";
+        let w2 = ts_[2].status.as_mut().unwrap();
+        w2.reason = Some(BlockReason::CordonCleared);
+        w2.message = Some(format!("step greet failed: {message}"));
+        let greet = w2.steps.iter_mut().find(|s| s.name == "greet").unwrap();
+        greet.log_tail.clear();
+        greet.preflight.clear();
+        greet.finished_at = greet.started_at.clone();
+        greet.error = Some(StepError {
+            code: "cordon-cleared".into(),
+            message: message.into(),
+            retryable: false,
+        });
+        let got = status(&operation(), &ts_, NOW.parse().unwrap(), Style::PLAIN);
+        assert!(
+            got.contains("├─ ✗ lab-worker-2  Blocked (CordonCleared)  attempt 2"),
+            "{got}"
+        );
+        assert!(
+            got.contains(&format!("│  │    cordon-cleared: {message}\n")),
+            "{got}"
+        );
+        assert!(
+            got.contains(
+                "│  fix the cause, then run the step again: kubectl bosun retry hello-everyone lab-worker-2\n"
+            ),
+            "{got}"
+        );
+    }
+
     #[test]
     fn unplanned_operation_lists_tasks_by_their_group() {
         let mut op = operation();
