@@ -73,7 +73,8 @@ impl Plugin for Hello {
                 "file-readable",
                 format!("{unreadable}; the greeting names the OS from the node's facts instead"),
             ),
-            Err(e) => Check::fail("file-readable", e.to_string()),
+            // The check's name says what failed; its message is the error's own.
+            Err(e) => Check::fail("file-readable", e.message),
         };
         Ok(vec![check])
     }

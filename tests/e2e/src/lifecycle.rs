@@ -38,6 +38,24 @@ pub fn lab_version(lab: &LabHandle) -> String {
 pub async fn reset(lab: &LabHandle) -> Result<()> {
     apply_crds(&lab.client).await?;
     delete_lifecycle(&lab.client).await?;
+    // Operations a ClusterLifecycle generated in a run that was cut short (its cleanup never
+    // ran): their names (`lifecycle-renew-r1`, ...) are the names this run's lifecycle will
+    // generate.
+    let ops: Api<bosun_api::operation::Operation> = Api::all(lab.client.clone());
+    let generated = ListParams::default().labels("bosun.dev/lifecycle");
+    if !ops.list(&generated).await?.items.is_empty() {
+        ops.delete_collection(&DeleteParams::default(), &generated)
+            .await
+            .context("deleting the generated Operations earlier runs left")?;
+    }
+    let started = Instant::now();
+    while !ops.list(&generated).await?.items.is_empty() {
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "the generated Operations earlier runs left were not deleted"
+        );
+        tokio::time::sleep(POLL).await;
+    }
     let reports: Api<NodeReport> = Api::all(lab.client.clone());
     reports
         .delete_collection(&DeleteParams::default(), &ListParams::default())
