@@ -111,6 +111,40 @@ pub struct Agent {
     /// Task name → reconciles of it that failed in a row (see [`error_policy`]); removed by
     /// the next one that succeeds.
     failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Give the plugin host's memory back after each step ([`Host::release_memory`]): set
+    /// by the agent binary, which runs a step a few times a year and otherwise idles; left
+    /// off by the fleet harness, whose agents share one host and run steps back to back.
+    pub release_memory_after_step: bool,
+    /// Steps (and loads of an interrupted step's plugin) this process is in; memory is
+    /// released when the last one ends.
+    in_flight: std::sync::atomic::AtomicUsize,
+}
+
+/// Held while a step of `agent` runs; the last one to end releases the host's memory
+/// when the agent asks for that.
+struct InFlight<'a>(&'a Agent);
+
+impl<'a> InFlight<'a> {
+    fn enter(agent: &'a Agent) -> InFlight<'a> {
+        agent
+            .in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlight(agent)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let left = self
+            .0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            - 1;
+        if left == 0 && self.0.release_memory_after_step {
+            let dropped = self.0.host.release_memory();
+            tracing::debug!(dropped, "released the plugin host's memory after the step");
+        }
+    }
 }
 
 impl Agent {
@@ -137,6 +171,8 @@ impl Agent {
             facts_written: Default::default(),
             report_now: Default::default(),
             failures: Default::default(),
+            release_memory_after_step: false,
+            in_flight: Default::default(),
         }
     }
 
@@ -398,6 +434,7 @@ async fn reconcile_once(task: &Arc<NodeTask>, agent: &Arc<Agent>) -> Result<Acti
 async fn run_step(task: &NodeTask, index: usize, agent: &Agent) -> Result<Action, Error> {
     let step = &task.spec.steps[index];
     let span = tracing::info_span!("step", operation = %task.spec.operation, node = %agent.node_name, step = %step.name, plugin = step.plugin.as_deref().unwrap_or(""));
+    let _in_flight = InFlight::enter(agent);
     run_step_inner(task, index, agent).instrument(span).await
 }
 
@@ -730,6 +767,7 @@ pub fn resumes_interrupted(previous: &bosun_api::node_task::StepStatus) -> bool 
 async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(), Error> {
     let step = &task.spec.steps[index];
     let name = task.name_any();
+    let in_flight = InFlight::enter(agent);
     let idempotent = match step.plugin.as_deref() {
         Some(plugin) => match resolve(&agent.client, &agent.store, &agent.fetcher, plugin).await {
             Ok(r) => {
@@ -751,6 +789,7 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
         },
         None => false,
     };
+    drop(in_flight);
     let next = step_transition(StepPhase::Running, StepEvent::AgentRestarted { idempotent })
         .map_err(bosun_cluster::Error::transition(&name))?;
     // The entry keeps the interrupted run's attempt and start time: this manager wrote

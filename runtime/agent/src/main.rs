@@ -74,6 +74,12 @@ struct Args {
     /// built-in `agent/disk-space` preflight check).
     #[arg(long, default_value_t = 1024)]
     min_free_disk_mib: u64,
+    /// Keep compiled plugins in memory between steps. By default the agent gives that
+    /// memory back after each step (a node runs a step a few times a year) and the next
+    /// step maps the code from --cache-dir again, a few milliseconds (docs/benchmarks.md,
+    /// "The agent after a step"); without --cache-dir nothing is given back either way.
+    #[arg(long)]
+    keep_compiled_plugins: bool,
     /// How `service` grants reach systemd units: `systemd` runs the node's systemctl;
     /// `simulated` acts on no unit and only remembers what was asked (a started or
     /// restarted unit then reports active/running), for the lab's simulated nodes, which
@@ -86,6 +92,9 @@ struct Args {
     #[command(flatten)]
     telemetry: bosun_telemetry::TelemetryArgs,
 }
+
+/// The hidden subcommand the agent compiles plugins with, in a child process of its own.
+const COMPILE_PLUGIN: &str = "compile-plugin";
 
 /// `--service-backend`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -155,6 +164,21 @@ fn self_test(args: SelfTestArgs) -> anyhow::Result<std::process::ExitCode> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<std::process::ExitCode> {
+    // The agent's own plugin compiler (see `config.compiler` below): a component on stdin,
+    // the compiled artifact on stdout.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == COMPILE_PLUGIN)
+    {
+        return Ok(match bosun_host::compile_stdin_to_stdout() {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(message) => {
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "{message}");
+                std::process::ExitCode::FAILURE
+            }
+        });
+    }
     if std::env::args_os().nth(1).is_some_and(|a| a == "self-test") {
         let args = SelfTestArgs::parse_from(std::env::args_os().skip(1));
         return self_test(args);
@@ -180,6 +204,14 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     let roots = TrustRoots::load(&args.trust_roots).context("loading the trust roots")?;
     let mut config = HostConfig::new(&args.host_root, roots);
     config.cache_dir = args.cache_dir.clone();
+    // Plugins are compiled by a child process of this same binary: the compiler's code,
+    // threads and caches never become part of the agent's resident memory, which a node
+    // keeps for months between steps (docs/benchmarks.md, "The agent after a step").
+    config.compiler = bosun_host::Compiler::Subprocess {
+        // The running binary itself, even if its file was replaced since (an upgrade).
+        program: "/proc/self/exe".into(),
+        args: vec![COMPILE_PLUGIN.into()],
+    };
     if simulated_services {
         tracing::warn!(
             "services are simulated (--service-backend=simulated): no systemd unit is ever touched"
@@ -239,6 +271,8 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     agent.instance = args.instance;
     agent.preflight.min_free_bytes = args.min_free_disk_mib.saturating_mul(1024 * 1024);
     agent.preflight.simulated_services = simulated_services;
+    // A node runs a step a few times a year: give the host's memory back after each one.
+    agent.release_memory_after_step = !args.keep_compiled_plugins;
     let agent = Arc::new(agent);
     if node_report {
         tokio::spawn(bosun_agent::report::run(

@@ -143,6 +143,8 @@ pub struct HostConfig {
     pub exec_isolation: ExecIsolation,
     /// Drives systemd units for `service` grants.
     pub service_backend: Arc<dyn ServiceBackend>,
+    /// Where plugins are compiled (in this process by default).
+    pub compiler: crate::Compiler,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -155,6 +157,7 @@ impl std::fmt::Debug for HostConfig {
             .field("pool", &self.pool)
             .field("epoch_tick", &self.epoch_tick)
             .field("exec_isolation", &self.exec_isolation)
+            .field("compiler", &self.compiler)
             .finish_non_exhaustive()
     }
 }
@@ -173,6 +176,7 @@ impl HostConfig {
             epoch_tick: Duration::from_millis(5),
             exec_isolation: ExecIsolation::Chroot,
             service_backend: Arc::new(SystemctlBackend::default()),
+            compiler: crate::Compiler::default(),
         }
     }
 }

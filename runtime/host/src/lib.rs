@@ -20,6 +20,7 @@
 
 mod cache;
 mod cgroup;
+mod compiler;
 mod config;
 mod confine;
 mod error;
@@ -57,6 +58,7 @@ use wasmtime::{Engine, Store, Trap};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
+pub use compiler::{Compiler, compile_stdin_to_stdout};
 pub use config::{ExecIsolation, HostConfig, Limits, PoolConfig};
 pub use confine::{
     NO_COMMAND_CGROUP, Support as ConfinementSupport, command_cgroup,
@@ -389,10 +391,10 @@ impl Host {
             .linear_memory_keep_resident(config.pool.keep_resident_bytes)
             .table_keep_resident(config.pool.keep_resident_bytes.min(64 << 10))
             .pagemap_scan(wasmtime::Enabled::Auto);
-        let mut wcfg = wasmtime::Config::new();
-        wcfg.wasm_component_model(true)
-            .epoch_interruption(true)
-            .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+        // What plugins are compiled for, plus the instance pool (compiled code does not
+        // depend on how instances are allocated).
+        let mut wcfg = compiler::engine_config();
+        wcfg.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
         let engine =
             Engine::new(&wcfg).map_err(|e| Error::setup(format!("wasmtime engine: {e}")))?;
         let linker =
@@ -565,6 +567,31 @@ impl Host {
         }
     }
 
+    /// Gives back the memory a step leaves behind, for a process that runs plugins rarely
+    /// (an agent runs a step a few times a year): drops every compiled and verified plugin
+    /// from memory, then asks the C allocator to return its free pages to the kernel
+    /// (glibc keeps freed heap, cranelift's among it, otherwise).
+    ///
+    /// Only with a [disk cache](HostConfig::cache_dir): the next [`load`](Host::load)
+    /// verifies the bytes again (as it always does), maps the code from the cache and asks
+    /// `describe` again, a few milliseconds (docs/benchmarks.md, "The agent after a step").
+    /// Without one, reloading would mean compiling again, so nothing is dropped. Plugins
+    /// already handed out keep working. Returns how many compiled plugins were dropped.
+    pub fn release_memory(&self) -> usize {
+        if self.cache.is_none() {
+            return 0;
+        }
+        let dropped = match self.compiled.lock() {
+            Ok(mut m) => std::mem::take(&mut *m).len(),
+            Err(_) => 0,
+        };
+        if let Ok(mut m) = self.verified.lock() {
+            m.clear();
+        }
+        trim_allocator();
+        dropped
+    }
+
     fn metadata(&self, compiled: &Arc<Compiled>) -> Result<Arc<Metadata>, Error> {
         if let Some(m) = compiled.metadata.get() {
             return Ok(Arc::clone(m));
@@ -609,23 +636,16 @@ impl Host {
         let component = match from_cache {
             Some(c) => c,
             None => {
-                let component =
-                    Component::new(&self.engine, bytes).map_err(|e| Error::Compile {
-                        message: format!("{e:#}"),
-                    })?;
-                if let Some(cache) = &self.cache {
-                    match component.serialize() {
-                        Ok(code) => {
-                            if let Err(e) = cache.put(&hex, &code) {
-                                tracing::warn!(error = %e, "could not write the compiled-plugin cache");
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "could not serialize a compiled plugin")
-                        }
-                    }
+                // Never by this host's engine (see `compiler`).
+                let code = compiler::compile(&self.config.compiler, bytes)?;
+                if let Some(cache) = &self.cache
+                    && let Err(e) = cache.put(&hex, &code)
+                {
+                    tracing::warn!(error = %e, "could not write the compiled-plugin cache");
                 }
-                component
+                deserialize_compiled(&self.engine, &code).map_err(|e| Error::Compile {
+                    message: format!("loading the plugin's compiled code: {e:#}"),
+                })?
             }
         };
         let imports_http = check_interfaces(&self.engine, &component)?;
@@ -1178,6 +1198,30 @@ fn check_interfaces(engine: &Engine, component: &Component) -> Result<bool, Erro
         }
     }
     Ok(imports_http)
+}
+
+/// Returns the C allocator's free pages to the kernel: glibc keeps what a compile or a
+/// run freed in its arenas (one per thread that allocated) until asked. Other C libraries
+/// (musl's allocator unmaps freed memory by itself) need nothing.
+#[allow(unsafe_code)]
+fn trim_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers and only walks the allocator's own state under
+    // its locks; it is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Loads the code this host's compile engine produced a moment ago.
+#[allow(unsafe_code)]
+fn deserialize_compiled(engine: &Engine, code: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: `code` is what `Engine::precompile_component` on an engine of
+    // `compiler::engine_config` returned just now, in this process or in the compile
+    // subprocess the host's configuration names (the agent names its own binary), read
+    // from a pipe only that child held. wasmtime checks its header against `engine`
+    // (version, compiler settings, tunables) and refuses a mismatch.
+    unsafe { Component::deserialize(engine, code) }
 }
 
 /// Loads compiled code from this host's own cache.

@@ -76,9 +76,13 @@ fn refused(
 /// The happy path on `host`: proves the host still works after a misbehaving plugin.
 fn assert_happy(node: &Node, host: &Host) {
     let good = node.load(host, &plugins().good, "good");
+    assert_happy_with(host, &good);
+}
+
+fn assert_happy_with(host: &Host, good: &LoadedPlugin) {
     let report = run(
         host,
-        &good,
+        good,
         &happy_grants(),
         "happy",
         r#"{"file":"/data/input.txt","command":"/usr/bin/greet","args":["world"]}"#,
@@ -599,6 +603,110 @@ fn a_second_host_loads_from_the_on_disk_cache() {
     assert!(
         std::fs::read(&before[0]).unwrap() == content,
         "the entry's content changed"
+    );
+}
+
+#[test]
+fn released_memory_is_reloaded_from_the_disk_cache_and_verified_again() {
+    let node = node();
+    let host = node.host();
+    let pin = node.signer.pin(&plugins().good, "good", "1.0.0");
+    let first = host.load(&plugins().good, &pin).unwrap();
+    assert!(host.loaded(&pin).is_some());
+    assert_eq!(
+        host.release_memory(),
+        1,
+        "the one compiled plugin is dropped"
+    );
+    assert!(host.loaded(&pin).is_none(), "nothing verified is kept");
+    assert_eq!(host.release_memory(), 0, "nothing left to drop");
+    // A plugin handed out before keeps working.
+    assert_happy_with(&host, &first);
+    // The next load verifies the bytes again: other bytes under the same pin are refused.
+    let mut tampered = plugins().good.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    assert!(matches!(
+        host.load(&tampered, &pin),
+        Err(Error::Untrusted { .. })
+    ));
+    // The code comes from the cache, not from a compile: the one entry is read, not
+    // rewritten (a rewrite renames a new file over it: a new inode).
+    use std::os::unix::fs::MetadataExt;
+    let entries = cached_entries(&node);
+    assert_eq!(entries.len(), 1);
+    let inode = std::fs::metadata(&entries[0]).unwrap().ino();
+    let again = host.load(&plugins().good, &pin).unwrap();
+    assert_eq!(again.digest(), first.digest());
+    assert_eq!(cached_entries(&node), entries);
+    assert_eq!(std::fs::metadata(&entries[0]).unwrap().ino(), inode);
+    assert_happy_with(&host, &again);
+}
+
+#[test]
+fn a_compile_subprocess_that_fails_or_answers_garbage_is_a_compile_error() {
+    let node = node();
+    let pin = node.signer.pin(&plugins().good, "good", "1.0.0");
+    let with = |program: &str, args: &[&str]| {
+        let mut config = node.config();
+        config.cache_dir = None;
+        config.compiler = bosun_host::Compiler::Subprocess {
+            program: program.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        Host::new(config).unwrap().load(&plugins().good, &pin)
+    };
+    // It fails, saying why on stderr: that is the message.
+    match with(
+        "/bin/sh",
+        &[
+            "-c",
+            "cat >/dev/null; echo 'no room to compile' >&2; exit 3",
+        ],
+    ) {
+        Err(Error::Compile { message }) => assert_eq!(message, "no room to compile"),
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    // It fails silently: its exit status is the message.
+    match with("/bin/sh", &["-c", "cat >/dev/null; exit 3"]) {
+        Err(Error::Compile { message }) => {
+            assert!(
+                message.contains("failed") && message.contains('3'),
+                "{message}"
+            )
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    // It answers with bytes that are not wasmtime's artifact (here the component itself):
+    // refused when loaded, never run.
+    match with("/bin/cat", &[]) {
+        Err(Error::Compile { message }) => {
+            assert!(
+                message.starts_with("loading the plugin's compiled code"),
+                "{message}"
+            )
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+    // It cannot be started.
+    assert!(matches!(
+        with("/nonexistent/compiler", &[]),
+        Err(Error::Setup { .. })
+    ));
+}
+
+#[test]
+fn without_a_disk_cache_nothing_is_released() {
+    let node = node();
+    let mut config = node.config();
+    config.cache_dir = None;
+    let host = Host::new(config).unwrap();
+    let pin = node.signer.pin(&plugins().good, "good", "1.0.0");
+    host.load(&plugins().good, &pin).unwrap();
+    assert_eq!(host.release_memory(), 0);
+    assert!(
+        host.loaded(&pin).is_some(),
+        "reloading would mean compiling again"
     );
 }
 

@@ -1479,20 +1479,41 @@ pub fn fleet_report(env: &FleetEnv) -> String {
     )
 }
 
-/// The real agent binary alone: RSS and CPU while idle with its watch open, and RSS after
-/// it ran one step.
+/// The real agent binary alone: RSS and CPU while idle with its watch open, RSS through
+/// and after its first step, and the time of that step and of the next one.
 #[derive(Clone, Debug, Default)]
 pub struct IdleResult {
     pub idle_secs: u64,
+    /// Before any step, after `idle_secs` with its watches open.
     pub rss_idle_kib: u64,
     pub cpu_idle_secs: f64,
+    /// Peak resident set (`VmHWM`) over the first step: verifying, compiling (the disk
+    /// cache is empty), describing and running the plugin.
+    pub hwm_first_step_kib: u64,
+    /// Resident set a few seconds after the first step, and after the second.
     pub rss_after_step_kib: u64,
-    pub hwm_kib: u64,
+    pub rss_after_second_step_kib: u64,
+    /// Of the resident set before the first step and after it: anonymous memory (the heap,
+    /// the instance pool) and file-backed pages (the binary's and libraries' code).
+    pub anon_file_idle_kib: (u64, u64),
+    pub anon_file_after_step_kib: (u64, u64),
+    /// Start to finish of each step as the agent recorded it (its `startedAt` and
+    /// `finishedAt`): the first compiles (unless the cache has the plugin), the second
+    /// reloads from the disk cache.
+    pub first_step_secs: f64,
+    pub second_step_secs: f64,
 }
 
-/// Runs the agent binary `agent` for one fleet node (`idle-0001`), idles it `idle_secs`,
-/// then runs an Operation with the no-op step on that node.
-pub async fn agent_idle(lab: &LabHandle, idle_secs: u64, agent: &Path) -> Result<IdleResult> {
+/// Runs the agent binary `agent` as the DaemonSet does (with the compiled-plugin cache
+/// directory `cache_dir`: empty, or kept from an earlier run) for one fleet node (`idle-0001`), idles it `idle_secs`,
+/// then runs two Operations with the no-op step on that node, one after the other.
+pub async fn agent_idle(
+    lab: &LabHandle,
+    idle_secs: u64,
+    agent: &Path,
+    extra_args: &[&str],
+    cache_dir: &Path,
+) -> Result<IdleResult> {
     let prefix = "idle-";
     let instance = bosun_e2e::unique("idle");
     let dir = work_dir(&instance);
@@ -1515,7 +1536,10 @@ pub async fn agent_idle(lab: &LabHandle, idle_secs: u64, agent: &Path) -> Result
             .arg(&trust_root)
             .arg("--plugin-dir")
             .arg(dir.join("plugins"))
-            .args(["--service-backend", "simulated"]);
+            .arg("--cache-dir")
+            .arg(cache_dir)
+            .args(["--service-backend", "simulated"])
+            .args(extra_args);
         let mut agent = ChildGuard::spawn("agent", &mut cmd, &dir)?;
         // Its watches open within a few seconds.
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -1525,43 +1549,66 @@ pub async fn agent_idle(lab: &LabHandle, idle_secs: u64, agent: &Path) -> Result
         agent.check_alive()?;
         let s1 = procfs::sample(agent.pid())?;
         let mut controller = start_controller(lab, &instance, 30, None, "controller", &dir)?;
-        let name = bosun_e2e::unique("idle-step");
-        let op: Operation = serde_json::from_value(json!({
-            "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
-            "metadata": { "name": name, "labels": { INSTANCE_LABEL: instance } },
-            "spec": { "custom": { "groups": [{ "name": "one",
-                "nodeSelector": { "matchLabels": { "kubernetes.io/hostname": node.name } },
-                "steps": [noop_step()] }] } },
-        }))?;
-        let ops: Api<Operation> = Api::all(lab.client.clone());
-        ops.create(&PostParams::default(), &op).await?;
-        let started = Instant::now();
-        loop {
-            controller.check_alive()?;
-            agent.check_alive()?;
-            let op = ops.get(&name).await?;
-            let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
-            if phase == OperationPhase::Succeeded {
-                break;
+        let pid = agent.pid();
+        let mut one_step = async |what: &str| -> Result<f64> {
+            let name = bosun_e2e::unique(what);
+            let op: Operation = serde_json::from_value(json!({
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+                "metadata": { "name": name, "labels": { INSTANCE_LABEL: instance } },
+                "spec": { "custom": { "groups": [{ "name": "one",
+                    "nodeSelector": { "matchLabels": { "kubernetes.io/hostname": node.name } },
+                    "steps": [noop_step()] }] } },
+            }))?;
+            let ops: Api<Operation> = Api::all(lab.client.clone());
+            ops.create(&PostParams::default(), &op).await?;
+            let started = Instant::now();
+            loop {
+                controller.check_alive()?;
+                agent.check_alive()?;
+                let op = ops.get(&name).await?;
+                let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
+                if phase == OperationPhase::Succeeded {
+                    break;
+                }
+                if matches!(phase, OperationPhase::Failed | OperationPhase::Blocked)
+                    || started.elapsed() > Duration::from_secs(240)
+                {
+                    bail!(
+                        "the idle agent's Operation is {phase:?}, not Succeeded:\n{}",
+                        bosun_e2e::describe_tasks(&lab.client, &name).await
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            if matches!(phase, OperationPhase::Failed | OperationPhase::Blocked)
-                || started.elapsed() > Duration::from_secs(240)
-            {
-                bail!(
-                    "the idle agent's Operation is {phase:?}, not Succeeded:\n{}",
-                    bosun_e2e::describe_tasks(&lab.client, &name).await
-                );
+            let tasks = bosun_e2e::operator::tasks_of(&lab.client, &name).await?;
+            let step = tasks
+                .values()
+                .flat_map(|t| t.status.iter().flat_map(|s| s.steps.iter()))
+                .find(|s| s.name == "noop")
+                .with_context(|| format!("Operation {name} has no status of its no-op step"))?;
+            match (&step.started_at, &step.finished_at) {
+                (Some(a), Some(b)) => Ok(secs_between(a.0, b.0)),
+                _ => bail!("the no-op step of {name} has no start or finish time"),
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let s2 = procfs::sample(agent.pid())?;
+        };
+        let first_step_secs = one_step("idle-step").await?;
+        let hwm_first_step_kib = procfs::sample(pid)?.hwm_kib;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let s2 = procfs::sample(pid)?;
+        let second_step_secs = one_step("idle-again").await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let s3 = procfs::sample(pid)?;
         Ok(IdleResult {
             idle_secs,
             rss_idle_kib: s1.rss_kib,
             cpu_idle_secs: s1.cpu_secs - s0.cpu_secs,
+            hwm_first_step_kib,
             rss_after_step_kib: s2.rss_kib,
-            hwm_kib: s2.hwm_kib,
+            rss_after_second_step_kib: s3.rss_kib,
+            anon_file_idle_kib: (s1.rss_anon_kib, s1.rss_file_kib),
+            anon_file_after_step_kib: (s2.rss_anon_kib, s2.rss_file_kib),
+            first_step_secs,
+            second_step_secs,
         })
     }
     .await;

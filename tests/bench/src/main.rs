@@ -135,15 +135,53 @@ async fn main() -> Result<()> {
                 None => bosun_e2e::binary_of(bosun_bench::PROFILE, "bosun-agent")?,
             };
             println!("agent binary: {}", agent.display());
-            let r = bosun_bench::agent_idle(&lab, idle_secs, &agent).await?;
-            println!(
-                "agent alone: RSS {:.1} MiB after {} s idle with its watches open, {:.3} CPU s in that period; RSS {:.1} MiB after one step ran (peak {:.1} MiB)",
-                r.rss_idle_kib as f64 / 1024.0,
-                r.idle_secs,
-                r.cpu_idle_secs,
-                r.rss_after_step_kib as f64 / 1024.0,
-                r.hwm_kib as f64 / 1024.0
-            );
+            // The agent as shipped (compiled plugins dropped after each step), and beside
+            // it in the same run the alternative: kept in memory between steps. Then the
+            // agent as shipped again, restarted on the first run's cache (what a node sees
+            // on every step after its first of a plugin version: no compile in the process).
+            let cache = bosun_bench::work_dir(&bosun_e2e::unique("idle-cache"));
+            let fresh = |name: &str| cache.join(name);
+            for (variant, args, cache_dir) in [
+                ("as shipped, empty cache", &[][..], fresh("shipped")),
+                (
+                    "--keep-compiled-plugins, empty cache",
+                    &["--keep-compiled-plugins"][..],
+                    fresh("kept"),
+                ),
+                (
+                    "as shipped, restarted on the first run's cache",
+                    &[][..],
+                    fresh("shipped"),
+                ),
+            ] {
+                let r = bosun_bench::agent_idle(&lab, idle_secs, &agent, args, &cache_dir).await?;
+                let mib = |kib: u64| kib as f64 / 1024.0;
+                println!("agent alone, {variant}:");
+                println!(
+                    "  RSS {:.1} MiB after {} s idle with its watches open, {:.3} CPU s in that period",
+                    mib(r.rss_idle_kib),
+                    r.idle_secs,
+                    r.cpu_idle_secs
+                );
+                println!(
+                    "  first step (verify, compile unless cached, describe, run): {:.3} s, peak RSS {:.1} MiB; RSS {:.1} MiB 3 s after it",
+                    r.first_step_secs,
+                    mib(r.hwm_first_step_kib),
+                    mib(r.rss_after_step_kib)
+                );
+                println!(
+                    "  second step (verify, code from the disk cache or memory, describe, run): {:.3} s; RSS {:.1} MiB 3 s after it",
+                    r.second_step_secs,
+                    mib(r.rss_after_second_step_kib)
+                );
+                println!(
+                    "  anonymous / file-backed: {:.1} / {:.1} MiB idle, {:.1} / {:.1} MiB after the first step",
+                    mib(r.anon_file_idle_kib.0),
+                    mib(r.anon_file_idle_kib.1),
+                    mib(r.anon_file_after_step_kib.0),
+                    mib(r.anon_file_after_step_kib.1)
+                );
+            }
             println!("load average now: {}", bosun_bench::load_average());
             Ok(())
         }

@@ -9,6 +9,10 @@ pub struct ProcSample {
     pub rss_kib: u64,
     /// Peak resident set (`VmHWM`), KiB.
     pub hwm_kib: u64,
+    /// Of the resident set: anonymous pages (`RssAnon`) and file-backed ones (`RssFile`),
+    /// KiB.
+    pub rss_anon_kib: u64,
+    pub rss_file_kib: u64,
     /// User + system CPU time, seconds.
     pub cpu_secs: f64,
 }
@@ -40,6 +44,8 @@ pub fn sample(pid: u32) -> Result<ProcSample> {
     Ok(ProcSample {
         rss_kib: field("VmRSS:"),
         hwm_kib: field("VmHWM:"),
+        rss_anon_kib: field("RssAnon:"),
+        rss_file_kib: field("RssFile:"),
         cpu_secs: (ticks(11) + ticks(12)) as f64 / clock_ticks() as f64,
     })
 }
