@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bosun_agent::plugins::Store;
 use bosun_agent::{Agent, reconcile};
-use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
+use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase, StepStatus};
 use bosun_fetch::{FetchConfig, Fetcher};
 use bosun_host::{Host, HostConfig};
 use bosun_trust::TrustRoots;
@@ -243,13 +243,24 @@ fn setup(
 /// a result, at most `max` times, 100 ms apart (the agent asks to be called again after a
 /// backoff; the controller would wait that long). Returns the reconcile results' errors.
 async fn reconcile_until_finished(fake: &Fake, agent: &Arc<Agent>, max: usize) -> Vec<String> {
+    reconcile_until(fake, agent, max, |_| true).await
+}
+
+/// Reconciles the fake's task at most `max` times, until a step `done` picks has a result;
+/// returns the reconcile errors.
+async fn reconcile_until(
+    fake: &Fake,
+    agent: &Arc<Agent>,
+    max: usize,
+    done: impl Fn(&StepStatus) -> bool,
+) -> Vec<String> {
     let mut errors = Vec::new();
     for _ in 0..max {
         let task = fake.task();
         let finished = task
             .status
             .as_ref()
-            .is_some_and(|s| s.steps.iter().any(|s| s.finished_at.is_some()));
+            .is_some_and(|s| s.steps.iter().any(|s| done(s) && s.finished_at.is_some()));
         if finished {
             break;
         }
@@ -434,23 +445,7 @@ fn task_after_cordon() -> Value {
 /// [`reconcile_until_finished`] for a task whose earlier steps finished: until its step
 /// `hello` has a result.
 async fn reconcile_until_hello_finished(fake: &Fake, agent: &Arc<Agent>) -> Vec<String> {
-    let mut errors = Vec::new();
-    for _ in 0..20 {
-        let task = fake.task();
-        let finished = task.status.as_ref().is_some_and(|s| {
-            s.steps
-                .iter()
-                .any(|s| s.name == "hello" && s.finished_at.is_some())
-        });
-        if finished {
-            break;
-        }
-        if let Err(e) = reconcile(Arc::new(task), agent.clone()).await {
-            errors.push(e.to_string());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    errors
+    reconcile_until(fake, agent, 20, |s| s.name == "hello").await
 }
 
 /// Someone else uncordoned the node after the task's cordon: the agent step does not start.

@@ -96,6 +96,23 @@ pub fn signing_key() -> Result<(SigningKey, PathBuf)> {
     Ok((key, pub_path))
 }
 
+/// Builds `bosun-test-steps` and publishes it as Plugin `e2e-steps`, reading `/etc` and
+/// writing `state_dir` (its actions' files), as the lab tests that drive steps use it.
+pub async fn publish_test_steps(client: &Client, state_dir: &str) -> Result<()> {
+    let wasm = crate::build_plugin("bosun-test-steps")?;
+    publish_plugin(
+        client,
+        "e2e-steps",
+        "0.1.0",
+        wasm,
+        json!({ "filesystem": [
+            { "path": "/etc", "access": "ReadOnly" },
+            { "path": state_dir, "access": "ReadWrite" },
+        ] }),
+    )
+    .await
+}
+
 /// Signs `wasm` as plugin `name` at `version` with [`signing_key`] and publishes it: a
 /// ConfigMap `plugin-<name>` in [`PLUGIN_NAMESPACE`] with the bytes, and the cluster-scoped
 /// Plugin `name` pinning their digest, with exactly `grants` (a `spec.grants` JSON object).

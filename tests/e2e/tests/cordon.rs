@@ -48,18 +48,7 @@ async fn setup(test: &str) -> Result<(Operator, std::path::PathBuf)> {
             format!("the lab has no node {NODE} (these tests expect the default lab)")
         })?;
     bosun_e2e::apply_crds(&lab.client).await?;
-    let wasm = bosun_e2e::build_plugin("bosun-test-steps")?;
-    bosun_e2e::publish_plugin(
-        &lab.client,
-        "e2e-steps",
-        "0.1.0",
-        wasm,
-        json!({ "filesystem": [
-            { "path": "/etc", "access": "ReadOnly" },
-            { "path": STATE_DIR, "access": "ReadWrite" },
-        ] }),
-    )
-    .await?;
+    bosun_e2e::publish_test_steps(&lab.client, STATE_DIR).await?;
     std::fs::create_dir_all(root.join(STATE_DIR.trim_start_matches('/')))?;
     // Start from a schedulable node, as a person's cluster would be.
     set_unschedulable(&lab.client, false).await?;

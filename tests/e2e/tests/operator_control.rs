@@ -82,18 +82,7 @@ async fn setup(test: &str) -> Result<(Lab, Operator)> {
     );
     bosun_e2e::apply_crds(&lab.client).await?;
     bosun_e2e::cluster::publish_hello(&lab).await?;
-    let wasm = bosun_e2e::build_plugin("bosun-test-steps")?;
-    bosun_e2e::publish_plugin(
-        &lab.client,
-        "e2e-steps",
-        "0.1.0",
-        wasm,
-        json!({ "filesystem": [
-            { "path": "/etc", "access": "ReadOnly" },
-            { "path": STATE_DIR, "access": "ReadWrite" },
-        ] }),
-    )
-    .await?;
+    bosun_e2e::publish_test_steps(&lab.client, STATE_DIR).await?;
     for node in &lab.nodes {
         std::fs::create_dir_all(node.host_root.join(STATE_DIR.trim_start_matches('/')))?;
     }
