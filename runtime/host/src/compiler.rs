@@ -78,24 +78,25 @@ fn subprocess(program: &PathBuf, args: &[String], bytes: &[u8]) -> Result<Vec<u8
         )));
     };
     // Written and read on threads of their own, so that neither side waits for the other
-    // with a full pipe.
-    let input = bytes.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let errors = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.take(64 << 10).read_to_string(&mut text);
-        text
+    // with a full pipe; scoped, so the plugin's bytes are written from where they are.
+    let (read, artifact, status, errors) = std::thread::scope(|scope| {
+        let writer = scope.spawn(move || stdin.write_all(bytes));
+        let errors = scope.spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.take(64 << 10).read_to_string(&mut text);
+            text
+        });
+        let mut artifact = Vec::new();
+        let read = stdout.take(MAX_ARTIFACT + 1).read_to_end(&mut artifact);
+        if read.is_err() || artifact.len() as u64 > MAX_ARTIFACT {
+            let _ = child.kill();
+        }
+        let status = child.wait();
+        let _ = writer.join();
+        (read, artifact, status, errors.join().unwrap_or_default())
     });
-    let mut artifact = Vec::new();
-    let read = stdout.take(MAX_ARTIFACT + 1).read_to_end(&mut artifact);
-    if read.is_err() || artifact.len() as u64 > MAX_ARTIFACT {
-        let _ = child.kill();
-    }
-    let status = child
-        .wait()
+    let status = status
         .map_err(|e| Error::setup(format!("waiting for the plugin compiler {shown}: {e}")))?;
-    let _ = writer.join();
-    let errors = errors.join().unwrap_or_default();
     if !status.success() {
         let message = errors.trim();
         return Err(Error::Compile {
