@@ -228,12 +228,15 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         registry_auth_file: args.registry_auth_file.clone(),
     })
     .context("setting up the plugin fetcher")?;
-    let client = kube::Client::try_default()
+    let mut config = kube::Config::infer()
         .await
-        .context("connecting to the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
+        .context("finding the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
+    // Every request says which node's agent sent it (an audit log tells the agents apart).
+    bosun_cluster::client::identify(&mut config, "bosun-agent", &args.node_name);
+    let client = kube::Client::try_from(config).context("connecting to the API server")?;
     // Ready (admin server's /ready) once the API server has answered with these credentials.
-    client
-        .apiserver_version()
+    // An API server that is down (kubeadm restarts it) is waited for, not a reason to exit.
+    bosun_cluster::client::wait_for_api_server(&client)
         .await
         .context("asking the API server for its version (are the credentials valid?)")?;
     admin.iter().for_each(|a| a.readiness.set(true));

@@ -3,6 +3,8 @@
 //!
 //! - [`instance_selector`] and [`is_paused`]: the label and annotation contract (whose keys
 //!   live in [`bosun_api::labels`]) as the two binaries read it.
+//! - [`client`]: how both binaries reach the API server (a `User-Agent` naming the process, a
+//!   first contact that waits for an API server that is restarting).
 //! - [`cordon`]: the cordon a NodeTask relies on, checked before each step inside it (a
 //!   step does not start on a node someone else uncordoned).
 //! - [`policies`]: the cluster's Policy objects, watched and compiled once per generation of
@@ -17,6 +19,7 @@
 //! - [`Error`]: the errors both binaries share (an API call, a refused state transition, the
 //!   policies not listed yet).
 
+pub mod client;
 pub mod cordon;
 pub mod error;
 pub mod events;

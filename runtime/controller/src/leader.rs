@@ -9,12 +9,17 @@
 //! wins and the other gets a conflict and stays standby. The leader renews every
 //! `renew_every`; if it cannot renew within `duration − renew_every` of the last renewal
 //! it *sent* (each attempt is cut at that deadline, so a hanging request cannot stretch it),
-//! or finds another holder, it stops with [`LeaderError::Lost`] (the binary exits non-zero,
-//! to be restarted as a standby) before any standby may take over, rather than risk acting
-//! next to a new leader. On a clean shutdown the leader
-//! releases the Lease so a standby takes over at once.
+//! or finds another holder, it stops leading before any standby may take over: the term's
+//! [`Fence`] closes (no request of the work is sent after that), its runtime is shut down
+//! (every task the work spawned is dropped), and the replica stands by again in the same
+//! process. It never exits because the Lease was lost or the API server was unreachable:
+//! Bosun restarts the API server itself, and a process that exited each time would
+//! crash-loop into the kubelet's growing backoff. On a clean shutdown the leader releases
+//! the Lease so a standby takes over at once.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -39,14 +44,8 @@ pub struct LeaseConfig {
 /// Why leading stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
-    #[error(
-        "lost the leader lease {namespace}/{name}: {why}; stopping so that only the new leader acts (restart this process to stand by again)"
-    )]
-    Lost {
-        namespace: String,
-        name: String,
-        why: String,
-    },
+    #[error("building the leader election's API client: {0}")]
+    Client(String),
     #[error(
         "leader election settings are inconsistent: renew every {renew:?} must be shorter than the lease duration {duration:?}; lower --lease-renew-seconds or raise --lease-duration-seconds"
     )]
@@ -246,17 +245,192 @@ impl Elector {
     }
 }
 
-/// Stands by until this replica holds the Lease, then runs `work` while renewing the Lease.
-/// Returns `Ok` when `work` ends (the Lease released) or a shutdown signal arrives while
-/// standing by; [`LeaderError::Lost`] when leadership cannot be kept (then `work` is dropped
-/// at once: nothing more is done as leader).
+/// How long a term's runtime may take to drop its tasks once stopped (they are cancelled at
+/// their next await; only a blocking task could take longer, and the work spawns none).
+const TERM_SHUTDOWN: Duration = Duration::from_secs(5);
+/// How long a leader waits, after a shutdown signal, for its work to finish its current
+/// reconciles before it stops the term and releases the Lease.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Closes a leader's API client at the moment leadership ends: once closed, every request
+/// through the client fails at once with [`LeadershipEnded`], before anything is sent.
+///
+/// It is the outermost layer of a term's client (see [`run_as_leader`]), so it holds for
+/// every request the work and anything it spawned can make, whichever code path makes it.
+#[derive(Clone, Debug)]
+pub struct Fence(Arc<AtomicBool>);
+
+impl Fence {
+    /// An open fence: requests pass.
+    pub fn open() -> Fence {
+        Fence(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// Closes it for good: no request passes after this returns.
+    pub fn close(&self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether requests pass.
+    pub fn is_open(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The error of a request made through a closed [`Fence`].
+#[derive(Debug, thiserror::Error)]
+#[error("this replica no longer holds the leader Lease: the request was not sent")]
+pub struct LeadershipEnded;
+
+impl<S> tower::Layer<S> for Fence {
+    type Service = Fenced<S>;
+
+    fn layer(&self, inner: S) -> Fenced<S> {
+        Fenced {
+            inner,
+            fence: self.clone(),
+        }
+    }
+}
+
+/// A service behind a [`Fence`].
+#[derive(Debug)]
+pub struct Fenced<S> {
+    inner: S,
+    fence: Fence,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Fenced<S>
+where
+    S: tower::Service<http::Request<B>>,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = tower::BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<S::Response, tower::BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if !self.fence.is_open() {
+            return Box::pin(std::future::ready(Err(Box::new(LeadershipEnded).into())));
+        }
+        let sent = self.inner.call(request);
+        Box::pin(async move { sent.await.map_err(Into::into) })
+    }
+}
+
+/// How a term ended.
+#[derive(Debug)]
+enum TermEnd {
+    /// The work returned (a shutdown signal reached it).
+    WorkEnded,
+    /// The leader stopped it.
+    Stopped,
+    /// It could not start.
+    Failed(String),
+}
+
+/// One term of leadership: the work on a runtime of its own, with a client of its own.
+struct Term {
+    fence: Fence,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Resolves once the term's runtime has shut down: every task of the term is gone.
+    ended: tokio::sync::oneshot::Receiver<TermEnd>,
+}
+
+impl Term {
+    /// Starts `work` on a new runtime on a thread of its own, with a client built from
+    /// `config` behind a new [`Fence`]. Everything the work spawns runs on that runtime and
+    /// every connection of that client is held by it, so shutting the runtime down ends them
+    /// all: nothing of a term outlives it.
+    fn start<F, Fut>(config: &kube::Config, work: Arc<F>, number: u64) -> Term
+    where
+        F: Fn(Client) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()>,
+    {
+        let fence = Fence::open();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (end, ended) = tokio::sync::oneshot::channel();
+        let (config, layer) = (config.clone(), fence.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("bosun-term-{number}"))
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .thread_name("bosun-leader")
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = end.send(TermEnd::Failed(format!("starting its runtime: {e}")));
+                        return;
+                    }
+                };
+                let how = runtime.block_on(async move {
+                    let client = match kube::client::ClientBuilder::try_from(config) {
+                        Ok(builder) => builder.with_layer(&layer).build(),
+                        Err(e) => return TermEnd::Failed(format!("building its API client: {e}")),
+                    };
+                    tokio::select! {
+                        () = work(client) => TermEnd::WorkEnded,
+                        _ = stopped => TermEnd::Stopped,
+                    }
+                });
+                // Every task the work spawned is dropped here, at its next await, and with
+                // them the client's connections.
+                runtime.shutdown_timeout(TERM_SHUTDOWN);
+                let _ = end.send(how);
+            });
+        if let Err(e) = spawned {
+            // `end` went with the closure: `ended` resolves at once, as a failed start.
+            tracing::error!(error = %e, "could not start a thread for the leader's work");
+        }
+        Term {
+            fence,
+            stop: Some(stop),
+            ended,
+        }
+    }
+
+    /// Ends the term: the fence closes first (no request passes from here on), then the
+    /// runtime is shut down; returns once every task of the term is gone.
+    async fn end(mut self) {
+        self.fence.close();
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.ended).await;
+    }
+}
+
+/// Runs this replica for as long as the process lives: stands by until it holds the Lease,
+/// then leads one *term* ([`Term`]): `work(client)` on a runtime of its own, with a client
+/// built from `config` behind a [`Fence`], while it renews the Lease.
+///
+/// When leadership is lost (another holder wrote the Lease, or no renewal succeeded within
+/// `duration − renew_every` of the last one sent, as when the API server is down), the fence
+/// closes first, so the work cannot send one more request, then the term's runtime is shut
+/// down, which drops every task the work spawned, and the replica stands by again, in the
+/// same process. It never exits for a lost Lease or an unreachable API server.
+///
+/// Returns `Ok` on a shutdown signal (after the work finished its current reconciles, and
+/// the Lease released if held) or when the work ends by itself.
 pub async fn run_as_leader<F, Fut>(
-    client: Client,
+    config: kube::Config,
     cfg: LeaseConfig,
     work: F,
 ) -> Result<(), LeaderError>
 where
-    F: FnOnce() -> Fut,
+    F: Fn(Client) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()>,
 {
     if cfg.renew_every >= cfg.duration {
@@ -265,27 +439,79 @@ where
             duration: cfg.duration,
         });
     }
+    let client =
+        Client::try_from(config.clone()).map_err(|e| LeaderError::Client(e.to_string()))?;
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut elector = Elector {
         api,
         cfg: cfg.clone(),
         seen: None,
     };
-    let lost = |why: String| LeaderError::Lost {
-        namespace: cfg.namespace.clone(),
-        name: cfg.name.clone(),
-        why,
-    };
+    let work = Arc::new(work);
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let metrics = bosun_telemetry::metrics();
+    for number in 1.. {
+        if !stand_by(&mut elector, &mut shutdown).await {
+            return Ok(());
+        }
+        tracing::info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %cfg.identity, term = number, "leading");
+        metrics.leading(true);
+        let term = Term::start(&config, work.clone(), number);
+        let outcome = lead(&mut elector, term, &mut shutdown).await;
+        metrics.leading(false);
+        match outcome {
+            Led::Lost(why) => {
+                metrics.leader_lost();
+                tracing::warn!(
+                    lease = %format!("{}/{}", cfg.namespace, cfg.name),
+                    identity = %cfg.identity,
+                    %why,
+                    "lost the leader lease: stopped the work of this term (no request of it is sent any more) and standing by again"
+                );
+            }
+            Led::Ended(TermEnd::Failed(why)) => {
+                elector.release().await;
+                tracing::error!(%why, "the leader's work could not start; released the Lease and standing by again");
+                tokio::select! {
+                    () = tokio::time::sleep(cfg.renew_every) => {}
+                    () = &mut shutdown => return Ok(()),
+                }
+            }
+            Led::Ended(_) => {
+                elector.release().await;
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
 
-    // Stand by. Retry at the renew period: a released or expired Lease is noticed quickly.
+/// How a term of leading ended.
+enum Led {
+    /// Leadership was lost; the term is over.
+    Lost(String),
+    /// The term ended (the work returned, after a shutdown signal, or could not start);
+    /// the Lease is still held.
+    Ended(TermEnd),
+}
+
+/// Stands by until this replica holds the Lease (`true`) or a shutdown signal arrives
+/// (`false`). Tries again at the renew period, so a released or expired Lease is noticed
+/// quickly; an API server that does not answer is waited for.
+async fn stand_by<S>(elector: &mut Elector, shutdown: &mut std::pin::Pin<&mut S>) -> bool
+where
+    S: Future<Output = ()>,
+{
+    let cfg = elector.cfg.clone();
     let mut last_holder = String::new();
     loop {
         let attempt = tokio::select! {
             a = elector.attempt() => a,
-            () = shutdown_signal() => return Ok(()),
+            () = &mut *shutdown => return false,
         };
         match attempt {
-            Ok(Attempt::Leading) => break,
+            Ok(Attempt::Leading) => return true,
             Ok(Attempt::Standby(holder)) => {
                 if holder != last_holder {
                     tracing::info!(lease = %cfg.name, %holder, identity = %cfg.identity, "standing by: another replica leads");
@@ -296,42 +522,65 @@ where
         }
         tokio::select! {
             () = tokio::time::sleep(cfg.renew_every) => {}
-            () = shutdown_signal() => return Ok(()),
+            () = &mut *shutdown => return false,
         }
     }
-    tracing::info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %cfg.identity, "leading");
+}
 
-    let work = work();
-    tokio::pin!(work);
-    // The lease counts from when a renewal was *sent* (the server stamps it later, and a
-    // standby times it from when it saw it), and leading stops once `renew_deadline` has
-    // passed without one: strictly before any standby may take over after `duration`.
-    // Every attempt is cut at that deadline, so a hanging request cannot keep a leader
-    // acting while the lease runs out under it.
+/// Renews the Lease while `term` runs, and ends the term when leadership is lost.
+///
+/// The lease counts from when a renewal was *sent* (the server stamps it later, and a
+/// standby times it from when it saw it), and leading stops once `renew_deadline` has
+/// passed without one: strictly before any standby may take over after `duration`. Every
+/// attempt is cut at that deadline, so a hanging request cannot keep a leader acting while
+/// the lease runs out under it.
+async fn lead<S>(elector: &mut Elector, mut term: Term, shutdown: &mut std::pin::Pin<&mut S>) -> Led
+where
+    S: Future<Output = ()>,
+{
+    let cfg = elector.cfg.clone();
     let renew_deadline = cfg.duration - cfg.renew_every;
     let mut renewed = Instant::now();
+    // Set by a shutdown signal: the work finishes its current reconciles (it got the signal
+    // too) and the term is stopped at this instant if it has not ended by then.
+    let mut shutting_down: Option<Instant> = None;
     loop {
+        let wait = match shutting_down {
+            Some(by) => cfg
+                .renew_every
+                .min(by.saturating_duration_since(Instant::now())),
+            None => cfg.renew_every,
+        };
         tokio::select! {
-            () = &mut work => {
-                elector.release().await;
-                return Ok(());
+            how = &mut term.ended => {
+                return Led::Ended(how.unwrap_or_else(|_| TermEnd::Failed("its thread did not start".into())));
             }
-            () = tokio::time::sleep(cfg.renew_every) => {
+            () = &mut *shutdown, if shutting_down.is_none() => {
+                shutting_down = Some(Instant::now() + SHUTDOWN_GRACE);
+            }
+            () = tokio::time::sleep(wait) => {
+                if shutting_down.is_some_and(|by| Instant::now() >= by) {
+                    term.end().await;
+                    return Led::Ended(TermEnd::Stopped);
+                }
                 let sent = Instant::now();
                 let left = (renewed + renew_deadline).saturating_duration_since(sent);
-                let attempt = tokio::time::timeout(left, elector.attempt()).await;
-                match attempt {
-                    Ok(Ok(Attempt::Leading)) => renewed = sent,
-                    Ok(Ok(Attempt::Standby(holder))) => return Err(lost(format!("{holder} holds it now"))),
+                let lost = match tokio::time::timeout(left, elector.attempt()).await {
+                    Ok(Ok(Attempt::Leading)) => {
+                        renewed = sent;
+                        None
+                    }
+                    Ok(Ok(Attempt::Standby(holder))) => Some(format!("{holder} holds it now")),
                     Ok(Err(error)) if renewed.elapsed() < renew_deadline => {
                         tracing::warn!(%error, "could not renew the leader lease; trying again");
+                        None
                     }
-                    Ok(Err(error)) => {
-                        return Err(lost(format!("not renewed within {}s, last error: {error}", renew_deadline.as_secs())));
-                    }
-                    Err(_) => {
-                        return Err(lost(format!("not renewed within {}s: the renewal did not answer in time", renew_deadline.as_secs())));
-                    }
+                    Ok(Err(error)) => Some(format!("not renewed within {}s, last error: {error}", renew_deadline.as_secs())),
+                    Err(_) => Some(format!("not renewed within {}s: the renewal did not answer in time", renew_deadline.as_secs())),
+                };
+                if let Some(why) = lost {
+                    term.end().await;
+                    return Led::Lost(why);
                 }
             }
         }

@@ -62,7 +62,9 @@ struct LeaderArgs {
     lease_renew_seconds: u64,
 }
 
-#[tokio::main]
+// The leader's work runs on a runtime of its own per term (see `leader`); this one only
+// elects, serves the admin endpoints and waits for signals.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     bosun_telemetry::init_logging(&args.log, args.telemetry.log_format)?;
@@ -70,6 +72,11 @@ async fn main() -> anyhow::Result<()> {
         Some(addr) => Some(bosun_telemetry::AdminServer::start(addr).await?),
         None => None,
     };
+    let identity = args
+        .leader
+        .identity
+        .clone()
+        .unwrap_or_else(bosun_controller::leader::default_identity);
     let mut config = kube::Config::infer()
         .await
         .context("finding the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
@@ -78,19 +85,16 @@ async fn main() -> anyhow::Result<()> {
     // tries again on its own schedule). Every other failed call is retried by the
     // reconcile's requeue.
     config.default_retry = false;
-    let client = kube::Client::try_from(config).context("connecting to the API server")?;
+    // Every request says which replica sent it (an audit log tells the replicas apart).
+    bosun_cluster::client::identify(&mut config, "bosun-controller", &identity);
+    let client = kube::Client::try_from(config.clone()).context("connecting to the API server")?;
     // Ready (admin server's /ready) once the API server has answered with these credentials.
-    client
-        .apiserver_version()
+    // An API server that is down (kubeadm restarts it) is waited for, not a reason to exit.
+    bosun_cluster::client::wait_for_api_server(&client)
         .await
         .context("asking the API server for its version (are the credentials valid?)")?;
     admin.iter().for_each(|a| a.readiness.set(true));
     tracing::info!(manager = %args.field_manager, instance = args.instance.as_deref().unwrap_or(""), "bosun-controller starting");
-    let identity = args
-        .leader
-        .identity
-        .clone()
-        .unwrap_or_else(bosun_controller::leader::default_identity);
     let resync = Duration::from_secs(args.resync_seconds);
     let lifecycle = args.lifecycle.unwrap_or(args.instance.is_none());
     if args.leader.no_leader_election {
@@ -118,17 +122,19 @@ async fn main() -> anyhow::Result<()> {
             duration: Duration::from_secs(args.leader.lease_duration_seconds),
             renew_every: Duration::from_secs(args.leader.lease_renew_seconds),
         };
-        let work = || {
+        let (manager, instance) = (args.field_manager, args.instance);
+        // One call per term of leadership, each with the term's own fenced client.
+        let work = move |client: kube::Client| {
             bosun_controller::run(
-                client.clone(),
-                args.field_manager,
+                client,
+                manager.clone(),
                 resync,
-                args.instance,
-                identity,
+                instance.clone(),
+                identity.clone(),
                 lifecycle,
             )
         };
-        bosun_controller::leader::run_as_leader(client.clone(), lease, work).await?;
+        bosun_controller::leader::run_as_leader(config, lease, work).await?;
     }
     tracing::info!("bosun-controller stopped");
     Ok(())

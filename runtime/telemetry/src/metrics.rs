@@ -9,6 +9,8 @@
 //! | `bosun_gate_duration_seconds` | histogram | `gate` (preflight, policy, health) |
 //! | `bosun_plugin_cache_total` | counter | `result` (hit, miss) |
 //! | `bosun_watch_lists_total` | counter | `resource` (nodetasks, operations, nodes, policies) |
+//! | `bosun_leader` | gauge | none (1 while this controller replica leads) |
+//! | `bosun_leader_lost_total` | counter | none (leaderships lost, each stood down in-process) |
 //!
 //! One process-wide [`Metrics`] ([`metrics()`]) is shared by every reconcile: the hooks in
 //! the controller and agent are one line each and need no handle threaded through their
@@ -206,6 +208,8 @@ pub struct Metrics {
     gate_duration: HistogramFamily<GateLabels>,
     plugin_cache: Family<CacheLabels, Counter>,
     watch_lists: Family<WatchLabels, Counter>,
+    leader: Gauge,
+    leader_lost: Counter,
     /// Operation name → the phase last recorded for it; `bosun_operations` is its tally.
     phases: Mutex<HashMap<String, OperationPhase>>,
 }
@@ -255,6 +259,15 @@ impl Metrics {
         let watch_lists = Family::<WatchLabels, Counter>::default();
         registry.register("bosun_watch_lists", "Full lists made by this process's watches, by resource: one when a watch starts, one more each time it has to list again (its resourceVersion expired: 410 Gone) or its list failed and was retried", watch_lists.clone());
 
+        let leader = Gauge::default();
+        registry.register(
+            "bosun_leader",
+            "1 while this controller replica holds the leader Lease and acts, 0 while it stands by",
+            leader.clone(),
+        );
+        let leader_lost = Counter::default();
+        registry.register("bosun_leader_lost", "Times this controller replica lost the leader Lease (another holder, or no renewal within the deadline) and stood by again in the same process", leader_lost.clone());
+
         for p in PHASES {
             operations
                 .get_or_create(&PhaseLabels {
@@ -291,6 +304,8 @@ impl Metrics {
             gate_duration,
             plugin_cache,
             watch_lists,
+            leader,
+            leader_lost,
             phases: Mutex::new(HashMap::new()),
         }
     }
@@ -351,6 +366,16 @@ impl Metrics {
                 resource: Fixed(watched_str(resource)),
             })
             .inc();
+    }
+
+    /// Records whether this replica leads.
+    pub fn leading(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+
+    /// Records that this replica lost the leader Lease and stood by again.
+    pub fn leader_lost(&self) {
+        self.leader_lost.inc();
     }
 
     /// The OpenMetrics text exposition of every family (what `/metrics` serves).

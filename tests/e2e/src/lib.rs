@@ -17,12 +17,14 @@
 //!   with a deadline and a failure message that dumps every task's status.
 //! - [`lifecycle`]: the ClusterLifecycle singleton reset before and removed after a test
 //!   of the declarative layer, the controller started with its reconciler, waits on it.
+//! - [`audit`]: the lab API server's audit log, as the writes each process sent.
 //! - [`admin`]: a free port for a process's admin server, and requests to it.
 //! - [`lock_lab_nodes`]: the lab's nodes are shared (cordon state, host root files):
 //!   tests that run Operations over them take this lock, so within one test binary they
 //!   run one at a time.
 
 pub mod admin;
+pub mod audit;
 pub mod cluster;
 pub mod identity;
 pub mod lifecycle;

@@ -793,6 +793,130 @@ async fn leader_election_only_the_lease_holder_acts_and_the_standby_takes_over_w
     .await
 }
 
+/// A leader whose Lease is taken from it (written by hand to another holder, as a person or
+/// a healed partition would) stands by again in the same process and sends no write after
+/// that. The evidence is the API server's own audit log, by `User-Agent` (each replica's
+/// names its identity): the old leader's writes all come before it logged the loss, and
+/// before the Lease was taken plus its renew deadline (4 s − 1 s); the standby wrote
+/// nothing at all. Meanwhile it was running a drain held by a PodDisruptionBudget (an
+/// eviction refused again and again: writes it would go on sending). Once the Lease is
+/// released, a replica takes it, and when the budget goes the drain finishes in its first
+/// attempt. Neither process exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_lease_stands_by_in_process_and_writes_nothing_after() -> Result<()>
+{
+    with_world("lease-lost", |mut w| async move {
+        let r: Result<()> = async {
+            let lab = bosun_lab::ensure_lab().await?;
+            let node = w.node("a", true).await?;
+            let ns = w.namespace().await?;
+            let c = w.client.clone();
+            create_pod(&c, &ns, pod("guarded-1", &node, json!({ "app": "guarded" }))).await?;
+            mark_running(&c, &ns, "guarded-1").await?;
+            let pdb = json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": { "name": "guard", "namespace": ns },
+                "spec": { "minAvailable": 1, "selector": { "matchLabels": { "app": "guarded" } } },
+            });
+            let pdbs: Api<PodDisruptionBudget> = Api::namespaced(c.clone(), &ns);
+            pdbs.patch("guard", &PatchParams::apply(MANAGER), &Patch::Apply(pdb)).await.context("creating the PodDisruptionBudget")?;
+            w.wait("the disruption controller to compute the budget", "", || {
+                let pdbs = pdbs.clone();
+                async move { Ok(pdbs.get("guard").await?.status.filter(|s| s.current_healthy == 1 && s.disruptions_allowed == 0).map(|_| ())) }
+            })
+            .await?;
+            let lease = format!("bosun-controller-{}", w.instance);
+            // Identities unique to this test: the audit log holds every test's writes.
+            let (one, two) = (format!("one-{}", w.instance), format!("two-{}", w.instance));
+            w.start_controller(&one)?;
+            w.start_controller(&two)?;
+            let (c2, l2) = (c.clone(), lease.clone());
+            let (leader, _) = w.wait("a leader holds the Lease", "", || lease_holder_probe(c2.clone(), l2.clone())).await?;
+            let standby = if leader == one { two.clone() } else { one.clone() };
+            let op = w
+                .operation(
+                    "lease-lost",
+                    json!([{ "name": "drain", "runsOn": "controller", "action": "drain" }]),
+                    json!({ "drain": { "timeoutSeconds": 600, "evictUnmanagedPods": true } }),
+                )
+                .await?;
+            w.wait_task(&op, &node, "drain Running, held by the budget", |t| {
+                step(t, "drain").is_some_and(|s| s.phase == StepPhase::Running && s.message.as_deref().is_some_and(|m| m.contains("guarded-1")))
+            })
+            .await?;
+            let suffix = |who: &str| bosun_e2e::audit::identity_suffix(who);
+            let by = |writes: &[bosun_e2e::audit::Write], who: &str| -> Vec<bosun_e2e::audit::Write> {
+                writes.iter().filter(|x| x.user_agent.ends_with(&suffix(who))).cloned().collect()
+            };
+            // The check below can fail: the audit log sees this leader's writes.
+            let before = bosun_e2e::audit::writes(&lab)?;
+            ensure!(!by(&before, &leader).is_empty(), "the audit log records the leader {leader}'s writes (User-Agent ending {})", suffix(&leader));
+
+            // Take the Lease by hand, for an hour.
+            let leases: Api<Lease> = Api::namespaced(c.clone(), LEASE_NAMESPACE);
+            let mut current = leases.get(&lease).await?;
+            let taken = k8s_openapi::jiff::Timestamp::now();
+            if let Some(spec) = current.spec.as_mut() {
+                spec.holder_identity = Some("e2e-by-hand".into());
+                spec.lease_duration_seconds = Some(3600);
+                spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(taken));
+            }
+            leases.replace(&lease, &PostParams::default(), &current).await.context("taking the Lease by hand")?;
+            let log = w.procs.log_of(&leader);
+            let lost_line = w
+                .wait("the old leader to log that it lost the Lease", &op, || {
+                    let log = log.clone();
+                    async move {
+                        let text = std::fs::read_to_string(&log).unwrap_or_default();
+                        Ok(text.lines().find(|l| l.contains("lost the leader lease")).map(str::to_string))
+                    }
+                })
+                .await?;
+            let lost_at: k8s_openapi::jiff::Timestamp = lost_line
+                .split_whitespace()
+                .next()
+                .and_then(|t| t.parse().ok())
+                .with_context(|| format!("the time of the log line {lost_line:?}"))?;
+            // Give the old leader time to misbehave: its drain retries evictions every few
+            // seconds, and it renewed every second.
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            w.procs.check_alive()?;
+            let writes = bosun_e2e::audit::writes(&lab)?;
+            let deadline = taken + k8s_openapi::jiff::SignedDuration::from_secs(3);
+            let late: Vec<String> = by(&writes, &leader)
+                .iter()
+                .filter(|x| x.received >= lost_at || x.received >= deadline)
+                .map(ToString::to_string)
+                .collect();
+            ensure!(late.is_empty(), "the old leader {leader} wrote after it lost the Lease (taken at {taken}, loss logged at {lost_at}):\n{}", late.join("\n"));
+            let standby_writes: Vec<String> = by(&writes, &standby).iter().map(ToString::to_string).collect();
+            ensure!(standby_writes.is_empty(), "the standby {standby} never led and wrote nothing:\n{}", standby_writes.join("\n"));
+            let text = std::fs::read_to_string(&log)?;
+            ensure!(text.contains("standing by"), "the old leader stood by again: see {}", log.display());
+
+            // Released: a replica takes the Lease and carries on with the same drain.
+            let mut current = leases.get(&lease).await?;
+            if let Some(spec) = current.spec.as_mut() {
+                spec.holder_identity = None;
+                spec.lease_duration_seconds = Some(1);
+            }
+            leases.replace(&lease, &PostParams::default(), &current).await.context("releasing the Lease")?;
+            let (c3, l3) = (c.clone(), lease.clone());
+            let (next, _) = w.wait("a replica takes the released Lease", &op, || lease_holder_probe(c3.clone(), l3.clone())).await?;
+            ensure!(next == one || next == two, "a controller took the Lease, not {next}");
+            pdbs.delete("guard", &DeleteParams::default()).await.context("deleting the budget")?;
+            w.wait_phase(&op, OperationPhase::Succeeded).await?;
+            let task = tasks_of(&c, &op).await?.remove(&node).context("the task")?;
+            let drain = step(&task, "drain").context("the drain's status")?;
+            ensure!(drain.attempts == 1, "the drain ran once across the change of leader: {drain:?}");
+            w.procs.check_alive()?;
+            Ok(())
+        }
+        .await;
+        (w, r)
+    })
+    .await
+}
+
 async fn lease_holder_probe(client: Client, lease: String) -> Result<Option<(String, i32)>> {
     lease_holder(&client, &lease).await
 }

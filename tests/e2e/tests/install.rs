@@ -363,13 +363,15 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
-const FAMILIES: [(&str, &str); 6] = [
+const FAMILIES: [(&str, &str); 8] = [
     ("bosun_operations", "gauge"),
     ("bosun_steps", "counter"),
     ("bosun_step_duration_seconds", "histogram"),
     ("bosun_gate_duration_seconds", "histogram"),
     ("bosun_plugin_cache", "counter"),
     ("bosun_watch_lists", "counter"),
+    ("bosun_leader", "gauge"),
+    ("bosun_leader_lost", "counter"),
 ];
 
 #[tokio::test]
@@ -507,6 +509,10 @@ async fn deploy_identities_run_an_operation_and_admin_servers_count_it() -> Resu
     for (text, series, want) in [
         (&controller, "bosun_operations{phase=\"Succeeded\"}", 1.0),
         (&controller, "bosun_operations{phase=\"Blocked\"}", 0.0),
+        // It leads (it holds its Lease), never lost it; an agent never leads.
+        (&controller, "bosun_leader", 1.0),
+        (&controller, "bosun_leader_lost_total", 0.0),
+        (&agent, "bosun_leader", 0.0),
         (
             &controller,
             "bosun_steps_total{side=\"controller\",outcome=\"succeeded\"}",

@@ -32,8 +32,8 @@ pub mod process;
 pub use error::{LabError, Result};
 pub use fleet::{FLEET_LABEL, add_fleet_nodes, remove_fleet_nodes};
 pub use lab::{
-    DaemonStatus, LabHandle, LabPaths, LabState, LabStatus, client, down, ensure_lab, running,
-    status, up,
+    DaemonStatus, LabHandle, LabPaths, LabState, LabStatus, client, down, ensure_lab,
+    restart_apiserver, running, status, up,
 };
 pub use nodes::{LabNode, Role};
 pub use options::{DEFAULT_CONTROL_PLANES, DEFAULT_NODES, DEFAULT_PORT_BASE, LabOptions, Ports};
