@@ -5,6 +5,8 @@
 #   kubelet kube-scheduler kube-proxy kube-apiserver kube-controller-manager kubeadm kubectl
 #       (k8s.io/kubernetes, through the same wrapper module as tests/lab/build-binaries.sh);
 #   etcd     (go.etcd.io/etcd/server/v3, at the tag kubeadm's image list names for this version);
+#   etcdctl  (go.etcd.io/etcd/etcdctl/v3, the same version, etcd 3.6 and later: the tests' etcd
+#            checks);
 #   crictl   (sigs.k8s.io/cri-tools; the github.com path is refused by the proxy);
 #   coredns  (github.com/coredns/coredns, at the tag kubeadm's image list names).
 # Binaries the simulated lab already built at the same Kubernetes version and with the same flags
@@ -22,6 +24,9 @@ OUT="$CACHE/cluster/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-coredns-$COREDNS_VERSION
 K8S_BINS=(kubelet kube-scheduler kube-proxy kube-apiserver kube-controller-manager kubeadm kubectl)
 WHAT="cluster build"
 BINS=("${K8S_BINS[@]}" etcd crictl coredns)
+# etcdctl for the tests' etcd checks, built with the etcd of the versions the tests upgrade to:
+# the module proxy serves etcdctl v3.6 but not v3.5.24 (403), so an etcd 3.5 build has none.
+case "$ETCD_VERSION" in v3.5.*) ;; *) BINS+=(etcdctl) ;; esac
 NO_GO_HINT="Install Go 1.24 or newer (the cluster lab builds Kubernetes, etcd, crictl and CoreDNS from source), then run this again."
 # shellcheck source=tests/lab/go-build-common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lab/go-build-common.sh"
@@ -116,6 +121,13 @@ for b in "${missing[@]}"; do
       echo "cluster build: go build etcd $ETCD_VERSION ..." >&2
       (cd "$src" && go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3) >>"$LOG" 2>&1 || fail "building etcd"
       mv "$BIN/etcd.tmp" "$BIN/etcd" ;;
+    etcdctl)
+      # etcd's own client, for the test's checks of a stacked etcd cluster (members, health).
+      src="$OUT/src/etcdctl"
+      wrapper_module "$src" go.etcd.io/etcd/etcdctl/v3 "$ETCD_VERSION" '\.\./' "$ETCD_VERSION" go.etcd.io/etcd/etcdctl/v3
+      echo "cluster build: go build etcdctl $ETCD_VERSION ..." >&2
+      (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3) >>"$LOG" 2>&1 || fail "building etcdctl"
+      mv "$BIN/etcdctl.tmp" "$BIN/etcdctl" ;;
     crictl|coredns)
       # crictl's version is set at link time, as its Makefile does (else it says "unknown").
       if [ "$b" = crictl ]; then

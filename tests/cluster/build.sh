@@ -20,7 +20,8 @@ t0=$(date +%s)
 need=()
 for pair in podman:podman runc:runc debootstrap:debootstrap umoci:umoci \
             /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables \
-            openssl:openssl gcc:gcc /bin/busybox:busybox-static dpkg-deb:dpkg dpkg-scanpackages:dpkg-dev flock:util-linux; do
+            openssl:openssl gcc:gcc /bin/busybox:busybox-static dpkg-deb:dpkg dpkg-scanpackages:dpkg-dev flock:util-linux \
+            haproxy:haproxy curl:curl python3:python3; do
   tool="${pair%%:*}"; pkg="${pair#*:}"
   if [ "${tool#/}" != "$tool" ]; then [ -e "$tool" ] || need+=("$pkg")
   else command -v "$tool" >/dev/null 2>&1 || need+=("$pkg"); fi

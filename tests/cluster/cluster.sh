@@ -17,7 +17,17 @@
 # BOSUN_CLUSTER_SUBNET (node network, a /24, default 10.231.0.0/24),
 # BOSUN_CLUSTER_POD_SUBNET (default 10.244.0.0/16), BOSUN_CLUSTER_APT_PORT (the lab apt
 # repository on the bridge's gateway address, default 80, the port of a real mirror, which the
-# packages example grants apt-get; a port of its own needs it in that tcpConnect), BOSUN_CACHE_DIR. Needs root.
+# packages example grants apt-get; a port of its own needs it in that tcpConnect),
+# BOSUN_CLUSTER_LB_PORT (the control-plane endpoint, default 6443), BOSUN_CLUSTER_APP_PORT (the
+# load balancer in front of NodePort 30080, default 8080), BOSUN_CACHE_DIR. Needs root.
+#
+# The control-plane endpoint is haproxy (Debian's package) on the host, on the bridge's gateway
+# address, in front of every control plane's API server, each health-checked on /readyz: it
+# keeps answering while any one control plane is down, as the load balancer in front of a
+# production kubeadm cluster does. It runs on the host, like the lab's apt repository, rather
+# than in a container of its own: no image to build, and it is outside every node, so no node
+# going down takes it along. The same haproxy also balances NodePort 30080 over every node (the
+# test workload's Service), as a cloud load balancer in front of a NodePort Service would.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
@@ -27,10 +37,14 @@ SUBNET="${BOSUN_CLUSTER_SUBNET:-10.231.0.0/24}"
 POD_SUBNET="${BOSUN_CLUSTER_POD_SUBNET:-10.244.0.0/16}"
 SERVICE_SUBNET="10.96.0.0/12"
 APT_PORT="${BOSUN_CLUSTER_APT_PORT:-80}"
+LB_PORT="${BOSUN_CLUSTER_LB_PORT:-6443}"
+APP_PORT="${BOSUN_CLUSTER_APP_PORT:-8080}"
+APP_NODEPORT=30080
 NET="bosun-cluster-$NAME"
 LABEL="bosun.cluster=$NAME"
 PREFIX="${SUBNET%.*}"                          # 10.231.0
 GATEWAY="$PREFIX.1"
+ENDPOINT="$GATEWAY:$LB_PORT"                   # the control-plane endpoint (haproxy)
 
 say() { echo "cluster: $*" >&2; }
 die() { echo "cluster: $*" >&2; exit 1; }
@@ -148,6 +162,45 @@ cmd_up() {
   for n in "${nodes[@]}"; do
     node_put "$n" "$DIR/bosun-cluster-lab.list" /etc/apt/sources.list.d/bosun-cluster-lab.list
   done
+  # The control-plane endpoint and the application's load balancer (see the header).
+  command -v haproxy >/dev/null || die "haproxy is missing (the control-plane endpoint); apt-get install haproxy, or run tests/cluster/build.sh --packages-only as root"
+  {
+    cat <<CFG
+global
+  maxconn 4096
+defaults
+  mode tcp
+  timeout connect 3s
+  timeout client 15m
+  timeout server 15m
+  timeout tunnel 1h
+  # A connection refused by a server that is going down is tried on another one.
+  retries 2
+  option redispatch
+frontend kube-apiserver
+  bind $ENDPOINT
+  default_backend control-planes
+backend control-planes
+  option httpchk GET /readyz
+  http-check expect status 200
+  default-server check check-ssl verify none inter 1s fall 2 rise 2
+CFG
+    for i in "${!nodes[@]}"; do
+      [[ "${nodes[$i]}" == *-cp* ]] && echo "  server ${nodes[$i]} ${ips[$i]}:6443"
+    done
+    cat <<CFG
+frontend app
+  bind $GATEWAY:$APP_PORT
+  default_backend app-nodes
+backend app-nodes
+  default-server check inter 1s fall 2 rise 2
+CFG
+    for i in "${!nodes[@]}"; do echo "  server ${nodes[$i]} ${ips[$i]}:$APP_NODEPORT"; done
+  } >"$DIR/haproxy.cfg"
+  haproxy -c -q -f "$DIR/haproxy.cfg" || die "haproxy refuses $DIR/haproxy.cfg"
+  setsid haproxy -db -f "$DIR/haproxy.cfg" </dev/null >"$DIR/haproxy.log" 2>&1 &
+  echo $! >"$DIR/haproxy.pid"
+  wait_for 10 "the control-plane endpoint $ENDPOINT" lb_serving
   local tn; tn=$(now)
   say "nodes started and images imported in $(since "$tb")s"
 
@@ -177,12 +230,12 @@ apiVersion: kubeadm.k8s.io/v1beta4
 kind: ClusterConfiguration
 kubernetesVersion: $BOSUN_CLUSTER_VERSION
 clusterName: $NAME
-controlPlaneEndpoint: "$cp1_ip:6443"
+controlPlaneEndpoint: "$ENDPOINT"
 networking:
   podSubnet: $POD_SUBNET
   serviceSubnet: $SERVICE_SUBNET
 apiServer:
-  certSANs: ["$cp1_ip", "127.0.0.1"]
+  certSANs: ["$GATEWAY", "$cp1_ip", "127.0.0.1"]
 ---
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -231,7 +284,7 @@ apiVersion: kubeadm.k8s.io/v1beta4
 kind: JoinConfiguration
 discovery:
   bootstrapToken:
-    apiServerEndpoint: "$cp1_ip:6443"
+    apiServerEndpoint: "$ENDPOINT"
     token: "$token"
     caCertHashes: ["$ca_hash"]
 nodeRegistration:
@@ -343,6 +396,7 @@ orphan_cgroups() {
 }
 
 apt_serving() { ss -ltnH "( sport = :$APT_PORT )" | grep -qF "$GATEWAY:$APT_PORT"; }
+lb_serving() { ss -ltnH "( sport = :$LB_PORT )" | grep -qF "$ENDPOINT"; }
 
 # Everything of this lab that still exists on the host, one line each; empty when clean.
 leftovers() {
@@ -353,6 +407,7 @@ leftovers() {
   local br; br=$(lab_bridge)
   [ -z "$br" ] || echo "bridge interface: $br (holds $GATEWAY)"
   apt_serving && echo "apt repository server: listening on $GATEWAY:$APT_PORT"
+  lb_serving && echo "control-plane load balancer: listening on $ENDPOINT"
   local rules
   rules=$(iptables-save 2>/dev/null | grep -E -e "${PREFIX//./\\.}\\.|$NET|CNI-" || true)
   [ -z "$rules" ] || echo "iptables rules: $(echo "$rules" | wc -l) ($(echo "$rules" | head -n 3 | xargs))"
@@ -383,6 +438,14 @@ cmd_down() {
     if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "httpd -f -p $GATEWAY:$APT_PORT"; then
       kill "$pid"
       wait_for 10 "the apt repository server (pid $pid) to stop" test ! -e "/proc/$pid"
+    fi
+  fi
+  if [ -f "$DIR/haproxy.pid" ]; then
+    local lb; lb=$(cat "$DIR/haproxy.pid")
+    # Only the haproxy this lab started: its pid, still running with our configuration.
+    if tr '\0' ' ' <"/proc/$lb/cmdline" 2>/dev/null | grep -qF "haproxy -db -f $DIR/haproxy.cfg"; then
+      kill "$lb"
+      wait_for 10 "the control-plane load balancer (pid $lb) to stop" test ! -e "/proc/$lb"
     fi
   fi
   local br

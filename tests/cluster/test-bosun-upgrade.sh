@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes upgrade carried out by Bosun on the real-node cluster lab, end to end:
-#   1. `cluster.sh up --version FROM` (1 control plane and 1 worker; BOSUN_CLUSTER_CPS=2 for
-#      two control planes), TO's images loaded into the nodes (nothing can be pulled here);
+#   1. `cluster.sh up --version FROM` (3 control planes with stacked etcd behind haproxy, and 1
+#      worker; BOSUN_CLUSTER_CPS=1 for a quick run), TO's images loaded into the nodes (nothing
+#      can be pulled here);
 #   2. Bosun installed as a user does (install-bosun.sh: images, `kubectl apply -k deploy/`,
 #      trust roots, the first-party plugins signed and published with the example grants);
 #   2b. `bosun-agent self-test` in every agent Pod: the kernel boundary of granted commands
@@ -46,7 +47,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 C="$HERE/cluster.sh"
 FROM="${1:-v1.33.13}"
 TO="${2:-v1.34.4}"
-CPS="${BOSUN_CLUSTER_CPS:-1}"
+CPS="${BOSUN_CLUSTER_CPS:-3}"
 NAME="${BOSUN_CLUSTER_NAME:-bosun}"
 OP="upgrade-${TO//./-}"
 VIA="${BOSUN_TEST_VIA:-lifecycle}"
@@ -150,8 +151,11 @@ fi
 "$C" load-images "$TO" >>"$LOG" 2>&1 || fail "cluster.sh load-images $TO"
 phase "images of $TO loaded"
 
-# The workload: 2 replicas that may run anywhere (the control plane too, so a drained worker's
-# pods have somewhere to go), and a PodDisruptionBudget that lets only one go at a time.
+# The workload: 2 replicas spread over the nodes (the control planes too, so a drained node's
+# pod has somewhere to go), a PodDisruptionBudget that lets only one go at a time, and a
+# NodePort Service that haproxy balances over every node (cluster.sh), as a cloud load
+# balancer would. It stops as a well-behaved application does: a preStop pause, so that its
+# endpoint is gone from every node before it stops answering.
 kubectl apply -f - >>"$LOG" 2>&1 <<'YAML' || fail "creating the workload"
 apiVersion: apps/v1
 kind: Deployment
@@ -163,13 +167,24 @@ spec:
     metadata: {labels: {app: web}}
     spec:
       tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
-      terminationGracePeriodSeconds: 2
+      topologySpreadConstraints:
+        - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app: web}}}
+      terminationGracePeriodSeconds: 15
       containers:
         - name: web
           image: localhost/bosun/busybox:lab
           imagePullPolicy: Never
-          command: [httpd, -f, -p, "8080"]
-          readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 2}
+          command: [sh, -c, "mkdir -p /www && echo ok >/www/index.html && exec httpd -f -p 8080 -h /www"]
+          readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}
+          lifecycle: {preStop: {exec: {command: [sleep, "5"]}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080, nodePort: 30080}]
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -225,6 +240,57 @@ spec:
     deny contains "upgrades are frozen (test-bosun-upgrade.sh)" if input.operation.kind == "Upgrade"
 YAML
 fi
+
+# What users see during the Operation (issue 32): the application through its load balancer
+# and the API through the control-plane endpoint, at fixed rates; each node's memory.
+ENDPOINT=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}'); ENDPOINT=${ENDPOINT#https://}
+APP_URL="http://${ENDPOINT%:*}:${BOSUN_CLUSTER_APP_PORT:-8080}/"
+PROBES=$(mktemp -d)
+for _ in $(seq 1 30); do curl -sf -m 1 -o /dev/null "$APP_URL" && break; sleep 1; done
+curl -sf -m 1 -o /dev/null "$APP_URL" || fail "the workload does not answer at $APP_URL"
+"$HERE/probe.sh" api "$PROBES/api" "$ENDPOINT" & probe_pids=($!)
+"$HERE/probe.sh" app "$PROBES/app" "$APP_URL" & probe_pids+=($!)
+"$HERE/probe.sh" mem "$PROBES/mem" "bosun.cluster=$NAME" & probe_pids+=($!)
+stop_probes() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop"; wait "${probe_pids[@]}" 2>/dev/null || true; }
+trap 'touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop"' EXIT
+echo "probes: the API through $ENDPOINT every 1 s, the application at $APP_URL every 0.2 s, node memory every 5 s (in $PROBES)"
+
+# etcd's own client against the stacked etcd members, with the control plane's health-check
+# client certificate; and the checks after each control plane's task.
+ETCD_CERTS=$(mktemp -d)
+for f in ca.crt healthcheck-client.crt healthcheck-client.key; do
+  podman exec "${NODES[0]}" cat "/etc/kubernetes/pki/etcd/$f" >"$ETCD_CERTS/$f" || fail "copying etcd's $f from ${NODES[0]}"
+done
+CP_NODES=(); for n in "${NODES[@]}"; do case "$n" in *-cp*) CP_NODES+=("$n") ;; esac; done
+etcd_endpoints=$(for n in "${CP_NODES[@]}"; do
+  echo "https://$(awk -v n="$n" '$1 == n {print $2}' "${BOSUN_CLUSTER_DIR:-$HOME/.cache/bosun/cluster-state/$NAME}/nodes.ips"):2379"; done | paste -sd,)
+# etcdctl comes with the target version's build (tests/cluster/build-go.sh).
+ETCDCTL="$(. "${BOSUN_CACHE_DIR:-$HOME/.cache/bosun}/cluster/versions/$TO.env" && echo "$BOSUN_CLUSTER_BIN")/etcdctl"
+[ -x "$ETCDCTL" ] || fail "no etcdctl in the build of $TO ($ETCDCTL); run tests/cluster/build.sh with BOSUN_K8S_VERSION=$TO"
+etcdctl_() { "$ETCDCTL" --cacert "$ETCD_CERTS/ca.crt" --cert "$ETCD_CERTS/healthcheck-client.crt" \
+  --key "$ETCD_CERTS/healthcheck-client.key" --endpoints "$etcd_endpoints" --command-timeout 5s "$@"; }
+etcd_whole() { # every member started and healthy, as many as control planes, one leader
+  local members healthy leaders
+  members=$(etcdctl_ member list 2>/dev/null | grep -c ', started, ') || return 1
+  healthy=$(etcdctl_ endpoint health 2>&1 | grep -c 'is healthy') || return 1
+  leaders=$(etcdctl_ endpoint status -w json 2>/dev/null | python3 -c 'import json, sys
+print(sum(1 for e in json.load(sys.stdin) if e["Status"]["header"]["member_id"] == e["Status"]["leader"]))') || return 1
+  [ "$members" = "${#CP_NODES[@]}" ] && [ "$healthy" = "${#CP_NODES[@]}" ] && [ "$leaders" = 1 ]
+}
+declare -A cp_checked=()
+check_control_plane() { # after $1's task Succeeded
+  local n="$1" c img deadline=$(( $(date +%s) + 60 ))
+  until etcd_whole; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "after $n: etcd is not ${#CP_NODES[@]} healthy members with one leader: $(etcdctl_ member list 2>&1 | xargs) / $(etcdctl_ endpoint health 2>&1 | xargs)"
+    sleep 2
+  done
+  [ "$(curl -sk -m 5 "https://$ENDPOINT/readyz")" = ok ] || fail "after $n: https://$ENDPOINT/readyz is not ok"
+  for c in kube-apiserver kube-controller-manager kube-scheduler; do
+    img=$(podman exec "$n" sed -n 's/^ *image: //p' "/etc/kubernetes/manifests/$c.yaml")
+    [ "${img##*:}" = "$TO" ] || fail "after $n: its static Pod $c runs $img, expected tag $TO"
+  done
+  echo "after $n: etcd ${#CP_NODES[@]} members healthy (etcdctl), one leader; $ENDPOINT/readyz ok; static Pods at $TO"
+}
 
 if [ "$VIA" = lifecycle ]; then
   t_op=$(date +%s)
@@ -315,6 +381,10 @@ while :; do
       echo "agent killed: Pod $killed deleted $(( $(date +%s) - $(date -d "$started" +%s) )) s into kubeadm-upgrade on $cp1"
     fi
   fi
+  for n in "${CP_NODES[@]}"; do
+    [ -z "${cp_checked[$n]:-}" ] && [ "$(task_field "$n" '{.status.phase}')" = Succeeded ] || continue
+    check_control_plane "$n"; cp_checked[$n]=1
+  done
   for n in "${NODES[@]}"; do
     [ "$(task_field "$n" '{.status.phase}')" = Blocked ] || continue
     reason=$(task_field "$n" '{.status.reason}')
@@ -344,6 +414,13 @@ fi
 op_s=$(( $(date +%s) - t_op ))
 phase "upgrade Operation $OP Succeeded"
 check_no_restarts "during the upgrade"
+for n in "${CP_NODES[@]}"; do [ -n "${cp_checked[$n]:-}" ] || check_control_plane "$n"; done
+stop_probes
+"$HERE/plan-order.sh" "$OP" "${NODES[0]}" || fail "the plan's order (above)"
+"$HERE/probe.sh" mem-report "$PROBES/mem"
+api_gap=10; [ "${#CP_NODES[@]}" -gt 1 ] || api_gap=100000  # one control plane: the API is down during its restart, by design
+"$HERE/probe.sh" report "$PROBES/api" "$api_gap" 100 "API (read + write every 1 s through $ENDPOINT)" || fail "the API client's target (above)"
+"$HERE/probe.sh" report "$PROBES/app" 5 1 "application (GET every 0.2 s through its load balancer)" || fail "the application client's target (above)"
 read -r up_wall up_steps up_dead < <("$HERE/dead-time.sh" "$OP") || fail "dead-time.sh $OP"
 echo "upgrade: wall ${up_wall}s, steps running ${up_steps}s, no step running ${up_dead}s"
 
