@@ -174,6 +174,10 @@ pub struct TaskStatusWrite {
     /// for the agent's step writes (see [`TaskStatusWrite::with_facts`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_facts: Option<serde_json::Value>,
+    /// The task's `metadata.generation` whose `spec.recovery` the controller acted on
+    /// ([`TaskStatusWrite::with_recovery_generation`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery_generation: Option<i64>,
 }
 
 impl TaskStatusWrite {
@@ -291,6 +295,46 @@ impl TaskStatusWrite {
 }
 
 impl TaskStatusWrite {
+    /// The task's own fields as the controller writes them when it changes no step: its
+    /// `phase`, `attempts` and `message` (a note, a resumption's last write, an ignored
+    /// recovery). Under the controller's own manager, which owns these fields.
+    pub fn task(phase: NodeTaskPhase, attempts: u32, message: Option<String>) -> TaskStatusWrite {
+        TaskStatusWrite {
+            phase: Some(phase),
+            attempts: Some(attempts),
+            message,
+            ..TaskStatusWrite::default()
+        }
+    }
+
+    /// A step a recovery (a person's, or an automatic retry) moved back to `phase` (Pending
+    /// to run again, Skipped), with its `attempts` and a `message` saying so; the task's
+    /// current step becomes it. Under the step's controller manager, so the agent's next
+    /// write of the step takes its fields back.
+    pub fn step_resumed(
+        step: &str,
+        phase: StepPhase,
+        attempts: u32,
+        message: &str,
+    ) -> TaskStatusWrite {
+        let mut entry = StepWrite::bare(step, phase, attempts);
+        entry.message = Some(message.to_string());
+        TaskStatusWrite::step(entry)
+    }
+
+    /// This write with the task's block `reason` (kept when a recovery is ignored).
+    pub fn with_reason(mut self, reason: Option<BlockReason>) -> TaskStatusWrite {
+        self.reason = reason;
+        self
+    }
+
+    /// This write recording that the recovery of `generation` was acted on (nothing when
+    /// `None`: an automatic retry, or a note).
+    pub fn with_recovery_generation(mut self, generation: Option<i64>) -> TaskStatusWrite {
+        self.recovery_generation = generation;
+        self
+    }
+
     /// This write carrying the node-facts reports `facts` (an object with `before` and/or
     /// `after`; nothing when `None` or empty). A manager that wrote a report writes it again
     /// in each later write of its own, or the apply removes it.
@@ -558,6 +602,43 @@ mod tests {
         assert_eq!(json_of(&carried)["nodeFacts"], json!({ "before": before }));
         assert_eq!(json_of(&w.clone().with_facts(None)), json_of(&w));
         assert_eq!(json_of(&w.clone().with_facts(Some(json!({})))), json_of(&w));
+    }
+
+    /// The controller's recovery writes (`bosun_controller::recovery`): the resumed step's
+    /// entry under its manager, then the task's own fields, with the acted-on generation for a
+    /// person's recovery and the kept reason for an ignored one.
+    #[test]
+    fn recovery_writes_a_resumed_step_then_the_task() {
+        let step = TaskStatusWrite::step_resumed("upgrade", StepPhase::Pending, 2, "retry 1 of 3");
+        assert_eq!(
+            json_of(&step),
+            json!({
+                "currentStep": "upgrade",
+                "steps": [{ "name": "upgrade", "phase": "Pending", "attempts": 2, "message": "retry 1 of 3" }],
+            })
+        );
+        let top = TaskStatusWrite::task(NodeTaskPhase::Running, 2, Some("retried".into()))
+            .with_recovery_generation(Some(7));
+        assert_eq!(
+            json_of(&top),
+            json!({ "phase": "Running", "attempts": 2, "message": "retried", "recoveryGeneration": 7 })
+        );
+        let ignored = TaskStatusWrite::task(NodeTaskPhase::Blocked, 1, Some("ignored".into()))
+            .with_reason(Some(BlockReason::StepFailed))
+            .with_recovery_generation(Some(3));
+        assert_eq!(
+            json_of(&ignored),
+            json!({ "phase": "Blocked", "attempts": 1, "reason": "StepFailed", "message": "ignored", "recoveryGeneration": 3 })
+        );
+        // A note: no generation, no reason, nothing else.
+        assert_eq!(
+            json_of(&TaskStatusWrite::task(
+                NodeTaskPhase::Blocked,
+                1,
+                Some("n".into())
+            )),
+            json!({ "phase": "Blocked", "attempts": 1, "message": "n" })
+        );
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! `replace` carrying the `resourceVersion` it read: of two replicas racing for the Lease one
 //! wins and the other gets a conflict and stays standby. The leader renews every
 //! `renew_every`; if it cannot renew within `duration − renew_every` of the last renewal
-//! it *sent* (each attempt is cut at that deadline, so a hanging request cannot stretch it),
+//! it *sent* (each attempt is cut at that deadline, so a hanging request cannot stretch it,
+//! and at 2 s, so that a failed one is tried again on a new connection within the deadline),
 //! or finds another holder, it stops leading before any standby may take over: the term's
 //! [`Fence`] closes (no request of the work is sent after that), its runtime is shut down
 //! (every task the work spawned is dropped), and the replica stands by again in the same
@@ -248,6 +249,15 @@ impl Elector {
 /// How long a term's runtime may take to drop its tasks once stopped (they are cancelled at
 /// their next await; only a blocking task could take longer, and the work spawns none).
 const TERM_SHUTDOWN: Duration = Duration::from_secs(5);
+/// The longest one read-and-write of the Lease may take. A request to an API server that is
+/// going down can hang on its connection; cut, it is dropped with that connection, and the
+/// next attempt (after [`RETRY_AFTER_FAILURE`]) opens another, which the Service or the load
+/// balancer may send to an API server that answers. Without it, one hanging renewal used
+/// the whole renew deadline on the real-node cluster while `kubeadm upgrade apply` restarted
+/// one of three API servers.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The wait before trying again after a failed attempt (instead of the renew period).
+const RETRY_AFTER_FAILURE: Duration = Duration::from_millis(500);
 /// How long a leader waits, after a shutdown signal, for its work to finish its current
 /// reconciles before it stops the term and releases the Lease.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
@@ -507,21 +517,27 @@ where
     let mut last_holder = String::new();
     loop {
         let attempt = tokio::select! {
-            a = elector.attempt() => a,
+            a = tokio::time::timeout(ATTEMPT_TIMEOUT, elector.attempt()) => {
+                a.unwrap_or_else(|_| Err(format!("reading or writing the Lease did not answer within {}s", ATTEMPT_TIMEOUT.as_secs())))
+            }
             () = &mut *shutdown => return false,
         };
-        match attempt {
+        let wait = match attempt {
             Ok(Attempt::Leading) => return true,
             Ok(Attempt::Standby(holder)) => {
                 if holder != last_holder {
                     tracing::info!(lease = %cfg.name, %holder, identity = %cfg.identity, "standing by: another replica leads");
                     last_holder = holder;
                 }
+                cfg.renew_every
             }
-            Err(error) => tracing::warn!(%error, "leader election: will try again"),
-        }
+            Err(error) => {
+                tracing::warn!(%error, "leader election: will try again");
+                RETRY_AFTER_FAILURE
+            }
+        };
         tokio::select! {
-            () = tokio::time::sleep(cfg.renew_every) => {}
+            () = tokio::time::sleep(wait) => {}
             () = &mut *shutdown => return false,
         }
     }
@@ -544,12 +560,17 @@ where
     // Set by a shutdown signal: the work finishes its current reconciles (it got the signal
     // too) and the term is stopped at this instant if it has not ended by then.
     let mut shutting_down: Option<Instant> = None;
+    // After a failed attempt the next comes sooner, on a new connection (ATTEMPT_TIMEOUT).
+    let mut failed = false;
     loop {
+        let period = if failed {
+            RETRY_AFTER_FAILURE
+        } else {
+            cfg.renew_every
+        };
         let wait = match shutting_down {
-            Some(by) => cfg
-                .renew_every
-                .min(by.saturating_duration_since(Instant::now())),
-            None => cfg.renew_every,
+            Some(by) => period.min(by.saturating_duration_since(Instant::now())),
+            None => period,
         };
         tokio::select! {
             how = &mut term.ended => {
@@ -565,18 +586,22 @@ where
                 }
                 let sent = Instant::now();
                 let left = (renewed + renew_deadline).saturating_duration_since(sent);
-                let lost = match tokio::time::timeout(left, elector.attempt()).await {
-                    Ok(Ok(Attempt::Leading)) => {
+                let cut = left.min(ATTEMPT_TIMEOUT);
+                let attempt = tokio::time::timeout(cut, elector.attempt())
+                    .await
+                    .unwrap_or_else(|_| Err(format!("the renewal did not answer within {:.1}s", cut.as_secs_f32())));
+                failed = attempt.is_err();
+                let lost = match attempt {
+                    Ok(Attempt::Leading) => {
                         renewed = sent;
                         None
                     }
-                    Ok(Ok(Attempt::Standby(holder))) => Some(format!("{holder} holds it now")),
-                    Ok(Err(error)) if renewed.elapsed() < renew_deadline => {
+                    Ok(Attempt::Standby(holder)) => Some(format!("{holder} holds it now")),
+                    Err(error) if renewed.elapsed() < renew_deadline => {
                         tracing::warn!(%error, "could not renew the leader lease; trying again");
                         None
                     }
-                    Ok(Err(error)) => Some(format!("not renewed within {}s, last error: {error}", renew_deadline.as_secs())),
-                    Err(_) => Some(format!("not renewed within {}s: the renewal did not answer in time", renew_deadline.as_secs())),
+                    Err(error) => Some(format!("not renewed within {}s, last error: {error}", renew_deadline.as_secs())),
                 };
                 if let Some(why) = lost {
                     term.end().await;

@@ -15,6 +15,7 @@ use bosun_api::labels::annotations::PAUSED as PAUSED_ANNOTATION;
 use bosun_api::node_task::{NodeTask, NodeTaskPhase, Recovery};
 use bosun_api::operation::Operation;
 use bosun_cluster::is_paused;
+use bosun_cluster::status::TaskStatusWrite;
 use bosun_planner::state::{AutoRetry, Resumer, Resumption, auto_retry, resume};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -68,10 +69,9 @@ pub async fn handle(
                 } else {
                     status.message.clone()
                 };
-                let mut body = json!({ "phase": status.phase, "attempts": status.attempts, "message": message, "recoveryGeneration": generation });
-                if let Some(reason) = status.reason {
-                    body["reason"] = json!(reason);
-                }
+                let body = TaskStatusWrite::task(status.phase, status.attempts, message.clone())
+                    .with_reason(status.reason)
+                    .with_recovery_generation(generation);
                 apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await?;
                 let s = task.status.get_or_insert_with(Default::default);
                 s.message = message;
@@ -172,7 +172,7 @@ async fn note(ctx: &Context, task: &mut NodeTask, message: String) -> Result<()>
     if status.message.as_deref() == Some(message.as_str()) {
         return Ok(());
     }
-    let body = json!({ "phase": status.phase, "attempts": status.attempts, "message": message });
+    let body = TaskStatusWrite::task(status.phase, status.attempts, Some(message.clone()));
     apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await?;
     task.status.get_or_insert_with(Default::default).message = Some(message);
     Ok(())
@@ -193,12 +193,11 @@ async fn write(
 ) -> Result<()> {
     let name = task.name_any();
     if let Some(step) = &r.step {
-        let entry = json!({ "name": step.name, "phase": step.phase, "attempts": step.attempts, "message": step.message });
         apply_task_status(
             ctx,
             &name,
-            json!({ "currentStep": step.name, "steps": [entry] }),
-            &format!("{}.step.{}", ctx.manager, step.name),
+            TaskStatusWrite::step_resumed(&step.name, step.phase, step.attempts, &step.message),
+            &bosun_cluster::status::step_manager(&ctx.manager, &step.name),
         )
         .await?;
     }
@@ -214,10 +213,8 @@ async fn write(
             "removing the block reason of NodeTask {name}"
         )))?;
     }
-    let mut top = json!({ "phase": r.phase, "attempts": r.attempts, "message": r.message });
-    if let Some(g) = generation {
-        top["recoveryGeneration"] = json!(g);
-    }
+    let top = TaskStatusWrite::task(r.phase, r.attempts, Some(r.message.clone()))
+        .with_recovery_generation(generation);
     apply_task_status(ctx, &name, top, &ctx.manager).await?;
     // Mirror in memory.
     let s = task.status.get_or_insert_with(Default::default);
