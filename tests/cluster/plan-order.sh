@@ -16,7 +16,7 @@ spans = []
 for task in json.load(sys.stdin)["items"]:
     steps = [s for s in task.get("status", {}).get("steps", []) if s.get("startedAt") and s.get("finishedAt")]
     if not steps:
-        sys.exit(f"plan-order: {task[\"spec\"][\"nodeName\"]} ran no step")
+        sys.exit("plan-order: " + task["spec"]["nodeName"] + " ran no step")
     spans.append((min(t(s["startedAt"]) for s in steps), max(t(s["finishedAt"]) for s in steps), task["spec"]["nodeName"]))
 spans.sort()
 print("plan order: " + " -> ".join(f"{n} ({e - s:.0f} s)" for s, e, n in spans))

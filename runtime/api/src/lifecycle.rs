@@ -202,8 +202,9 @@ pub struct ClusterLifecycleStatus {
     pub conditions: Vec<Condition>,
 
     /// What generation waits for: `Paused`, `BlockedOperation`, `Approval`,
-    /// `OperationRunning`, `OperationFinishedWithoutEffect`, `NodeReports`. Absent when
-    /// nothing is awaited.
+    /// `OperationRunning`, `OperationFinishedWithoutEffect`, `NodeReports`, `NameTaken` (the
+    /// Operation it would generate exists and is not its own). Absent when nothing is
+    /// awaited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
 

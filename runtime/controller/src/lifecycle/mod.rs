@@ -283,7 +283,8 @@ impl Lifecycle {
         object.labels().get(labels::INSTANCE).map(String::as_str) == self.instance.as_deref()
     }
 
-    /// The label selector of the Operations this install's ClusterLifecycle generated.
+    /// The label selector of the Operations this install's ClusterLifecycles generated (of
+    /// any uid: [`is_own`] picks the current one's).
     fn generated_selector(&self) -> String {
         format!(
             "{},{}",
@@ -380,6 +381,7 @@ impl Lifecycle {
         let generated_ops = self.generated().await?;
         let generated: Vec<Generated> = generated_ops
             .iter()
+            .filter(|op| is_own(op, object))
             .filter_map(|op| {
                 let kind = if op.spec.upgrade.is_some() {
                     Kind::Upgrade
@@ -398,7 +400,7 @@ impl Lifecycle {
             })
             .collect();
         let stored = object.status.clone().unwrap_or_default();
-        let decision = decide(&Input {
+        let mut decision = decide(&Input {
             spec: &object.spec,
             handled_rotation: stored.certificates.handled_rotation,
             nodes: &nodes,
@@ -406,20 +408,29 @@ impl Lifecycle {
             now,
         });
         let mut history = stored.history.clone();
-        if let Some(g) = &decision.generate {
-            self.create_operation(g).await?;
-            if !history.iter().any(|h| h.name == g.name) {
-                history.insert(
-                    0,
-                    GeneratedOperation {
-                        name: g.name.clone(),
-                        kind: g.kind.as_str().into(),
-                        reason: g.reason.clone(),
-                        created_at: Time(now),
-                    },
-                );
-                history.truncate(MAX_HISTORY);
-            }
+        if let Some(g) = decision.generate.clone()
+            && let Created::Taken(why) = self.create_operation(&g, object).await?
+        {
+            // Nothing was generated: the request (a rotation) stays unhandled, and the
+            // condition says whose the name is and what to do.
+            tracing::warn!(operation = %g.name, "{why}");
+            decision.generate = None;
+            decision.certificates.handled_rotation = stored.certificates.handled_rotation;
+            decision.waiting = Some((decide::Waiting::NameTaken, why));
+        }
+        if let Some(g) = &decision.generate
+            && !history.iter().any(|h| h.name == g.name)
+        {
+            history.insert(
+                0,
+                GeneratedOperation {
+                    name: g.name.clone(),
+                    kind: g.kind.as_str().into(),
+                    reason: g.reason.clone(),
+                    created_at: Time(now),
+                },
+            );
+            history.truncate(MAX_HISTORY);
         }
         let status = status_of(object, &stored, &decision, history, now);
         if status != stored {
@@ -438,9 +449,18 @@ impl Lifecycle {
             .items)
     }
 
-    async fn create_operation(&self, g: &decide::Generate) -> Result<()> {
+    /// Creates the Operation `g` for `object`. A name already taken is ours only when that
+    /// Operation is [`is_own`] (an earlier pass created it and its status write was lost).
+    async fn create_operation(
+        &self,
+        g: &decide::Generate,
+        object: &ClusterLifecycle,
+    ) -> Result<Created> {
         let mut labels_ =
             BTreeMap::from([(labels::LIFECYCLE.to_string(), g.kind.as_str().to_string())]);
+        if let Some(uid) = &object.metadata.uid {
+            labels_.insert(labels::LIFECYCLE_UID.into(), uid.clone());
+        }
         if let Some(instance) = &self.instance {
             labels_.insert(labels::INSTANCE.into(), instance.clone());
         }
@@ -454,10 +474,24 @@ impl Lifecycle {
         match ops.create(&PostParams::default(), &op).await {
             Ok(_) => {
                 tracing::info!(operation = %g.name, reason = %g.reason, "ClusterLifecycle generated an Operation");
-                Ok(())
+                Ok(Created::Created)
             }
-            // Created by an earlier pass whose status write was lost: the same Operation.
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let existing = ops
+                    .get_opt(&g.name)
+                    .await
+                    .map_err(Error::kube(format!("getting Operation {}", g.name)))?;
+                Ok(match existing {
+                    // Created by an earlier pass whose status write was lost.
+                    Some(op) if is_own(&op, object) => Created::Created,
+                    Some(op) => Created::Taken(name_taken(&op, &g.name)),
+                    // Deleted since: the next pass creates it.
+                    None => Created::Taken(format!(
+                        "Operation {} was being deleted when this ClusterLifecycle generated it; it is generated again once it is gone",
+                        g.name
+                    )),
+                })
+            }
             Err(e) => Err(Error::kube(format!("creating Operation {}", g.name))(e)),
         }
     }
@@ -567,6 +601,50 @@ fn status_of(
     status
 }
 
+/// What creating a generated Operation did.
+#[derive(Debug, PartialEq)]
+enum Created {
+    /// It exists now and is this ClusterLifecycle's.
+    Created,
+    /// Its name is taken by an Operation that is not this ClusterLifecycle's: why, and what
+    /// to do.
+    Taken(String),
+}
+
+/// Whether `op` is an Operation `lifecycle` generated: it carries the ClusterLifecycle's uid
+/// ([`labels::LIFECYCLE_UID`]). An Operation of an earlier Bosun, which labelled its
+/// Operations with [`labels::LIFECYCLE`] alone, counts when it was created after this
+/// ClusterLifecycle (so not by an earlier ClusterLifecycle of the same name). Never by name.
+pub fn is_own(op: &Operation, lifecycle: &ClusterLifecycle) -> bool {
+    let labels = op.labels();
+    if !labels.contains_key(labels::LIFECYCLE) {
+        return false;
+    }
+    match (labels.get(labels::LIFECYCLE_UID), &lifecycle.metadata.uid) {
+        (Some(uid), Some(own)) => uid == own,
+        (Some(_), None) => false,
+        (None, _) => match (
+            &op.metadata.creation_timestamp,
+            &lifecycle.metadata.creation_timestamp,
+        ) {
+            (Some(created), Some(since)) => created.0 >= since.0,
+            _ => false,
+        },
+    }
+}
+
+/// The message for a generated Operation's name taken by `op`.
+fn name_taken(op: &Operation, name: &str) -> String {
+    let by = if op.labels().contains_key(labels::LIFECYCLE) {
+        "was generated by an earlier ClusterLifecycle (deleted and created again since)"
+    } else {
+        "was not generated by a ClusterLifecycle (made by hand or by another tool)"
+    };
+    format!(
+        "Operation {name} exists and {by}, so this ClusterLifecycle generates nothing under its name: look at it (kubectl bosun status {name}), then delete it (kubectl delete operation {name}) and the ClusterLifecycle generates its own"
+    )
+}
+
 /// `kubernetesVersion` from kubeadm's ClusterConfiguration (a YAML document): the value of
 /// the top-level `kubernetesVersion:` line, quotes removed.
 pub fn kubernetes_version_of(cluster_configuration: &str) -> Option<String> {
@@ -667,5 +745,90 @@ mod tests {
         );
         assert_eq!(kubernetes_version_of("kubernetesVersion: stable\n"), None);
         assert_eq!(kubernetes_version_of("kind: ClusterConfiguration\n"), None);
+    }
+
+    fn lifecycle_object(uid: &str, created: &str) -> ClusterLifecycle {
+        serde_json::from_value(json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "ClusterLifecycle",
+            "metadata": { "name": "cluster", "uid": uid, "creationTimestamp": created },
+            "spec": { "kubernetesVersion": "v1.34.4" },
+        }))
+        .unwrap()
+    }
+
+    fn operation_labelled(labels: serde_json::Value, created: &str) -> Operation {
+        serde_json::from_value(json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+            "metadata": { "name": "lifecycle-renew-r7", "labels": labels, "creationTimestamp": created },
+            "spec": { "renewCertificates": {} },
+        }))
+        .unwrap()
+    }
+
+    /// A generated Operation is recognised by its ClusterLifecycle's uid, never by its name:
+    /// a squatter under the generated name, and an Operation of an earlier ClusterLifecycle
+    /// of the same name, are not its own (issue 33).
+    #[test]
+    fn an_operation_is_the_lifecycles_own_by_its_uid_not_its_name() {
+        let lc = lifecycle_object("uid-new", "2026-12-03T10:00:00Z");
+        let own = operation_labelled(
+            json!({ labels::LIFECYCLE: "renewCertificates", labels::LIFECYCLE_UID: "uid-new" }),
+            "2026-12-03T11:00:00Z",
+        );
+        assert!(is_own(&own, &lc));
+        let earlier = operation_labelled(
+            json!({ labels::LIFECYCLE: "renewCertificates", labels::LIFECYCLE_UID: "uid-old" }),
+            "2026-12-03T11:00:00Z",
+        );
+        assert!(
+            !is_own(&earlier, &lc),
+            "generated by an earlier ClusterLifecycle"
+        );
+        let squatter = operation_labelled(json!({}), "2026-12-03T11:00:00Z");
+        assert!(
+            !is_own(&squatter, &lc),
+            "made by hand under the generated name"
+        );
+        let forged_uid_only = operation_labelled(
+            json!({ labels::LIFECYCLE_UID: "uid-new" }),
+            "2026-12-03T11:00:00Z",
+        );
+        assert!(!is_own(&forged_uid_only, &lc), "no lifecycle label");
+        // An Operation of an earlier Bosun (lifecycle label, no uid): its own when created
+        // after this ClusterLifecycle, not when created before it.
+        let old_after = operation_labelled(
+            json!({ labels::LIFECYCLE: "renewCertificates" }),
+            "2026-12-03T11:00:00Z",
+        );
+        assert!(is_own(&old_after, &lc));
+        let old_before = operation_labelled(
+            json!({ labels::LIFECYCLE: "renewCertificates" }),
+            "2026-12-03T09:00:00Z",
+        );
+        assert!(!is_own(&old_before, &lc));
+    }
+
+    #[test]
+    fn a_taken_name_says_whose_it_is_and_what_to_do() {
+        let by_hand = name_taken(
+            &operation_labelled(json!({}), "2026-12-03T11:00:00Z"),
+            "lifecycle-renew-r7",
+        );
+        assert!(
+            by_hand.contains("was not generated by a ClusterLifecycle"),
+            "{by_hand}"
+        );
+        assert!(
+            by_hand.contains("kubectl delete operation lifecycle-renew-r7"),
+            "{by_hand}"
+        );
+        let earlier = name_taken(
+            &operation_labelled(
+                json!({ labels::LIFECYCLE: "upgrade", labels::LIFECYCLE_UID: "x" }),
+                "2026-12-03T11:00:00Z",
+            ),
+            "lifecycle-upgrade-v1-35-0",
+        );
+        assert!(earlier.contains("earlier ClusterLifecycle"), "{earlier}");
     }
 }
