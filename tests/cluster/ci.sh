@@ -3,7 +3,8 @@
 # the cluster lab needs (cached under ~/.cache/bosun/cluster; a no-op when it is there), then
 # test-bosun-upgrade.sh: Bosun installed with `kubectl apply -k deploy/`, a step policy that
 # denies the upgrade, the upgrade Operation with its control plane's agent killed in the middle
-# of `kubeadm upgrade apply`, and a certificate renewal, on 1 control plane and 1 worker.
+# of `kubeadm upgrade apply`, and a certificate renewal, on 3 control planes (stacked etcd,
+# behind haproxy) and 1 worker, with the application and API clients and the restart checks.
 #
 # CI runs the minor upgrade v1.33.13 -> v1.34.4 (BOSUN_CI_FROM / BOSUN_CI_TO override it). A
 # second minor wants its own etcd and CoreDNS (v1.33.13's kubeadm names etcd 3.5.24 and CoreDNS
