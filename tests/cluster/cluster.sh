@@ -181,12 +181,14 @@ frontend kube-apiserver
   bind $ENDPOINT
   default_backend control-planes
 backend control-planes
-  # Down at the first failed /readyz (every 0.5 s, cut at 1 s): an API server whose local
-  # etcd member restarts hangs its requests, and every client sent there waits its timeout.
+  # Down after two failed /readyz (every 0.5 s, each cut at 1.5 s): an API server whose local
+  # etcd member restarts hangs its requests, and every client sent there waits its timeout,
+  # so it must go quickly; but down at the first failure, a loaded machine's slow check took
+  # all three out at once (clients then saw "tls handshake eof").
   option httpchk GET /readyz
   http-check expect status 200
-  timeout check 1s
-  default-server check check-ssl verify none inter 500ms fall 1 rise 2
+  timeout check 1500ms
+  default-server check check-ssl verify none inter 500ms fall 2 rise 2
 CFG
     for i in "${!nodes[@]}"; do
       [[ "${nodes[$i]}" == *-cp* ]] && echo "  server ${nodes[$i]} ${ips[$i]}:6443"
