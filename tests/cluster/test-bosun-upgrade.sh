@@ -251,8 +251,9 @@ curl -sf -m 1 -o /dev/null "$APP_URL" || fail "the workload does not answer at $
 "$HERE/probe.sh" api "$PROBES/api" "$ENDPOINT" & probe_pids=($!)
 "$HERE/probe.sh" app "$PROBES/app" "$APP_URL" & probe_pids+=($!)
 "$HERE/probe.sh" mem "$PROBES/mem" "bosun.cluster=$NAME" & probe_pids+=($!)
-stop_probes() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop"; wait "${probe_pids[@]}" 2>/dev/null || true; }
-trap 'touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop"' EXIT
+tell_probes_to_stop() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop"; }
+stop_probes() { tell_probes_to_stop; wait "${probe_pids[@]}" 2>/dev/null || true; }
+trap tell_probes_to_stop EXIT
 echo "probes: the API through $ENDPOINT every 1 s, the application at $APP_URL every 0.2 s, node memory every 5 s (in $PROBES)"
 
 # etcd's own client against the stacked etcd members, with the control plane's health-check

@@ -284,13 +284,7 @@ impl TaskStatusWrite {
         reason: BlockReason,
         message: &str,
     ) -> TaskStatusWrite {
-        TaskStatusWrite {
-            phase: Some(phase),
-            attempts: Some(attempts),
-            reason: Some(reason),
-            message: Some(message.to_string()),
-            ..TaskStatusWrite::default()
-        }
+        TaskStatusWrite::task(phase, attempts, Some(message.to_string())).with_reason(Some(reason))
     }
 }
 

@@ -45,8 +45,6 @@ pub struct LeaseConfig {
 /// Why leading stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
-    #[error("building the leader election's API client: {0}")]
-    Client(String),
     #[error(
         "leader election settings are inconsistent: renew every {renew:?} must be shorter than the lease duration {duration:?}; lower --lease-renew-seconds or raise --lease-duration-seconds"
     )]
@@ -424,7 +422,8 @@ impl Term {
 
 /// Runs this replica for as long as the process lives: stands by until it holds the Lease,
 /// then leads one *term* ([`Term`]): `work(client)` on a runtime of its own, with a client
-/// built from `config` behind a [`Fence`], while it renews the Lease.
+/// built from `config` behind a [`Fence`], while it renews the Lease through `client` (the
+/// process's own, used for the Lease alone).
 ///
 /// When leadership is lost (another holder wrote the Lease, or no renewal succeeded within
 /// `duration − renew_every` of the last one sent, as when the API server is down), the fence
@@ -435,6 +434,7 @@ impl Term {
 /// Returns `Ok` on a shutdown signal (after the work finished its current reconciles, and
 /// the Lease released if held) or when the work ends by itself.
 pub async fn run_as_leader<F, Fut>(
+    client: Client,
     config: kube::Config,
     cfg: LeaseConfig,
     work: F,
@@ -449,8 +449,6 @@ where
             duration: cfg.duration,
         });
     }
-    let client =
-        Client::try_from(config.clone()).map_err(|e| LeaderError::Client(e.to_string()))?;
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut elector = Elector {
         api,

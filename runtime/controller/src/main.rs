@@ -134,7 +134,7 @@ async fn main() -> anyhow::Result<()> {
                 lifecycle,
             )
         };
-        bosun_controller::leader::run_as_leader(config, lease, work).await?;
+        bosun_controller::leader::run_as_leader(client, config, lease, work).await?;
     }
     tracing::info!("bosun-controller stopped");
     Ok(())

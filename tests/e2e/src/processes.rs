@@ -55,14 +55,6 @@ impl Processes {
         Ok(())
     }
 
-    /// The process id of `name`, while it is one of these processes.
-    pub fn pid(&self, name: &str) -> Option<u32> {
-        self.children
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, c)| c.id())
-    }
-
     /// Every process's name and id.
     pub fn pids(&self) -> Vec<(String, u32)> {
         self.children

@@ -106,11 +106,7 @@ async fn patch_spec(client: &Client, spec: Value) -> Result<()> {
 
 /// Adopted and in sync: the spec is the cluster's, every node reported.
 async fn adopted_in_sync(op: &mut Operator, lab: &LabHandle) -> Result<ClusterLifecycle> {
-    let control_planes = lab
-        .nodes
-        .iter()
-        .filter(|n| n.role == Role::ControlPlane)
-        .count() as u32;
+    let control_planes = lab.names(Role::ControlPlane).len() as u32;
     let nodes = lab.nodes.len() as u32;
     wait_lifecycle(
         op,

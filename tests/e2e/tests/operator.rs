@@ -45,18 +45,8 @@ fn interval(task: &NodeTask) -> Result<(Timestamp, Timestamp)> {
 
 /// The default lab's nodes: (control planes, workers).
 fn roles(lab: &LabHandle) -> Result<(Vec<String>, Vec<String>)> {
-    let cp: Vec<String> = lab
-        .nodes
-        .iter()
-        .filter(|n| n.role == Role::ControlPlane)
-        .map(|n| n.name.clone())
-        .collect();
-    let workers: Vec<String> = lab
-        .nodes
-        .iter()
-        .filter(|n| n.role == Role::Worker)
-        .map(|n| n.name.clone())
-        .collect();
+    let cp = lab.names(Role::ControlPlane);
+    let workers = lab.names(Role::Worker);
     ensure!(
         cp.len() == 1 && workers.len() == 3,
         "these tests expect the default lab (1 control plane, 3 workers), found {cp:?} and {workers:?}"

@@ -63,18 +63,8 @@ impl Lab {
 /// `STATE_DIR` present in every host root, and an operator for this test.
 async fn setup(test: &str) -> Result<(Lab, Operator)> {
     let lab = bosun_lab::ensure_lab().await?;
-    let cp: Vec<String> = lab
-        .nodes
-        .iter()
-        .filter(|n| n.role == Role::ControlPlane)
-        .map(|n| n.name.clone())
-        .collect();
-    let mut workers: Vec<String> = lab
-        .nodes
-        .iter()
-        .filter(|n| n.role == Role::Worker)
-        .map(|n| n.name.clone())
-        .collect();
+    let cp = lab.names(Role::ControlPlane);
+    let mut workers = lab.names(Role::Worker);
     workers.sort();
     ensure!(
         cp.len() == 1 && workers.len() == 3,

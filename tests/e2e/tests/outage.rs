@@ -38,12 +38,7 @@ async fn an_api_server_outage_mid_operation_exits_no_process_and_runs_no_step_tw
     for node in &lab.nodes {
         std::fs::create_dir_all(node.host_root.join(STATE_DIR.trim_start_matches('/')))?;
     }
-    let mut workers: Vec<String> = lab
-        .nodes
-        .iter()
-        .filter(|n| n.role == Role::Worker)
-        .map(|n| n.name.clone())
-        .collect();
+    let mut workers = lab.names(Role::Worker);
     workers.sort();
     let first = workers.first().context("the lab has a worker")?.clone();
     let mut operator = Operator::start(&lab, "outage")?;

@@ -158,6 +158,15 @@ impl LabHandle {
         self.nodes.iter().find(|n| n.name == name)
     }
 
+    /// The names of the nodes with `role`, in the lab's order.
+    pub fn names(&self, role: nodes::Role) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.role == role)
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
     /// A command running the real kubeadm chrooted into `node`'s host root, so it sees the
     /// node's `/etc/kubernetes`. See [`kubeadm::kubeadm_in_root`].
     pub fn kubeadm_in_root(&self, node: &LabNode, args: &[&str]) -> std::process::Command {
