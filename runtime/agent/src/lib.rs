@@ -281,12 +281,22 @@ pub async fn run(agent: Arc<Agent>) {
         tokio::spawn(watch);
     }
     // The NodeTask watch, as `Controller::new` builds it, with its lists counted
-    // (`bosun_watch_lists_total`).
+    // (`bosun_watch_lists_total`), opened again when it stalls while the agent waits for
+    // the controller (a controller step, the health gates) and the API server holds a
+    // newer task than the watch brought (`bosun_cluster::watch::keep_fresh`).
+    let liveness = bosun_cluster::watch::Liveness::new(Watched::NodeTasks);
     let (triggers, store) = bosun_cluster::watch::counted_controller_source(
-        tasks,
+        tasks.clone(),
         watcher::Config::default().labels(&selector),
-        Watched::NodeTasks,
+        liveness.clone(),
     );
+    tokio::spawn(bosun_cluster::watch::keep_fresh(
+        tasks,
+        store.clone(),
+        liveness,
+        bosun_cluster::watch::FRESHNESS,
+        NodeTask::waits_on_controller,
+    ));
     Controller::for_stream(triggers, store)
         .trigger_backoff(bosun_cluster::watch::WatchBackoff::new(
             bosun_cluster::watch::seed_of(&agent.node_name),

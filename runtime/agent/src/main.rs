@@ -233,7 +233,15 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         .context("finding the API server (set KUBECONFIG to the cluster's kubeconfig)")?;
     // Every request says which node's agent sent it (an audit log tells the agents apart).
     bosun_cluster::client::identify(&mut config, "bosun-agent", &args.node_name);
-    let client = kube::Client::try_from(config).context("connecting to the API server")?;
+    // Requests other than watches are cut when the API server does not answer
+    // (`AnswerDeadline`): a step result written to a stalled API server is then sent again
+    // on another connection instead of hanging.
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("connecting to the API server")?
+        .with_layer(&bosun_cluster::client::AnswerDeadline(
+            bosun_cluster::client::ANSWER_DEADLINE,
+        ))
+        .build();
     // Ready (admin server's /ready) once the API server has answered with these credentials.
     // An API server that is down (kubeadm restarts it) is waited for, not a reason to exit.
     bosun_cluster::client::wait_for_api_server(&client)

@@ -114,6 +114,33 @@ pub struct NodeTaskSpec {
     pub recovery: Option<Recovery>,
 }
 
+impl NodeTask {
+    /// Whether the task is Running with one of its agent steps Running: the agent is at work
+    /// on it, and the controller waits for the agent's result.
+    pub fn agent_step_running(&self) -> bool {
+        let Some(status) = &self.status else {
+            return false;
+        };
+        status.phase == NodeTaskPhase::Running
+            && self.spec.steps.iter().any(|step| {
+                step.runs_on == crate::operation::RunsOn::Agent
+                    && status
+                        .steps
+                        .iter()
+                        .any(|s| s.name == step.name && s.phase == StepPhase::Running)
+            })
+    }
+
+    /// Whether the task is Running with no agent step Running: the controller is at work on
+    /// it (a controller step, the health gates), and the agent waits for the controller.
+    pub fn waits_on_controller(&self) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.phase == NodeTaskPhase::Running)
+            && !self.agent_step_running()
+    }
+}
+
 /// What a person decides after a task blocked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum Recovery {
@@ -548,6 +575,47 @@ pub struct StepError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A task in `phase` whose agent step `run` and controller step `drain` are in the
+    /// phases given.
+    fn task_with(phase: &str, run: &str, drain: &str) -> NodeTask {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask",
+            "metadata": { "name": "t" },
+            "spec": { "operation": "op", "nodeName": "n", "group": "g", "steps": [
+                { "name": "drain", "runsOn": "controller", "action": "drain" },
+                { "name": "run", "plugin": "p", "action": "a" } ] },
+            "status": { "phase": phase, "steps": [
+                { "name": "drain", "phase": drain },
+                { "name": "run", "phase": run } ] }
+        }))
+        .expect("a NodeTask")
+    }
+
+    #[test]
+    fn who_a_running_task_waits_on_follows_the_kind_of_its_running_step() {
+        let cases = [
+            // (task, agent step, controller step) → (agent at work, controller at work)
+            (("Running", "Running", "Succeeded"), (true, false)),
+            (("Running", "Pending", "Running"), (false, true)),
+            (("Running", "Succeeded", "Succeeded"), (false, true)), // health gates
+            (("Running", "Pending", "Pending"), (false, true)),
+            (("Blocked", "Running", "Succeeded"), (false, false)),
+            (("Pending", "Pending", "Pending"), (false, false)),
+            (("Succeeded", "Succeeded", "Succeeded"), (false, false)),
+        ];
+        for ((phase, run, drain), expected) in cases {
+            let t = task_with(phase, run, drain);
+            assert_eq!(
+                (t.agent_step_running(), t.waits_on_controller()),
+                expected,
+                "task {phase}, agent step {run}, controller step {drain}"
+            );
+        }
+        let mut no_status = task_with("Running", "Running", "Running");
+        no_status.status = None;
+        assert!(!no_status.agent_step_running() && !no_status.waits_on_controller());
+    }
 
     #[test]
     fn block_reasons_are_named_as_they_serialize() {

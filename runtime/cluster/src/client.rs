@@ -10,6 +10,103 @@ use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 
+/// How long a request that is not a watch may wait for the API server's answer (its
+/// response headers) before it is cut and fails ([`AnswerDeadline`]).
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Cuts every request but a watch that has no answer after a deadline, so a connection to
+/// an API server that accepted the request and never answers (one whose etcd member was
+/// just restarted, a connection half-dead after a partition) fails the request instead of
+/// hanging it, and with it the reconcile that made it, for as long as the TCP connection
+/// lives. kube-client sets no read timeout by default. Cutting a request drops its
+/// connection, so the retry goes out on another.
+///
+/// Watches (`watch=true`) are left alone: they wait for events by design, and a watch that
+/// stalls is found by `watch::keep_fresh` instead. The deadline ([`ANSWER_DEADLINE`]) is
+/// far above what any request of Bosun's takes on a working API server (milliseconds; an
+/// eviction or a page of a list included) and under the API server's own 60 s request
+/// timeout.
+#[derive(Clone, Copy, Debug)]
+pub struct AnswerDeadline(pub Duration);
+
+/// The error of a request cut by an [`AnswerDeadline`].
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the API server did not answer {method} {path} within {deadline:?}; the request was cut and its connection dropped"
+)]
+pub struct NoAnswer {
+    pub method: http::Method,
+    pub path: String,
+    pub deadline: Duration,
+}
+
+/// Whether `uri` asks for a watch (`watch=true` or `watch=1` in its query).
+pub fn is_watch(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch"))
+    })
+}
+
+impl<S> tower::Layer<S> for AnswerDeadline {
+    type Service = Deadlined<S>;
+
+    fn layer(&self, inner: S) -> Deadlined<S> {
+        Deadlined {
+            inner,
+            deadline: self.0,
+        }
+    }
+}
+
+/// A service behind an [`AnswerDeadline`].
+#[derive(Clone, Debug)]
+pub struct Deadlined<S> {
+    inner: S,
+    deadline: Duration,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Deadlined<S>
+where
+    S: tower::Service<http::Request<B>>,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = tower::BoxError;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<S::Response, tower::BoxError>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let watch = is_watch(request.uri());
+        let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+        let deadline = self.deadline;
+        let sent = self.inner.call(request);
+        Box::pin(async move {
+            if watch {
+                return sent.await.map_err(Into::into);
+            }
+            match tokio::time::timeout(deadline, sent).await {
+                Ok(answer) => answer.map_err(Into::into),
+                Err(_) => Err(NoAnswer {
+                    method,
+                    path,
+                    deadline,
+                }
+                .into()),
+            }
+        })
+    }
+}
+
 /// The first wait between attempts to reach the API server at start.
 pub const FIRST_CONTACT_RETRY_FIRST: Duration = Duration::from_secs(1);
 /// The longest wait between attempts to reach the API server at start.
@@ -69,6 +166,45 @@ pub async fn wait_for_api_server(client: &kube::Client) -> Result<(), kube::Erro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tower::{Layer as _, ServiceExt as _};
+
+    #[test]
+    fn only_watch_requests_are_watches() {
+        let watch = |u: &str| is_watch(&u.parse::<http::Uri>().expect("a URI"));
+        assert!(watch(
+            "/apis/bosun.dev/v1alpha1/nodetasks?labelSelector=a%3Db&watch=true&resourceVersion=5"
+        ));
+        assert!(watch("/api/v1/nodes?watch=1"));
+        assert!(!watch("/api/v1/nodes?watch=false"));
+        assert!(!watch("/api/v1/nodes?labelSelector=watch%3Dtrue"));
+        assert!(!watch("/api/v1/nodes"));
+    }
+
+    #[tokio::test]
+    async fn a_request_without_an_answer_is_cut_at_the_deadline_and_a_watch_is_not() {
+        // An API server that accepts every request and never answers.
+        let silent = tower::service_fn(|_: http::Request<()>| {
+            std::future::pending::<Result<http::Response<()>, std::convert::Infallible>>()
+        });
+        let deadline = Duration::from_millis(50);
+        let service = AnswerDeadline(deadline).layer(silent);
+        let get = http::Request::get("/api/v1/nodes/n1")
+            .body(())
+            .expect("a request");
+        let start = std::time::Instant::now();
+        let error = service.clone().oneshot(get).await.expect_err("no answer");
+        assert!(start.elapsed() >= deadline);
+        let cut = error.downcast_ref::<NoAnswer>().expect("a NoAnswer");
+        assert_eq!(
+            (cut.method.as_str(), cut.path.as_str()),
+            ("GET", "/api/v1/nodes/n1")
+        );
+        let watch = http::Request::get("/api/v1/nodes?watch=true")
+            .body(())
+            .expect("a request");
+        let waited = tokio::time::timeout(deadline * 10, service.oneshot(watch)).await;
+        assert!(waited.is_err(), "a watch is never cut by the deadline");
+    }
 
     #[test]
     fn the_user_agent_names_the_component_its_version_and_the_identity() {

@@ -13,9 +13,27 @@
 //! second while the server is down (each a refused TCP connection until it listens again),
 //! and one list-and-watch per agent once it is back.
 
+//!
+//! **A watch that is open but silent.** A watch can also stay connected to an API server
+//! that no longer delivers its events: on a control plane whose etcd member a renewal or an
+//! upgrade just restarted, that API server kept its watches open and sent nothing for 97 s
+//! while its watch cache re-initialised (docs/benchmarks.md, "API-server restarts"), and the
+//! controller waited for a step result the agent had written long before. [`Liveness`] and
+//! [`reopenable`] let such a watch be opened again; [`keep_fresh`] decides when: a watch
+//! silent for [`FRESHNESS`]`.silent` while its process waits for an object to change is
+//! checked against a quorum read of (a few of) those objects, and opened again when the API
+//! server holds a newer version that the watch does not bring within
+//! [`FRESHNESS`]`.grace`. Opening again drops the stalled connection and lists with a quorum
+//! read (kube-runtime's default `MostRecent`), so the store is current at once.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bosun_telemetry::Watched;
+use futures::{Stream, StreamExt};
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 
@@ -111,11 +129,12 @@ pub fn count_lists<K>(resource: Watched) -> impl FnMut(&Result<watcher::Event<K>
 
 /// The trigger stream and store of a kube-runtime `Controller` of `api`'s objects, built as
 /// `Controller::new` builds them (a reflector over a watcher), with the watch's lists counted
-/// as `resource` ([`count_lists`]). For `Controller::for_stream(triggers, store)`.
+/// as `liveness`'s resource ([`count_lists`]) and the watch opened again when `liveness` asks
+/// ([`reopenable`]). For `Controller::for_stream(triggers, store)`.
 pub fn counted_controller_source<K>(
     api: kube::Api<K>,
     config: watcher::Config,
-    resource: Watched,
+    liveness: Liveness,
 ) -> (
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
     kube::runtime::reflector::Store<K>,
@@ -130,16 +149,244 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    use futures::StreamExt as _;
     use kube::runtime::WatchStreamExt as _;
     let writer = kube::runtime::reflector::store::Writer::<K>::default();
     let store = writer.as_reader();
-    let triggers = kube::runtime::reflector::reflector(
-        writer,
-        watcher(api, config).inspect(count_lists(resource)),
-    )
-    .applied_objects();
+    let triggers = kube::runtime::reflector::reflector(writer, reopenable(api, config, liveness))
+        .applied_objects();
     (triggers, store)
+}
+
+/// Whether a watch still delivers, and the handle that opens it again (see the module
+/// documentation). Clones share one watch.
+#[derive(Clone, Debug)]
+pub struct Liveness(Arc<LivenessState>);
+
+#[derive(Debug)]
+struct LivenessState {
+    resource: Watched,
+    last_event: Mutex<Instant>,
+    reopen: tokio::sync::Notify,
+}
+
+impl Liveness {
+    /// A new watch of `resource`, counted as just heard from.
+    pub fn new(resource: Watched) -> Liveness {
+        Liveness(Arc::new(LivenessState {
+            resource,
+            last_event: Mutex::new(Instant::now()),
+            reopen: tokio::sync::Notify::new(),
+        }))
+    }
+
+    /// The watch delivered something (an event, or its first list).
+    fn heard(&self) {
+        *self
+            .0
+            .last_event
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
+    /// How long the watch has delivered nothing.
+    pub fn silent_for(&self) -> Duration {
+        self.0
+            .last_event
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .elapsed()
+    }
+
+    /// Asks the watch to drop its connection and list and watch again. The silence clock
+    /// starts over, so the new list has [`FreshnessCheck::silent`] to arrive before the
+    /// watch is judged again.
+    pub fn reopen(&self) {
+        self.heard();
+        bosun_telemetry::metrics().watch_reopened(self.0.resource);
+        self.0.reopen.notify_one();
+    }
+}
+
+/// The items of the stream `open` makes, opened again (`open` called again, the old stream
+/// dropped with its connection) each time `liveness` is asked to ([`Liveness::reopen`]).
+/// Every `Ok` item counts as hearing from the watch; errors do not (a watch that keeps
+/// failing against a stalled API server is as silent as one that says nothing). Never
+/// ends while the streams do not.
+pub fn reopening<S, F, T, E>(
+    mut open: F,
+    liveness: Liveness,
+) -> impl Stream<Item = Result<T, E>> + Send
+where
+    F: FnMut() -> S + Send + 'static,
+    S: Stream<Item = Result<T, E>> + Send + 'static,
+    T: Send,
+    E: Send,
+{
+    let first: Pin<Box<S>> = Box::pin(open());
+    futures::stream::unfold(
+        (first, open, liveness),
+        |(mut inner, mut open, liveness)| async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    () = liveness.0.reopen.notified() => {
+                        inner = Box::pin(open());
+                    }
+                    item = inner.next() => {
+                        let item = item?;
+                        if item.is_ok() {
+                            liveness.heard();
+                        }
+                        return Some((item, (inner, open, liveness)));
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// A watcher of `api` with `config` that [`Liveness::reopen`] opens again, its lists
+/// counted ([`count_lists`]).
+pub fn reopenable<K>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    liveness: Liveness,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let resource = liveness.0.resource;
+    reopening(
+        move || watcher(api.clone(), config.clone()).inspect(count_lists(resource)),
+        liveness,
+    )
+}
+
+/// When and how [`keep_fresh`] checks a watch.
+#[derive(Clone, Copy, Debug)]
+pub struct FreshnessCheck {
+    /// How often it looks.
+    pub every: Duration,
+    /// A watch silent at least this long, while its process waits on an object, is checked.
+    pub silent: Duration,
+    /// At most this many of the awaited objects are read per check (each a quorum GET), in
+    /// turn, so a thousand awaited objects cost no more than a few.
+    pub sample: usize,
+    /// Each read is cut after this long (an API server that hangs tells nothing) ...
+    pub timeout: Duration,
+    /// ... and tried again at once, up to this many tries in all.
+    pub tries: u32,
+    /// How long a newer version found by a read may take to arrive through the watch
+    /// before the watch is opened again.
+    pub grace: Duration,
+}
+
+/// The check Bosun's controller and agents run: a silent watch is looked at within about
+/// 10 s and opened again about 2 s later.
+pub const FRESHNESS: FreshnessCheck = FreshnessCheck {
+    every: Duration::from_secs(4),
+    silent: Duration::from_secs(6),
+    sample: 4,
+    timeout: Duration::from_secs(2),
+    tries: 3,
+    grace: Duration::from_secs(2),
+};
+
+/// The objects one check reads: `awaited` ordered by name, `sample` of them starting at
+/// turn `turn` (so successive checks go round all of them).
+pub fn sample_of<K: kube::Resource>(
+    mut awaited: Vec<Arc<K>>,
+    turn: usize,
+    sample: usize,
+) -> Vec<Arc<K>> {
+    if awaited.is_empty() {
+        return awaited;
+    }
+    awaited.sort_by_key(|o| o.name_any());
+    let start = turn % awaited.len();
+    awaited.rotate_left(start);
+    awaited.truncate(sample);
+    awaited
+}
+
+/// Keeps a watch honest (see the module documentation): every `check.every`, if the watch
+/// behind `store` has been silent for `check.silent` and `awaited` accepts some of its
+/// objects (those the process is waiting to see change), reads up to `check.sample` of them
+/// from the API server. An object whose `resourceVersion` there differs from the store's
+/// (or that is gone there), and still does after `check.grace`, means the watch is not
+/// delivering: it is opened again through `liveness`, with a warning. Never ends.
+pub async fn keep_fresh<K, A>(
+    api: kube::Api<K>,
+    store: Store<K>,
+    liveness: Liveness,
+    check: FreshnessCheck,
+    awaited: A,
+) where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    A: Fn(&K) -> bool,
+{
+    let mut turn = 0usize;
+    loop {
+        tokio::time::sleep(check.every).await;
+        if liveness.silent_for() < check.silent {
+            continue;
+        }
+        let candidates = sample_of(store.state_filter(|o| awaited(o)), turn, check.sample);
+        turn = turn.wrapping_add(check.sample.max(1));
+        let mut behind = Vec::new();
+        for seen in candidates {
+            // A read cut at its timeout drops its connection (perhaps to the same stalled
+            // API server as the watch), so the next try goes out on another.
+            for _ in 0..check.tries {
+                let read = tokio::time::timeout(check.timeout, api.get_opt(&seen.name_any())).await;
+                match read {
+                    Ok(Ok(now)) => {
+                        if now.as_ref().map(ResourceExt::resource_version)
+                            != Some(seen.resource_version())
+                        {
+                            behind.push((seen, now.and_then(|n| n.resource_version())));
+                        }
+                        break;
+                    }
+                    // An error answer: nothing learned this time.
+                    Ok(Err(_)) => break,
+                    // No answer: try again on another connection.
+                    Err(_) => {}
+                }
+            }
+        }
+        if behind.is_empty() {
+            continue;
+        }
+        tokio::time::sleep(check.grace).await;
+        let still: Vec<_> = behind
+            .into_iter()
+            .filter(|(seen, _)| {
+                store
+                    .get(&ObjectRef::from_obj(seen.as_ref()))
+                    .is_some_and(|cur| cur.resource_version() == seen.resource_version())
+            })
+            .collect();
+        if let Some((seen, newer)) = still.first() {
+            tracing::warn!(
+                watched = ?liveness.0.resource,
+                object = %seen.name_any(),
+                watched_version = seen.resource_version().unwrap_or_default(),
+                api_server_version = newer.as_deref().unwrap_or("deleted"),
+                silent_for = ?liveness.silent_for(),
+                "the watch has brought nothing while the API server holds a newer version of an object this process waits on; watching again on a new connection"
+            );
+            liveness.reopen();
+        }
+    }
 }
 
 /// A seed for [`WatchBackoff::new`] from a name (FNV-1a).
@@ -168,6 +415,75 @@ mod tests {
         b.reset();
         let again = b.next().unwrap();
         assert!(again < FIRST * 5 / 4, "after reset: {again:?}");
+    }
+
+    #[tokio::test]
+    async fn a_reopened_stream_is_dropped_and_made_again_and_only_ok_items_count_as_heard() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let opened = Arc::new(AtomicUsize::new(0));
+        let live = Liveness::new(Watched::NodeTasks);
+        let counter = opened.clone();
+        // Each opening yields its number, an error, then nothing more (a stalled watch).
+        let stream = reopening(
+            move || {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                futures::stream::iter([Ok::<usize, String>(n), Err("no".to_owned())])
+                    .chain(futures::stream::pending())
+            },
+            live.clone(),
+        );
+        let mut stream = Box::pin(stream);
+        assert_eq!(stream.next().await, Some(Ok(0)));
+        let heard = live.silent_for();
+        assert_eq!(stream.next().await, Some(Err("no".to_owned())));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            live.silent_for() >= heard + Duration::from_millis(20),
+            "an error is not hearing from the watch"
+        );
+        // Stalled: nothing comes until the watch is opened again.
+        let stalled = tokio::time::timeout(Duration::from_millis(50), stream.next()).await;
+        assert!(stalled.is_err(), "the stalled stream yielded {stalled:?}");
+        live.reopen();
+        assert_eq!(stream.next().await, Some(Ok(1)));
+        assert_eq!(opened.load(Ordering::SeqCst), 2);
+        // A reopen asked for while nobody polls is not lost, and comes before what the old
+        // stream still had to say.
+        live.reopen();
+        assert_eq!(stream.next().await, Some(Ok(2)));
+        assert_eq!(opened.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn successive_checks_read_every_awaited_object_in_turn() {
+        use bosun_api::node_task::{NodeTask, NodeTaskSpec};
+        let task = |name: &str| {
+            Arc::new(NodeTask::new(
+                name,
+                NodeTaskSpec {
+                    operation: "op".into(),
+                    node_name: name.into(),
+                    group: "g".into(),
+                    steps: vec![],
+                    dry_run: false,
+                    step_timeout_seconds: None,
+                    approve: false,
+                    recovery: None,
+                },
+            ))
+        };
+        let all: Vec<_> = ["c", "a", "e", "b", "d"].into_iter().map(task).collect();
+        let names = |turn| {
+            sample_of(all.clone(), turn, 2)
+                .iter()
+                .map(|t| t.name_any())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(0), ["a", "b"]);
+        assert_eq!(names(2), ["c", "d"]);
+        assert_eq!(names(4), ["e", "a"]);
+        assert_eq!(sample_of(all.clone(), 0, 9).len(), 5);
+        assert!(sample_of(Vec::<Arc<NodeTask>>::new(), 3, 2).is_empty());
     }
 
     #[test]

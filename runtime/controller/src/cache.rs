@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use bosun_api::node_task::NodeTask;
 use bosun_api::operation::Operation;
+use bosun_cluster::watch::Liveness;
 use bosun_telemetry::Watched;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
@@ -74,6 +75,8 @@ pub struct Caches {
     /// one could not be read as an integer (then every read goes to the API server).
     written: Arc<Written>,
     catch_up: Duration,
+    /// Whether the NodeTask watch still delivers ([`Caches::keep_tasks_fresh`]).
+    task_liveness: Liveness,
 }
 
 /// The newest `resourceVersion` of the controller's NodeTask writes, by the Operation of
@@ -182,7 +185,23 @@ impl Caches {
             listing: Default::default(),
             written: Default::default(),
             catch_up: CATCH_UP,
+            task_liveness: Liveness::new(Watched::NodeTasks),
         }
+    }
+
+    /// Keeps the NodeTask watch honest while polled (never ends): when it has been silent
+    /// while an agent step runs, the running tasks are read from the API server, and the
+    /// watch is opened again if it missed a change (`bosun_cluster::watch::keep_fresh`).
+    /// An agent's step result is the change the controller waits on without any write of
+    /// its own to wait for (its own writes are covered by [`Caches::tasks`]' catch-up).
+    pub fn keep_tasks_fresh(&self, client: Client) -> impl Future<Output = ()> + Send + 'static {
+        bosun_cluster::watch::keep_fresh(
+            Api::<NodeTask>::all(client),
+            self.tasks.clone(),
+            self.task_liveness.clone(),
+            bosun_cluster::watch::FRESHNESS,
+            NodeTask::agent_step_running,
+        )
     }
 
     /// `client`, noting the `resourceVersion` of every NodeTask write it makes (for
@@ -250,8 +269,7 @@ impl Caches {
         let (seen, listing) = (self.seen.clone(), self.listing.clone());
         let api: Api<NodeTask> = Api::all(client);
         Some(
-            watcher(api, config)
-                .inspect(bosun_cluster::watch::count_lists(Watched::NodeTasks))
+            bosun_cluster::watch::reopenable(api, config, self.task_liveness.clone())
                 .modify(|t: &mut NodeTask| t.metadata.managed_fields = None)
                 .reflect(writer)
                 .inspect(move |event| {

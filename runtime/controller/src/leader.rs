@@ -385,7 +385,12 @@ impl Term {
                 };
                 let how = runtime.block_on(async move {
                     let client = match kube::client::ClientBuilder::try_from(config) {
-                        Ok(builder) => builder.with_layer(&layer).build(),
+                        Ok(builder) => builder
+                            .with_layer(&bosun_cluster::client::AnswerDeadline(
+                                bosun_cluster::client::ANSWER_DEADLINE,
+                            ))
+                            .with_layer(&layer)
+                            .build(),
                         Err(e) => return TermEnd::Failed(format!("building its API client: {e}")),
                     };
                     tokio::select! {

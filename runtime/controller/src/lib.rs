@@ -116,6 +116,9 @@ pub async fn run(
     ) else {
         unreachable!("a new Caches gives its watches once");
     };
+    // A NodeTask watch left open by an API server that stopped delivering is opened again
+    // (see `Caches::keep_tasks_fresh`).
+    let tasks_fresh = caches.keep_tasks_fresh(client.clone());
     // A task advanced in the background after its reconcile stopped waiting wakes its
     // Operation as a change of the task would (see `inflight`).
     let (retrigger, advanced) = tokio::sync::mpsc::unbounded_channel::<NodeTask>();
@@ -146,7 +149,7 @@ pub async fn run(
     let (operation_triggers, operation_store) = bosun_cluster::watch::counted_controller_source(
         operations,
         watcher::Config::default().labels(&selector),
-        Watched::Operations,
+        bosun_cluster::watch::Liveness::new(Watched::Operations),
     );
     let controller = Controller::for_stream(operation_triggers, operation_store)
         .watches_stream(triggers, wake)
@@ -162,10 +165,12 @@ pub async fn run(
                 Err(e) => tracing::debug!(error = %e, "reconcile error"),
             }
         });
-    // The Node watch never ends; the controller ends on a shutdown signal, and with it this.
+    // The Node watch and the freshness check never end; the controller ends on a shutdown
+    // signal, and with it this.
     tokio::select! {
         () = controller => {}
         () = nodes_watch => {}
+        () = tasks_fresh => {}
     }
 }
 

@@ -9,6 +9,7 @@
 //! | `bosun_gate_duration_seconds` | histogram | `gate` (preflight, policy, health) |
 //! | `bosun_plugin_cache_total` | counter | `result` (hit, miss) |
 //! | `bosun_watch_lists_total` | counter | `resource` (nodetasks, operations, nodes, policies) |
+//! | `bosun_watch_reopened_total` | counter | `resource` (watches opened again because they stalled) |
 //! | `bosun_leader` | gauge | none (1 while this controller replica leads) |
 //! | `bosun_leader_lost_total` | counter | none (leaderships lost, each stood down in-process) |
 //!
@@ -208,6 +209,7 @@ pub struct Metrics {
     gate_duration: HistogramFamily<GateLabels>,
     plugin_cache: Family<CacheLabels, Counter>,
     watch_lists: Family<WatchLabels, Counter>,
+    watch_reopened: Family<WatchLabels, Counter>,
     leader: Gauge,
     leader_lost: Counter,
     /// Operation name → the phase last recorded for it; `bosun_operations` is its tally.
@@ -258,6 +260,8 @@ impl Metrics {
         registry.register("bosun_plugin_cache", "Plugin byte lookups in the agent's local store: hit (verified bytes on disk) or miss (fetched from the source)", plugin_cache.clone());
         let watch_lists = Family::<WatchLabels, Counter>::default();
         registry.register("bosun_watch_lists", "Full lists made by this process's watches, by resource: one when a watch starts, one more each time it has to list again (its resourceVersion expired: 410 Gone) or its list failed and was retried", watch_lists.clone());
+        let watch_reopened = Family::<WatchLabels, Counter>::default();
+        registry.register("bosun_watch_reopened", "Watches this process dropped and opened again, by resource, because they stayed silent while the API server held a newer version of an object the process was waiting on (an API server that keeps a watch open but no longer delivers its events)", watch_reopened.clone());
 
         let leader = Gauge::default();
         registry.register(
@@ -292,9 +296,11 @@ impl Metrics {
             drop(plugin_cache.get_or_create(&CacheLabels { result: Fixed(r) }));
         }
         for w in WATCHED {
-            drop(watch_lists.get_or_create(&WatchLabels {
+            let labels = WatchLabels {
                 resource: Fixed(watched_str(w)),
-            }));
+            };
+            drop(watch_lists.get_or_create(&labels));
+            drop(watch_reopened.get_or_create(&labels));
         }
         Metrics {
             registry,
@@ -304,6 +310,7 @@ impl Metrics {
             gate_duration,
             plugin_cache,
             watch_lists,
+            watch_reopened,
             leader,
             leader_lost,
             phases: Mutex::new(HashMap::new()),
@@ -362,6 +369,15 @@ impl Metrics {
     /// Records that a watch of `resource` started a full list.
     pub fn watch_listed(&self, resource: Watched) {
         self.watch_lists
+            .get_or_create(&WatchLabels {
+                resource: Fixed(watched_str(resource)),
+            })
+            .inc();
+    }
+
+    /// Records that a stalled watch of `resource` was opened again.
+    pub fn watch_reopened(&self, resource: Watched) {
+        self.watch_reopened
             .get_or_create(&WatchLabels {
                 resource: Fixed(watched_str(resource)),
             })

@@ -31,6 +31,7 @@ pub mod lifecycle;
 pub mod operator;
 pub mod paths;
 pub mod processes;
+pub mod stall;
 
 use std::time::Duration;
 

@@ -43,6 +43,8 @@ pub struct Operator {
     nodes: Vec<(String, PathBuf)>,
     agent_args: Vec<String>,
     controller_args: Vec<String>,
+    /// The kubeconfig the controller runs with, when not the lab's.
+    controller_kubeconfig: Option<PathBuf>,
 }
 
 impl Operator {
@@ -71,6 +73,27 @@ impl Operator {
         controller_args: &[String],
         agent_args: &[String],
     ) -> Result<Operator> {
+        Operator::start_with(lab, test, controller_args, agent_args, None)
+    }
+
+    /// [`start`](Self::start) with the controller reaching the API server through
+    /// `kubeconfig` (for example one whose server is a relay:
+    /// [`crate::stall::StallingRelay::kubeconfig`]); the agents use the lab's.
+    pub fn start_with_controller_kubeconfig(
+        lab: &LabHandle,
+        test: &str,
+        kubeconfig: &Path,
+    ) -> Result<Operator> {
+        Operator::start_with(lab, test, &[], &[], Some(kubeconfig.to_path_buf()))
+    }
+
+    fn start_with(
+        lab: &LabHandle,
+        test: &str,
+        controller_args: &[String],
+        agent_args: &[String],
+        controller_kubeconfig: Option<PathBuf>,
+    ) -> Result<Operator> {
         let instance = unique(test);
         let dir = target_dir().join("e2e-operator").join(&instance);
         let procs = Processes::new(&dir)?;
@@ -89,6 +112,7 @@ impl Operator {
                 .collect(),
             agent_args: agent_args.to_vec(),
             controller_args: controller_args.to_vec(),
+            controller_kubeconfig,
         };
         op.start_controller()?;
         for (node, _) in op.nodes.clone() {
@@ -100,7 +124,8 @@ impl Operator {
     /// Starts (or, after [`kill`](Self::kill), restarts) the controller.
     pub fn start_controller(&mut self) -> Result<()> {
         let mut cmd = Command::new(binary("bosun-controller")?);
-        cmd.env("KUBECONFIG", &self.kubeconfig)
+        let kubeconfig = self.controller_kubeconfig.as_ref();
+        cmd.env("KUBECONFIG", kubeconfig.unwrap_or(&self.kubeconfig))
             .env("BOSUN_LOG", "info,kube=warn")
             .arg("--instance")
             .arg(&self.instance)
