@@ -15,7 +15,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::operation::{ExecutionMode, HealthGates, Rollout};
+use crate::operation::{DrainSpec, ExecutionMode, HealthGates, Rollout};
 
 /// The one name a ClusterLifecycle may have.
 pub const NAME: &str = "cluster";
@@ -189,6 +189,10 @@ pub struct OperationDefaults {
     /// Checks between nodes.
     #[serde(default)]
     pub health_gates: HealthGates,
+    /// Cordon and drain settings (`timeoutSeconds`, `deleteEmptyDirData`,
+    /// `evictUnmanagedPods`), as on an Operation.
+    #[serde(default)]
+    pub drain: DrainSpec,
 }
 
 /// What the controller observed and did, written by the controller.

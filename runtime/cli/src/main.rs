@@ -138,4 +138,32 @@ mod tests {
     fn command_tree_is_consistent() {
         super::Cli::command().debug_assert();
     }
+
+    #[test]
+    fn approve_shows_its_arguments_in_the_order_it_takes_them() {
+        let mut cli = super::Cli::command();
+        let approve = cli
+            .find_subcommand_mut("approve")
+            .expect("an approve command");
+        let usage = approve.render_usage().to_string();
+        assert!(
+            usage.contains("approve [OPTIONS] <OPERATION> <NODE>...")
+                && usage.contains("approve [OPTIONS] <OPERATION> --all"),
+            "{usage}"
+        );
+        // And it parses what it shows.
+        for args in [
+            ["kubectl-bosun", "approve", "op1", "node-a"],
+            ["kubectl-bosun", "approve", "op1", "--all"],
+        ] {
+            let parsed = <super::Cli as clap::Parser>::try_parse_from(args);
+            let Ok(super::Cli {
+                command: super::Command::Ops(crate::ops::Command::Approve(a)),
+            }) = parsed
+            else {
+                panic!("{args:?} did not parse as approve: {parsed:?}");
+            };
+            assert_eq!(a.operation, "op1");
+        }
+    }
 }

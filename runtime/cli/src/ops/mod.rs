@@ -78,6 +78,11 @@ pub enum Command {
     /// what blocks and the command that moves it on.
     Status(StatusArgs),
     /// Controlled mode: let NodeTasks start (sets spec.approve on each).
+    // clap would print the required group first (`<NODE|--all> <OPERATION>`); the
+    // Operation comes first, as the command takes it.
+    #[command(
+        override_usage = "kubectl-bosun approve [OPTIONS] <OPERATION> <NODE>...\n       kubectl-bosun approve [OPTIONS] <OPERATION> --all"
+    )]
     Approve(ApproveArgs),
     /// Run the failed step of a Blocked node again, after fixing its cause (recovery: Retry).
     Retry(NodeArgs),

@@ -449,6 +449,7 @@ pub fn operation_spec(spec: &ClusterLifecycleSpec, kind: Kind) -> OperationSpec 
         execution_mode: defaults.execution_mode,
         rollout: defaults.rollout.clone(),
         health_gates: defaults.health_gates.clone(),
+        drain: defaults.drain.clone(),
         ..Default::default()
     };
     match kind {
@@ -603,11 +604,17 @@ mod tests {
     fn version_drift_generates_one_upgrade_with_the_defaults() {
         let mut s = spec("v1.35.0");
         s.operation_defaults.execution_mode = bosun_api::ExecutionMode::DryRun;
+        s.operation_defaults.drain.evict_unmanaged_pods = true;
+        s.operation_defaults.drain.timeout_seconds = 120;
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &[]);
         let g = d.generate.expect("an upgrade");
         assert_eq!(g.name, "lifecycle-upgrade-v1-35-0");
         assert_eq!(g.kind, Kind::Upgrade);
         assert_eq!(g.spec.execution_mode, bosun_api::ExecutionMode::DryRun);
+        assert_eq!(
+            g.spec.drain, s.operation_defaults.drain,
+            "the drain defaults are copied"
+        );
         let up = g.spec.upgrade.expect("upgrade spec");
         assert_eq!(up.kubernetes_version, "v1.35.0");
         assert_eq!(up.packages.len(), 3);
