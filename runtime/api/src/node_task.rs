@@ -357,12 +357,40 @@ pub fn upstream_version(package_version: &str) -> Option<String> {
 #[serde(rename_all = "camelCase")]
 pub struct CertificateExpiry {
     /// kubeadm's name: the file name without `.crt`, `etcd-` in front for `pki/etcd`
-    /// (`apiserver`, `etcd-server`, `ca`).
-    #[schemars(length(max = 253))]
+    /// (`apiserver`, `etcd-server`, `ca`), or a kubeconfig's file name (`admin.conf`). A
+    /// name, never a path: the API server refuses `/` and a leading `.`.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    )]
     pub name: String,
     /// The certificate's notAfter.
     pub not_after: Time,
 }
+
+impl CertificateExpiry {
+    /// Whether this entry can be a certificate an agent reported: a name as the schema
+    /// allows it (reports written before the schema said so are read too) and a `notAfter`
+    /// no earlier than 1950, the first year an X.509 UTCTime can carry (kubeadm's
+    /// certificates always use it). Readers skip the rest instead of showing, for example,
+    /// `../../etc/shadow` expiring in year 1 as the cluster's earliest certificate.
+    pub fn is_plausible(&self) -> bool {
+        let name_ok = self
+            .name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+            && self.name.len() <= 253
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        name_ok && self.not_after.0.as_second() >= EARLIEST_NOT_AFTER
+    }
+}
+
+/// 1950-01-01T00:00:00Z in Unix seconds (see [`CertificateExpiry::is_plausible`]).
+const EARLIEST_NOT_AFTER: i64 = -631_152_000;
 
 /// Where a NodeTask is in its life. Transitions are in `bosun_planner::state`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -590,6 +618,32 @@ mod tests {
                 { "name": "run", "phase": run } ] }
         }))
         .expect("a NodeTask")
+    }
+
+    #[test]
+    fn only_names_and_dates_an_agent_could_report_are_plausible() {
+        let cert = |name: &str, at: &str| CertificateExpiry {
+            name: name.into(),
+            not_after: Time(at.parse().expect("a timestamp")),
+        };
+        for ok in [
+            cert("apiserver", "2027-12-03T18:13:13Z"),
+            cert("admin.conf", "2027-12-03T18:13:13Z"),
+            cert("etcd-healthcheck-client", "1950-01-01T00:00:00Z"),
+            cert("front_proxy-client", "2049-12-31T23:59:59Z"),
+        ] {
+            assert!(ok.is_plausible(), "{ok:?}");
+        }
+        for bad in [
+            cert("../../etc/shadow", "2027-12-03T18:13:13Z"),
+            cert(".hidden", "2027-12-03T18:13:13Z"),
+            cert("pki/apiserver", "2027-12-03T18:13:13Z"),
+            cert("", "2027-12-03T18:13:13Z"),
+            cert("apiserver", "0001-01-01T00:00:00Z"),
+            cert("apiserver", "1949-12-31T23:59:59Z"),
+        ] {
+            assert!(!bad.is_plausible(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -841,6 +841,21 @@ async fn an_agent_may_write_only_its_own_nodes_report() -> Result<()> {
         result.is_err(),
         "a report named after A about B was accepted"
     );
+    // Its own, with a certificate "name" that is a path: refused by the schema, with the
+    // field named.
+    let mut pathy = report(&node_a);
+    pathy["spec"]["facts"]["certificates"] =
+        json!([{ "name": "../../etc/shadow", "notAfter": "0001-01-01T00:00:00Z" }]);
+    match reports.patch(&node_a, &apply, &Patch::Apply(pathy)).await {
+        Err(kube::Error::Api(e)) if e.code == 422 => ensure!(
+            e.message.contains("certificates[0].name"),
+            "the refusal names the field: {}",
+            e.message
+        ),
+        other => {
+            bail!("a certificate named ../../etc/shadow was not refused as invalid: {other:?}")
+        }
+    }
     // Its own: allowed. (Restore it from the real agent's facts afterwards: the next
     // lifecycle test's agents rewrite it anyway, as the facts differ.)
     reports

@@ -590,7 +590,13 @@ fn facts_line(report: &NodeFactsReport, now: Timestamp, s: Style) -> Option<Stri
     parts.extend(version("kubelet", |f| f.kubelet_version.as_ref()));
     parts.extend(version("kubeadm", |f| f.kubeadm_version.as_ref()));
     parts.extend(version("kubectl", |f| f.kubectl_version.as_ref()));
-    let earliest = |f: &NodeFacts| f.certificates.iter().min_by_key(|c| c.not_after.0).cloned();
+    let earliest = |f: &NodeFacts| {
+        f.certificates
+            .iter()
+            .filter(|c| c.is_plausible())
+            .min_by_key(|c| c.not_after.0)
+            .cloned()
+    };
     if let Some(first) = earliest(latest) {
         let left = first.not_after.0.duration_since(now);
         let when = if left.is_negative() {
@@ -794,11 +800,22 @@ pub fn lifecycle(
     );
     let c = &status.certificates;
     let expiry = match (&c.earliest_expiry, &c.earliest) {
-        (Some(at), Some(which)) => format!(
-            "earliest {which} expires {} (in {})",
-            at.0,
-            human_duration(at.0.duration_since(now))
-        ),
+        (Some(at), Some(which)) => {
+            let left = at.0.duration_since(now);
+            if left.is_negative() {
+                s.red(&format!(
+                    "earliest {which} EXPIRED at {} ({} ago)",
+                    at.0,
+                    human_duration(-left)
+                ))
+            } else {
+                format!(
+                    "earliest {which} expires {} (in {})",
+                    at.0,
+                    human_duration(left)
+                )
+            }
+        }
         _ => "no control-plane node has reported its certificates".to_owned(),
     };
     let renewal = match (&c.next_renewal, cl.spec.certificates.auto_renew) {
@@ -1529,6 +1546,30 @@ workers  1/3 finished  (up to 2 at a time)
         assert_eq!(d(7_620_000), "2h07m");
         assert_eq!(d(273_600_000), "3d04h");
         assert_eq!(d(-5), "0ms");
+    }
+
+    #[test]
+    fn a_past_earliest_expiry_reads_as_expired_not_as_due_in_no_time() {
+        let cl = |at: &str| -> bosun_api::ClusterLifecycle {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "ClusterLifecycle",
+                "metadata": { "name": "cluster" },
+                "spec": { "kubernetesVersion": "v1.34.4" },
+                "status": { "certificates": { "earliest": "cp-1/apiserver", "earliestExpiry": at } },
+            }))
+            .expect("a ClusterLifecycle")
+        };
+        let now: Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
+        let past = lifecycle(&cl("2026-11-30T12:00:00Z"), &[], now, Style::PLAIN);
+        assert!(
+            past.contains("earliest cp-1/apiserver EXPIRED at 2026-11-30T12:00:00Z (3d00h ago)"),
+            "{past}"
+        );
+        let future = lifecycle(&cl("2027-12-03T12:00:00Z"), &[], now, Style::PLAIN);
+        assert!(
+            future.contains("earliest cp-1/apiserver expires 2027-12-03T12:00:00Z (in 365d00h)"),
+            "{future}"
+        );
     }
 
     #[test]

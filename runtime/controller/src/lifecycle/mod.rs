@@ -531,7 +531,17 @@ pub fn observe(nodes: &[Arc<Node>], reports: &[Arc<NodeReport>]) -> Vec<NodeObse
             NodeObservation {
                 control_plane: n.labels().contains_key(CONTROL_PLANE_LABEL),
                 kubelet_version: kubelet_version(n),
-                certificates: report.map(|r| r.spec.facts.certificates.clone()),
+                // Only entries an agent could have written (a forged `../../etc/shadow`
+                // expiring in year 1 is not the cluster's earliest certificate).
+                certificates: report.map(|r| {
+                    r.spec
+                        .facts
+                        .certificates
+                        .iter()
+                        .filter(|c| c.is_plausible())
+                        .cloned()
+                        .collect()
+                }),
                 packages: report
                     .map(|r| r.spec.facts.packages.clone())
                     .unwrap_or_default(),
@@ -709,7 +719,13 @@ mod tests {
                     "metadata": { "name": node },
                     "spec": { "nodeName": node, "facts": {
                         "collectedAt": "2026-12-01T00:00:00Z",
-                        "certificates": [{ "name": "apiserver", "notAfter": "2027-12-01T00:00:00Z" }],
+                        "certificates": [
+                            { "name": "apiserver", "notAfter": "2027-12-01T00:00:00Z" },
+                            // Forged (written past the schema, or before it refused these):
+                            // skipped, not the earliest certificate.
+                            { "name": "../../etc/shadow", "notAfter": "2027-01-01T00:00:00Z" },
+                            { "name": "admin.conf", "notAfter": "0001-01-01T00:00:00Z" },
+                        ],
                         "packages": [{ "name": "kubectl", "version": kubectl }],
                     }},
                 }))
@@ -731,7 +747,16 @@ mod tests {
         assert_eq!(seen[0].kubelet_version.as_deref(), Some("v1.34.3"));
         assert_eq!(seen[0].certificates, None, "no report: no certificates");
         assert!(seen[0].packages.is_empty());
-        assert_eq!(seen[1].certificates.as_ref().map(Vec::len), Some(1));
+        assert_eq!(
+            seen[1]
+                .certificates
+                .iter()
+                .flatten()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+            ["apiserver"],
+            "only what an agent could have reported"
+        );
         assert_eq!(seen[1].packages[0].version, "1.34.1-1.1");
     }
 
