@@ -93,11 +93,13 @@ pub struct ClusterLifecycleSpec {
             "message": "spec.kubernetesVersion cannot change its major version: kubeadm upgrades one minor version at a time",
         },
         {
-            "rule": format!("!self.matches('{VERSION_RE}') || !oldSelf.matches('{VERSION_RE}') || int(self.substring(1).split('.')[1]) > int(oldSelf.substring(1).split('.')[1]) || (int(self.substring(1).split('.')[1]) == int(oldSelf.substring(1).split('.')[1]) && int(self.substring(1).split('.')[2]) >= int(oldSelf.substring(1).split('.')[2]))"),
-            "message": "spec.kubernetesVersion cannot be lowered: kubeadm does not downgrade a cluster (restore from a backup instead)",
+            // A major change has its own message (above), so these two compare minors only
+            // within one major.
+            "rule": format!("!self.matches('{VERSION_RE}') || !oldSelf.matches('{VERSION_RE}') || self.substring(1).split('.')[0] != oldSelf.substring(1).split('.')[0] || int(self.substring(1).split('.')[1]) > int(oldSelf.substring(1).split('.')[1]) || (int(self.substring(1).split('.')[1]) == int(oldSelf.substring(1).split('.')[1]) && int(self.substring(1).split('.')[2]) >= int(oldSelf.substring(1).split('.')[2]))"),
+            "message": "spec.kubernetesVersion cannot be lowered: kubeadm does not downgrade a cluster (once nodes run the newer version, going back means restoring the control plane from a backup)",
         },
         {
-            "rule": format!("!self.matches('{VERSION_RE}') || !oldSelf.matches('{VERSION_RE}') || int(self.substring(1).split('.')[1]) <= int(oldSelf.substring(1).split('.')[1]) + 1"),
+            "rule": format!("!self.matches('{VERSION_RE}') || !oldSelf.matches('{VERSION_RE}') || self.substring(1).split('.')[0] != oldSelf.substring(1).split('.')[0] || int(self.substring(1).split('.')[1]) <= int(oldSelf.substring(1).split('.')[1]) + 1"),
             "message": "spec.kubernetesVersion cannot skip a minor version: kubeadm upgrades one minor version at a time, so raise it to the next minor first and let that upgrade finish",
         },
     ]))]
@@ -130,10 +132,11 @@ pub struct CertificatePolicy {
     /// With `autoRenew`, renew when a certificate expires within this long: days, hours and
     /// minutes (`30d`, `7d12h`, `90m`). Default `30d`.
     #[serde(default = "default_renew_before")]
-    #[schemars(
-        regex(pattern = r"^([0-9]{1,4}d)?([0-9]{1,5}h)?([0-9]{1,6}m)?$"),
-        length(min = 2, max = 16)
-    )]
+    #[schemars(length(max = 16))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "size(self) > 0 && self.matches('^([0-9]{1,4}d)?([0-9]{1,5}h)?([0-9]{1,6}m)?$')",
+        "message": "spec.certificates.renewBefore must be days, hours and minutes in that order, each optional, such as 30d, 7d12h or 90m",
+    }]))]
     pub renew_before: String,
 
     /// Renew the certificates automatically when one is due (within `renewBefore`).
@@ -147,7 +150,9 @@ pub struct CertificatePolicy {
     #[schemars(range(min = 0, max = 1_000_000))]
     #[schemars(extend("x-kubernetes-validations" = [{
         "rule": "self >= oldSelf",
-        "message": "spec.certificates.rotation can only increase: raise it by one to renew every certificate once",
+        // A static message: a messageExpression printing both values is refused by the API
+        // server's CEL cost estimate (string(int) has no bound).
+        "message": "spec.certificates.rotation can only increase: raise it by one to renew every certificate once (a server-side apply or a replace that leaves spec.certificates.rotation out sets it back to 0: include its current value)",
     }]))]
     pub rotation: i64,
 }

@@ -695,12 +695,30 @@ async fn invalid_edits_are_refused_with_clear_messages() -> Result<()> {
     ensure!(m.contains("cannot skip a minor version"), "{m}");
     let m = refused(&api, json!({ "kubernetesVersion": "v2.0.0" })).await?;
     ensure!(m.contains("cannot change its major version"), "{m}");
+    ensure!(
+        !m.contains("cannot be lowered"),
+        "a major raise is not also called a lowering: {m}"
+    );
     let m = refused(&api, json!({ "kubernetesVersion": "latest" })).await?;
     ensure!(m.contains("must be a version like v1.34.4"), "{m}");
     let m = refused(&api, json!({ "certificates": { "rotation": 1 } })).await?;
     ensure!(m.contains("rotation can only increase"), "{m}");
+    // A replace that leaves certificates out sets rotation back to 0: the message says so.
+    let mut whole = api.get("cluster").await?;
+    whole.spec.certificates = Default::default();
+    let m = match api.replace("cluster", &PostParams::default(), &whole).await {
+        Err(kube::Error::Api(e)) if e.code == 422 => e.message,
+        other => bail!("a replace without certificates.rotation was not refused: {other:?}"),
+    };
+    ensure!(
+        m.contains("leaves spec.certificates.rotation out sets it back to 0"),
+        "{m}"
+    );
     let m = refused(&api, json!({ "certificates": { "renewBefore": "30x" } })).await?;
-    ensure!(m.contains("renewBefore"), "{m}");
+    ensure!(
+        m.contains("renewBefore must be days, hours and minutes"),
+        "{m}"
+    );
     // What is allowed: a patch, the next minor, a rotation bump.
     for ok in [
         json!({ "kubernetesVersion": "v1.34.5" }),
