@@ -6,15 +6,20 @@
 # not working (a crash-loop while the API server restarted, a long retry backoff).
 # Prints "wall steps dead" in seconds (one decimal). With a second argument, fails when the
 # dead time exceeds it.
-# Usage: dead-time.sh OPERATION [MAX_DEAD_SECONDS]   (KUBECONFIG of the cluster)
+# With --gaps first, prints instead where the dead time went: each stretch of at least 1 s
+# with no step running, as "GAP_SECONDS after NODE/STEP ended, before NODE/STEP started"
+# (the stretch before the first step is measured from the Operation's creation).
+# Usage: dead-time.sh [--gaps] OPERATION [MAX_DEAD_SECONDS]   (KUBECONFIG of the cluster)
 set -euo pipefail
-op="${1:?usage: dead-time.sh OPERATION [MAX_DEAD_SECONDS]}"
+gaps=0
+if [ "${1:-}" = --gaps ]; then gaps=1; shift; fi
+op="${1:?usage: dead-time.sh [--gaps] OPERATION [MAX_DEAD_SECONDS]}"
 max="${2:-}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 kubectl get operation "$op" -o json >"$tmp/op.json"
 kubectl get nodetasks -l "bosun.dev/operation=$op" -o json >"$tmp/tasks.json"
-python3 - "$tmp/op.json" "$tmp/tasks.json" "$max" <<'PY'
+python3 - "$tmp/op.json" "$tmp/tasks.json" "$max" "$gaps" <<'PY'
 import json, sys
 from datetime import datetime
 
@@ -24,14 +29,23 @@ def t(s):
 op = json.load(open(sys.argv[1]))
 tasks = json.load(open(sys.argv[2]))["items"]
 limit = float(sys.argv[3]) if sys.argv[3] else None
-spans = sorted(
-    (t(s["startedAt"]), t(s["finishedAt"]))
+named = sorted(
+    (t(s["startedAt"]), t(s["finishedAt"]), task["spec"]["nodeName"] + "/" + s["name"])
     for task in tasks
     for s in task.get("status", {}).get("steps", [])
     if s.get("startedAt") and s.get("finishedAt")
 )
+spans = [(start, end) for start, end, _ in named]
 if not spans:
     sys.exit(f"dead-time: Operation {op['metadata']['name']} has no finished step")
+if sys.argv[4] == "1":
+    last_end, last_name = t(op["metadata"]["creationTimestamp"]), "the Operation's creation"
+    for start, end, name in named:
+        if start - last_end >= 1.0:
+            print(f"{start - last_end:.1f} after {last_name} ended, before {name} started")
+        if end > last_end:
+            last_end, last_name = end, name
+    sys.exit(0)
 busy, cur_start, cur_end = 0.0, None, None
 for start, end in spans:
     if cur_end is None or start > cur_end:

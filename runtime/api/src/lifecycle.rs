@@ -212,8 +212,9 @@ pub struct ClusterLifecycleStatus {
 
     /// What generation waits for: `Paused`, `BlockedOperation`, `Approval`,
     /// `OperationRunning`, `OperationFinishedWithoutEffect`, `NodeReports`, `NameTaken` (the
-    /// Operation it would generate exists and is not its own). Absent when nothing is
-    /// awaited.
+    /// Operation it would generate exists and is not its own), `VersionNotReachable`
+    /// (`spec.kubernetesVersion` is not a legal next step from the versions the nodes run).
+    /// Absent when nothing is awaited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
 

@@ -632,6 +632,61 @@ async fn a_minor_version_bump_generates_one_planned_upgrade() -> Result<()> {
     op.finish().await
 }
 
+/// Two edits while paused, each legal against the previous spec, together skip a minor
+/// version: the controller holds the version against the nodes, generates nothing, and
+/// says which node cannot get there and what to set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_the_nodes_cannot_reach_in_one_upgrade_is_not_generated() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-unreachable")?;
+    adopted_in_sync(&mut op, &lab).await?;
+    let (major, minor, _) = parse_version(&lab_version(&lab)).context("the lab's version")?;
+    patch_spec(&lab.client, json!({ "paused": true })).await?;
+    for version in [
+        format!("v{major}.{}.0", minor + 1),
+        format!("v{major}.{}.0", minor + 2),
+    ] {
+        patch_spec(&lab.client, json!({ "kubernetesVersion": version })).await?;
+    }
+    patch_spec(&lab.client, json!({ "paused": false })).await?;
+    let c = wait_lifecycle(&mut op, "waiting: VersionNotReachable", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.waiting.as_deref() == Some("VersionNotReachable"))
+    })
+    .await?;
+    let summary = c
+        .status
+        .clone()
+        .unwrap_or_default()
+        .summary
+        .unwrap_or_default();
+    let progressing = c
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|x| x.type_ == "Progressing"))
+        .map(|x| x.message.clone())
+        .unwrap_or_default();
+    let said = format!("{summary} | {progressing}");
+    ensure!(
+        said.contains(&format!("skips a minor version for node {}", {
+            let mut names: Vec<_> = lab.nodes.iter().map(|n| n.name.clone()).collect();
+            names.sort();
+            names[0].clone()
+        })) && said.contains(&format!("set a v{major}.{} version first", minor + 1)),
+        "the status names the node and what to set: {said}"
+    );
+    ensure!(
+        generated(&op).await?.is_empty(),
+        "nothing generated for a version the nodes cannot reach"
+    );
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
 /// The refusal message of a spec patch.
 async fn refused(api: &Api<ClusterLifecycle>, spec: Value) -> Result<String> {
     match api
