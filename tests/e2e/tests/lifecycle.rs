@@ -326,8 +326,8 @@ async fn a_rotation_bump_renews_once_and_a_blocked_renewal_holds_generation() ->
     .await?;
     let status = c.status.clone().unwrap_or_default();
     ensure!(
-        status.certificates.handled_rotation == 1,
-        "rotation 1 handled: {status:?}"
+        status.certificates.handled_rotation == 0,
+        "rotation 1 is not handled while its renewal is Blocked (handled means succeeded): {status:?}"
     );
     ensure!(
         status.current_operation.as_deref() == Some("lifecycle-renew-r1"),
@@ -335,8 +335,8 @@ async fn a_rotation_bump_renews_once_and_a_blocked_renewal_holds_generation() ->
     );
     ensure!(
         condition(&c, "Progressing").as_deref() == Some("True")
-            && condition(&c, "InSync").as_deref() == Some("True"),
-        "progressing (blocked), and in sync once rotation 1 is handled: {status:?}"
+            && condition(&c, "InSync").as_deref() == Some("False"),
+        "progressing (blocked), and not in sync while the renewal is Blocked: {status:?}"
     );
     let ops = generated(&op).await?;
     ensure!(
@@ -363,7 +363,7 @@ async fn a_rotation_bump_renews_once_and_a_blocked_renewal_holds_generation() ->
     let status = c.status.clone().unwrap_or_default();
     ensure!(
         status.waiting.as_deref() == Some("BlockedOperation")
-            && status.certificates.handled_rotation == 1,
+            && status.certificates.handled_rotation == 0,
         "held by the blocked r1: {status:?}"
     );
     ensure!(
@@ -371,12 +371,13 @@ async fn a_rotation_bump_renews_once_and_a_blocked_renewal_holds_generation() ->
         "nothing generated while r1 is Blocked"
     );
 
-    // A person skips r1's blocked tasks: it finishes, and rotation 2 is generated.
+    // A person skips r1's blocked tasks: it finishes, and rotation 2 (the one now asked
+    // for) is generated.
     skip_until_finished(&mut op, "lifecycle-renew-r1").await?;
-    let c = wait_lifecycle(&mut op, "rotation 2 handled", |c| {
+    let c = wait_lifecycle(&mut op, "rotation 2's renewal generated", |c| {
         c.status
             .as_ref()
-            .is_some_and(|s| s.certificates.handled_rotation == 2)
+            .is_some_and(|s| s.current_operation.as_deref() == Some("lifecycle-renew-r2"))
     })
     .await?;
     let mut names: Vec<String> = generated(&op)
@@ -402,13 +403,30 @@ async fn a_rotation_bump_renews_once_and_a_blocked_renewal_holds_generation() ->
         "history, newest first: {history:?}"
     );
     skip_until_finished(&mut op, "lifecycle-renew-r2").await?;
-    // Settled: r2 finished, nothing more is generated.
-    wait_lifecycle(&mut op, "settled after r2", |c| {
-        c.status
-            .as_ref()
-            .is_some_and(|s| s.current_operation.is_none() && s.waiting.is_none())
+    // r2 finished with its nodes skipped: the rotation is not used up silently. It stays
+    // unhandled, the status says why and what to do, and nothing more is generated.
+    let c = wait_lifecycle(&mut op, "r2 finished without effect", |c| {
+        c.status.as_ref().is_some_and(|s| {
+            s.current_operation.is_none()
+                && s.waiting.as_deref() == Some("OperationFinishedWithoutEffect")
+        })
     })
     .await?;
+    let status = c.status.clone().unwrap_or_default();
+    let progressing = c
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|x| x.type_ == "Progressing"))
+        .map(|x| x.message.clone())
+        .unwrap_or_default();
+    ensure!(
+        status.certificates.handled_rotation == 0
+            && condition(&c, "InSync").as_deref() == Some("False")
+            && progressing.contains("lifecycle-renew-r2")
+            && progressing.contains("skipped or gone")
+            && progressing.contains("raise certificates.rotation to 3"),
+        "a skipped renewal leaves the rotation unhandled and says so: {progressing} / {status:?}"
+    );
     ensure!(generated(&op).await?.len() == 2, "no third renewal");
     cleanup(&lab).await?;
     op.finish().await
@@ -484,11 +502,15 @@ async fn an_operation_made_by_hand_under_a_generated_name_is_not_taken_as_genera
 
         ops.delete("lifecycle-renew-r1", &DeleteParams::default())
             .await?;
-        let c = wait_lifecycle(&mut op, "rotation 1 handled once the name is free", |c| {
-            c.status
-                .as_ref()
-                .is_some_and(|s| s.certificates.handled_rotation == 1)
-        })
+        let c = wait_lifecycle(
+            &mut op,
+            "rotation 1's renewal generated once the name is free",
+            |c| {
+                c.status
+                    .as_ref()
+                    .is_some_and(|s| s.current_operation.as_deref() == Some("lifecycle-renew-r1"))
+            },
+        )
         .await?;
         let renewal = generated(&op).await?;
         ensure!(
@@ -828,7 +850,7 @@ async fn pausing_stops_generation_and_deleting_the_lifecycle_deletes_no_operatio
     wait_lifecycle(&mut op, "rotation 1 generated", |c| {
         c.status
             .as_ref()
-            .is_some_and(|s| s.certificates.handled_rotation == 1)
+            .is_some_and(|s| s.current_operation.as_deref() == Some("lifecycle-renew-r1"))
     })
     .await?;
     ensure!(

@@ -12,7 +12,8 @@
 //!    when an installed kubeadm, kubelet or kubectl package its NodeReport lists is (the
 //!    upgrade moves those packages; a package that is not reported is not guessed at).
 //! 4. `spec.certificates.rotation` above the last one handled: one renewal, named after
-//!    the rotation.
+//!    the rotation. The rotation counts as handled once that renewal has succeeded on every
+//!    node (none skipped or gone), not when it is generated.
 //! 5. `autoRenew` and a renewable control-plane certificate expiring within `renewBefore`:
 //!    one renewal, named after that expiry.
 //!
@@ -93,6 +94,9 @@ pub struct Generated {
     pub phase: OperationPhase,
     /// `status.progress` (`2/5`).
     pub progress: Option<String>,
+    /// Its tasks that finished without doing their work: skipped by a person, or Invalid
+    /// (the node went away).
+    pub not_done: u32,
 }
 
 /// Everything the decision reads.
@@ -434,16 +438,39 @@ pub fn decide(input: &Input<'_>) -> Decision {
             });
         }
     } else if rotation_due {
+        // A rotation is handled once its renewal has succeeded on every node, not when it
+        // is generated: until then InSync stays False (RotationRequested), and a renewal
+        // that ended with nodes skipped or gone says so instead of using the request up.
         let rotation = spec.certificates.rotation;
         let name = rotation_name(rotation);
-        decision.certificates.handled_rotation = rotation;
-        if exists(&name).is_none() {
-            decision.generate = Some(Generate {
-                name,
-                kind: Kind::RenewCertificates,
-                reason: format!("certificates.rotation raised to {rotation}"),
-                spec: operation_spec(spec, Kind::RenewCertificates),
-            });
+        match exists(&name) {
+            None => {
+                decision.generate = Some(Generate {
+                    name,
+                    kind: Kind::RenewCertificates,
+                    reason: format!("certificates.rotation raised to {rotation}"),
+                    spec: operation_spec(spec, Kind::RenewCertificates),
+                });
+            }
+            Some(done) if done.phase == OperationPhase::Succeeded && done.not_done == 0 => {
+                decision.certificates.handled_rotation = rotation;
+            }
+            Some(done) => {
+                decision.waiting = Some((
+                    Waiting::OperationFinishedWithoutEffect,
+                    format!(
+                        "renewal Operation {name} ended {}{}: rotation {rotation} is not handled; look at its tasks, renew those nodes by hand, or raise certificates.rotation to {} to renew every node again",
+                        done.phase.as_str(),
+                        match done.not_done {
+                            0 => String::new(),
+                            n => format!(
+                                " with {n} node(s) skipped or gone, whose certificates were not renewed"
+                            ),
+                        },
+                        rotation + 1
+                    ),
+                ));
+            }
         }
     } else if certs_due && spec.certificates.auto_renew {
         let (at, which) = earliest.clone().unwrap_or((input.now, String::new()));
@@ -738,6 +765,7 @@ mod tests {
             kind: Kind::Upgrade,
             phase: OperationPhase::Succeeded,
             progress: Some("2/2".into()),
+            not_done: 0,
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &done);
         assert_eq!(d.generate, None);
@@ -762,6 +790,7 @@ mod tests {
                 kind: Kind::RenewCertificates,
                 phase,
                 progress: Some("0/1".into()),
+                not_done: 0,
             }];
             let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
             assert_eq!(d.generate, None, "{phase:?}");
@@ -774,6 +803,7 @@ mod tests {
             kind: Kind::RenewCertificates,
             phase: OperationPhase::Succeeded,
             progress: Some("1/1".into()),
+            not_done: 0,
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &finished);
         assert_eq!(d.generate.map(|g| g.kind), Some(Kind::Upgrade));
@@ -801,18 +831,57 @@ mod tests {
         let g = d.generate.expect("a renewal");
         assert_eq!(g.name, "lifecycle-renew-r3");
         assert!(g.spec.renew_certificates.is_some());
-        assert_eq!(d.certificates.handled_rotation, 3);
+        assert_eq!(
+            d.certificates.handled_rotation, 2,
+            "generated is not handled: handled means succeeded"
+        );
+        assert!(!d.in_sync.0);
+        // Under way, or Blocked: still not handled, not in sync.
+        for phase in [OperationPhase::Running, OperationPhase::Blocked] {
+            let open = [Generated {
+                name: "lifecycle-renew-r3".into(),
+                kind: Kind::RenewCertificates,
+                phase,
+                progress: None,
+                not_done: 0,
+            }];
+            let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &open);
+            assert_eq!(
+                (d.generate, d.certificates.handled_rotation),
+                (None, 2),
+                "{phase:?}"
+            );
+            assert_eq!(d.in_sync.1, "RotationRequested", "{phase:?}");
+        }
+        // Finished with a node skipped: not handled, and the status says so and what to do.
+        let skipped = [Generated {
+            name: "lifecycle-renew-r3".into(),
+            kind: Kind::RenewCertificates,
+            phase: OperationPhase::Succeeded,
+            progress: Some("2/2".into()),
+            not_done: 1,
+        }];
+        let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &skipped);
+        assert_eq!((d.generate, d.certificates.handled_rotation), (None, 2));
+        let (w, why) = d.waiting.expect("a reason");
+        assert_eq!(w, Waiting::OperationFinishedWithoutEffect);
+        assert!(
+            why.contains("with 1 node(s) skipped or gone")
+                && why.contains("raise certificates.rotation to 4"),
+            "{why}"
+        );
         // Handled: nothing more.
         let d = decide_with(&s, 3, &cluster("v1.34.4", 300), &[]);
         assert_eq!(d.generate, None);
         assert!(d.in_sync.0);
-        // Created but the status write was lost: the name exists, it is handled, nothing is
-        // generated twice.
+        // Succeeded on every node (and perhaps the status write of that was lost): handled,
+        // nothing is generated twice.
         let exists = [Generated {
             name: "lifecycle-renew-r3".into(),
             kind: Kind::RenewCertificates,
             phase: OperationPhase::Succeeded,
             progress: None,
+            not_done: 0,
         }];
         let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &exists);
         assert_eq!(d.generate, None);
@@ -927,6 +996,7 @@ mod tests {
             kind: Kind::Upgrade,
             phase: OperationPhase::Succeeded,
             progress: Some("2/2".into()),
+            not_done: 0,
         }];
         let d = decide_with(&spec("v1.34.4"), 0, &nodes, &done);
         assert_eq!(d.generate, None);

@@ -396,6 +396,7 @@ impl Lifecycle {
                     kind,
                     phase: status.phase,
                     progress: status.progress,
+                    not_done: status.counts.skipped + status.counts.invalid,
                 })
             })
             .collect();
