@@ -590,13 +590,7 @@ fn facts_line(report: &NodeFactsReport, now: Timestamp, s: Style) -> Option<Stri
     parts.extend(version("kubelet", |f| f.kubelet_version.as_ref()));
     parts.extend(version("kubeadm", |f| f.kubeadm_version.as_ref()));
     parts.extend(version("kubectl", |f| f.kubectl_version.as_ref()));
-    let earliest = |f: &NodeFacts| {
-        f.certificates
-            .iter()
-            .filter(|c| c.is_plausible())
-            .min_by_key(|c| c.not_after.0)
-            .cloned()
-    };
+    let earliest = |f: &NodeFacts| f.certificates.iter().min_by_key(|c| c.not_after.0).cloned();
     if let Some(first) = earliest(latest) {
         let left = first.not_after.0.duration_since(now);
         let when = if left.is_negative() {
