@@ -231,6 +231,37 @@ impl Operator {
     }
 
     /// The NodeTask of Operation `op` on `node`.
+    /// The tasks of `op`, after checking there are `count` of them and that every task and
+    /// every step of each Succeeded in one attempt (no step ran twice).
+    pub async fn tasks_each_run_once(
+        &self,
+        op: &str,
+        count: usize,
+    ) -> Result<BTreeMap<String, NodeTask>> {
+        use bosun_api::node_task::{NodeTaskPhase, StepPhase};
+        let tasks = self.tasks(op).await?;
+        anyhow::ensure!(tasks.len() == count, "{count} tasks: {tasks:?}");
+        for (node, task) in &tasks {
+            let s = task.status.clone().unwrap_or_default();
+            anyhow::ensure!(
+                (s.phase, s.attempts) == (NodeTaskPhase::Succeeded, 1),
+                "{node}: {:?} after {} attempts",
+                s.phase,
+                s.attempts
+            );
+            for st in &s.steps {
+                anyhow::ensure!(
+                    (st.phase, st.attempts) == (StepPhase::Succeeded, 1),
+                    "{node}: step {} {:?} after {} attempts: it ran more than once",
+                    st.name,
+                    st.phase,
+                    st.attempts
+                );
+            }
+        }
+        Ok(tasks)
+    }
+
     pub async fn task(&self, op: &str, node: &str) -> Result<NodeTask> {
         self.tasks(op)
             .await?

@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use bosun_api::node_task::{NodeTaskPhase, StepPhase};
+use bosun_api::node_task::StepPhase;
 use bosun_e2e::Operator;
 use bosun_lab::Role;
 use serde_json::json;
@@ -75,34 +75,15 @@ async fn an_api_server_outage_mid_operation_exits_no_process_and_runs_no_step_tw
         operator.procs.pids()
     );
 
-    let tasks = operator.tasks(&op).await?;
-    ensure!(
-        tasks.len() == workers.len(),
-        "one task per worker: {tasks:?}"
-    );
+    let tasks = operator.tasks_each_run_once(&op, workers.len()).await?;
     for (node, task) in &tasks {
         let s = task.status.clone().unwrap_or_default();
-        ensure!(
-            (s.phase, s.attempts) == (NodeTaskPhase::Succeeded, 1),
-            "{node}: {:?} after {} attempts",
-            s.phase,
-            s.attempts
-        );
-        for st in &s.steps {
+        for st in s.steps.iter().filter(|st| st.name == "long") {
             ensure!(
-                (st.phase, st.attempts) == (StepPhase::Succeeded, 1),
-                "{node}: step {} {:?} after {} attempts: it ran more than once",
-                st.name,
-                st.phase,
-                st.attempts
+                st.outputs.get("resumed").map(String::as_str) == Some("false"),
+                "{node}: the step was not interrupted: {:?}",
+                st.outputs
             );
-            if st.name == "long" {
-                ensure!(
-                    st.outputs.get("resumed").map(String::as_str) == Some("false"),
-                    "{node}: the step was not interrupted: {:?}",
-                    st.outputs
-                );
-            }
         }
     }
     let log = std::fs::read_to_string(operator.procs.log_of("controller"))?;
