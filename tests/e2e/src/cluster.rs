@@ -59,7 +59,78 @@ pub async fn apply_crds(client: &Client) -> Result<()> {
         .await
         .with_context(|| format!("CRD {name} not Established within {DEADLINE:?}"))??;
     }
+    WATCH_CACHES
+        .get_or_try_init(|| async {
+            let ((), (), (), (), (), ()) = tokio::try_join!(
+                await_watch_cache::<bosun_api::Operation>(client),
+                await_watch_cache::<bosun_api::NodeTask>(client),
+                await_watch_cache::<bosun_api::Plugin>(client),
+                await_watch_cache::<bosun_api::Policy>(client),
+                await_watch_cache::<bosun_api::ClusterLifecycle>(client),
+                await_watch_cache::<bosun_api::NodeReport>(client),
+            )?;
+            anyhow::Ok(())
+        })
+        .await?;
     Ok(())
+}
+
+/// Set once this process has seen every Bosun resource's watch cache ready.
+static WATCH_CACHES: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Waits until the API server's watch cache of `K` serves a watch from the newest
+/// resourceVersion. A CRD just created, or an API server just started, builds that cache
+/// asynchronously, from the resourceVersion it starts at: a watch from an older one (the
+/// resourceVersion of a list read from etcd before the cache was built) is refused as "too
+/// old" (410), and a kube-runtime watcher lists again. Tests that count lists (the fleet
+/// smoke test requires each watch to list once) would count that startup relist, which
+/// happened on a brand-new machine, where the first test creates the CRDs; so every test
+/// process waits here once. Costs about a second (the probe watch's own timeout), for all
+/// resources at once.
+async fn await_watch_cache<K>(client: &Client) -> Result<()>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    use futures::TryStreamExt as _;
+    let api: Api<K> = Api::all(client.clone());
+    let kind = K::kind(&()).to_string();
+    let started = std::time::Instant::now();
+    loop {
+        let list = api
+            .list_metadata(&kube::api::ListParams::default().limit(1))
+            .await
+            .with_context(|| format!("listing {kind}"))?;
+        let version = list.metadata.resource_version.unwrap_or_default();
+        let ready = match api
+            .watch_metadata(&kube::api::WatchParams::default().timeout(1), &version)
+            .await
+        {
+            Ok(stream) => {
+                let mut stream = std::pin::pin!(stream);
+                match tokio::time::timeout(std::time::Duration::from_secs(5), stream.try_next())
+                    .await
+                {
+                    Ok(Ok(Some(kube::api::WatchEvent::Error(status)))) => status.code != 410,
+                    Ok(Ok(_)) => true,
+                    Ok(Err(_)) | Err(_) => false,
+                }
+            }
+            Err(_) => false,
+        };
+        if ready {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            started.elapsed() < DEADLINE,
+            "the API server's watch cache of {kind} did not accept a watch from resourceVersion {version} within {DEADLINE:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// The Ed25519 key every e2e test signs plugins with, and the file holding its public key
