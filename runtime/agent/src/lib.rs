@@ -884,6 +884,7 @@ mod selector_tests {
             labels: BTreeMap::new(),
             ready: true,
             unschedulable: false,
+            cordoned_by: None,
         }];
         let planned = bosun_planner::plan("op", &spec, &nodes, None).unwrap();
         let label = planned.tasks[0].labels[labels::NODE].as_str();

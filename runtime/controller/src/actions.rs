@@ -340,6 +340,19 @@ fn cordon_mark(task: &str, value: bool) -> String {
     format!("{task} {}", if value { "cordoned" } else { "uncordoned" })
 }
 
+/// The NodeTask whose cordon `node` is under, when it is cordoned and its `bosun.dev/cordon`
+/// annotation says a Bosun task cordoned it (`<task> cordoned`). `None` for a schedulable
+/// node and for a cordon Bosun did not record (a person's). A person who uncordons such a
+/// node and cordons it again by hand leaves the annotation as it was, so that cordon too
+/// reads as Bosun's (docs/operator.md, "Cordons").
+pub fn cordoned_by(node: &Node) -> Option<String> {
+    if !unschedulable_of(node) {
+        return None;
+    }
+    let task = mark_of(node)?.strip_suffix(" cordoned")?;
+    (!task.is_empty() && !task.contains(' ')).then(|| task.to_string())
+}
+
 /// Whether the node must be patched: `current` is its `spec.unschedulable`, `mark` its
 /// `bosun.dev/cordon` annotation.
 fn cordon_decision(current: bool, mark: Option<&str>, value: bool, task: &str) -> Option<Cordon> {
@@ -509,6 +522,35 @@ mod tests {
             cordon_decision(false, None, false, "t1"),
             Some(Cordon::AlreadySo)
         );
+    }
+
+    #[test]
+    fn a_cordon_is_bosuns_only_while_the_node_is_cordoned_under_a_task_mark() {
+        let node = |unschedulable: bool, mark: Option<&str>| -> Node {
+            let mut annotations = serde_json::Map::new();
+            if let Some(mark) = mark {
+                annotations.insert(bosun_api::labels::annotations::CORDON.into(), json!(mark));
+            }
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": { "name": "w1", "annotations": annotations },
+                "spec": { "unschedulable": unschedulable },
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            cordoned_by(&node(true, Some("up-w1 cordoned"))).as_deref(),
+            Some("up-w1")
+        );
+        // A person's cordon: no mark, or the mark of an uncordon Bosun did.
+        assert_eq!(cordoned_by(&node(true, None)), None);
+        assert_eq!(cordoned_by(&node(true, Some("up-w1 uncordoned"))), None);
+        // Not cordoned: nothing to undo, whatever the mark says.
+        assert_eq!(cordoned_by(&node(false, Some("up-w1 cordoned"))), None);
+        // A mark that is not one Bosun writes.
+        assert_eq!(cordoned_by(&node(true, Some("cordoned"))), None);
+        assert_eq!(cordoned_by(&node(true, Some(" cordoned"))), None);
+        assert_eq!(cordoned_by(&node(true, Some("a b cordoned"))), None);
     }
 
     /// A fake API server with node w1 (schedulable) whose patches are answered with `code`.

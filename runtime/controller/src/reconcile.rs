@@ -608,6 +608,7 @@ pub fn node_info(node: &Node) -> NodeInfo {
             .as_ref()
             .and_then(|s| s.unschedulable)
             .unwrap_or(false),
+        cordoned_by: crate::actions::cordoned_by(node),
     }
 }
 
@@ -1301,6 +1302,7 @@ mod tests {
             labels: BTreeMap::new(),
             ready: true,
             unschedulable: false,
+            cordoned_by: None,
         }
     }
 

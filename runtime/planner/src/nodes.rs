@@ -17,6 +17,11 @@ pub struct NodeInfo {
     pub ready: bool,
     /// `spec.unschedulable` (cordoned) at the time of the snapshot.
     pub unschedulable: bool,
+    /// When cordoned by Bosun: the NodeTask whose `cordon` or `drain` did it, from the node's
+    /// `bosun.dev/cordon` annotation (`<task> cordoned`). A cordon Bosun made and never undid
+    /// (its Operation deleted mid-way) is Bosun's to undo; only a person's cordon is left
+    /// alone.
+    pub cordoned_by: Option<String>,
 }
 
 impl NodeInfo {
@@ -30,6 +35,7 @@ impl NodeInfo {
                 .collect(),
             ready: true,
             unschedulable: false,
+            cordoned_by: None,
         }
     }
 

@@ -176,11 +176,16 @@ pub fn plan(
                         node.name
                     ));
                 }
-                if node.unschedulable {
-                    notes.push(format!(
+                match (&node.cordoned_by, node.unschedulable) {
+                    (_, false) => {}
+                    (None, true) => notes.push(format!(
                         "node {} was already cordoned: Bosun leaves it cordoned afterwards (no uncordon step)",
                         node.name
-                    ));
+                    )),
+                    (Some(task), true) => notes.push(format!(
+                        "node {} is still cordoned by Bosun (NodeTask {task}, which never uncordoned it): this Operation uncordons it when its task is done",
+                        node.name
+                    )),
                 }
             }
             plan
@@ -192,9 +197,10 @@ pub fn plan(
         for node_name in &group.nodes {
             // A node missing from the snapshot (it vanished) keeps its planned steps; the
             // scheduler marks its task Invalid.
+            // A person's cordon stays; one Bosun made and never undid is undone.
             let was_cordoned = by_name
                 .get(node_name.as_str())
-                .is_some_and(|n| n.unschedulable);
+                .is_some_and(|n| n.unschedulable && n.cordoned_by.is_none());
             let control_plane = group.control_plane_nodes.contains(node_name);
             let steps = steps_for(&kind, &group.name, control_plane, was_cordoned)?;
             tasks.push(PlannedTask {

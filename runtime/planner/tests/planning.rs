@@ -214,6 +214,35 @@ fn a_node_cordoned_before_the_operation_stays_cordoned() {
 }
 
 #[test]
+fn a_cordon_bosun_left_behind_is_undone_by_the_next_operation() {
+    // An earlier Operation deleted while it drained w-001: its cordon, recorded as
+    // Bosun's, is still there.
+    let mut nodes = cluster(1, 2);
+    nodes[2].unschedulable = true;
+    nodes[2].cordoned_by = Some("old-up-w-001".into());
+    // Schedulable again (a person uncordoned it): nothing to undo, nothing to say.
+    nodes[1].cordoned_by = None;
+    let out = plan("up", &upgrade_spec(IntOrString::Int(1)), &nodes, None).unwrap();
+    let uncordons = |i: usize| step_names(&out.tasks[i].spec.steps).contains(&"uncordon");
+    assert!(uncordons(1));
+    assert!(uncordons(2), "Bosun's own leftover cordon is undone");
+    assert!(
+        out.notes
+            .iter()
+            .any(|n| n.contains("node w-001 is still cordoned by Bosun (NodeTask old-up-w-001")),
+        "{:?}",
+        out.notes
+    );
+    assert!(
+        !out.notes
+            .iter()
+            .any(|n| n.contains("w-001 was already cordoned")),
+        "{:?}",
+        out.notes
+    );
+}
+
+#[test]
 fn node_order_does_not_depend_on_snapshot_order() {
     let mut nodes = cluster(3, 7);
     let a = plan(

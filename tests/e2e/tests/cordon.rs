@@ -487,3 +487,70 @@ async fn a_drain_does_not_start_on_a_node_someone_uncordoned() -> Result<()> {
     operator.procs.check_alive()?;
     operator.finish().await
 }
+
+/// A cordon Bosun made and never undid (its Operation deleted mid-drain; here the node is
+/// cordoned with the mark the controller writes, `bosun.dev/cordon: <task> cordoned`) is
+/// undone by the next upgrade: its plan keeps `uncordon` for the node, and the Planned
+/// condition says why. A person's cordon (no mark) is left alone: no `uncordon`. DryRun
+/// upgrades: only their plans matter here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_undoes_a_cordon_bosun_left_behind_but_not_a_persons() -> Result<()> {
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    let (mut operator, _root) = setup("cordon-leftover").await?;
+    let lab = bosun_lab::ensure_lab().await?;
+    let version = bosun_e2e::lifecycle::lab_version(&lab);
+    let client = operator.client.clone();
+    leaving_the_node_schedulable(&client.clone(), async {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let leftover = format!("gone-op-{NODE} cordoned");
+        for (mark, uncordons) in [(Some(leftover.as_str()), true), (None, false)] {
+            nodes
+                .patch(
+                    NODE,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({
+                        "metadata": { "annotations": { "bosun.dev/cordon": mark } },
+                        "spec": { "unschedulable": true },
+                    })),
+                )
+                .await?;
+            let op = operator
+                .create_operation(
+                    "cordon-leftover",
+                    json!({ "executionMode": "DryRun",
+                            "upgrade": { "kubernetesVersion": version, "packages": [] } }),
+                )
+                .await?;
+            let planned = operator
+                .wait_operation(&op, "planned", |o| {
+                    o.status.as_ref().is_some_and(|s| s.plan.is_some())
+                })
+                .await?;
+            let task = operator.wait_task(&op, NODE, "created", |_| true).await?;
+            let steps: Vec<&str> = task.spec.steps.iter().map(|s| s.name.as_str()).collect();
+            ensure!(
+                steps.contains(&"uncordon") == uncordons,
+                "mark {mark:?}: uncordon planned must be {uncordons}: {steps:?}"
+            );
+            let notes = planned
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Planned"))
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            let expected = if uncordons {
+                format!("node {NODE} is still cordoned by Bosun (NodeTask gone-op-{NODE}, which never uncordoned it): this Operation uncordons it")
+            } else {
+                format!("node {NODE} was already cordoned: Bosun leaves it cordoned afterwards")
+            };
+            ensure!(notes.contains(&expected), "mark {mark:?}: {notes}");
+            // Only the plan matters: a DryRun changes nothing on the nodes, so it can go.
+            Api::<Operation>::all(client.clone())
+                .delete(&op, &Default::default())
+                .await?;
+        }
+        Ok(())
+    })
+    .await?;
+    operator.finish().await
+}
