@@ -11,13 +11,22 @@
 //! period.
 //!
 //! The API server lets an agent write only its own node's report
-//! (`deploy/admission/agent-own-node.yaml`).
+//! (`deploy/admission/agent-own-node.yaml`), but anyone with RBAC on `nodereports` (an
+//! administrator, a controller given too much) can change or delete it. So the agent also
+//! watches its own report (one object, by name) and, when it holds other facts than the
+//! agent last wrote or is deleted, writes it again at once from the node's own files, with
+//! a Warning Event `NodeReportRestored` naming who changed it ([`guard`]). The restore reads
+//! the facts again rather than rewriting the last ones, so a report changed because the node
+//! really changed is corrected to the node, not to the past.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bosun_api::node_report::NodeReport;
 use bosun_api::node_task::NodeFacts;
+use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::watcher;
 use serde_json::json;
 
 use crate::{Agent, Error, facts};
@@ -79,15 +88,138 @@ pub async fn report_once(agent: &Agent, last: &mut Option<NodeFacts>) -> Result<
 /// ([`Agent::report_now`]), until the process ends. A failed write is tried again next
 /// period.
 pub async fn run(agent: std::sync::Arc<Agent>, period: Duration) {
+    let ours: Arc<Mutex<Option<NodeFacts>>> = Arc::default();
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let _guard = AbortOnDrop(tokio::spawn(guard(
+        agent.clone(),
+        ours.clone(),
+        changed.clone(),
+    )));
     let mut last = None;
     loop {
         if let Err(e) = report_once(&agent, &mut last).await {
             tracing::warn!(error = %e, "node report not written; trying again next period");
             last = None;
         }
+        *ours.lock().unwrap_or_else(PoisonError::into_inner) = last.clone();
         tokio::select! {
             () = tokio::time::sleep(period) => {}
             () = agent.report_now.notify.notified() => {}
+            // Someone else changed or deleted the report: forget what it held, so that the
+            // next pass reads it and the node again and writes what the node says.
+            () = changed.notified() => last = None,
+        }
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What an event about this node's own report means for the agent that keeps it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// What the agent wrote (or found and kept), or nothing known yet to compare with.
+    Ours,
+    /// Someone else changed it: the managers that wrote it other than the agent.
+    Changed(Vec<String>),
+    /// It was deleted.
+    Deleted,
+}
+
+/// Judges one event of the report watch against `ours`, the facts the agent last wrote
+/// (`None` before its first pass: nothing to compare with). `manager` is the agent's field
+/// manager for the report.
+pub fn judge(
+    event: &watcher::Event<NodeReport>,
+    ours: Option<&NodeFacts>,
+    node: &str,
+    manager: &str,
+) -> Seen {
+    match event {
+        watcher::Event::Delete(_) => Seen::Deleted,
+        watcher::Event::Apply(report) | watcher::Event::InitApply(report) => {
+            let Some(ours) = ours else {
+                return Seen::Ours;
+            };
+            if report.spec.node_name == node && same_facts(ours, &report.spec.facts) {
+                return Seen::Ours;
+            }
+            let mut others: Vec<String> = report
+                .metadata
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter_map(|f| f.manager.clone())
+                .filter(|m| m != manager)
+                .collect();
+            others.sort();
+            others.dedup();
+            Seen::Changed(others)
+        }
+        watcher::Event::Init | watcher::Event::InitDone => Seen::Ours,
+    }
+}
+
+/// Watches this node's NodeReport (by name: one object) and wakes [`run`] through
+/// `changed` when someone else changed or deleted it, with a log line and a Warning Event
+/// `NodeReportRestored` on the report. Runs until aborted.
+async fn guard(
+    agent: Arc<Agent>,
+    ours: Arc<Mutex<Option<NodeFacts>>>,
+    changed: Arc<tokio::sync::Notify>,
+) {
+    let api: Api<NodeReport> = Api::all(agent.client.clone());
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", agent.node_name));
+    let manager = format!("{}.report", agent.manager);
+    let events = kube::runtime::WatchStreamExt::default_backoff(watcher(api, config));
+    let mut events = std::pin::pin!(events);
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::debug!(error = %e, "watch of this node's NodeReport failed; opening it again");
+                continue;
+            }
+        };
+        let ours_now = ours.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let note = match judge(&event, ours_now.as_ref(), &agent.node_name, &manager) {
+            Seen::Ours => continue,
+            Seen::Deleted => format!(
+                "NodeReport {} was deleted; the agent writes it again from the node",
+                agent.node_name
+            ),
+            Seen::Changed(by) => format!(
+                "NodeReport {} was changed by {} to facts the node does not have; the agent writes it again from the node",
+                agent.node_name,
+                if by.is_empty() {
+                    "someone other than this agent".to_string()
+                } else {
+                    by.join(", ")
+                }
+            ),
+        };
+        tracing::warn!("{note}");
+        changed.notify_one();
+        if let watcher::Event::Apply(report)
+        | watcher::Event::InitApply(report)
+        | watcher::Event::Delete(report) = &event
+        {
+            bosun_cluster::events::Publisher::new(
+                agent.client.clone(),
+                bosun_cluster::events::AGENT,
+                agent.node_name.clone(),
+            )
+            .publish(
+                report,
+                &bosun_cluster::events::Notice::warning("NodeReportRestored", "Report", note),
+            )
+            .await;
         }
     }
 }
@@ -123,6 +255,79 @@ impl ReportNow {
 mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
+
+    fn report(node: &str, facts: NodeFacts, managers: &[&str]) -> NodeReport {
+        let mut r = NodeReport::new(
+            node,
+            bosun_api::node_report::NodeReportSpec {
+                node_name: node.into(),
+                facts,
+            },
+        );
+        r.metadata.managed_fields = Some(
+            managers
+                .iter()
+                .map(
+                    |m| k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry {
+                        manager: Some((*m).into()),
+                        ..Default::default()
+                    },
+                )
+                .collect(),
+        );
+        r
+    }
+
+    #[test]
+    fn a_report_someone_else_changed_or_deleted_is_told_apart_from_the_agents_own() {
+        let mine = "bosun-agent.report";
+        let ours = facts::assemble(Timestamp::UNIX_EPOCH, Some("v1.34.4".into()), None, vec![]);
+        // Our own write, read back later: ours, whenever it was read.
+        let echoed = facts::assemble(Timestamp::now(), Some("v1.34.4".into()), None, vec![]);
+        let own = watcher::Event::Apply(report("n1", echoed, &[mine]));
+        assert_eq!(judge(&own, Some(&ours), "n1", mine), Seen::Ours);
+        // Before the first pass there is nothing to compare with.
+        assert_eq!(judge(&own, None, "n1", mine), Seen::Ours);
+
+        let mut forged = ours.clone();
+        forged.kubelet_version = Some("v1.99.0".into());
+        for event in [
+            watcher::Event::Apply(report(
+                "n1",
+                forged.clone(),
+                &[mine, "kubectl-edit", "kubectl-edit"],
+            )),
+            watcher::Event::InitApply(report("n1", forged.clone(), &["kubectl-edit", mine])),
+        ] {
+            assert_eq!(
+                judge(&event, Some(&ours), "n1", mine),
+                Seen::Changed(vec!["kubectl-edit".into()])
+            );
+        }
+        // The same facts under another node's name are not the agent's report either.
+        let renamed = {
+            let mut r = report("n1", ours.clone(), &[mine]);
+            r.spec.node_name = "n2".into();
+            r
+        };
+        assert_eq!(
+            judge(&watcher::Event::Apply(renamed), Some(&ours), "n1", mine),
+            Seen::Changed(vec![])
+        );
+        assert_eq!(
+            judge(
+                &watcher::Event::Delete(report("n1", ours.clone(), &[mine])),
+                Some(&ours),
+                "n1",
+                mine
+            ),
+            Seen::Deleted
+        );
+        assert_eq!(
+            judge(&watcher::Event::InitDone, Some(&ours), "n1", mine),
+            Seen::Ours
+        );
+    }
 
     #[test]
     fn facts_read_at_different_times_are_the_same_unless_a_value_changed() {
