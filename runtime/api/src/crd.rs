@@ -31,14 +31,18 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("nodetasks.bosun.dev.yaml", finish(NodeTask::crd())),
         ("plugins.bosun.dev.yaml", finish(Plugin::crd())),
         ("policies.bosun.dev.yaml", finish(Policy::crd())),
-        (
-            "clusterlifecycles.bosun.dev.yaml",
+        ("clusterlifecycles.bosun.dev.yaml", {
+            let (lowering, message) = crate::lifecycle::lowering_rule();
             with_root_rule(
-                finish(ClusterLifecycle::crd()),
-                "self.metadata.name == 'cluster'",
-                "a ClusterLifecycle must be named `cluster`: there is one per cluster",
-            ),
-        ),
+                with_root_rule(
+                    finish(ClusterLifecycle::crd()),
+                    "self.metadata.name == 'cluster'",
+                    "a ClusterLifecycle must be named `cluster`: there is one per cluster",
+                ),
+                &lowering,
+                message,
+            )
+        }),
         (
             "nodereports.bosun.dev.yaml",
             with_root_rule(

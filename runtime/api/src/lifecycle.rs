@@ -80,8 +80,10 @@ const VERSION_RE: &str = "^v[0-9]{1,4}[.][0-9]{1,4}[.][0-9]{1,4}$";
 #[serde(rename_all = "camelCase")]
 pub struct ClusterLifecycleSpec {
     /// The Kubernetes version the cluster should run, for example `v1.34.4`. Raising it by
-    /// patch versions or by one minor version generates an upgrade Operation; lowering it,
-    /// or skipping a minor version, is refused (kubeadm upgrades one minor at a time).
+    /// patch versions or by one minor version generates an upgrade Operation; skipping a
+    /// minor version is refused (kubeadm upgrades one minor at a time), and so is lowering
+    /// it below the highest version a node runs (`status.versions.highest`): lowering is
+    /// allowed only to withdraw a requested upgrade before it has moved a node.
     #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-validations" = [
         {
@@ -92,12 +94,7 @@ pub struct ClusterLifecycleSpec {
             "rule": format!("!self.matches('{VERSION_RE}') || !oldSelf.matches('{VERSION_RE}') || self.substring(1).split('.')[0] == oldSelf.substring(1).split('.')[0]"),
             "message": "spec.kubernetesVersion cannot change its major version: kubeadm upgrades one minor version at a time",
         },
-        {
-            // A major change has its own message (above), so these two compare minors only
-            // within one major.
-            "rule": format!("!self.matches('{VERSION_RE}') || !oldSelf.matches('{VERSION_RE}') || self.substring(1).split('.')[0] != oldSelf.substring(1).split('.')[0] || int(self.substring(1).split('.')[1]) > int(oldSelf.substring(1).split('.')[1]) || (int(self.substring(1).split('.')[1]) == int(oldSelf.substring(1).split('.')[1]) && int(self.substring(1).split('.')[2]) >= int(oldSelf.substring(1).split('.')[2]))"),
-            "message": "spec.kubernetesVersion cannot be lowered: kubeadm does not downgrade a cluster (once nodes run the newer version, going back means restoring the control plane from a backup)",
-        },
+        // Lowering is a rule on the whole object (`lowering_rule`): it reads the status.
         {
             "rule": format!("!self.matches('{VERSION_RE}') || !oldSelf.matches('{VERSION_RE}') || self.substring(1).split('.')[0] != oldSelf.substring(1).split('.')[0] || int(self.substring(1).split('.')[1]) <= int(oldSelf.substring(1).split('.')[1]) + 1"),
             "message": "spec.kubernetesVersion cannot skip a minor version: kubeadm upgrades one minor version at a time, so raise it to the next minor first and let that upgrade finish",
@@ -130,7 +127,10 @@ pub struct ClusterLifecycleSpec {
 #[serde(rename_all = "camelCase")]
 pub struct CertificatePolicy {
     /// With `autoRenew`, renew when a certificate expires within this long: days, hours and
-    /// minutes (`30d`, `7d12h`, `90m`). Default `30d`.
+    /// minutes (`30d`, `7d12h`, `90m`). Default `30d`. It must be shorter than the validity
+    /// a renewal gives (kubeadm's `certificateValidityPeriod`, one year by default), or no
+    /// renewal is generated for expiry (`RenewBeforeTooLong`); zero with `autoRenew` renews
+    /// only expired certificates, and is accepted with a warning.
     #[serde(default = "default_renew_before")]
     #[schemars(length(max = 16))]
     #[schemars(extend("x-kubernetes-validations" = [{
@@ -211,10 +211,13 @@ pub struct ClusterLifecycleStatus {
     pub conditions: Vec<Condition>,
 
     /// What generation waits for: `Paused`, `BlockedOperation`, `Approval`,
-    /// `OperationRunning`, `OperationFinishedWithoutEffect`, `NodeReports`, `NameTaken` (the
-    /// Operation it would generate exists and is not its own), `VersionNotReachable`
-    /// (`spec.kubernetesVersion` is not a legal next step from the versions the nodes run).
-    /// Absent when nothing is awaited.
+    /// `OperationRunning`, `OperationSuperseded` (a generated upgrade to a version the spec
+    /// no longer says: delete it to withdraw it), `OperationFinishedWithoutEffect`,
+    /// `NodeReports`, `NameTaken` (the Operation it would generate exists and is not its
+    /// own), `VersionNotReachable` (`spec.kubernetesVersion` is not a legal next step from
+    /// the versions the nodes run), `RenewBeforeTooLong` (certificates are due, but
+    /// `renewBefore` is not shorter than the validity a renewal gives, so a renewal could not
+    /// make them fresh). Absent when nothing is awaited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
 
@@ -257,9 +260,12 @@ pub struct ObservedVersions {
     pub nodes: u32,
     /// The lowest kubelet version reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 40))]
     pub lowest: Option<String>,
-    /// The highest kubelet version reported.
+    /// The highest kubelet version reported. `spec.kubernetesVersion` may not be lowered
+    /// below it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 40))]
     pub highest: Option<String>,
 }
 
@@ -299,6 +305,42 @@ pub struct GeneratedOperation {
     pub reason: String,
     /// When it was generated.
     pub created_at: Time,
+}
+
+/// The CEL rule, on the whole object, that refuses lowering `spec.kubernetesVersion` below
+/// the highest version a node runs, with its message. It reads `status.versions.highest`
+/// (the controller's observation; the API server keeps the stored status on a spec update),
+/// so a version raised by mistake can be set back while no node has moved to it, which is
+/// how a requested upgrade is withdrawn (docs/lifecycle.md, "Withdrawing an upgrade"). Without
+/// an observation, lowering is refused. The controller holds the same line against the
+/// nodes themselves (`VersionNotReachable`), so a stale status cannot make a node go back.
+pub fn lowering_rule() -> (String, &'static str) {
+    let re = VERSION_RE;
+    let part = |of: &str, i: usize| format!("int({of}.substring(1).split('.')[{i}])");
+    // `a` below `b`, both valid and of one major.
+    let below = |a: &str, b: &str| {
+        format!(
+            "({} < {} || ({} == {} && {} < {}))",
+            part(a, 1),
+            part(b, 1),
+            part(a, 1),
+            part(b, 1),
+            part(a, 2),
+            part(b, 2)
+        )
+    };
+    let new = "self.spec.kubernetesVersion";
+    let old = "oldSelf.spec.kubernetesVersion";
+    let highest = "self.status.versions.highest";
+    let rule = format!(
+        "!{new}.matches('{re}') || !{old}.matches('{re}') || {new}.substring(1).split('.')[0] != {old}.substring(1).split('.')[0] || !{lowered} || (has(self.status) && has(self.status.versions) && has(self.status.versions.highest) && {highest}.matches('{re}') && {highest}.substring(1).split('.')[0] == {new}.substring(1).split('.')[0] && !{under})",
+        lowered = below(new, old),
+        under = below(new, highest),
+    );
+    (
+        rule,
+        "spec.kubernetesVersion cannot be lowered below a version a node runs (status.versions.highest): kubeadm does not downgrade a cluster, and once nodes run the newer version going back means restoring the control plane from a backup. Lowering is allowed only to withdraw a requested upgrade while no node runs above the version you set (docs/lifecycle.md, Withdrawing an upgrade)",
+    )
 }
 
 /// A Kubernetes version as `(major, minor, patch)`, from `v1.34.4` (a suffix after the

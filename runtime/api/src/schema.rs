@@ -34,6 +34,10 @@ pub fn max_unavailable(_: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-validations": [{
             "rule": "string(self).matches('^([1-9][0-9]{0,3}|10000|(100|[1-9][0-9]?)%)$')",
             "message": "rollout.maxUnavailable must be a positive integer up to 10000 (for example 2) or a percentage from 1% to 100% (for example \"25%\"); 0 would never let a node start",
+            // The API server shows an Invalid refusal of a rule as `Invalid value: <the
+            // schema's type>`, and an int-or-string has none: `Invalid value: ""`, which
+            // reads as if the field were empty. Forbidden prints the message alone.
+            "reason": "FieldValueForbidden",
         }],
     })
 }

@@ -813,6 +813,34 @@ fn cluster_lifecycle_refuses_downgrades_skips_rotation_decreases_and_bad_version
             "{new}: expected {message:?}, got {errors:?}"
         );
     }
+    // Lowering is allowed down to the highest version a node runs, to withdraw a requested
+    // upgrade before it has moved a node; never below it, nor without an observation.
+    let observed = |version: &str, highest: &str| {
+        let mut c = lifecycle("cluster", version, 2);
+        c["status"] = json!({"versions": {"nodes": 3, "nodesAtDesired": 0, "highest": highest}});
+        c
+    };
+    let requested = observed("v1.35.0", "v1.34.4");
+    for (new, accepted) in [
+        (observed("v1.34.4", "v1.34.4"), true),
+        (observed("v1.34.9", "v1.34.4"), true),
+        (observed("v1.34.3", "v1.34.4"), false),
+        (observed("v1.33.9", "v1.34.4"), false),
+        (observed("v1.34.4", "v1.35.0"), false),
+        (observed("v1.34.4", "v1.35.1"), false),
+        // An observation that does not read as a version allows nothing.
+        (observed("v1.34.4", "unknown"), false),
+        (lifecycle("cluster", "v1.34.4", 2), false),
+    ] {
+        let errors = lifecycle_errors(&new, Some(&requested));
+        let lowered = errors
+            .iter()
+            .any(|e| e.contains("cannot be lowered below a version a node runs"));
+        assert_eq!(!lowered, accepted, "{new} after {requested}: {errors:?}");
+        if accepted {
+            assert!(errors.is_empty(), "{new}: {errors:?}");
+        }
+    }
     let errors = lifecycle_errors(&lifecycle("other", "v1.34.4", 0), None);
     assert!(
         errors

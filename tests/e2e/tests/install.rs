@@ -81,6 +81,10 @@ async fn deploy_kustomization_passes_a_server_side_dry_run() -> Result<()> {
         "poddisruptionbudget.policy/bosun-controller",
         "validatingadmissionpolicy.admissionregistration.k8s.io/bosun-agent-own-node",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/bosun-agent-own-node",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/bosun-clusterlifecycle-warnings",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/bosun-lifecycle-labels",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/bosun-lifecycle-labels",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/bosun-clusterlifecycle-warnings",
     ] {
         let accepted = stdout
             .lines()
@@ -235,6 +239,24 @@ async fn an_agent_may_write_only_its_own_nodes_node_tasks() -> Result<()> {
     ensure!(
         message.contains("this token is not bound to a Pod on a node"),
         "unexpected refusal: {message}"
+    );
+    // A request with no extra user info at all (the administrator impersonating the
+    // ServiceAccount): the same refusal, not a CEL error about a missing key.
+    let kubeconfig = kube::config::Kubeconfig::read_from(&lab.kubeconfig)?;
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{NAMESPACE}:{AGENT_SA}"));
+    let impersonating = Client::try_from(config)?;
+    let result = write_status_as_agent(&impersonating, &names[node_a]).await;
+    let message = forbidden(&result)
+        .with_context(|| format!("an impersonated request without extra user info: {result:?}"))?;
+    ensure!(
+        message.contains("this token is not bound to a Pod on a node")
+            && !message.contains("no such key"),
+        "an impersonated request without extra user info: {message}"
     );
 
     // RBAC: no deleting NodeTasks, no spec changes, no writes to Operations.

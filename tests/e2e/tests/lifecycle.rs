@@ -8,7 +8,8 @@
 //! - A `rotation` bump generates exactly one renewal Operation; it blocks (the lab has no
 //!   `certs` plugin), which holds further generation (a second bump generates nothing)
 //!   until a person skips the blocked tasks; then the second bump's renewal is generated.
-//! - `autoRenew` with a `renewBefore` covering the lab's certificates generates a renewal.
+//! - `autoRenew` with a `renewBefore` covering the lab's certificates generates a renewal,
+//!   but not with one as long as the validity a renewal gives (`RenewBeforeTooLong`).
 //! - A one-minor `kubernetesVersion` bump generates one upgrade Operation with the
 //!   ClusterLifecycle's defaults (DryRun here), which the controller plans.
 //! - The API server refuses a downgrade, a skipped minor, a rotation decrease, a malformed
@@ -33,7 +34,7 @@ use bosun_api::node_report::NodeReport;
 use bosun_api::node_task::NodeTaskPhase;
 use bosun_api::operation::{ExecutionMode, Operation};
 use bosun_e2e::identity::{
-    AGENT_SA, agent_pod, apply_deploy_file, client_with_token, forbidden, token_of,
+    AGENT_SA, agent_pod, apply_deploy_file, client_with_token, forbidden, kubectl, token_of,
 };
 use bosun_e2e::lifecycle::{
     self, condition, current, delete_lifecycle, lab_version, start, wait_lifecycle,
@@ -41,6 +42,7 @@ use bosun_e2e::lifecycle::{
 use bosun_e2e::operator::phase_of;
 use bosun_e2e::{DEADLINE, MANAGER, Operator, apply_crds, lock_lab_nodes, unique};
 use bosun_lab::{LabHandle, Role};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -550,23 +552,70 @@ async fn certificates_within_renew_before_generate_a_renewal_with_auto_renew() -
         .earliest_expiry
         .context("earliest expiry")?;
 
-    // The lab's certificates expire in about a year: a renewBefore of 3000 days covers them.
-    // Without autoRenew that is reported, not acted on.
+    // The lab's certificates expire in about a year. A renewBefore of 3000 days covers them,
+    // but it is longer than the year a renewal gives (kubeadm's default: the lab's
+    // kubeadm-config sets no certificateValidityPeriod), so every renewal would be due again
+    // at once: reported, and with autoRenew nothing is generated.
     patch_spec(
         &lab.client,
         json!({ "certificates": { "renewBefore": "3000d" }, "paused": false }),
     )
     .await?;
-    let c = wait_lifecycle(&mut op, "CertificatesDue reported", |c| {
-        current(c) && condition(c, "InSync").as_deref() == Some("False")
+    let c = wait_lifecycle(&mut op, "RenewBeforeTooLong reported", |c| {
+        current(c) && not_in_sync_because(c, "RenewBeforeTooLong").is_some()
     })
     .await?;
-    let in_sync = c
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|x| x.type_ == "InSync"))
-        .context("InSync")?;
-    ensure!(in_sync.reason == "CertificatesDue", "{in_sync:?}");
+    let why = not_in_sync_because(&c, "RenewBeforeTooLong").unwrap_or_default();
+    ensure!(
+        why.contains("renewBefore 3000d is not shorter than the 365d a renewal gives")
+            && why.contains("kubeadm's default")
+            && why.contains("for example 30d"),
+        "the message names the bound and what to set: {why}"
+    );
+    patch_spec(
+        &lab.client,
+        json!({ "certificates": { "autoRenew": true } }),
+    )
+    .await?;
+    let c = wait_lifecycle(&mut op, "waiting: RenewBeforeTooLong", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.waiting.as_deref() == Some("RenewBeforeTooLong"))
+    })
+    .await?;
+    ensure!(
+        generated(&op).await?.is_empty(),
+        "a renewal that cannot make the certificates fresh is not generated: {:?}",
+        c.status
+    );
+
+    // A renewBefore just over the earliest certificate's remaining life, and under a
+    // year: due, and a renewal would make it fresh. That window is the certificate's age, so
+    // wait until it is at least 90 s old (kubeadm's notAfter is its issue time + 365d).
+    let year = SignedDuration::from_hours(8760);
+    let old_enough = earliest.0 - year + SignedDuration::from_secs(90);
+    if let Ok(wait) = Duration::try_from(old_enough.duration_since(Timestamp::now())) {
+        tokio::time::sleep(wait).await;
+    }
+    let remaining = earliest.0.duration_since(Timestamp::now());
+    let minutes = remaining.as_secs() / 60 + 1;
+    ensure!(minutes * 60 < year.as_secs(), "window: {minutes}m");
+    // Without autoRenew that is reported, not acted on.
+    patch_spec(
+        &lab.client,
+        json!({ "certificates": { "renewBefore": format!("{minutes}m"), "autoRenew": false } }),
+    )
+    .await?;
+    let c = wait_lifecycle(&mut op, "CertificatesDue reported", |c| {
+        current(c) && not_in_sync_because(c, "CertificatesDue").is_some()
+    })
+    .await?;
+    ensure!(
+        c.status.as_ref().is_some_and(|s| s.waiting.is_none()),
+        "nothing awaited without autoRenew: {:?}",
+        c.status
+    );
     ensure!(generated(&op).await?.is_empty(), "no autoRenew, no renewal");
 
     patch_spec(
@@ -597,6 +646,190 @@ async fn certificates_within_renew_before_generate_a_renewal_with_auto_renew() -
     );
     cleanup(&lab).await?;
     op.finish().await
+}
+
+/// `deploy/admission/clusterlifecycle-warnings.yaml`: `autoRenew` with a zero `renewBefore`
+/// is accepted with a warning that says why it is a bad idea and what to set; a margin, or
+/// no autoRenew, gets none. Server-side dry runs of a create: nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_renew_before_with_auto_renew_is_accepted_with_a_warning() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    apply_deploy_file(&lab, "deploy/admission/clusterlifecycle-warnings.yaml").await?;
+    let version = lab_version(&lab);
+    let dir = tempfile::tempdir()?;
+    let dry_run = |auto: bool, before: &str| -> Result<String> {
+        let path = dir.path().join(format!("{auto}-{before}.yaml"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: bosun.dev/v1alpha1\nkind: ClusterLifecycle\nmetadata:\n  name: cluster\nspec:\n  kubernetesVersion: {version}\n  certificates:\n    autoRenew: {auto}\n    renewBefore: {before}\n"
+            ),
+        )?;
+        let path = path.to_string_lossy().into_owned();
+        let out = kubectl(&lab, &["create", "--dry-run=server", "-f", &path])?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        ensure!(
+            out.status.success(),
+            "autoRenew {auto}, renewBefore {before} is accepted: {stderr}"
+        );
+        Ok(stderr)
+    };
+    // The policy applies once the API server's admission informer has it.
+    let started = Instant::now();
+    let warning = loop {
+        let stderr = dry_run(true, "0d")?;
+        if stderr.contains("Warning:") {
+            break stderr;
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "no warning for autoRenew with renewBefore 0d within {DEADLINE:?}: {stderr}"
+        );
+        tokio::time::sleep(POLL).await;
+    };
+    ensure!(
+        warning.contains("spec.certificates.renewBefore is zero")
+            && warning.contains("renewed only after it has expired")
+            && warning.contains("such as 30d"),
+        "the warning says what is wrong and what to set: {warning}"
+    );
+    for before in ["0d0h0m", "0h", "00m"] {
+        let stderr = dry_run(true, before)?;
+        ensure!(stderr.contains("renewBefore is zero"), "{before}: {stderr}");
+    }
+    for (auto, before) in [(true, "30d"), (true, "1m"), (false, "0d")] {
+        let stderr = dry_run(auto, before)?;
+        ensure!(
+            !stderr.contains("Warning:"),
+            "autoRenew {auto}, renewBefore {before}: no warning: {stderr}"
+        );
+    }
+    ensure!(
+        Api::<ClusterLifecycle>::all(lab.client.clone())
+            .get_opt("cluster")
+            .await?
+            .is_none(),
+        "dry runs store nothing"
+    );
+    cleanup(&lab).await
+}
+
+/// Removes the `bosun-lifecycle-labels` policy and its binding when dropped: in the lab the
+/// tests' controllers run as the lab's administrator, not as bosun-controller, so the policy
+/// would refuse their generated Operations in every later test.
+struct LabelsPolicyRemoved(LabHandle);
+
+impl Drop for LabelsPolicyRemoved {
+    fn drop(&mut self) {
+        for kind in [
+            "validatingadmissionpolicybinding",
+            "validatingadmissionpolicy",
+        ] {
+            let _ = kubectl(
+                &self.0,
+                &[
+                    "delete",
+                    kind,
+                    "bosun-lifecycle-labels",
+                    "--ignore-not-found",
+                    "--wait=true",
+                ],
+            );
+        }
+    }
+}
+
+/// `deploy/admission/lifecycle-labels.yaml`: the labels by which a ClusterLifecycle knows
+/// its generated Operations cannot be forged by someone allowed to create Operations (the
+/// lab's administrator here: the policy binds everyone but bosun-controller's service
+/// account). A create carrying either label is refused with a message saying whose they
+/// are; the same Operation without them is created; adding one later is refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_controller_may_mark_an_operation_as_generated() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let _removed = LabelsPolicyRemoved(lab.clone());
+    apply_deploy_file(&lab, "deploy/admission/lifecycle-labels.yaml").await?;
+    let ops: Api<Operation> = Api::all(lab.client.clone());
+    let name = unique("forged-lifecycle");
+    let operation = |labels: Value| -> Result<Operation> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+            "metadata": { "name": name, "labels": labels },
+            "spec": {
+                "paused": true,
+                "nodeSelector": { "matchLabels": { "bosun.dev/e2e-forged": "none" } },
+                "renewCertificates": { "certificates": ["all"] },
+            },
+        }))?)
+    };
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    // The policy applies once the API server's admission informer has it.
+    let started = Instant::now();
+    let refusal = loop {
+        let result = ops
+            .create(
+                &dry_run,
+                &operation(json!({ "bosun.dev/lifecycle": "renewCertificates", "bosun.dev/lifecycle-uid": "0000" }))?,
+            )
+            .await;
+        if let Some(m) = forbidden(&result) {
+            break m;
+        }
+        ensure!(
+            result.is_ok() && started.elapsed() < DEADLINE,
+            "a forged generated Operation was not refused within {DEADLINE:?}: {result:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    };
+    ensure!(
+        refusal.contains("only bosun-controller may set or change them")
+            && refusal.contains(&format!("leave them out of Operation {name}")),
+        "{refusal}"
+    );
+    for labels in [
+        json!({ "bosun.dev/lifecycle": "" }),
+        json!({ "bosun.dev/lifecycle-uid": "0000" }),
+    ] {
+        let result = ops.create(&dry_run, &operation(labels.clone())?).await;
+        ensure!(forbidden(&result).is_some(), "{labels}: {result:?}");
+    }
+    // Without them: an ordinary Operation. Adding one afterwards is refused.
+    ops.create(
+        &PostParams::default(),
+        &operation(json!({ "bosun.dev/e2e": "plain" }))?,
+    )
+    .await
+    .context("an Operation without the labels is created")?;
+    let r: Result<()> = async {
+        let result = ops
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": { "labels": { "bosun.dev/lifecycle": "renewCertificates" } } })),
+            )
+            .await;
+        ensure!(forbidden(&result).is_some(), "adding the label: {result:?}");
+        // Editing it otherwise stays allowed.
+        ops.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": { "bosun.dev/e2e": "edited" } } })),
+        )
+        .await
+        .context("an edit that leaves the lifecycle labels alone")?;
+        Ok(())
+    }
+    .await;
+    ops.delete(&name, &DeleteParams::default()).await?;
+    r?;
+    cleanup(&lab).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -650,6 +883,91 @@ async fn a_minor_version_bump_generates_one_planned_upgrade() -> Result<()> {
         "every node planned: {plan:?}"
     );
     ensure!(generated(&op).await?.len() == 1, "one upgrade at a time");
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+/// Withdrawing a requested upgrade (docs/lifecycle.md, "Withdrawing an upgrade"): a minor
+/// bump generates an upgrade in Controlled mode, which waits for approval, so no node
+/// moves; setting the version back is accepted (no node runs above it), the status says the
+/// Operation is superseded and how to cancel it, and once it is deleted the ClusterLifecycle
+/// is InSync and generates nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requested_upgrade_is_withdrawn_by_setting_the_version_back() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-withdraw")?;
+    adopted_in_sync(&mut op, &lab).await?;
+    let version = lab_version(&lab);
+    let (major, minor, _) = parse_version(&version).context("the lab's version")?;
+    let target = format!("v{major}.{}.0", minor + 1);
+    patch_spec(
+        &lab.client,
+        json!({ "kubernetesVersion": target, "operationDefaults": { "executionMode": "Controlled" } }),
+    )
+    .await?;
+    let name = format!("lifecycle-upgrade-v{major}-{}-0", minor + 1);
+    op.wait_operation(&name, "waiting for approval", |o| {
+        o.status
+            .as_ref()
+            .is_some_and(|s| s.phase == bosun_api::operation::OperationPhase::AwaitingApproval)
+    })
+    .await?;
+
+    patch_spec(&lab.client, json!({ "kubernetesVersion": version }))
+        .await
+        .context("setting the version back while no node has moved must be accepted")?;
+    let c = wait_lifecycle(&mut op, "waiting: OperationSuperseded", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.waiting.as_deref() == Some("OperationSuperseded"))
+    })
+    .await?;
+    let progressing = c
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|x| x.type_ == "Progressing"))
+        .map(|x| x.message.clone())
+        .unwrap_or_default();
+    ensure!(
+        progressing.contains(&format!("kubectl delete operation {name}"))
+            && progressing.contains(&format!("spec.kubernetesVersion is now {version}")),
+        "the status says how to cancel it: {progressing}"
+    );
+    ensure!(
+        condition(&c, "InSync").as_deref() == Some("True"),
+        "the nodes are where the spec says: {:?}",
+        c.status
+    );
+
+    let ops: Api<Operation> = Api::all(lab.client.clone());
+    ops.delete(&name, &DeleteParams::default()).await?;
+    let started = Instant::now();
+    while ops.get_opt(&name).await?.is_some() {
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "{name} not gone in {DEADLINE:?}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    let c = wait_lifecycle(&mut op, "InSync, nothing awaited", |c| {
+        current(c)
+            && condition(c, "InSync").as_deref() == Some("True")
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.waiting.is_none() && s.current_operation.is_none())
+    })
+    .await?;
+    // A reconcile has run since the deletion (the status changed): had it regenerated the
+    // upgrade, the Operation would be back.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(
+        generated(&op).await?.is_empty(),
+        "nothing generated again: {:?}",
+        c.status
+    );
     cleanup(&lab).await?;
     op.finish().await
 }
@@ -810,6 +1128,46 @@ async fn invalid_edits_are_refused_with_clear_messages() -> Result<()> {
         .await
         .with_context(|| format!("{ok} must be accepted"))?;
     }
+    // Withdrawing a requested upgrade: lowering is allowed down to the highest version a
+    // node runs (status.versions.highest, the controller's observation: written here, as no
+    // controller runs for this object), never below it.
+    let observed = |highest: &str| json!({ "status": { "versions": { "nodes": 2, "nodesAtDesired": 0, "lowest": "v1.34.4", "highest": highest } } });
+    api.patch_status(
+        "cluster",
+        &PatchParams::default(),
+        &Patch::Merge(observed("v1.34.4")),
+    )
+    .await
+    .context("writing status.versions")?;
+    for ok in ["v1.34.5", "v1.34.4"] {
+        api.patch(
+            "cluster",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "kubernetesVersion": ok } })),
+        )
+        .await
+        .with_context(|| format!("withdrawing to {ok}, no node above it, must be accepted"))?;
+    }
+    let m = refused(&api, json!({ "kubernetesVersion": "v1.34.3" })).await?;
+    ensure!(
+        m.contains("cannot be lowered below a version a node runs")
+            && m.contains("Withdrawing an upgrade"),
+        "{m}"
+    );
+    api.patch(
+        "cluster",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "kubernetesVersion": "v1.35.0" } })),
+    )
+    .await?;
+    api.patch_status(
+        "cluster",
+        &PatchParams::default(),
+        &Patch::Merge(observed("v1.35.0")),
+    )
+    .await?;
+    let m = refused(&api, json!({ "kubernetesVersion": "v1.34.9" })).await?;
+    ensure!(m.contains("cannot be lowered"), "a node runs v1.35.0: {m}");
     delete_lifecycle(&lab.client).await
 }
 
@@ -875,6 +1233,102 @@ async fn pausing_stops_generation_and_deleting_the_lifecycle_deletes_no_operatio
     ensure!(
         lifecycles.get_opt("cluster").await?.is_none(),
         "the running controller does not adopt again"
+    );
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+/// Anyone RBAC allows can still write or delete a node's report (an administrator here):
+/// the node's agent watches its own report and writes it again from the node at once, with a
+/// Warning Event naming who changed it, not at the end of its period (an hour here, so only
+/// the watch can explain a restore).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_or_deleted_node_report_is_restored_by_its_agent() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = lifecycle::start_with_report_period(&lab, "lifecycle-restore", 3600)?;
+    adopted_in_sync(&mut op, &lab).await?;
+    let node = lab.nodes[lab.nodes.len() - 1].name.clone();
+    let reports: Api<NodeReport> = Api::all(lab.client.clone());
+    let truth = reports.get(&node).await?.spec.facts;
+    let kubelet = truth
+        .kubelet_version
+        .clone()
+        .context("the report's kubelet version")?;
+
+    let forger = PatchParams {
+        field_manager: Some("report-forger".into()),
+        ..Default::default()
+    };
+    reports
+        .patch(
+            &node,
+            &forger,
+            &Patch::Merge(json!({ "spec": { "facts": { "kubeletVersion": "v1.99.0" } } })),
+        )
+        .await
+        .context("an administrator changing the report")?;
+    let started = Instant::now();
+    loop {
+        let now = reports.get(&node).await?.spec.facts;
+        if now.kubelet_version.as_deref() == Some(kubelet.as_str()) {
+            break;
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "NodeReport {node} still says {:?} after {DEADLINE:?}",
+            now.kubelet_version
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    let restored_in = started.elapsed();
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(lab.client.clone(), "default");
+    let started = Instant::now();
+    let note = loop {
+        let found = events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("NodeReportRestored")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node.as_str())
+            })
+            .and_then(|e| e.note);
+        if let Some(note) = found {
+            break note;
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "no NodeReportRestored Event about {node}"
+        );
+        tokio::time::sleep(POLL).await;
+    };
+    ensure!(
+        note.contains("was changed by report-forger"),
+        "the Event names who changed it: {note}"
+    );
+
+    reports.delete(&node, &DeleteParams::default()).await?;
+    let started = Instant::now();
+    loop {
+        if let Some(r) = reports.get_opt(&node).await?
+            && r.metadata.deletion_timestamp.is_none()
+            && r.spec.facts.kubelet_version.as_deref() == Some(kubelet.as_str())
+        {
+            break;
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "NodeReport {node} not written again after its deletion"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    eprintln!(
+        "restored after a change in {restored_in:?}, after a deletion in {:?}",
+        started.elapsed()
     );
     cleanup(&lab).await?;
     op.finish().await

@@ -15,7 +15,9 @@
 //!    the rotation. The rotation counts as handled once that renewal has succeeded on every
 //!    node (none skipped or gone), not when it is generated.
 //! 5. `autoRenew` and a renewable control-plane certificate expiring within `renewBefore`:
-//!    one renewal, named after that expiry.
+//!    one renewal, named after that expiry, but only when `renewBefore` is shorter than the
+//!    validity a renewal gives ([`RenewalValidity`]): a longer one would find every
+//!    certificate due again the moment it was renewed, and renew forever.
 //!
 //! Names are deterministic, so a rule whose Operation already exists (finished without
 //! closing the gap: a DryRun, skipped nodes) generates nothing again; it waits for a person
@@ -97,6 +99,11 @@ pub struct Generated {
     /// Its tasks that finished without doing their work: skipped by a person, or Invalid
     /// (the node went away).
     pub not_done: u32,
+    /// The version an upgrade moves to (`spec.upgrade.kubernetesVersion`).
+    pub version: Option<String>,
+    /// Its `NodeHeld` condition's message while a node it needs is held by another
+    /// Operation (`waiting: node w-1 is held by Operation x (task …, Blocked)`).
+    pub held: Option<String>,
 }
 
 /// Everything the decision reads.
@@ -107,7 +114,65 @@ pub struct Input<'a> {
     pub handled_rotation: i64,
     pub nodes: &'a [NodeObservation],
     pub generated: &'a [Generated],
+    /// How long a certificate is valid once renewed.
+    pub renewal_validity: RenewalValidity,
     pub now: Timestamp,
+}
+
+/// How long `kubeadm certs renew` makes a certificate valid: the ClusterConfiguration's
+/// `certificateValidityPeriod` (kubeadm v1beta4), or kubeadm's default of one year.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RenewalValidity {
+    pub period: SignedDuration,
+    /// Read from the `kubeadm-config` ConfigMap (else kubeadm's default).
+    pub from_config: bool,
+}
+
+impl RenewalValidity {
+    /// kubeadm's default: 8760h.
+    pub const KUBEADM_DEFAULT: RenewalValidity = RenewalValidity {
+        period: SignedDuration::from_hours(8760),
+        from_config: false,
+    };
+
+    /// `where it comes from`, for messages.
+    fn source(&self) -> &'static str {
+        if self.from_config {
+            "certificateValidityPeriod in ConfigMap kube-system/kubeadm-config"
+        } else {
+            "kubeadm's default certificate validity"
+        }
+    }
+}
+
+/// A duration the way `renewBefore` writes one: `365d`, `240h`, `90m` (the largest unit
+/// that divides it).
+pub fn show_period(secs: i64) -> String {
+    if secs % 86_400 == 0 {
+        format!("{}d", secs / 86_400)
+    } else if secs % 3_600 == 0 {
+        format!("{}h", secs / 3_600)
+    } else if secs % 60 == 0 {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// Why `renewBefore` cannot work with certificates renewed for `validity` (`None`: it can):
+/// a `renewBefore` at least as long as the validity finds every certificate due again the
+/// moment it is renewed, so autoRenew would renew forever and the cluster never be InSync.
+pub fn renew_before_too_long(renew_before: &str, validity: RenewalValidity) -> Option<String> {
+    let before = parse_renew_before(renew_before)?;
+    let period = validity.period.as_secs();
+    (before >= period).then(|| {
+        format!(
+            "spec.certificates.renewBefore {renew_before} is not shorter than the {} a renewal gives each certificate ({}): every certificate would be due again the moment it was renewed, so no renewal is generated for expiry; set renewBefore well below {}, for example 30d",
+            show_period(period),
+            validity.source(),
+            show_period(period)
+        )
+    })
 }
 
 /// An Operation to create.
@@ -135,6 +200,13 @@ pub enum Waiting {
     /// `spec.kubernetesVersion` is not a legal next step from the versions the nodes run
     /// (a skipped minor, a downgrade, a major change): nothing is generated.
     VersionNotReachable,
+    /// Certificates are due but `renewBefore` is not shorter than the validity a renewal
+    /// gives: a renewal could not make them fresh, so none is generated.
+    RenewBeforeTooLong,
+    /// A generated upgrade not yet finished moves to another version than
+    /// `spec.kubernetesVersion` now says (the version was set back to withdraw it): a person
+    /// deletes it (nothing is deleted for them) or sets the version again.
+    OperationSuperseded,
 }
 
 impl Waiting {
@@ -149,6 +221,8 @@ impl Waiting {
             Waiting::NodeReports => "NodeReports",
             Waiting::NameTaken => "NameTaken",
             Waiting::VersionNotReachable => "VersionNotReachable",
+            Waiting::RenewBeforeTooLong => "RenewBeforeTooLong",
+            Waiting::OperationSuperseded => "OperationSuperseded",
         }
     }
 }
@@ -305,6 +379,7 @@ pub fn decide(input: &Input<'_>) -> Decision {
         .as_ref()
         .map(|(at, _)| *at - SignedDuration::from_secs(renew_before));
     let certs_due = due_at.is_some_and(|d| d <= input.now);
+    let too_long = renew_before_too_long(&spec.certificates.renew_before, input.renewal_validity);
     if let Some((at, which)) = &earliest {
         certificates.earliest_expiry = Some(Time(*at));
         certificates.earliest = Some(which.clone());
@@ -346,6 +421,8 @@ pub fn decide(input: &Input<'_>) -> Decision {
                 spec.certificates.rotation, input.handled_rotation
             ),
         )
+    } else if let Some(why) = too_long.clone().filter(|_| certs_due) {
+        (false, "RenewBeforeTooLong", why)
     } else if certs_due {
         let (at, which) = earliest.clone().unwrap_or((input.now, String::new()));
         (
@@ -381,26 +458,45 @@ pub fn decide(input: &Input<'_>) -> Decision {
 
     if let Some(open) = input.generated.iter().find(|g| !g.phase.is_finished()) {
         decision.progressing = Some(open.name.clone());
-        let (waiting, what) = match open.phase {
-            OperationPhase::Blocked => (
-                Waiting::BlockedOperation,
+        let superseded = open
+            .version
+            .as_deref()
+            .filter(|v| open.kind == Kind::Upgrade && *v != spec.kubernetes_version);
+        let (waiting, what) = if let Some(version) = superseded {
+            (
+                Waiting::OperationSuperseded,
                 format!(
-                    "Operation {} is Blocked: resolve it (`kubectl bosun retry` or `skip` on its blocked task) and generation resumes",
-                    open.name
+                    "Operation {} upgrades to {version}, but spec.kubernetesVersion is now {}: it goes on until it is deleted (nothing is deleted for you). To withdraw it, delete it (kubectl delete operation {}; pause it first with kubectl bosun pause {} if a node is under way); to go on, set spec.kubernetesVersion back to {version}",
+                    open.name, spec.kubernetes_version, open.name, open.name
                 ),
-            ),
-            OperationPhase::AwaitingApproval => (
-                Waiting::Approval,
-                format!("Operation {} waits for a node's approval", open.name),
-            ),
-            OperationPhase::Paused => (
-                Waiting::OperationPaused,
-                format!("Operation {} is paused", open.name),
-            ),
-            _ => (
-                Waiting::OperationRunning,
-                format!("Operation {} is under way", open.name),
-            ),
+            )
+        } else {
+            match open.phase {
+                OperationPhase::Blocked => (
+                    Waiting::BlockedOperation,
+                    format!(
+                        "Operation {} is Blocked: resolve it (`kubectl bosun retry` or `skip` on its blocked task) and generation resumes",
+                        open.name
+                    ),
+                ),
+                OperationPhase::AwaitingApproval => (
+                    Waiting::Approval,
+                    format!("Operation {} waits for a node's approval", open.name),
+                ),
+                OperationPhase::Paused => (
+                    Waiting::OperationPaused,
+                    format!("Operation {} is paused", open.name),
+                ),
+                _ => (
+                    Waiting::OperationRunning,
+                    match &open.held {
+                        // Say which Operation holds which node, or a wait behind another
+                        // Operation reads as progress.
+                        Some(held) => format!("Operation {} is under way; {held}", open.name),
+                        None => format!("Operation {} is under way", open.name),
+                    },
+                ),
+            }
         };
         decision.waiting = Some((waiting, what));
     } else if spec.paused {
@@ -419,7 +515,7 @@ pub fn decide(input: &Input<'_>) -> Decision {
             decision.waiting = Some((
                 Waiting::OperationFinishedWithoutEffect,
                 format!(
-                    "upgrade Operation {name} ended {} but {behind} nodes are still behind {}: look at its tasks (a DryRun or skipped nodes change nothing), then upgrade them by hand or raise spec.kubernetesVersion",
+                    "upgrade Operation {name} ended {} but {behind} nodes are still behind {}: look at its tasks (a DryRun or skipped nodes change nothing); to run it again, delete it (kubectl delete operation {name}) and the ClusterLifecycle generates it anew, or raise spec.kubernetesVersion",
                     done.phase.as_str(),
                     spec.kubernetes_version
                 ),
@@ -472,6 +568,8 @@ pub fn decide(input: &Input<'_>) -> Decision {
                 ));
             }
         }
+    } else if let Some(why) = too_long.filter(|_| certs_due && spec.certificates.auto_renew) {
+        decision.waiting = Some((Waiting::RenewBeforeTooLong, why));
     } else if certs_due && spec.certificates.auto_renew {
         let (at, which) = earliest.clone().unwrap_or((input.now, String::new()));
         let name = expiry_name(at);
@@ -652,6 +750,7 @@ mod tests {
             handled_rotation: handled,
             nodes,
             generated,
+            renewal_validity: RenewalValidity::KUBEADM_DEFAULT,
             now: now(),
         })
     }
@@ -766,12 +865,85 @@ mod tests {
             phase: OperationPhase::Succeeded,
             progress: Some("2/2".into()),
             not_done: 0,
+            version: None,
+            held: None,
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &done);
         assert_eq!(d.generate, None);
         assert_eq!(
             d.waiting.map(|w| w.0),
             Some(Waiting::OperationFinishedWithoutEffect)
+        );
+    }
+
+    #[test]
+    fn an_upgrade_whose_version_was_withdrawn_says_how_to_cancel_it() {
+        // Requested v1.35.0, then set back to the nodes' v1.34.4 before any node moved.
+        let s = spec("v1.34.4");
+        for phase in [
+            OperationPhase::AwaitingApproval,
+            OperationPhase::Running,
+            OperationPhase::Paused,
+            OperationPhase::Blocked,
+        ] {
+            let open = [Generated {
+                name: upgrade_name("v1.35.0"),
+                kind: Kind::Upgrade,
+                phase,
+                progress: Some("0/2".into()),
+                not_done: 0,
+                version: Some("v1.35.0".into()),
+                held: None,
+            }];
+            let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
+            assert_eq!(d.generate, None, "{phase:?}");
+            let (w, why) = d.waiting.expect("waiting");
+            assert_eq!(w, Waiting::OperationSuperseded, "{phase:?}");
+            assert!(
+                why.contains("upgrades to v1.35.0, but spec.kubernetesVersion is now v1.34.4")
+                    && why.contains("kubectl delete operation lifecycle-upgrade-v1-35-0")
+                    && why.contains("nothing is deleted for you"),
+                "{why}"
+            );
+            assert_eq!(d.progressing.as_deref(), Some("lifecycle-upgrade-v1-35-0"));
+            // The nodes are where the spec says.
+            assert!(d.in_sync.0, "{:?}", d.in_sync);
+        }
+        // The same version: an ordinary wait.
+        let open = [Generated {
+            name: upgrade_name("v1.34.4"),
+            kind: Kind::Upgrade,
+            phase: OperationPhase::Running,
+            progress: Some("0/2".into()),
+            not_done: 0,
+            version: Some("v1.34.4".into()),
+            held: None,
+        }];
+        let d = decide_with(&s, 0, &cluster("v1.34.3", 300), &open);
+        assert_eq!(d.waiting.map(|w| w.0), Some(Waiting::OperationRunning));
+    }
+
+    #[test]
+    fn a_generated_operation_held_behind_another_says_by_which_on_which_node() {
+        let s = spec("v1.35.0");
+        let open = [Generated {
+            name: upgrade_name("v1.35.0"),
+            kind: Kind::Upgrade,
+            phase: OperationPhase::Running,
+            progress: Some("0/2".into()),
+            not_done: 0,
+            version: Some("v1.35.0".into()),
+            held: Some(
+                "waiting: node cp-1 is held by Operation renew-now (task renew-now-cp-1, Blocked)"
+                    .into(),
+            ),
+        }];
+        let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
+        let (w, why) = d.waiting.expect("waiting");
+        assert_eq!(w, Waiting::OperationRunning);
+        assert_eq!(
+            why,
+            "Operation lifecycle-upgrade-v1-35-0 is under way; waiting: node cp-1 is held by Operation renew-now (task renew-now-cp-1, Blocked)"
         );
     }
 
@@ -791,6 +963,8 @@ mod tests {
                 phase,
                 progress: Some("0/1".into()),
                 not_done: 0,
+                version: None,
+                held: None,
             }];
             let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
             assert_eq!(d.generate, None, "{phase:?}");
@@ -804,6 +978,8 @@ mod tests {
             phase: OperationPhase::Succeeded,
             progress: Some("1/1".into()),
             not_done: 0,
+            version: None,
+            held: None,
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &finished);
         assert_eq!(d.generate.map(|g| g.kind), Some(Kind::Upgrade));
@@ -844,6 +1020,8 @@ mod tests {
                 phase,
                 progress: None,
                 not_done: 0,
+                version: None,
+                held: None,
             }];
             let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &open);
             assert_eq!(
@@ -860,6 +1038,8 @@ mod tests {
             phase: OperationPhase::Succeeded,
             progress: Some("2/2".into()),
             not_done: 1,
+            version: None,
+            held: None,
         }];
         let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &skipped);
         assert_eq!((d.generate, d.certificates.handled_rotation), (None, 2));
@@ -882,6 +1062,8 @@ mod tests {
             phase: OperationPhase::Succeeded,
             progress: None,
             not_done: 0,
+            version: None,
+            held: None,
         }];
         let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &exists);
         assert_eq!(d.generate, None);
@@ -914,6 +1096,75 @@ mod tests {
             d.certificates.next_renewal.map(|t| t.0),
             Some(now() + SignedDuration::from_hours(24 * 270))
         );
+    }
+
+    #[test]
+    fn a_renew_before_not_shorter_than_the_validity_generates_no_renewal() {
+        let mut s = spec("v1.34.4");
+        s.certificates.auto_renew = true;
+        let nodes = cluster("v1.34.4", 300);
+        // (renewBefore, validity a renewal gives, generates a renewal for expiry)
+        let one_year = RenewalValidity::KUBEADM_DEFAULT;
+        let ten_days = RenewalValidity {
+            period: SignedDuration::from_hours(240),
+            from_config: true,
+        };
+        let table = [
+            ("9999d", one_year, false),
+            ("365d", one_year, false),
+            ("8760h", one_year, false),
+            ("364d", one_year, true),
+            ("30d", ten_days, false),
+            ("10d", ten_days, false),
+            ("9d", ten_days, true),
+        ];
+        for (before, validity, renews) in table {
+            s.certificates.renew_before = before.into();
+            let d = decide(&Input {
+                spec: &s,
+                handled_rotation: 0,
+                nodes: &nodes,
+                generated: &[],
+                renewal_validity: validity,
+                now: now(),
+            });
+            let certs_due = 300 * 86_400 <= parse_renew_before(before).unwrap();
+            match (renews, certs_due) {
+                (true, true) => {
+                    assert!(d.generate.is_some(), "{before} on {validity:?}: {d:?}");
+                    assert_eq!(d.in_sync.1, "CertificatesDue", "{before}");
+                }
+                (true, false) | (false, false) => {
+                    assert_eq!(d.generate, None, "{before}: not due");
+                    assert!(d.in_sync.0, "{before}: {:?}", d.in_sync);
+                }
+                (false, true) => {
+                    assert_eq!(d.generate, None, "{before} on {validity:?}: {d:?}");
+                    let (w, why) = d.waiting.clone().expect("waiting");
+                    assert_eq!(w, Waiting::RenewBeforeTooLong, "{before}");
+                    assert_eq!(d.in_sync.1, "RenewBeforeTooLong", "{before}");
+                    assert!(
+                        why.contains(&format!("renewBefore {before} is not shorter than the"))
+                            && why.contains(validity.source())
+                            && why.contains("for example 30d"),
+                        "{why}"
+                    );
+                }
+            }
+        }
+        // The message names the period the way renewBefore writes one.
+        let why = renew_before_too_long("9999d", one_year).unwrap();
+        assert!(why.contains("the 365d a renewal gives"), "{why}");
+        let why = renew_before_too_long("30d", ten_days).unwrap();
+        assert!(why.contains("the 10d a renewal gives"), "{why}");
+        assert_eq!(renew_before_too_long("364d", one_year), None);
+
+        // Without autoRenew nothing is generated either way, but InSync says why.
+        s.certificates.auto_renew = false;
+        s.certificates.renew_before = "9999d".into();
+        let d = decide_with(&s, 0, &nodes, &[]);
+        assert_eq!(d.waiting, None);
+        assert_eq!(d.in_sync.1, "RenewBeforeTooLong");
     }
 
     #[test]
@@ -997,6 +1248,8 @@ mod tests {
             phase: OperationPhase::Succeeded,
             progress: Some("2/2".into()),
             not_done: 0,
+            version: None,
+            held: None,
         }];
         let d = decide_with(&spec("v1.34.4"), 0, &nodes, &done);
         assert_eq!(d.generate, None);

@@ -42,7 +42,7 @@ use serde_json::json;
 
 use crate::error::{Error, Result};
 use crate::time::set_condition;
-use decide::{Decision, Generated, Input, Kind, NodeObservation, decide};
+use decide::{Decision, Generated, Input, Kind, NodeObservation, RenewalValidity, decide};
 
 /// The label every control-plane node carries.
 const CONTROL_PLANE_LABEL: &str = "node-role.kubernetes.io/control-plane";
@@ -108,12 +108,16 @@ pub async fn run(lifecycle: Lifecycle, resync: Duration) {
         return;
     }
     let mut adoption = Adoption::default();
+    let mut validity = ValidityCache::default();
     let mut wake_at: Option<Timestamp> = None;
     let mut retry = RETRY_FIRST;
     loop {
         let started = Instant::now();
         let mut wait = resync;
-        match lifecycle.pass(&observed, &mut adoption).await {
+        match lifecycle
+            .pass(&observed, &mut adoption, &mut validity)
+            .await
+        {
             Ok(next) => {
                 wake_at = next;
                 retry = RETRY_FIRST;
@@ -269,6 +273,15 @@ impl std::fmt::Debug for Lifecycle {
     }
 }
 
+/// How long a read of kubeadm's certificate validity is used before it is read again.
+const VALIDITY_TTL: Duration = Duration::from_secs(300);
+
+/// kubeadm's certificate validity ([`RenewalValidity`]) as last read from the
+/// `kubeadm-config` ConfigMap, and when: read again at most every [`VALIDITY_TTL`], so a
+/// reconcile costs no extra request most of the time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ValidityCache(Option<(Instant, RenewalValidity)>);
+
 /// Where adoption stands in this process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Adoption {
@@ -299,6 +312,7 @@ impl Lifecycle {
         &self,
         observed: &Observed,
         adoption: &mut Adoption,
+        validity: &mut ValidityCache,
     ) -> Result<Option<Timestamp>> {
         let api: Api<ClusterLifecycle> = Api::all(self.client.clone());
         let Some(object) = api
@@ -320,7 +334,38 @@ impl Lifecycle {
         if object.metadata.deletion_timestamp.is_some() {
             return Ok(None);
         }
-        self.reconcile(&object, observed).await
+        let renewal_validity = self.renewal_validity(validity).await?;
+        self.reconcile(&object, observed, renewal_validity).await
+    }
+
+    /// kubeadm's certificate validity, from `cache` while it is younger than
+    /// [`VALIDITY_TTL`], else from the `kubeadm-config` ConfigMap (kubeadm's default when
+    /// the ConfigMap or the field is absent, or the field does not read as a duration).
+    async fn renewal_validity(&self, cache: &mut ValidityCache) -> Result<RenewalValidity> {
+        if let Some((at, v)) = cache.0
+            && at.elapsed() < VALIDITY_TTL
+        {
+            return Ok(v);
+        }
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
+        let map = maps
+            .get_opt("kubeadm-config")
+            .await
+            .map_err(Error::kube("getting ConfigMap kube-system/kubeadm-config"))?;
+        let period = map
+            .as_ref()
+            .and_then(|m| m.data.as_ref())
+            .and_then(|d| d.get("ClusterConfiguration"))
+            .and_then(|c| certificate_validity_of(c));
+        let v = match period {
+            Some(period) => RenewalValidity {
+                period,
+                from_config: true,
+            },
+            None => RenewalValidity::KUBEADM_DEFAULT,
+        };
+        cache.0 = Some((Instant::now(), v));
+        Ok(v)
     }
 
     /// Creates the ClusterLifecycle from the cluster as it is. `Ok(false)` when the cluster
@@ -340,8 +385,21 @@ impl Lifecycle {
             if warned {
                 return Ok(false);
             }
+            let what = match &map {
+                None => "there is no ConfigMap kube-system/kubeadm-config",
+                Some(m)
+                    if m.data
+                        .as_ref()
+                        .is_none_or(|d| !d.contains_key("ClusterConfiguration")) =>
+                {
+                    "ConfigMap kube-system/kubeadm-config has no ClusterConfiguration key"
+                }
+                Some(_) => {
+                    "the ClusterConfiguration in ConfigMap kube-system/kubeadm-config has no kubernetesVersion like v1.34.4"
+                }
+            };
             tracing::warn!(
-                "no ClusterLifecycle, and ConfigMap kube-system/kubeadm-config has no ClusterConfiguration with a kubernetesVersion: nothing to adopt yet (create the ClusterLifecycle by hand, or check the cluster was made by kubeadm)"
+                "no ClusterLifecycle, and {what}: nothing to adopt yet (create the ClusterLifecycle by hand, or check the cluster was made by kubeadm)"
             );
             return Ok(false);
         };
@@ -375,6 +433,7 @@ impl Lifecycle {
         &self,
         object: &ClusterLifecycle,
         observed: &Observed,
+        renewal_validity: RenewalValidity,
     ) -> Result<Option<Timestamp>> {
         let now = Timestamp::now();
         let nodes = observe(&observed.nodes.state(), &observed.reports.state());
@@ -397,6 +456,16 @@ impl Lifecycle {
                     phase: status.phase,
                     progress: status.progress,
                     not_done: status.counts.skipped + status.counts.invalid,
+                    version: op
+                        .spec
+                        .upgrade
+                        .as_ref()
+                        .map(|u| u.kubernetes_version.clone()),
+                    held: status
+                        .conditions
+                        .iter()
+                        .find(|c| c.type_ == crate::exclusion::CONDITION && c.status == "True")
+                        .map(|c| c.message.clone()),
                 })
             })
             .collect();
@@ -406,6 +475,7 @@ impl Lifecycle {
             handled_rotation: stored.certificates.handled_rotation,
             nodes: &nodes,
             generated: &generated,
+            renewal_validity,
             now,
         });
         let mut history = stored.history.clone();
@@ -656,14 +726,51 @@ fn name_taken(op: &Operation, name: &str) -> String {
     )
 }
 
-/// `kubernetesVersion` from kubeadm's ClusterConfiguration (a YAML document): the value of
-/// the top-level `kubernetesVersion:` line, quotes removed.
-pub fn kubernetes_version_of(cluster_configuration: &str) -> Option<String> {
+/// The value of the top-level `key:` line of kubeadm's ClusterConfiguration (a YAML
+/// document, as kubeadm writes it: one key per line), quotes removed.
+fn top_level_value<'a>(cluster_configuration: &'a str, key: &str) -> Option<&'a str> {
     cluster_configuration.lines().find_map(|line| {
-        let value = line.strip_prefix("kubernetesVersion:")?.trim();
-        let value = value.trim_matches(|c| c == '"' || c == '\'');
-        bosun_api::lifecycle::parse_version(value).map(|_| value.to_string())
+        let value = line.strip_prefix(key)?.strip_prefix(':')?.trim();
+        Some(value.trim_matches(|c| c == '"' || c == '\''))
     })
+}
+
+/// `kubernetesVersion` from kubeadm's ClusterConfiguration.
+pub fn kubernetes_version_of(cluster_configuration: &str) -> Option<String> {
+    let value = top_level_value(cluster_configuration, "kubernetesVersion")?;
+    bosun_api::lifecycle::parse_version(value).map(|_| value.to_string())
+}
+
+/// `certificateValidityPeriod` (kubeadm v1beta4) from kubeadm's ClusterConfiguration: a Go
+/// duration such as `8760h0m0s` or `240h`, whole hours, minutes and seconds (a fraction or a
+/// unit below the second does not read, and kubeadm's default applies). `None` when absent,
+/// unreadable or not positive.
+pub fn certificate_validity_of(
+    cluster_configuration: &str,
+) -> Option<k8s_openapi::jiff::SignedDuration> {
+    let value = top_level_value(cluster_configuration, "certificateValidityPeriod")?;
+    let mut secs: i64 = 0;
+    let mut number = String::new();
+    for c in value.chars() {
+        if c.is_ascii_digit() {
+            number.push(c);
+            continue;
+        }
+        let n: i64 = number.parse().ok()?;
+        number.clear();
+        let unit = match c {
+            'h' => 3_600,
+            'm' => 60,
+            's' => 1,
+            _ => return None,
+        };
+        secs = secs.checked_add(n.checked_mul(unit)?)?;
+    }
+    if number.is_empty() && secs > 0 {
+        Some(k8s_openapi::jiff::SignedDuration::from_secs(secs))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -771,6 +878,32 @@ mod tests {
         );
         assert_eq!(kubernetes_version_of("kubernetesVersion: stable\n"), None);
         assert_eq!(kubernetes_version_of("kind: ClusterConfiguration\n"), None);
+    }
+
+    #[test]
+    fn the_certificate_validity_is_read_as_a_go_duration() {
+        let config = |v: &str| {
+            format!(
+                "apiVersion: kubeadm.k8s.io/v1beta4\ncaCertificateValidityPeriod: 87600h0m0s\ncertificateValidityPeriod: {v}\nkind: ClusterConfiguration\n"
+            )
+        };
+        let hours = |h: i64| Some(k8s_openapi::jiff::SignedDuration::from_hours(h));
+        assert_eq!(certificate_validity_of(&config("8760h0m0s")), hours(8760));
+        assert_eq!(certificate_validity_of(&config("240h")), hours(240));
+        assert_eq!(
+            certificate_validity_of(&config("\"1h30m\"")),
+            Some(k8s_openapi::jiff::SignedDuration::from_secs(5_400))
+        );
+        // What does not read exactly is left to kubeadm's default, never guessed.
+        assert_eq!(certificate_validity_of(&config("1.5h")), None);
+        assert_eq!(certificate_validity_of(&config("500ms")), None);
+        assert_eq!(certificate_validity_of(&config("0s")), None);
+        assert_eq!(certificate_validity_of(&config("8760")), None);
+        // The CA's own period is another key.
+        assert_eq!(
+            certificate_validity_of("caCertificateValidityPeriod: 87600h0m0s\n"),
+            None
+        );
     }
 
     fn lifecycle_object(uid: &str, created: &str) -> ClusterLifecycle {
