@@ -142,6 +142,7 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         crate::facts::host_facts(agent),
     );
     let own = own.map_err(bosun_cluster::Error::kube("reading this agent's Node"))?;
+    let own = ready_or_grace_passed(&nodes, &agent.node_name, own).await;
     let node = own.as_ref();
     let operation =
         match operation.map_err(bosun_cluster::Error::kube("reading the task's Operation"))? {
@@ -207,6 +208,39 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         cluster,
         decisions: Mutex::new(Decisions::default()),
     })
+}
+
+/// How long the gate reads a Node that is not Ready again before the step's preflight
+/// judges it: longer than a control plane's own components take to restart during its
+/// upgrade, short beside the step's timeout.
+pub const READY_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `own`, or the Node read again every 2 s while it is not Ready, for at most
+/// [`READY_GRACE`]. A Node can be NotReady for a moment while `kubeadm upgrade apply`
+/// restarts its control plane (its etcd member, then the API server its kubelet reports
+/// through); an agent that came back in that moment (the real-node test deletes the agent's
+/// Pod mid-upgrade, and the step then resumes) blocked the task on `agent/node-ready` at
+/// once, for a person to retry what would have passed seconds later. A Node still not
+/// Ready after the grace, or gone, is judged as it is; a failed read keeps the last one.
+async fn ready_or_grace_passed(
+    nodes: &Api<Node>,
+    name: &str,
+    mut own: Option<Node>,
+) -> Option<Node> {
+    let started = std::time::Instant::now();
+    if own.as_ref().is_some_and(|n| !is_ready(n)) {
+        tracing::info!(grace = ?READY_GRACE, "this Node is not Ready; reading it again before the preflight judges it");
+    }
+    while own.as_ref().is_some_and(|n| !is_ready(n)) && started.elapsed() < READY_GRACE {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        match nodes.get_opt(name).await {
+            Ok(now) => own = now,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading this Node again failed; keeping the last read")
+            }
+        }
+    }
+    own
 }
 
 impl Prepared {
