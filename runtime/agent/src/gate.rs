@@ -31,7 +31,7 @@ use bosun_api::node_task::{
 };
 use bosun_api::operation::Operation;
 use bosun_api::policy::Enforcement as ApiEnforcement;
-use bosun_cluster::events::{Notice, Publisher};
+use bosun_cluster::events::Notice;
 use bosun_cluster::policies::{Generation, SYNC_WAIT};
 use bosun_cluster::readers::{
     cluster_annotations, cluster_version, control_plane, get_cached_or_consistent, is_ready,
@@ -417,11 +417,7 @@ impl Prepared {
                 format!("step {step}: {} (policy set {digest})", warnings.join("; ")),
             ));
         }
-        let publisher = Publisher::new(
-            agent.client.clone(),
-            bosun_cluster::events::AGENT,
-            agent.node_name.clone(),
-        );
+        let publisher = agent.events();
         for (reason, note) in events {
             publisher
                 .publish(task, &Notice::warning(reason, "PolicyGate", note))

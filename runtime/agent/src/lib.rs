@@ -148,6 +148,15 @@ impl Drop for InFlight<'_> {
 }
 
 impl Agent {
+    /// The publisher of this agent's Events (reporter `bosun.dev/agent`, instance its node).
+    pub fn events(&self) -> bosun_cluster::events::Publisher {
+        bosun_cluster::events::Publisher::new(
+            self.client.clone(),
+            bosun_cluster::events::AGENT,
+            self.node_name.clone(),
+        )
+    }
+
     /// An agent for `node_name`.
     pub fn new(
         client: Client,
@@ -671,20 +680,17 @@ async fn refuse_cordon_cleared(
         Duration::ZERO,
     );
     tracing::warn!(attempt = attempts, outcome = %message, "step not started: the node's cordon was cleared; task blocked");
-    bosun_cluster::events::Publisher::new(
-        agent.client.clone(),
-        bosun_cluster::events::AGENT,
-        agent.node_name.clone(),
-    )
-    .publish(
-        task,
-        &bosun_cluster::events::Notice::warning(
-            reason.as_str(),
-            "CheckCordon",
-            format!("step {}: {message}", step.name),
-        ),
-    )
-    .await;
+    agent
+        .events()
+        .publish(
+            task,
+            &bosun_cluster::events::Notice::warning(
+                reason.as_str(),
+                "CheckCordon",
+                format!("step {}: {message}", step.name),
+            ),
+        )
+        .await;
     Ok(Action::await_change())
 }
 

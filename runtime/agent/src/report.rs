@@ -90,7 +90,7 @@ pub async fn report_once(agent: &Agent, last: &mut Option<NodeFacts>) -> Result<
 pub async fn run(agent: std::sync::Arc<Agent>, period: Duration) {
     let ours: Arc<Mutex<Option<NodeFacts>>> = Arc::default();
     let changed = Arc::new(tokio::sync::Notify::new());
-    let _guard = AbortOnDrop(tokio::spawn(guard(
+    let _guard = bosun_cluster::watch::AbortOnDrop(tokio::spawn(guard(
         agent.clone(),
         ours.clone(),
         changed.clone(),
@@ -109,15 +109,6 @@ pub async fn run(agent: std::sync::Arc<Agent>, period: Duration) {
             // next pass reads it and the node again and writes what the node says.
             () = changed.notified() => last = None,
         }
-    }
-}
-
-/// Aborts the task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -210,16 +201,13 @@ async fn guard(
         | watcher::Event::InitApply(report)
         | watcher::Event::Delete(report) = &event
         {
-            bosun_cluster::events::Publisher::new(
-                agent.client.clone(),
-                bosun_cluster::events::AGENT,
-                agent.node_name.clone(),
-            )
-            .publish(
-                report,
-                &bosun_cluster::events::Notice::warning("NodeReportRestored", "Report", note),
-            )
-            .await;
+            agent
+                .events()
+                .publish(
+                    report,
+                    &bosun_cluster::events::Notice::warning("NodeReportRestored", "Report", note),
+                )
+                .await;
         }
     }
 }

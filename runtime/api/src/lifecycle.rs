@@ -364,6 +364,14 @@ pub fn parse_renew_before(s: &str) -> Option<i64> {
     if s.is_empty() {
         return None;
     }
+    sum_of_units(s, &[('d', 86_400), ('h', 3_600), ('m', 60)])
+}
+
+/// The seconds of a duration written as whole numbers each followed by one of `units`
+/// (a unit letter and its seconds), such as `7d12h` or kubeadm's `8760h0m0s`: the sum of
+/// each number times its unit. `None` for another character, a number without a unit, a
+/// unit without a number, or an overflow. The empty string is 0.
+pub fn sum_of_units(s: &str, units: &[(char, i64)]) -> Option<i64> {
     let mut total: i64 = 0;
     let mut number = String::new();
     for c in s.chars() {
@@ -373,13 +381,8 @@ pub fn parse_renew_before(s: &str) -> Option<i64> {
         }
         let n: i64 = number.parse().ok()?;
         number.clear();
-        let unit = match c {
-            'd' => 86_400,
-            'h' => 3_600,
-            'm' => 60,
-            _ => return None,
-        };
-        total = total.checked_add(n.checked_mul(unit)?)?;
+        let (_, unit) = units.iter().find(|(letter, _)| *letter == c)?;
+        total = total.checked_add(n.checked_mul(*unit)?)?;
     }
     number.is_empty().then_some(total)
 }

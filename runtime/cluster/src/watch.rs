@@ -37,6 +37,17 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::utils::Backoff;
 use kube::runtime::watcher;
 
+/// A spawned task (one that drives a watch, say) aborted when this is dropped, so that it
+/// ends with whatever owns it.
+#[derive(Debug)]
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The first wait after a watch fails.
 pub const FIRST: Duration = Duration::from_millis(250);
 /// The longest wait between two attempts.

@@ -174,6 +174,22 @@ pub fn condition(c: &ClusterLifecycle, type_: &str) -> Option<String> {
         .map(|x| x.status.clone())
 }
 
+/// The message of `c`'s condition `type_` (empty when it has none).
+pub fn condition_message(c: &ClusterLifecycle, type_: &str) -> String {
+    c.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|x| x.type_ == type_))
+        .map(|x| x.message.clone())
+        .unwrap_or_default()
+}
+
+/// `status.waiting` is `what`.
+pub fn waiting_is(c: &ClusterLifecycle, what: &str) -> bool {
+    c.status
+        .as_ref()
+        .is_some_and(|s| s.waiting.as_deref() == Some(what))
+}
+
 /// The status describes the current spec.
 pub fn current(c: &ClusterLifecycle) -> bool {
     c.status

@@ -94,7 +94,7 @@ pub async fn run(lifecycle: Lifecycle, resync: Duration) {
     let notify = Arc::clone(&changed);
     // Driven apart from the reconciles so that the caches stay current while one runs;
     // stopped with this function.
-    let _watches = AbortOnDrop(tokio::spawn(triggers.for_each(move |()| {
+    let _watches = bosun_cluster::watch::AbortOnDrop(tokio::spawn(triggers.for_each(move |()| {
         // One stored permit: changes while a reconcile runs make exactly one more.
         notify.notify_one();
         async {}
@@ -139,15 +139,6 @@ pub async fn run(lifecycle: Lifecycle, resync: Duration) {
             () = tokio::time::sleep(wait) => {}
         }
         tokio::time::sleep_until(started + MIN_INTERVAL).await;
-    }
-}
-
-/// Aborts the task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -347,16 +338,8 @@ impl Lifecycle {
         {
             return Ok(v);
         }
-        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
-        let map = maps
-            .get_opt("kubeadm-config")
-            .await
-            .map_err(Error::kube("getting ConfigMap kube-system/kubeadm-config"))?;
-        let period = map
-            .as_ref()
-            .and_then(|m| m.data.as_ref())
-            .and_then(|d| d.get("ClusterConfiguration"))
-            .and_then(|c| certificate_validity_of(c));
+        let map = self.kubeadm_config().await?;
+        let period = cluster_configuration_of(map.as_ref()).and_then(certificate_validity_of);
         let v = match period {
             Some(period) => RenewalValidity {
                 period,
@@ -368,30 +351,26 @@ impl Lifecycle {
         Ok(v)
     }
 
+    /// The ConfigMap `kube-system/kubeadm-config` kubeadm writes, if there is one.
+    async fn kubeadm_config(&self) -> Result<Option<ConfigMap>> {
+        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
+        maps.get_opt("kubeadm-config")
+            .await
+            .map_err(Error::kube("getting ConfigMap kube-system/kubeadm-config"))
+    }
+
     /// Creates the ClusterLifecycle from the cluster as it is. `Ok(false)` when the cluster
     /// does not say its version (no kubeadm-config ConfigMap): try again next pass.
     async fn adopt(&self, api: &Api<ClusterLifecycle>, warned: bool) -> Result<bool> {
-        let maps: Api<ConfigMap> = Api::namespaced(self.client.clone(), "kube-system");
-        let map = maps
-            .get_opt("kubeadm-config")
-            .await
-            .map_err(Error::kube("getting ConfigMap kube-system/kubeadm-config"))?;
-        let version = map
-            .as_ref()
-            .and_then(|m| m.data.as_ref())
-            .and_then(|d| d.get("ClusterConfiguration"))
-            .and_then(|c| kubernetes_version_of(c));
+        let map = self.kubeadm_config().await?;
+        let version = cluster_configuration_of(map.as_ref()).and_then(kubernetes_version_of);
         let Some(version) = version else {
             if warned {
                 return Ok(false);
             }
             let what = match &map {
                 None => "there is no ConfigMap kube-system/kubeadm-config",
-                Some(m)
-                    if m.data
-                        .as_ref()
-                        .is_none_or(|d| !d.contains_key("ClusterConfiguration")) =>
-                {
+                Some(_) if cluster_configuration_of(map.as_ref()).is_none() => {
                     "ConfigMap kube-system/kubeadm-config has no ClusterConfiguration key"
                 }
                 Some(_) => {
@@ -726,6 +705,14 @@ fn name_taken(op: &Operation, name: &str) -> String {
     )
 }
 
+/// The ClusterConfiguration document in kubeadm's `kubeadm-config` ConfigMap.
+fn cluster_configuration_of(map: Option<&ConfigMap>) -> Option<&str> {
+    map?.data
+        .as_ref()?
+        .get("ClusterConfiguration")
+        .map(String::as_str)
+}
+
 /// The value of the top-level `key:` line of kubeadm's ClusterConfiguration (a YAML
 /// document, as kubeadm writes it: one key per line), quotes removed.
 fn top_level_value<'a>(cluster_configuration: &'a str, key: &str) -> Option<&'a str> {
@@ -749,28 +736,9 @@ pub fn certificate_validity_of(
     cluster_configuration: &str,
 ) -> Option<k8s_openapi::jiff::SignedDuration> {
     let value = top_level_value(cluster_configuration, "certificateValidityPeriod")?;
-    let mut secs: i64 = 0;
-    let mut number = String::new();
-    for c in value.chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
-        }
-        let n: i64 = number.parse().ok()?;
-        number.clear();
-        let unit = match c {
-            'h' => 3_600,
-            'm' => 60,
-            's' => 1,
-            _ => return None,
-        };
-        secs = secs.checked_add(n.checked_mul(unit)?)?;
-    }
-    if number.is_empty() && secs > 0 {
-        Some(k8s_openapi::jiff::SignedDuration::from_secs(secs))
-    } else {
-        None
-    }
+    bosun_api::lifecycle::sum_of_units(value, &[('h', 3_600), ('m', 60), ('s', 1)])
+        .filter(|secs| *secs > 0)
+        .map(k8s_openapi::jiff::SignedDuration::from_secs)
 }
 
 #[cfg(test)]
