@@ -38,6 +38,11 @@ pub fn same_facts(a: &NodeFacts, b: &NodeFacts) -> bool {
     *a == b
 }
 
+/// The field manager of the agent's report writes (the guard tells them from others' by it).
+fn manager_of(agent: &Agent) -> String {
+    format!("{}.report", agent.manager)
+}
+
 /// Reads the facts and writes the report if they changed. Returns whether it wrote.
 pub async fn report_once(agent: &Agent, last: &mut Option<NodeFacts>) -> Result<bool, Error> {
     let api: Api<NodeReport> = Api::all(agent.client.clone());
@@ -64,7 +69,7 @@ pub async fn report_once(agent: &Agent, last: &mut Option<NodeFacts>) -> Result<
     });
     api.patch(
         &agent.node_name,
-        &PatchParams::apply(&format!("{}.report", agent.manager)).force(),
+        &PatchParams::apply(&manager_of(agent)).force(),
         &Patch::Apply(&patch),
     )
     .await
@@ -167,8 +172,16 @@ async fn guard(
 ) {
     let api: Api<NodeReport> = Api::all(agent.client.clone());
     let config = watcher::Config::default().fields(&format!("metadata.name={}", agent.node_name));
-    let manager = format!("{}.report", agent.manager);
-    let events = kube::runtime::WatchStreamExt::default_backoff(watcher(api, config));
+    let manager = manager_of(&agent);
+    // The project's watch backoff (quick again after an API-server restart, jittered per
+    // node), as every other watch of the agent.
+    let events = kube::runtime::WatchStreamExt::backoff(
+        watcher(api, config),
+        bosun_cluster::watch::WatchBackoff::new(bosun_cluster::watch::seed_of(&format!(
+            "{}/report",
+            agent.node_name
+        ))),
+    );
     let mut events = std::pin::pin!(events);
     while let Some(event) = events.next().await {
         let event = match event {
