@@ -612,6 +612,19 @@ impl OperationPhase {
             OperationPhase::Failed => "Failed",
         }
     }
+
+    /// The phase in lower-case words, for a sentence ("upgrade Operation x awaiting approval").
+    pub fn in_words(self) -> &'static str {
+        match self {
+            OperationPhase::Pending => "pending",
+            OperationPhase::Running => "running",
+            OperationPhase::Paused => "paused",
+            OperationPhase::AwaitingApproval => "awaiting approval",
+            OperationPhase::Blocked => "blocked",
+            OperationPhase::Succeeded => "succeeded",
+            OperationPhase::Failed => "failed",
+        }
+    }
 }
 
 /// The frozen plan: groups in the order they run.

@@ -12,7 +12,7 @@ use bosun_trust::{Digest, SigningKey, Statement};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -354,4 +354,26 @@ fn install_uname(lab: &LabHandle) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The events.k8s.io Events about the object named `name`. Bosun's objects are
+/// cluster-scoped, so their Events are in `default`; `reason`, when given, keeps only those.
+pub async fn events_about(
+    client: &Client,
+    name: &str,
+    reason: Option<&str>,
+) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    let list = api
+        .list(&ListParams::default())
+        .await
+        .context("listing Events")?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && reason.is_none_or(|r| e.reason.as_deref() == Some(r))
+        })
+        .collect())
 }

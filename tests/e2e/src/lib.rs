@@ -35,7 +35,7 @@ pub mod stall;
 
 use std::time::Duration;
 
-pub use cluster::{apply_crds, publish_plugin, publish_test_steps, unique};
+pub use cluster::{apply_crds, events_about, publish_plugin, publish_test_steps, unique};
 pub use operator::{Operator, describe_tasks};
 pub use paths::{binary, binary_of, build_plugin, target_dir, workspace_root};
 pub use processes::Processes;

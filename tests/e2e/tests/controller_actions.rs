@@ -32,7 +32,7 @@ use anyhow::{Context, Result, bail, ensure};
 use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
 use bosun_api::operation::{Operation, OperationPhase};
 use bosun_e2e::operator::{delete_instance_operations, describe_tasks, phase_of, tasks_of};
-use bosun_e2e::{DEADLINE, MANAGER, Processes, binary, target_dir, unique};
+use bosun_e2e::{DEADLINE, MANAGER, Processes, binary, events_about, target_dir, unique};
 use bosun_lab::LabHandle;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -318,21 +318,6 @@ async fn pod_exists(client: &Client, ns: &str, name: &str) -> Result<bool> {
     Ok(pods.get_opt(name).await?.is_some())
 }
 
-/// The events.k8s.io Events about the object named `name` (Operations and NodeTasks are
-/// cluster-scoped: their Events are in `default`).
-async fn events_about(client: &Client, name: &str) -> Result<Vec<Event>> {
-    let api: Api<Event> = Api::namespaced(client.clone(), "default");
-    let list = api
-        .list(&ListParams::default())
-        .await
-        .context("listing Events")?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .collect())
-}
-
 fn reasons(events: &[Event]) -> BTreeSet<String> {
     events.iter().filter_map(|e| e.reason.clone()).collect()
 }
@@ -474,7 +459,7 @@ async fn drain_evicts_pods_respects_a_pdb_then_times_out_with_a_blocked_message_
             for p in ["guarded-1", "static-web", ds_pod.as_str()] {
                 ensure!(pod_exists(&c, &ns, p).await?, "pod {p} is still on the node");
             }
-            let events = events_about(&c, &blocked.name_any()).await?;
+            let events = events_about(&c, &blocked.name_any(), None).await?;
             ensure!(
                 events.iter().any(|e| e.reason.as_deref() == Some("Blocked") && e.type_.as_deref() == Some("Warning") && e.note.as_deref().is_some_and(|n| n.contains("DrainTimedOut"))),
                 "a Warning Blocked Event names DrainTimedOut: {:?}",
@@ -602,8 +587,8 @@ async fn drain_succeeds_and_events_are_visible_for_the_operation_and_the_node_ta
                     || {
                         let (c, tn, op) = (c2.clone(), tn2.clone(), op2.clone());
                         async move {
-                            let t = events_about(&c, &tn).await?;
-                            let o = events_about(&c, &op).await?;
+                            let t = events_about(&c, &tn, None).await?;
+                            let o = events_about(&c, &op, None).await?;
                             let want_t: BTreeSet<String> = ["Drained"].map(String::from).into();
                             let want_o: BTreeSet<String> =
                                 ["Started", "Succeeded"].map(String::from).into();
@@ -752,8 +737,8 @@ async fn leader_election_only_the_lease_holder_acts_and_the_standby_takes_over_w
                 .wait("Events of the first Operation", &first, || {
                     let (c, f, n) = (c3.clone(), f3.clone(), n3.clone());
                     async move {
-                        let mut e = events_about(&c, &f).await?;
-                        e.extend(events_about(&c, &n).await?);
+                        let mut e = events_about(&c, &f, None).await?;
+                        e.extend(events_about(&c, &n, None).await?);
                         Ok(reasons(&e).contains("Succeeded").then_some(e))
                     }
                 })
@@ -778,7 +763,7 @@ async fn leader_election_only_the_lease_holder_acts_and_the_standby_takes_over_w
                 .wait("Events of the second Operation", &second, || {
                     let (c, s) = (c5.clone(), s5.clone());
                     async move {
-                        let e = events_about(&c, &s).await?;
+                        let e = events_about(&c, &s, None).await?;
                         Ok(reasons(&e).contains("Succeeded").then_some(e))
                     }
                 })

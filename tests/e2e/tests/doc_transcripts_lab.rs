@@ -1,5 +1,6 @@
-//! The console transcripts of docs/first-operation.md, docs/troubleshooting.md and
-//! docs/cli.md (its failing-step walk-through), run for real on a lab of their own: what a newcomer types after the page's build step, in one
+//! The console transcripts of docs/first-operation.md, docs/troubleshooting.md,
+//! docs/cli.md (its failing-step walk-through) and docs/lifecycle.md (every command it
+//! shows: the ClusterLifecycle made by hand, an upgrade requested and withdrawn), run for real on a lab of their own: what a newcomer types after the page's build step, in one
 //! terminal, from `lab up` to a retried Operation. A sample in these pages can no longer
 //! go stale unnoticed. The format and the matching are in `runtime/cli/tests/transcript/`.
 //!
@@ -69,11 +70,18 @@ fn lab_command(lab: &Path, env: &[(OsString, OsString)], args: &[&str]) -> Resul
 }
 
 #[test]
-fn first_operation_and_troubleshooting_transcripts_are_true_on_a_lab() -> Result<()> {
+fn the_pages_transcripts_are_true_on_a_lab() -> Result<()> {
     let root = workspace_root();
     let first = transcript::page_blocks(&root, "first-operation.md", true, 3);
     let trouble = transcript::page_blocks(&root, "troubleshooting.md", true, 3);
     let cli = transcript::page_blocks(&root, "cli.md", true, 1);
+    let lifecycle = transcript::page_blocks(&root, "lifecycle.md", true, 4);
+    // Every command docs/lifecycle.md shows is run here: none sits in a block of its own.
+    let unmarked = transcript::unmarked_command_blocks(&root, "lifecycle.md");
+    assert!(
+        unmarked.is_empty(),
+        "these blocks show commands no test runs; mark them `<!-- doc-test: lab -->` with the output the lab gives: {unmarked:?}"
+    );
 
     let lab = binary("lab")?;
     for name in ["kubectl-bosun", "bosun-controller", "bosun-agent"] {
@@ -159,11 +167,16 @@ fn first_operation_and_troubleshooting_transcripts_are_true_on_a_lab() -> Result
         loose: true,
         stop_background: true,
     };
-    let blocks: Vec<&transcript::Block> = first.iter().chain(&trouble).chain(&cli).collect();
+    let blocks: Vec<&transcript::Block> = first
+        .iter()
+        .chain(&trouble)
+        .chain(&cli)
+        .chain(&lifecycle)
+        .collect();
     let problems = transcript::run(&blocks, &session);
     transcript::assert_no_problems(
         &format!(
-            "docs/first-operation.md, troubleshooting.md and cli.md on a lab (its logs: {}/logs; the session's files: {})",
+            "docs/first-operation.md, troubleshooting.md, cli.md and lifecycle.md on a lab (its logs: {}/logs; the session's files: {})",
             lab_dir.display(),
             work.display()
         ),

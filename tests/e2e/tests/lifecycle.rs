@@ -41,7 +41,7 @@ use bosun_e2e::lifecycle::{
     wait_lifecycle, waiting_is,
 };
 use bosun_e2e::operator::phase_of;
-use bosun_e2e::{DEADLINE, MANAGER, Operator, apply_crds, lock_lab_nodes, unique};
+use bosun_e2e::{DEADLINE, MANAGER, Operator, apply_crds, events_about, lock_lab_nodes, unique};
 use bosun_lab::{LabHandle, Role};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -1239,20 +1239,12 @@ async fn a_changed_or_deleted_node_report_is_restored_by_its_agent() -> Result<(
         tokio::time::sleep(POLL).await;
     }
     let restored_in = started.elapsed();
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(lab.client.clone(), "default");
     let started = Instant::now();
     let note = loop {
-        let found = events
-            .list(&ListParams::default())
+        let found = events_about(&lab.client, &node, Some("NodeReportRestored"))
             .await?
-            .items
             .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some("NodeReportRestored")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node.as_str())
-            })
-            .and_then(|e| e.note);
+            .find_map(|e| e.note);
         if let Some(note) = found {
             break note;
         }

@@ -15,11 +15,10 @@ use anyhow::{Context, Result, bail, ensure};
 use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
 use bosun_api::operation::OperationPhase;
 use bosun_api::policy::{Enforcement, Policy};
-use bosun_e2e::Operator;
 use bosun_e2e::operator::INSTANCE_LABEL;
+use bosun_e2e::{Operator, events_about};
 use bosun_lab::{LabHandle, Role};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -98,23 +97,6 @@ async fn wait_policy(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-/// Events in `default` about `name` (cluster-scoped objects' Events live there) with `reason`.
-async fn events_about(client: &Client, name: &str, reason: &str) -> Result<Vec<Event>> {
-    let api: Api<Event> = Api::namespaced(client.clone(), "default");
-    let all = api
-        .list(&ListParams::default())
-        .await
-        .context("listing Events")?;
-    Ok(all
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                && e.reason.as_deref() == Some(reason)
-        })
-        .collect())
 }
 
 /// An Operation greeting only the control-plane node.
@@ -290,7 +272,7 @@ async fn a_deny_policy_blocks_the_step_and_retry_after_the_fix_succeeds() -> Res
             greet.preflight
         );
     }
-    let events = events_about(&operator.client, &task.name_any(), "PolicyDenied").await?;
+    let events = events_about(&operator.client, &task.name_any(), Some("PolicyDenied")).await?;
     ensure!(
         events
             .iter()
@@ -404,7 +386,7 @@ async fn a_warn_policy_records_its_message_and_the_step_proceeds() -> Result<()>
         decision.messages[0].message,
         format!("hello is on hold on {cp} (e2e)")
     );
-    let events = events_about(&operator.client, &task.name_any(), "PolicyWarning").await?;
+    let events = events_about(&operator.client, &task.name_any(), Some("PolicyWarning")).await?;
     ensure!(
         !events.is_empty(),
         "no PolicyWarning Event for {}",
@@ -485,7 +467,7 @@ async fn a_broken_policy_blocks_instead_of_allowing() -> Result<()> {
         operator.tasks(&name).await?.is_empty(),
         "no NodeTask may exist while a policy is broken"
     );
-    let events = events_about(&operator.client, &name, "PolicyDenied").await?;
+    let events = events_about(&operator.client, &name, Some("PolicyDenied")).await?;
     ensure!(
         !events.is_empty(),
         "no PolicyDenied Event for Operation {name}"
@@ -592,7 +574,7 @@ deny contains msg if {
             "{node} must not start while its group is held"
         );
     }
-    let events = events_about(&operator.client, &name, "PolicyDenied").await?;
+    let events = events_about(&operator.client, &name, Some("PolicyDenied")).await?;
     ensure!(
         events
             .iter()

@@ -471,6 +471,33 @@ pub fn page_blocks(root: &Path, page: &str, lab: bool, at_least: usize) -> Vec<B
     blocks
 }
 
+/// The fenced blocks of a docs page that show commands (```` ```console ````, ```` ```sh ````,
+/// ```` ```bash ````) but are not doc-test transcripts, as `page:line` of their opening
+/// fence: for a page whose every command a test must run.
+pub fn unmarked_command_blocks(root: &Path, page: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(root.join("docs").join(page)).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut in_fence = false;
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim();
+        if !trimmed.starts_with("```") {
+            continue;
+        }
+        if in_fence {
+            in_fence = false;
+            continue;
+        }
+        in_fence = true;
+        let shows_commands = matches!(trimmed, "```console" | "```sh" | "```bash" | "```shell");
+        let marked = i > 0 && lines[i - 1].trim().starts_with("<!-- doc-test");
+        if shows_commands && !marked {
+            out.push(format!("docs/{page}:{}", i + 1));
+        }
+    }
+    out
+}
+
 /// Fails listing every problem, if any.
 pub fn assert_no_problems(what: &str, problems: &[String]) {
     assert!(

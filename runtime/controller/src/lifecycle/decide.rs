@@ -666,7 +666,7 @@ fn summary(input: &Input<'_>, d: &Decision) -> String {
             "{} Operation {} {} ({})",
             open.kind.as_str(),
             open.name,
-            open.phase.as_str().to_ascii_lowercase(),
+            open.phase.in_words(),
             open.progress.as_deref().unwrap_or("not planned yet")
         ));
     }
@@ -950,12 +950,28 @@ mod tests {
     #[test]
     fn an_unfinished_generated_operation_holds_generation() {
         let s = spec("v1.35.0");
-        for (phase, waiting) in [
-            (OperationPhase::Blocked, Waiting::BlockedOperation),
-            (OperationPhase::AwaitingApproval, Waiting::Approval),
-            (OperationPhase::Running, Waiting::OperationRunning),
-            (OperationPhase::Pending, Waiting::OperationRunning),
-            (OperationPhase::Paused, Waiting::OperationPaused),
+        for (phase, waiting, summary) in [
+            (
+                OperationPhase::Blocked,
+                Waiting::BlockedOperation,
+                "blocked",
+            ),
+            (
+                OperationPhase::AwaitingApproval,
+                Waiting::Approval,
+                "awaiting approval",
+            ),
+            (
+                OperationPhase::Running,
+                Waiting::OperationRunning,
+                "running",
+            ),
+            (
+                OperationPhase::Pending,
+                Waiting::OperationRunning,
+                "pending",
+            ),
+            (OperationPhase::Paused, Waiting::OperationPaused, "paused"),
         ] {
             let open = [Generated {
                 name: "lifecycle-renew-r1".into(),
@@ -970,6 +986,11 @@ mod tests {
             assert_eq!(d.generate, None, "{phase:?}");
             assert_eq!(d.waiting.map(|w| w.0), Some(waiting), "{phase:?}");
             assert_eq!(d.progressing.as_deref(), Some("lifecycle-renew-r1"));
+            let expected = format!(
+                "renewCertificates Operation lifecycle-renew-r1 {summary} (0/1); waiting: {}",
+                waiting.as_str()
+            );
+            assert!(d.summary.contains(&expected), "{}", d.summary);
         }
         // Once it finished, the drift is acted on.
         let finished = [Generated {
