@@ -11,6 +11,13 @@
 #   probe.sh mem  OUT LABEL           every 5 s: each node container's memory (podman stats,
 #                                     containers labelled LABEL); at most 1,440 samples
 #   probe.sh mem-report OUT           each node's peak
+#   probe.sh health OUT NODE=IP...    every 1 s: each control plane's own API server's
+#                                     /readyz (https://IP:6443, anonymous, cut at 1 s) and
+#                                     every Node's Ready status through the endpoint; one
+#                                     line per sample: "<epoch> <node>:<ok|no> ...
+#                                     ready:<node>=<True|False|Unknown>,..."; at most 1,800
+#   probe.sh health-report OUT        each change in those, with its time: where a rollout's
+#                                     health gates waited
 #   probe.sh report OUT MAX_GAP MAX_FAILED_PERCENT WHAT
 #                                     prints sent, failed and the longest time without a good
 #                                     answer; fails when a target is missed
@@ -57,6 +64,35 @@ case "$mode" in
         | awk -v ts="$ts" '{ print ts, $1, $2 }' >>"$out" || true
       i=$((i + 1)); tick 5000 "$start"
     done ;;
+  health)
+    shift 2
+    start=$(date +%s%N); i=0
+    while [ ! -e "$out.stop" ] && [ "$i" -lt 1800 ]; do
+      line="$(date +%s)"
+      for pair in "$@"; do
+        r=$(curl -sk -m 1 "https://${pair#*=}:6443/readyz" 2>/dev/null || true)
+        if [ "$r" = ok ]; then line+=" ${pair%%=*}:ok"; else line+=" ${pair%%=*}:no"; fi
+      done
+      ready=$(kubectl get nodes --request-timeout=1s \
+        -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status},{end}' 2>/dev/null || echo unreadable)
+      echo "$line ready:$ready" >>"$out"
+      i=$((i + 1)); tick 1000 "$start"
+    done ;;
+  health-report)
+    python3 - "$out" <<'PY'
+import datetime, sys
+last = None
+for line in open(sys.argv[1]):
+    parts = line.split()
+    if len(parts) < 2:
+        continue
+    ts, state = int(parts[0]), " ".join(parts[1:])
+    if state != last:
+        at = datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%H:%M:%S")
+        print(f"{at} {state}")
+        last = state
+PY
+    ;;
   mem-report)
     python3 - "$out" <<'PY'
 import re, sys
@@ -107,5 +143,5 @@ if missed:
     sys.exit(f"{what}: missed its target: " + "; ".join(missed))
 PY
     ;;
-  *) echo "probe.sh: unknown mode '$mode' (api, app or report)" >&2; exit 2 ;;
+  *) echo "probe.sh: unknown mode '$mode' (api, app, mem, health or a report)" >&2; exit 2 ;;
 esac

@@ -251,7 +251,7 @@ curl -sf -m 1 -o /dev/null "$APP_URL" || fail "the workload does not answer at $
 "$HERE/probe.sh" api "$PROBES/api" "$ENDPOINT" & probe_pids=($!)
 "$HERE/probe.sh" app "$PROBES/app" "$APP_URL" & probe_pids+=($!)
 "$HERE/probe.sh" mem "$PROBES/mem" "bosun.cluster=$NAME" & probe_pids+=($!)
-tell_probes_to_stop() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop"; }
+tell_probes_to_stop() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop" "$PROBES/health.stop"; }
 stop_probes() { tell_probes_to_stop; wait "${probe_pids[@]}" 2>/dev/null || true; }
 trap tell_probes_to_stop EXIT
 echo "probes: the API through $ENDPOINT every 1 s, the application at $APP_URL every 0.2 s, node memory every 5 s (in $PROBES)"
@@ -505,6 +505,12 @@ if [ "${BOSUN_TEST_RENEW:-1}" = 1 ]; then
   }
   old=$(file_serial)
   [ "$(served_serial)" = "$old" ] || fail "before renewal the API server does not serve apiserver.crt (serial $(served_serial), file $old)"
+  # Where the renewal's health gates wait: each control plane's own /readyz and every
+  # Node's Ready, once a second, kept beside the log (issue 32's renewal dead time).
+  cp_pairs=(); for n in "${CP_NODES[@]}"; do
+    cp_pairs+=("$n=$(awk -v n="$n" '$1 == n {print $2}' "${BOSUN_CLUSTER_DIR:-$HOME/.cache/bosun/cluster-state/$NAME}/nodes.ips")")
+  done
+  "$HERE/probe.sh" health "$PROBES/health" "${cp_pairs[@]}" & health_pid=$!
   if [ "$VIA" = lifecycle ]; then
     kubectl patch clusterlifecycle cluster --type merge -p '{"spec": {"certificates": {"rotation": 1}}}' >>"$LOG" 2>&1 \
       || fail "bumping the ClusterLifecycle's certificate rotation"
@@ -539,6 +545,7 @@ YAML
   kubeadm_end=$(podman exec "$cp1" kubeadm certs check-expiration 2>/dev/null | awk '$1 == "apiserver" {print $2, $3, $4, $5, $6}')
   [ "$(date -u -d "$file_end" '+%b %d, %Y %H:%M UTC')" = "$kubeadm_end" ] \
     || fail "kubeadm certs check-expiration says apiserver expires '$kubeadm_end', the file says '$file_end'"
+  touch "$PROBES/health.stop"; wait "$health_pid" 2>/dev/null || true
   kubectl-bosun status "$ROP" | head -n 30
   check_no_restarts "during the renewal"
   # The renewal restarts each control plane; the time no step runs is measured and shown,
@@ -552,6 +559,14 @@ YAML
   "$HERE/dead-time.sh" --gaps "$ROP" | sed 's/^/renewal gap: /' || true
   keep="$(dirname "$LOG")"
   kubectl get nodetasks -l "bosun.dev/operation=$ROP" -o json >"$keep/renewal-tasks.json" 2>/dev/null || true
+  "$HERE/probe.sh" health-report "$PROBES/health" >"$keep/renewal-health.txt" 2>&1 || true
+  sed 's/^/renewal health: /' "$keep/renewal-health.txt" | head -n 40
+  # The control plane's static Pods: a restart the kubelet made on its own (a failed liveness
+  # probe) shows here, beside the renewal's planned ones.
+  kubectl -n kube-system get pods -l tier=control-plane --request-timeout=10s -o custom-columns='NAME:.metadata.name,RESTARTS:.status.containerStatuses[0].restartCount,STARTED:.status.containerStatuses[0].state.running.startedAt,LAST-EXIT:.status.containerStatuses[0].lastState.terminated.finishedAt' 2>&1 \
+    | sed 's/^/renewal static pods: /' || true
+  # The controllers' own account of the gates (logged when what they wait for changes).
+  grep -h '"health gates"' "$keep"/bosun-controller-*.log 2>/dev/null | cut -c1-400 | sed 's/^/renewal gates: /' | head -n 20 || true
   for p in $(kubectl -n bosun-system get pods -o name 2>/dev/null); do
     kubectl -n bosun-system logs "$p" >"$keep/${p#pod/}.log" 2>&1 || true
   done

@@ -949,6 +949,14 @@ async fn advance_running_task(
                     crate::health::Verdict::Wait(d) => {
                         flush(ctx, &name, &mut start, &mut held).await?;
                         if let Some(c) = &condition {
+                            // Which gate holds the rollout, each time that changes: the
+                            // condition itself is overwritten once the gates pass.
+                            tracing::info!(
+                                node = %task.spec.node_name,
+                                reason = %c.reason,
+                                detail = %c.message,
+                                "health gates"
+                            );
                             crate::health::write_condition(&ctx.client, &ctx.manager, task, c)
                                 .await?;
                         }
