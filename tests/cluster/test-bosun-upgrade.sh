@@ -510,6 +510,8 @@ if [ "${BOSUN_TEST_RENEW:-1}" = 1 ]; then
   cp_pairs=(); for n in "${CP_NODES[@]}"; do
     cp_pairs+=("$n=$(awk -v n="$n" '$1 == n {print $2}' "${BOSUN_CLUSTER_DIR:-$HOME/.cache/bosun/cluster-state/$NAME}/nodes.ips")")
   done
+  # (stop_probes left health.stop behind with the others' stop files)
+  rm -f "$PROBES/health.stop"
   "$HERE/probe.sh" health "$PROBES/health" "${cp_pairs[@]}" & health_pid=$!
   if [ "$VIA" = lifecycle ]; then
     kubectl patch clusterlifecycle cluster --type merge -p '{"spec": {"certificates": {"rotation": 1}}}' >>"$LOG" 2>&1 \
@@ -565,11 +567,11 @@ YAML
   # probe) shows here, beside the renewal's planned ones.
   kubectl -n kube-system get pods -l tier=control-plane --request-timeout=10s -o custom-columns='NAME:.metadata.name,RESTARTS:.status.containerStatuses[0].restartCount,STARTED:.status.containerStatuses[0].state.running.startedAt,LAST-EXIT:.status.containerStatuses[0].lastState.terminated.finishedAt' 2>&1 \
     | sed 's/^/renewal static pods: /' || true
-  # The controllers' own account of the gates (logged when what they wait for changes).
-  grep -h '"health gates"' "$keep"/bosun-controller-*.log 2>/dev/null | cut -c1-400 | sed 's/^/renewal gates: /' | head -n 20 || true
   for p in $(kubectl -n bosun-system get pods -o name 2>/dev/null); do
     kubectl -n bosun-system logs "$p" >"$keep/${p#pod/}.log" 2>&1 || true
   done
+  # The controllers' own account of the gates (logged when what they wait for changes).
+  grep -h '"health gates"' "$keep"/bosun-controller-*.log 2>/dev/null | cut -c1-400 | sed 's/^/renewal gates: /' | head -n 20 || true
   echo "renewal: watches opened again (controllers, agents): $(cat "$keep"/bosun-*.log 2>/dev/null | grep -c 'watching again on a new connection' || true); logs in $keep"
   echo "renewal: apiserver serial $old -> $new, served by the API server; expiry $kubeadm_end (kubeadm agrees)"
   if [ "$VIA" = lifecycle ]; then

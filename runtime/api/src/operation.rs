@@ -437,6 +437,12 @@ pub struct HealthGates {
     /// Wait until the API server answers `/readyz`. Default true.
     #[serde(default = "default_true")]
     pub api_server: bool,
+    /// On a control-plane node, wait until its control-plane static Pods (kube-system,
+    /// `tier=control-plane`, on that node) are Ready, and those a `restart-control-plane`
+    /// step restarted run a container started after that step began. Nothing to wait for
+    /// on a node without such Pods. Default true.
+    #[serde(default = "default_true")]
+    pub control_plane_pods: bool,
     /// Wait this many more seconds after the gates pass. Default 0.
     #[serde(default)]
     #[schemars(range(max = 3600))]
@@ -452,6 +458,7 @@ impl Default for HealthGates {
         HealthGates {
             node_ready: true,
             api_server: true,
+            control_plane_pods: true,
             settle_seconds: 0,
             timeout_seconds: default_gate_timeout(),
         }

@@ -2,7 +2,9 @@
 //! (and so before the rollout moves on to the next node).
 //!
 //! The gates are the Operation's `healthGates`: the node reports Ready, the API server answers
-//! `/readyz`, then `settleSeconds` more with both still true; a gate that does not pass within
+//! `/readyz`, a control-plane node's own static Pods are Ready (and restarted, after a
+//! `restart-control-plane` step: the `/readyz` above may come from another control plane),
+//! then `settleSeconds` more with all still true; a gate that does not pass within
 //! `timeoutSeconds` blocks the task as `HealthGateFailed` with the reason. Waiting never
 //! blocks a reconcile: each pass checks once, records where the gates stand in the task's
 //! `HealthGates` condition (only when it changed) and asks to be looked at again. The
@@ -19,10 +21,10 @@ use std::time::Duration;
 
 use bosun_api::node_task::NodeTask;
 use bosun_api::operation::HealthGates;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -200,8 +202,112 @@ pub async fn api_server_ready(client: &Client) -> Result<(), String> {
     }
 }
 
+/// The action of the step that restarts a control plane's static Pods (the `certs` plugin's).
+pub const RESTART_CONTROL_PLANE: &str = "restart-control-plane";
+
+/// When the task's `restart-control-plane` step began and which components it restarted
+/// (its `restarted` output; every control-plane Pod when it has none), if it ran.
+pub fn restarted_since(task: &NodeTask) -> Option<(Timestamp, Option<Vec<String>>)> {
+    let step = task
+        .spec
+        .steps
+        .iter()
+        .rev()
+        .find(|s| s.action == RESTART_CONTROL_PLANE)?;
+    let status = task
+        .status
+        .as_ref()?
+        .steps
+        .iter()
+        .find(|s| s.name == step.name)?;
+    let since = status.started_at.as_ref()?.0;
+    let components = status
+        .outputs
+        .get("restarted")
+        .map(|r| r.split(',').map(str::to_owned).collect());
+    Some((since, components))
+}
+
+/// Whether a control-plane node's static Pods are up: each Ready, and each component a
+/// restart step restarted (`restarted`) running a container started at or after it began.
+/// `pods` are the node's mirror Pods labelled `tier=control-plane`; none (a worker, or a
+/// control plane not made by kubeadm) passes. Pure.
+pub fn control_plane_pods_up(
+    node: &str,
+    pods: &[Pod],
+    restarted: Option<&(Timestamp, Option<Vec<String>>)>,
+) -> Result<(), String> {
+    let mut waiting = Vec::new();
+    for pod in pods {
+        let name = pod.name_any();
+        let component = pod.labels().get("component").cloned().unwrap_or_default();
+        let status = pod.status.clone().unwrap_or_default();
+        let ready = status
+            .conditions
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .find(|c| c.type_ == "Ready");
+        if ready.is_none_or(|c| c.status != "True") {
+            waiting.push(format!(
+                "static Pod {name} is not Ready{}",
+                ready
+                    .and_then(|c| c.reason.clone())
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            ));
+            continue;
+        }
+        let Some((since, components)) = restarted else {
+            continue;
+        };
+        if components
+            .as_ref()
+            .is_some_and(|cs| !cs.contains(&component))
+        {
+            continue;
+        }
+        let started = status
+            .container_statuses
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
+            .map(|t| t.0)
+            .min();
+        match started {
+            Some(at) if at >= *since => {}
+            Some(at) => waiting.push(format!(
+                "static Pod {name} still runs the container started at {at}, before the {RESTART_CONTROL_PLANE} step began at {since} (the kubelet has not restarted it yet)"
+            )),
+            None => waiting.push(format!("static Pod {name} has no running container")),
+        }
+    }
+    if waiting.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("on node {node}: {}", waiting.join("; ")))
+    }
+}
+
+/// Reads the node's control-plane static Pods and judges them ([`control_plane_pods_up`]).
+pub async fn control_plane_pods(client: &Client, task: &NodeTask) -> Result<(), String> {
+    let node = &task.spec.node_name;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let params = ListParams::default()
+        .labels("tier=control-plane")
+        .fields(&format!("spec.nodeName={node}"));
+    match pods.list(&params).await {
+        Ok(list) => control_plane_pods_up(node, &list.items, restarted_since(task).as_ref()),
+        Err(e) => Err(format!(
+            "listing the control-plane Pods of node {node} in kube-system: {e}"
+        )),
+    }
+}
+
 /// Runs the enabled checks once. `Err` joins every failing gate's reason.
-pub async fn check(client: &Client, gates: &HealthGates, node: &str) -> Result<(), String> {
+pub async fn check(client: &Client, gates: &HealthGates, task: &NodeTask) -> Result<(), String> {
+    let node = task.spec.node_name.as_str();
     let mut failing = Vec::new();
     if gates.node_ready
         && let Err(e) = node_ready(client, node).await
@@ -210,6 +316,11 @@ pub async fn check(client: &Client, gates: &HealthGates, node: &str) -> Result<(
     }
     if gates.api_server
         && let Err(e) = api_server_ready(client).await
+    {
+        failing.push(e);
+    }
+    if gates.control_plane_pods
+        && let Err(e) = control_plane_pods(client, task).await
     {
         failing.push(e);
     }
@@ -230,18 +341,16 @@ pub async fn look(
     gates: &HealthGates,
     task: &NodeTask,
 ) -> (Option<Condition>, Verdict) {
-    let checks = check(client, gates, &task.spec.node_name).await;
+    let checks = check(client, gates, task).await;
     let prior = task
         .status
         .as_ref()
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION));
-    let (condition, verdict) = judge(
-        gates,
-        checks,
-        prior,
-        task.metadata.generation,
-        Timestamp::now(),
-    );
+    // Whole seconds, as the condition's time is stored: a clock with nanoseconds made every
+    // Settling condition differ from its stored self once, and be written twice.
+    let now = Timestamp::now();
+    let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
+    let (condition, verdict) = judge(gates, checks, prior, task.metadata.generation, now);
     ((prior != Some(&condition)).then_some(condition), verdict)
 }
 
@@ -290,6 +399,101 @@ mod tests {
             timeout_seconds: timeout,
             ..HealthGates::default()
         }
+    }
+
+    fn static_pod(component: &str, ready: bool, started: Option<u64>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": format!("{component}-cp-2"), "namespace": "kube-system",
+                "labels": { "component": component, "tier": "control-plane" } },
+            "status": {
+                "conditions": [{ "type": "Ready", "status": if ready { "True" } else { "False" },
+                    "reason": if ready { "" } else { "ContainersNotReady" } }],
+                "containerStatuses": [{ "name": component, "image": "x", "imageID": "", "ready": ready,
+                    "restartCount": 0,
+                    "state": match started {
+                        Some(s) => serde_json::json!({ "running": { "startedAt": t(s).to_string() } }),
+                        None => serde_json::json!({ "waiting": { "reason": "ContainerCreating" } }),
+                    } }]
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn control_plane_pods_must_be_ready_and_restarted_after_the_restart_step() {
+        let restart = (
+            t(100),
+            Some(vec!["etcd".to_owned(), "kube-apiserver".to_owned()]),
+        );
+        // A worker (no static Pods) passes.
+        assert_eq!(control_plane_pods_up("w-1", &[], Some(&restart)), Ok(()));
+        // Ready and started after the restart step began: up.
+        let up = [
+            static_pod("etcd", true, Some(130)),
+            static_pod("kube-apiserver", true, Some(135)),
+            // Not restarted by the step: only Ready counts.
+            static_pod("kube-scheduler", true, Some(5)),
+        ];
+        assert_eq!(control_plane_pods_up("cp-2", &up, Some(&restart)), Ok(()));
+        // The kubelet has not restarted etcd yet: its old container still reads Ready.
+        let stale = [
+            static_pod("etcd", true, Some(50)),
+            static_pod("kube-apiserver", true, Some(135)),
+        ];
+        let why = control_plane_pods_up("cp-2", &stale, Some(&restart)).unwrap_err();
+        assert!(
+            why.starts_with(
+                "on node cp-2: static Pod etcd-cp-2 still runs the container started at"
+            ) && why.contains("before the restart-control-plane step began at"),
+            "{why}"
+        );
+        // Restarted but not Ready yet.
+        let starting = [
+            static_pod("etcd", true, Some(130)),
+            static_pod("kube-apiserver", false, None),
+        ];
+        assert_eq!(
+            control_plane_pods_up("cp-2", &starting, Some(&restart)),
+            Err(
+                "on node cp-2: static Pod kube-apiserver-cp-2 is not Ready (ContainersNotReady)"
+                    .to_owned()
+            )
+        );
+        // Without a restart step, a Ready Pod passes however old its container.
+        assert_eq!(control_plane_pods_up("cp-2", &stale, None), Ok(()));
+        // A restart step without its output: every control-plane Pod must be fresh.
+        let all = (t(100), None);
+        let why = control_plane_pods_up("cp-2", &up, Some(&all)).unwrap_err();
+        assert!(why.contains("kube-scheduler-cp-2 still runs"), "{why}");
+    }
+
+    #[test]
+    fn the_restart_step_is_found_with_its_start_and_output() {
+        let task: NodeTask = serde_json::from_value(serde_json::json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask",
+            "metadata": { "name": "renew-cp-2" },
+            "spec": { "operation": "renew", "nodeName": "cp-2", "group": "control-plane", "steps": [
+                { "name": "renew-certificates", "plugin": "certs", "action": "renew" },
+                { "name": "restart-control-plane", "plugin": "certs", "action": "restart-control-plane" },
+                { "name": "wait-api-server", "plugin": "", "action": "waitApiServer", "runsOn": "controller" }
+            ] },
+            "status": { "steps": [
+                { "name": "renew-certificates", "phase": "Succeeded", "attempts": 1, "startedAt": t(90).to_string() },
+                { "name": "restart-control-plane", "phase": "Succeeded", "attempts": 1, "startedAt": t(100).to_string(),
+                  "outputs": { "restarted": "etcd,kube-apiserver" } }
+            ] }
+        }))
+        .unwrap();
+        assert_eq!(
+            restarted_since(&task),
+            Some((
+                t(100),
+                Some(vec!["etcd".to_owned(), "kube-apiserver".to_owned()])
+            ))
+        );
+        let mut not_started = task.clone();
+        not_started.status.as_mut().unwrap().steps.pop();
+        assert_eq!(restarted_since(&not_started), None);
     }
 
     #[test]

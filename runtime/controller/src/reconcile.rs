@@ -1530,6 +1530,7 @@ mod tests {
     fn op_without_api_gate() -> Operation {
         let mut spec = custom_op(json!(1));
         spec.health_gates.api_server = false;
+        spec.health_gates.control_plane_pods = false;
         Operation::new("second", spec)
     }
 
@@ -1663,7 +1664,7 @@ mod tests {
         let spec: OperationSpec = serde_json::from_value(json!({
             "custom": {"groups": [{"name": "all", "steps": [
                 {"name": "uncordon", "runsOn": "controller", "action": "uncordon"}]}]},
-            "healthGates": {"nodeReady": false, "apiServer": false},
+            "healthGates": {"nodeReady": false, "apiServer": false, "controlPlanePods": false},
         }))
         .unwrap();
         let (planned, _) = plan_or_keep_frozen("slow", &spec, &[worker("w1")], None).unwrap();

@@ -376,7 +376,7 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
 }
 
 #[test]
-fn restart_moves_each_manifest_out_and_back_and_recovers_an_interrupted_run() {
+fn restart_moves_the_manifests_out_together_and_back_and_recovers_an_interrupted_run() {
     let (lab, cp) = bosun_plugins_tests::lab_control_plane();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
@@ -423,13 +423,37 @@ fn restart_moves_each_manifest_out_and_back_and_recovers_an_interrupted_run() {
         manifests.join(".kube-apiserver.yaml.bosun-restart"),
     )
     .unwrap();
+    // How many manifests were aside at once, sampled while the step runs: together means all
+    // four (one at a time would never show more than one).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        let manifests = manifests.clone();
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let aside = std::fs::read_dir(&manifests)
+                    .map(|d| {
+                        d.filter_map(|e| e.ok())
+                            .filter(|e| e.file_name().to_string_lossy().ends_with(".bosun-restart"))
+                            .count()
+                    })
+                    .unwrap_or(0);
+                most = most.max(aside);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            most
+        })
+    };
     let ran = node.run(
         &certs,
         &grants,
         "restart-control-plane",
-        &serde_json::json!({"waitSeconds": 1}),
+        &serde_json::json!({"waitSeconds": 2}),
         false,
     );
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let most_aside = sampler.join().unwrap();
     let o = ran.outcome();
     assert!(o.changed);
     assert_eq!(
@@ -450,13 +474,18 @@ fn restart_moves_each_manifest_out_and_back_and_recovers_an_interrupted_run() {
             .any(|l| l.contains("left aside by an interrupted restart")),
         "{log:?}"
     );
-    // Every manifest went out and came back, in order etcd first.
-    let moved_out: Vec<&String> = log
-        .iter()
-        .filter(|l| l.starts_with("moved") && l.contains(" out;"))
-        .collect();
-    assert_eq!(moved_out.len(), 4);
-    assert!(moved_out[0].contains("etcd.yaml"));
+    // Every manifest went out at once and came back.
+    assert_eq!(
+        o.message,
+        "restarted etcd, kube-apiserver, kube-controller-manager, kube-scheduler (2s out together)"
+    );
+    assert!(
+        log.iter().any(|l| l.starts_with(
+            "moved etcd, kube-apiserver, kube-controller-manager, kube-scheduler out of /etc/kubernetes/manifests"
+        )),
+        "{log:?}"
+    );
+    assert_eq!(most_aside, 4, "the four manifests were out together");
     assert_eq!(
         read_all(),
         before,
