@@ -284,7 +284,17 @@ pub async fn run_step(
             let check = if step.action == controller_actions::WAIT_NODE_READY {
                 health::node_ready(client, node).await
             } else {
-                health::api_server_ready(client).await
+                // The `/readyz` may come from another control plane: the API server this
+                // task restarted is back when this node's own control-plane Pods are
+                // (restarted and Ready), so the restart's time is the step's, not the gates'.
+                match (
+                    health::api_server_ready(client).await,
+                    health::control_plane_pods(client, task).await,
+                ) {
+                    (Ok(()), Ok(())) => Ok(()),
+                    (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                }
             };
             let timeout = op.health_gates.timeout_seconds;
             match check {
