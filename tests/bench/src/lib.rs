@@ -1479,6 +1479,10 @@ pub fn fleet_report(env: &FleetEnv) -> String {
     )
 }
 
+/// When the agent-idle bench reads the steady resident set after the second step: past
+/// tokio's 10 s keep-alive of idle blocking threads.
+pub const STEADY_AFTER_SECS: u64 = 15;
+
 /// The real agent binary alone: RSS and CPU while idle with its watch open, RSS through
 /// and after its first step, and the time of that step and of the next one.
 #[derive(Clone, Debug, Default)]
@@ -1493,6 +1497,8 @@ pub struct IdleResult {
     /// Resident set a few seconds after the first step, and after the second.
     pub rss_after_step_kib: u64,
     pub rss_after_second_step_kib: u64,
+    /// Resident set [`STEADY_AFTER_SECS`] after the second step: what the agent keeps.
+    pub rss_steady_kib: u64,
     /// Of the resident set before the first step and after it: anonymous memory (the heap,
     /// the instance pool) and file-backed pages (the binary's and libraries' code).
     pub anon_file_idle_kib: (u64, u64),
@@ -1598,6 +1604,10 @@ pub async fn agent_idle(
         let second_step_secs = one_step("idle-again").await?;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let s3 = procfs::sample(pid)?;
+        // Steady: past tokio's 10 s keep-alive of the idle blocking threads that ran the
+        // step (their stacks are returned when they exit).
+        tokio::time::sleep(Duration::from_secs(STEADY_AFTER_SECS - 3)).await;
+        let s4 = procfs::sample(pid)?;
         Ok(IdleResult {
             idle_secs,
             rss_idle_kib: s1.rss_kib,
@@ -1605,6 +1615,7 @@ pub async fn agent_idle(
             hwm_first_step_kib,
             rss_after_step_kib: s2.rss_kib,
             rss_after_second_step_kib: s3.rss_kib,
+            rss_steady_kib: s4.rss_kib,
             anon_file_idle_kib: (s1.rss_anon_kib, s1.rss_file_kib),
             anon_file_after_step_kib: (s2.rss_anon_kib, s2.rss_file_kib),
             first_step_secs,

@@ -175,6 +175,11 @@ async fn main() -> Result<()> {
                     mib(r.rss_after_second_step_kib)
                 );
                 println!(
+                    "  steady: RSS {:.1} MiB {} s after the second step (the blocking threads that ran it have exited)",
+                    mib(r.rss_steady_kib),
+                    bosun_bench::STEADY_AFTER_SECS
+                );
+                println!(
                     "  anonymous / file-backed: {:.1} / {:.1} MiB idle, {:.1} / {:.1} MiB after the first step",
                     mib(r.anon_file_idle_kib.0),
                     mib(r.anon_file_idle_kib.1),
