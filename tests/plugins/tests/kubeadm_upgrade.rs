@@ -326,6 +326,10 @@ fn plan_output(outcome: &bosun_host::Outcome) -> &str {
 struct KubeadmCluster {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     kubelet: Option<std::thread::JoinHandle<()>>,
+    /// The mirror Pod made for kubeadm, deleted again when the test ends: left in the shared
+    /// lab, a never-Ready `tier=control-plane` Pod would hold every later Operation's health
+    /// gates on that node (`controlPlanePods`).
+    mirror: (LabPaths, String),
 }
 
 impl KubeadmCluster {
@@ -389,6 +393,7 @@ impl KubeadmCluster {
         KubeadmCluster {
             stop,
             kubelet: Some(kubelet),
+            mirror: (LabPaths::of(lab), format!("kube-apiserver-{}", cp.name)),
         }
     }
 }
@@ -399,6 +404,22 @@ impl Drop for KubeadmCluster {
         if let Some(k) = self.kubelet.take() {
             let _ = k.join();
         }
+        let (lab, name) = &self.mirror;
+        let _ = kubectl(
+            lab,
+            &[
+                "delete",
+                "pod",
+                "-n",
+                "kube-system",
+                name,
+                "--ignore-not-found",
+                // No kubelet confirms a graceful deletion on the lab.
+                "--grace-period=0",
+                "--force",
+            ],
+            None,
+        );
     }
 }
 
