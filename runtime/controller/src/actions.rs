@@ -287,14 +287,13 @@ pub async fn run_step(
                 // The `/readyz` may come from another control plane: the API server this
                 // task restarted is back when this node's own control-plane Pods are
                 // (restarted and Ready), so the restart's time is the step's, not the gates'.
-                match (
-                    health::api_server_ready(client).await,
-                    health::control_plane_pods(client, task).await,
-                ) {
-                    (Ok(()), Ok(())) => Ok(()),
-                    (Err(a), Err(b)) => Err(format!("{a}; {b}")),
-                    (Err(e), _) | (_, Err(e)) => Err(e),
-                }
+                let gates = bosun_api::operation::HealthGates {
+                    node_ready: false,
+                    api_server: true,
+                    control_plane_pods: true,
+                    ..Default::default()
+                };
+                health::check(client, &gates, task).await
             };
             let timeout = op.health_gates.timeout_seconds;
             match check {

@@ -241,10 +241,9 @@ pub fn control_plane_pods_up(
     for pod in pods {
         let name = pod.name_any();
         let component = pod.labels().get("component").cloned().unwrap_or_default();
-        let status = pod.status.clone().unwrap_or_default();
+        let status = pod.status.as_ref();
         let ready = status
-            .conditions
-            .as_deref()
+            .and_then(|s| s.conditions.as_deref())
             .unwrap_or_default()
             .iter()
             .find(|c| c.type_ == "Ready");
@@ -268,8 +267,7 @@ pub fn control_plane_pods_up(
             continue;
         }
         let started = status
-            .container_statuses
-            .as_deref()
+            .and_then(|s| s.container_statuses.as_deref())
             .unwrap_or_default()
             .iter()
             .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.as_ref())
