@@ -12,9 +12,18 @@ use bosun_host::{Host, HostConfig};
 use bosun_trust::TrustRoots;
 use clap::Parser;
 
+/// The workspace's version and the git commit this binary was built from
+/// (runtime/build/version.rs), as `--version` prints it.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("BOSUN_GIT_COMMIT"),
+    ")"
+);
+
 /// Runs this node's Bosun steps as signed WebAssembly plugins.
 #[derive(Debug, Parser)]
-#[command(name = "bosun-agent", version)]
+#[command(name = "bosun-agent", version = VERSION)]
 struct Args {
     /// The Kubernetes Node this agent works for.
     #[arg(long, env = "NODE_NAME")]

@@ -34,4 +34,7 @@ pub mod annotations {
     /// controller that restarted between the patch and the step's status write reads it
     /// and records the step as done by this task instead of calling it a no-op.
     pub const CORDON: &str = "bosun.dev/cordon";
+    /// On the controller's leader-election Lease: the version of the replica that wrote it
+    /// last (`"0.1.0 (commit 1a2b3c4d5e6f)"`), which `kubectl bosun version` shows.
+    pub const CONTROLLER_VERSION: &str = "bosun.dev/controller-version";
 }

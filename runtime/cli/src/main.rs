@@ -19,9 +19,18 @@ mod plugin;
 mod policy;
 mod terminal;
 
+/// The workspace's version and the git commit this binary was built from
+/// (runtime/build/version.rs), as `--version` prints it.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("BOSUN_GIT_COMMIT"),
+    ")"
+);
+
 /// Bosun: kubeadm lifecycle work across a cluster's nodes, run as signed WebAssembly plugins.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl-bosun", bin_name = "kubectl-bosun", version)]
+#[command(name = "kubectl-bosun", bin_name = "kubectl-bosun", version = VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -793,3 +793,31 @@ fn dry_run_is_passed_to_the_plugin_and_reported() {
         "{text}"
     );
 }
+
+/// `--version` prints the workspace's version and the commit the binary was built from
+/// (runtime/build/version.rs): the `HEAD` of this checkout when it is a git checkout, so a
+/// build script that stopped noticing commits fails here.
+#[test]
+fn version_names_the_workspace_version_and_the_commit() {
+    let out = run(bin().arg("--version"));
+    let printed = stdout(&out);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(workspace_root())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let commit = std::env::var("BOSUN_GIT_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or(head)
+        .unwrap_or_else(|| "unknown".to_owned());
+    assert_eq!(
+        printed.trim_end(),
+        format!(
+            "kubectl-bosun {} (commit {commit})",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}

@@ -40,6 +40,9 @@ pub struct LeaseConfig {
     pub duration: Duration,
     /// How often the leader renews (well below `duration`).
     pub renew_every: Duration,
+    /// This replica's version, written on every take and renewal as the annotation
+    /// [`bosun_api::labels::annotations::CONTROLLER_VERSION`].
+    pub version: String,
 }
 
 /// Why leading stopped.
@@ -149,6 +152,13 @@ impl Elector {
                 name: Some(self.cfg.name.clone()),
                 namespace: Some(self.cfg.namespace.clone()),
                 resource_version,
+                annotations: Some(
+                    [(
+                        bosun_api::labels::annotations::CONTROLLER_VERSION.to_owned(),
+                        self.cfg.version.clone(),
+                    )]
+                    .into(),
+                ),
                 ..Default::default()
             },
             spec: Some(spec),

@@ -6,9 +6,18 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 
+/// The workspace's version and the git commit this binary was built from
+/// (runtime/build/version.rs), as `--version` prints it.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("BOSUN_GIT_COMMIT"),
+    ")"
+);
+
 /// Plans Bosun Operations into NodeTasks and drives them in plan order.
 #[derive(Debug, Parser)]
-#[command(name = "bosun-controller", version)]
+#[command(name = "bosun-controller", version = VERSION)]
 struct Args {
     /// Field manager name for server-side apply.
     #[arg(long, default_value = bosun_controller::FIELD_MANAGER)]
@@ -121,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
             identity: identity.clone(),
             duration: Duration::from_secs(args.leader.lease_duration_seconds),
             renew_every: Duration::from_secs(args.leader.lease_renew_seconds),
+            version: VERSION.to_owned(),
         };
         let (manager, instance) = (args.field_manager, args.instance);
         // One call per term of leadership, each with the term's own fenced client.

@@ -814,3 +814,54 @@ async fn approve_pause_and_resume_in_controlled_mode() -> Result<()> {
     op.finish().await?;
     Ok(())
 }
+
+/// `kubectl bosun version` prints the client's version and the running controller's, which
+/// the controller wrote on its leader-election Lease; `--client` does not connect. One
+/// version everywhere (issue 34): both binaries come from this workspace, so they print the
+/// same version and commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_shows_the_client_and_the_running_controller() -> Result<()> {
+    let lab = bosun_lab::ensure_lab().await?;
+    bosun_e2e::apply_crds(&lab.client).await?;
+    let client_only = cli(&lab, &["version", "--client"]).await?.ok()?;
+    let client_line = client_only.trim_end();
+    let client_version = client_line
+        .strip_prefix("Client Version: ")
+        .with_context(|| format!("`version --client` printed {client_only:?}"))?;
+    ensure!(
+        client_version.starts_with(&format!("{} (commit ", env!("CARGO_PKG_VERSION")))
+            && client_only.lines().count() == 1,
+        "`version --client` prints only the workspace's version and commit: {client_only:?}"
+    );
+
+    let op = Operator::start(&lab, "version")?;
+    let lease_name = format!("bosun-controller-{}", op.instance);
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(lab.client.clone(), "bosun-system");
+    let started = Instant::now();
+    while leases
+        .get_opt(&lease_name)
+        .await?
+        .is_none_or(|l| l.spec.and_then(|s| s.holder_identity).is_none())
+    {
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "the controller took no Lease {lease_name} within {DEADLINE:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let out = cli(&lab, &["version"]).await?.ok()?;
+    ensure!(
+        out.lines().next() == Some(client_line),
+        "the first line is the client's: {out}"
+    );
+    let controller = out
+        .lines()
+        .find(|l| l.contains(&format!("(Lease {lease_name}, held by ")))
+        .with_context(|| format!("no line for Lease {lease_name}:\n{out}"))?;
+    ensure!(
+        controller.starts_with(&format!("Controller Version: {client_version} (Lease ")),
+        "the controller built from this workspace reports the client's version and commit: {controller}"
+    );
+    op.finish().await
+}

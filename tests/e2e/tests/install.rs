@@ -644,3 +644,77 @@ fn save_sample(dir: &Path, controller: &str, agent: &str) -> Result<()> {
     std::fs::write(dir.join("agent.metrics"), agent)?;
     Ok(())
 }
+
+/// One version everywhere (issue 34): every crate takes the workspace's version
+/// (`version.workspace = true`), so the controller, the agent and `kubectl-bosun` print it
+/// (with the git commit, runtime/build/version.rs), and deploy/kustomization.yaml installs
+/// the images of that version. A release bumps `[workspace.package] version` and the image
+/// tags together, or this fails.
+#[test]
+fn one_version_everywhere() -> Result<()> {
+    let root = bosun_e2e::workspace_root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml"))?;
+    let version = manifest
+        .split("[workspace.package]")
+        .nth(1)
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("version = ")))
+        .map(|v| v.trim_matches('"').to_owned())
+        .context("Cargo.toml has a [workspace.package] version")?;
+    ensure!(
+        version == env!("CARGO_PKG_VERSION"),
+        "this crate takes the workspace's version"
+    );
+
+    let mut crates = Vec::new();
+    for dir in ["runtime", "sdk", "plugins", "tests"] {
+        for entry in walk_manifests(&root.join(dir))? {
+            let text = std::fs::read_to_string(&entry)?;
+            if text.contains("[package]") {
+                ensure!(
+                    text.contains("version.workspace = true"),
+                    "{} sets a version of its own; use `version.workspace = true`",
+                    entry.display()
+                );
+                crates.push(entry);
+            }
+        }
+    }
+    ensure!(
+        crates.len() > 10,
+        "found the workspace's crates: {crates:?}"
+    );
+
+    let kustomization: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(
+        root.join("deploy/kustomization.yaml"),
+    )?)?;
+    let images = kustomization["images"]
+        .as_sequence()
+        .context("deploy/kustomization.yaml lists images")?;
+    for name in ["bosun-controller", "bosun-agent"] {
+        let image = images
+            .iter()
+            .find(|i| i["name"].as_str() == Some(name))
+            .with_context(|| format!("deploy/kustomization.yaml names the image {name}"))?;
+        ensure!(
+            image["newTag"].as_str() == Some(version.as_str()),
+            "deploy/kustomization.yaml installs {name}:{:?}, the workspace is version {version}; set the tag to {version}",
+            image["newTag"]
+        );
+    }
+    Ok(())
+}
+
+/// Every Cargo.toml below `dir` (not in build output).
+fn walk_manifests(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() && name != "target" && !name.starts_with('.') {
+            found.extend(walk_manifests(&path)?);
+        } else if name == "Cargo.toml" {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}

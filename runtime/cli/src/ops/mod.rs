@@ -1,5 +1,5 @@
 //! The operator commands: `status`, `approve`, `retry`, `skip`, `pause`, `resume`, `logs`
-//! on Operations and their NodeTasks. (`plugin publish` is in `crate::plugin::publish`; it
+//! on Operations and their NodeTasks, and `version`. (`plugin publish` is in `crate::plugin::publish`; it
 //! connects through [`Connection`] too.)
 //!
 //! This module owns the cluster side of the CLI: connecting with the usual kubeconfig
@@ -29,6 +29,7 @@ use crate::terminal::{self, clean, errln, out, outln};
 
 pub mod checks;
 pub mod render;
+pub mod version;
 
 /// The field manager recorded for this CLI's writes.
 pub const FIELD_MANAGER: &str = "kubectl-bosun";
@@ -94,6 +95,8 @@ pub enum Command {
     Resume(OperationArgs),
     /// Print the log tail of a node's steps, as its agent reported them in the NodeTask.
     Logs(LogsArgs),
+    /// Print this client's version and the running controllers' (read from their Leases).
+    Version(version::VersionArgs),
 }
 
 /// Machine-readable output formats.
@@ -181,6 +184,7 @@ pub fn execute(cmd: Command) -> Result<Status> {
             Command::Pause(a) => set_paused(a, true).await,
             Command::Resume(a) => set_paused(a, false).await,
             Command::Logs(a) => logs(a).await,
+            Command::Version(a) => version::version(a).await,
         }
     })
 }
