@@ -21,7 +21,8 @@ need=()
 for pair in podman:podman runc:runc debootstrap:debootstrap umoci:umoci \
             /usr/lib/cni/bridge:containernetworking-plugins iptables:iptables \
             openssl:openssl gcc:gcc /bin/busybox:busybox-static dpkg-deb:dpkg dpkg-scanpackages:dpkg-dev flock:util-linux \
-            haproxy:haproxy curl:curl python3:python3; do
+            haproxy:haproxy curl:curl python3:python3 \
+            musl-gcc:musl-tools strip:binutils /etc/ssl/certs/ca-certificates.crt:ca-certificates; do
   tool="${pair%%:*}"; pkg="${pair#*:}"
   if [ "${tool#/}" != "$tool" ]; then [ -e "$tool" ] || need+=("$pkg")
   else command -v "$tool" >/dev/null 2>&1 || need+=("$pkg"); fi

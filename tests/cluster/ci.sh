@@ -35,6 +35,12 @@ from_env=(BOSUN_K8S_VERSION="$FROM")
 env "${from_env[@]}" "$HERE/build.sh" >/dev/null
 BOSUN_K8S_VERSION="$TO" "$HERE/build.sh" >/dev/null
 echo "cluster ci: builds of $FROM and $TO ready in $(( $(date +%s) - t0 ))s"
+# Bosun's images, from the recipe users build (deploy/images/build.sh); install-bosun.sh builds
+# them again, which is a no-op for cargo once this ran.
+t1=$(date +%s)
+CARGO_TARGET_DIR="${BOSUN_IMAGES_TARGET_DIR:-${BOSUN_CACHE_DIR:-$HOME/.cache/bosun}/target-images}" \
+  "$HERE/../../deploy/images/build.sh" --content-tag --save "${BOSUN_CACHE_DIR:-$HOME/.cache/bosun}/cluster/bosun-images" >/dev/null
+echo "cluster ci: Bosun's images (deploy/images/build.sh) ready in $(( $(date +%s) - t1 ))s"
 if [ "${1:-}" = --build-only ]; then exit 0; fi
 # CI owns this machine's cluster named "bosun" (BOSUN_CLUSTER_NAME): one left by an earlier run (kept with
 # BOSUN_KEEP_CLUSTER=1, or a session that ended mid-test) would make `cluster.sh up` refuse.

@@ -542,7 +542,7 @@ cmd_load_images() {
   import_dir "$BOSUN_CLUSTER_IMAGES" "the images of Kubernetes $version"
 }
 
-# Imports the images of a directory build-bosun-images.sh made into every node.
+# Imports the images of a directory deploy/images/build.sh --save made into every node.
 cmd_import() {
   local images="${1:-}"
   [ -n "$images" ] || die "usage: cluster.sh import <image directory with images.list>"

@@ -2,13 +2,15 @@
 # Installs Bosun on the running real-node cluster lab the way docs/install.md tells a user to,
 # with images built here instead of pulled:
 #   1. the workspace's binaries and the four first-party plugins (cargo, cached);
-#   2. the bosun-controller and bosun-agent images (build-bosun-images.sh) imported into every
-#      node's containerd;
+#   2. the bosun-controller and bosun-agent images, built by the command docs/install.md gives
+#      users (deploy/images/build.sh: static musl release binaries, FROM scratch), imported
+#      into every node's containerd;
 #   3. `kubectl apply --server-side -k` of an overlay of deploy/ that only names those images;
 #   4. a signing key (kept in the lab's state directory) as the trust roots ConfigMap;
 #   5. the plugins (the first-party ones and the demo's hello) signed and published with the
 #      grants of deploy/examples/plugins/ and deploy/examples/plugin-hello.yaml;
-#   6. waits until the controller Deployment and the agent DaemonSet are rolled out.
+#   6. waits until the controller Deployment and the agent DaemonSet are rolled out, and checks
+#      the privileges their processes run with (check-bosun-processes.sh).
 # Running it again re-does each step (a rebuilt binary is a new image tag and rolls the Pods).
 # Environment: as cluster.sh (BOSUN_CLUSTER_NAME, BOSUN_CLUSTER_DIR, BOSUN_CACHE_DIR), and
 # CARGO_TARGET_DIR (default ~/.cache/bosun/target, as tests/run.sh). Needs root.
@@ -34,7 +36,13 @@ cargo build --locked --release --target wasm32-wasip2 --quiet \
   -p bosun-plugin-hello
 BOSUN="$CARGO_TARGET_DIR/debug/kubectl-bosun"
 
-images=$("$HERE/build-bosun-images.sh" "$CARGO_TARGET_DIR/debug" | tail -n 1)
+# The images users build (deploy/images/build.sh), tagged by their binaries' content so a
+# rebuilt binary rolls the Pods. Their release build has a target directory of its own: .ci/run
+# starts it in the background (tests/cluster/ci.sh --build-only) while the test suite's debug
+# and plugin builds hold the shared one's locks.
+images="$CACHE/cluster/bosun-images"
+CARGO_TARGET_DIR="${BOSUN_IMAGES_TARGET_DIR:-$CACHE/target-images}" \
+  "$ROOT/deploy/images/build.sh" --content-tag --save "$images" >/dev/null
 "$HERE/cluster.sh" import "$images"
 tag=$(awk 'NR == 1 {print $2}' "$images/images.list")
 
@@ -83,4 +91,17 @@ kubectl -n bosun-system rollout status deploy/bosun-controller --timeout=180s >&
 kubectl -n bosun-system rollout status ds/bosun-agent --timeout=180s >&2 \
   || { kubectl -n bosun-system get pods -o wide >&2; die "the agent DaemonSet did not roll out"; }
 kubectl -n bosun-system get pods -o wide >&2
+"$HERE/check-bosun-processes.sh" >&2
+# One version: the controller running from the image reports the version and commit of this
+# checkout, as the CLI built from it does (the Lease may still hold the previous replica's for
+# up to a lease duration after a rollout).
+client=$("$BOSUN" version --client | sed -n 's/^Client Version: //p')
+for _ in $(seq 60); do
+  versions=$("$BOSUN" version)
+  grep -qF "Controller Version: $client (Lease bosun-controller, held by " <<<"$versions" && break
+  sleep 1
+done
+echo "$versions" >&2
+grep -qF "Controller Version: $client (Lease bosun-controller, held by " <<<"$versions" \
+  || die "kubectl bosun version does not show the controller at the client's version $client"
 say "Bosun installed in $(( $(date +%s) - t0 ))s"

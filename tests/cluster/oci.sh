@@ -1,4 +1,4 @@
-# Sourced by build-images.sh and build-bosun-images.sh: packs a directory into a single-layer
+# Sourced by build-images.sh: packs a directory into a single-layer
 # OCI image archive with umoci (no daemon, no registry, no base image).
 #
 # oci_archive <repository:tag> <content dir> <archive.tar> <log> [umoci config options...]

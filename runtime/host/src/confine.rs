@@ -433,12 +433,27 @@ impl Prepared {
             })?;
         }
         // SAFETY: marks descriptors close-on-exec; touches no memory.
-        if unsafe { libc::close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) } != 0
-        {
+        if unsafe { close_range(3, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
     }
+}
+
+/// close_range(2) by its system call number: glibc has a wrapper, musl (the C library of the
+/// release images' static binaries) has none. A direct system call, so safe between fork and
+/// exec.
+///
+/// # Safety
+/// Closing (flags 0) descriptors the process still uses is the caller's to rule out.
+#[allow(unsafe_code)]
+pub(crate) unsafe fn close_range(
+    first: libc::c_uint,
+    last: libc::c_uint,
+    flags: libc::c_uint,
+) -> libc::c_long {
+    // SAFETY: the call takes no pointers; see the function's contract for what it closes.
+    unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) }
 }
 
 /// File-system rights for reading (a directory: list it and read beneath it).

@@ -905,7 +905,7 @@ fn confine_before_exec(cmd: &mut Command, confinement: Confinement) {
 unsafe fn keep(command: libc::pid_t) -> ! {
     // SAFETY: see confine_before_exec; called only in the forked keeper.
     unsafe {
-        if libc::close_range(0, libc::c_uint::MAX, 0) != 0 {
+        if crate::confine::close_range(0, libc::c_uint::MAX, 0) != 0 {
             for fd in 0..1024 {
                 libc::close(fd);
             }
