@@ -27,6 +27,7 @@ use bosun_lab::LabHandle;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use serde::Deserialize as _;
 use serde_json::json;
 
 const NAMESPACE: &str = "bosun-system";
@@ -647,9 +648,9 @@ fn save_sample(dir: &Path, controller: &str, agent: &str) -> Result<()> {
 
 /// One version everywhere (issue 34): every crate takes the workspace's version
 /// (`version.workspace = true`), so the controller, the agent and `kubectl-bosun` print it
-/// (with the git commit, runtime/build/version.rs), and deploy/kustomization.yaml installs
-/// the images of that version. A release bumps `[workspace.package] version` and the image
-/// tags together, or this fails.
+/// (with the git commit, runtime/build/version.rs), deploy/kustomization.yaml installs the
+/// images of that version, and the Helm chart's version and appVersion are it. A release bumps
+/// `[workspace.package] version`, the image tags and the chart together, or this fails.
 #[test]
 fn one_version_everywhere() -> Result<()> {
     let root = bosun_e2e::workspace_root();
@@ -690,6 +691,16 @@ fn one_version_everywhere() -> Result<()> {
     let images = kustomization["images"]
         .as_sequence()
         .context("deploy/kustomization.yaml lists images")?;
+    let chart: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(
+        root.join("deploy/helm/bosun/Chart.yaml"),
+    )?)?;
+    for field in ["version", "appVersion"] {
+        ensure!(
+            chart[field].as_str() == Some(version.as_str()),
+            "deploy/helm/bosun/Chart.yaml has {field} {:?}, the workspace is version {version}; set it to {version}",
+            chart[field]
+        );
+    }
     for name in ["bosun-controller", "bosun-agent"] {
         let image = images
             .iter()
@@ -717,4 +728,277 @@ fn walk_manifests(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
         }
     }
     Ok(found)
+}
+
+/// helm, built from the Go module proxy at its pinned version (tests/lab/build-helm.sh).
+fn helm_binary() -> Result<std::path::PathBuf> {
+    let script = bosun_e2e::workspace_root().join("tests/lab/build-helm.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    ensure!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = String::from_utf8(out.stdout)?
+        .lines()
+        .last()
+        .context("build-helm.sh printed no bin directory")?
+        .trim()
+        .to_owned();
+    Ok(Path::new(&bin).join("helm"))
+}
+
+/// `helm ARGS`, its stdout, or an error with its stderr.
+fn helm(helm: &Path, args: &[&str]) -> Result<String> {
+    let out = Command::new(helm)
+        .args(args)
+        .current_dir(bosun_e2e::workspace_root())
+        .output()
+        .with_context(|| format!("running helm {}", args.join(" ")))?;
+    ensure!(
+        out.status.success(),
+        "helm {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Rendered YAML as its objects by (kind, namespace, name), numbers compared by value (one
+/// renderer writes `0.0` where the other writes `0`).
+fn objects_of(yaml: &str) -> Result<BTreeMap<(String, String, String), serde_json::Value>> {
+    fn normalized(v: serde_json::Value) -> serde_json::Value {
+        use serde_json::Value as V;
+        match v {
+            V::Number(n) => match n.as_f64() {
+                Some(f) if n.is_f64() && f.fract() == 0.0 && f.abs() < 9.0e15 => json!(f as i64),
+                _ => V::Number(n),
+            },
+            V::Array(a) => V::Array(a.into_iter().map(normalized).collect()),
+            V::Object(o) => V::Object(o.into_iter().map(|(k, v)| (k, normalized(v))).collect()),
+            v => v,
+        }
+    }
+    let mut found = BTreeMap::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let value = serde_yaml::Value::deserialize(doc)?;
+        if value.is_null() {
+            continue;
+        }
+        let value = normalized(serde_json::to_value(value)?);
+        let field = |p: &str| {
+            value
+                .pointer(p)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let key = (
+            field("/kind"),
+            field("/metadata/namespace"),
+            field("/metadata/name"),
+        );
+        ensure!(!key.0.is_empty(), "an object without a kind: {value}");
+        ensure!(found.insert(key.clone(), value).is_none(), "{key:?} twice");
+    }
+    Ok(found)
+}
+
+/// The Helm chart (deploy/helm/bosun) installs what `kubectl apply -k deploy/` installs: with
+/// its default values it renders the same objects, field by field, but for the differences
+/// named here. `helm lint --strict` is clean, each value reaches its field, and a namespace
+/// other than bosun-system is refused with the reason (issue 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helm_chart_renders_what_kustomize_renders() -> Result<()> {
+    let lab = bosun_lab::ensure_lab().await?;
+    let bin = helm_binary()?;
+    let chart = "deploy/helm/bosun";
+    helm(&bin, &["lint", "--strict", "--namespace", NAMESPACE, chart])?;
+
+    let rendered = objects_of(&helm(
+        &bin,
+        &[
+            "template",
+            "bosun",
+            chart,
+            "--namespace",
+            NAMESPACE,
+            "--include-crds",
+        ],
+    )?)?;
+    let out = kubectl(&lab, &["kustomize", "deploy/"])?;
+    ensure!(
+        out.status.success(),
+        "kubectl kustomize deploy/: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut kustomized = objects_of(&String::from_utf8(out.stdout)?)?;
+    // The differences there must be:
+    // 1. Helm installs into the release's namespace (`--create-namespace`) and creates no
+    //    Namespace object; deploy/ creates bosun-system with its Pod Security labels
+    //    (docs/install.md says how to label it under Helm).
+    ensure!(
+        kustomized
+            .remove(&("Namespace".into(), String::new(), NAMESPACE.into()))
+            .is_some(),
+        "deploy/ creates the namespace"
+    );
+    // 2. Helm applies crds/ as they are (it never templates CRDs), so they lack the label
+    //    deploy/kustomization.yaml adds to every object.
+    for ((kind, _, _), object) in kustomized.iter_mut() {
+        if kind == "CustomResourceDefinition" {
+            let labels = object
+                .pointer_mut("/metadata")
+                .and_then(|m| m.as_object_mut())
+                .context("a CRD has metadata")?;
+            labels.remove("labels");
+        }
+    }
+    let only_helm: Vec<_> = rendered
+        .keys()
+        .filter(|k| !kustomized.contains_key(*k))
+        .collect();
+    let only_kustomize: Vec<_> = kustomized
+        .keys()
+        .filter(|k| !rendered.contains_key(*k))
+        .collect();
+    ensure!(
+        only_helm.is_empty() && only_kustomize.is_empty(),
+        "the chart and deploy/ create different objects: only the chart {only_helm:?}, only deploy/ {only_kustomize:?}"
+    );
+    for (key, object) in &rendered {
+        ensure!(
+            Some(object) == kustomized.get(key),
+            "{key:?} differs between the chart and deploy/:\nchart:   {object}\ndeploy/: {}",
+            kustomized[key]
+        );
+    }
+    ensure!(rendered.len() >= 25, "compared {} objects", rendered.len());
+
+    // Values reach their fields.
+    let set = objects_of(&helm(
+        &bin,
+        &[
+            "template",
+            "bosun",
+            chart,
+            "--namespace",
+            NAMESPACE,
+            "--set",
+            "controller.replicas=3",
+            "--set",
+            "image.agent.repository=registry.example.com/bosun-agent,image.agent.tag=9.9.9",
+            "--set",
+            "image.pullPolicy=Always",
+            "--set",
+            "instance=blue",
+            "--set",
+            "agent.nodeSelector.pool=maintained",
+            "--set",
+            "agent.tolerations[0].key=dedicated,agent.tolerations[0].operator=Exists",
+            "--set",
+            "agent.resources.limits.memory=1Gi",
+            "--set-string",
+            "trustRoots.team\\.pub=PEM",
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+        ],
+    )?)?;
+    let get = |kind: &str, name: &str, pointer: &str| -> Result<serde_json::Value> {
+        set.get(&(kind.into(), NAMESPACE.into(), name.into()))
+            .and_then(|o| o.pointer(pointer))
+            .cloned()
+            .with_context(|| format!("{kind} {name} has no {pointer}"))
+    };
+    let agent = "/spec/template/spec/containers/0";
+    let cases = [
+        (
+            ("Deployment", "bosun-controller", "/spec/replicas"),
+            json!(3),
+        ),
+        (
+            ("DaemonSet", "bosun-agent", &*format!("{agent}/image")),
+            json!("registry.example.com/bosun-agent:9.9.9"),
+        ),
+        (
+            (
+                "DaemonSet",
+                "bosun-agent",
+                &*format!("{agent}/imagePullPolicy"),
+            ),
+            json!("Always"),
+        ),
+        (
+            ("DaemonSet", "bosun-agent", &*format!("{agent}/resources")),
+            json!({ "limits": { "memory": "1Gi" } }),
+        ),
+        (
+            (
+                "DaemonSet",
+                "bosun-agent",
+                "/spec/template/spec/nodeSelector",
+            ),
+            json!({ "pool": "maintained" }),
+        ),
+        (
+            (
+                "DaemonSet",
+                "bosun-agent",
+                "/spec/template/spec/tolerations/2",
+            ),
+            json!({ "key": "dedicated", "operator": "Exists" }),
+        ),
+        (
+            (
+                "Deployment",
+                "bosun-controller",
+                "/spec/template/spec/containers/0/image",
+            ),
+            json!("ghcr.io/bosun-dev/bosun-controller:0.1.0"),
+        ),
+        (
+            ("ConfigMap", "bosun-trust-roots", "/data"),
+            json!({ "team.pub": "PEM" }),
+        ),
+        (
+            ("ServiceMonitor", "bosun-agent", "/spec/endpoints/0/port"),
+            json!("admin"),
+        ),
+    ];
+    for ((kind, name, pointer), want) in cases {
+        let got = get(kind, name, pointer)?;
+        ensure!(
+            got == want,
+            "{kind} {name} {pointer}: {got}, expected {want}"
+        );
+    }
+    for (kind, name) in [
+        ("Deployment", "bosun-controller"),
+        ("DaemonSet", "bosun-agent"),
+    ] {
+        let args = get(kind, name, "/spec/template/spec/containers/0/args")?;
+        ensure!(
+            args.as_array()
+                .is_some_and(|a| a.contains(&json!("--instance=blue"))),
+            "{kind} {name} runs with --instance=blue: {args}"
+        );
+    }
+
+    // Anywhere but bosun-system is refused, saying why.
+    let wrong = Command::new(&bin)
+        .args(["template", "bosun", chart, "--namespace", "default"])
+        .current_dir(bosun_e2e::workspace_root())
+        .output()?;
+    let stderr = String::from_utf8_lossy(&wrong.stderr);
+    ensure!(
+        !wrong.status.success()
+            && stderr.contains("Bosun installs into the namespace bosun-system, not \"default\"")
+            && stderr.contains("agent-own-node.yaml"),
+        "the chart refuses another namespace with the reason: {stderr}"
+    );
+    Ok(())
 }
