@@ -61,7 +61,9 @@ cd "$ROOT"
 version=$(awk '/^\[/ {section = $0} section == "[workspace.package]" && $1 == "version" {gsub(/"/, "", $3); print $3; exit}' Cargo.toml)
 [ -n "$version" ] || die "no [workspace.package] version in $ROOT/Cargo.toml"
 revision="${BOSUN_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
+# The images' creation time. Not exported: the cc crate reruns every C build script when
+# SOURCE_DATE_EPOCH changes, and a new commit would rebuild ring and everything above it.
+epoch="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}"
 target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
 
 t0=$(date +%s)
@@ -82,7 +84,7 @@ for name in bosun-controller bosun-agent; do
   printf 'root:x:0:\nnonroot:x:65532:\n' >"$ctx/etc/group"
   cp "$ca" "$ctx/etc/ssl/certs/ca-certificates.crt"
   chmod 0644 "$ctx/etc/passwd" "$ctx/etc/group" "$ctx/etc/ssl/certs/ca-certificates.crt"
-  touch -d "@$SOURCE_DATE_EPOCH" "$ctx/$name" "$ctx/etc/passwd" "$ctx/etc/group" "$ctx/etc/ssl/certs/ca-certificates.crt"
+  touch -d "@$epoch" "$ctx/$name" "$ctx/etc/passwd" "$ctx/etc/group" "$ctx/etc/ssl/certs/ca-certificates.crt"
 done
 if $content_tag; then
   tag="$version-$(cat "$work/bosun-controller/bosun-controller" "$work/bosun-agent/bosun-agent" | sha256sum | cut -c1-12)"
@@ -95,7 +97,7 @@ for name in bosun-controller bosun-agent; do
   image="$prefix/$name:$tag"
   say "$engine build $image"
   extra=()
-  [ "$engine" != podman ] || extra=(--timestamp "$SOURCE_DATE_EPOCH")
+  [ "$engine" != podman ] || extra=(--timestamp "$epoch")
   "$engine" build --quiet "${extra[@]}" \
     --build-arg "VERSION=$version" --build-arg "REVISION=$revision" \
     -f "$ROOT/deploy/images/${name#bosun-}.Dockerfile" -t "$image" "$work/$name" >/dev/null
