@@ -38,6 +38,12 @@ fi
 BOSUN_LAB_BIN="$(bash tests/lab/build-binaries.sh | tail -n 1)"
 export BOSUN_LAB_BIN
 
+# helm, for the chart test (tests/lab/build-helm.sh: the Go module proxy, pinned, cached): a
+# few minutes of Go on a new machine, so it builds in the background beside the Cargo builds
+# below; the test waits for it (the script's lock) if it is not done.
+mkdir -p "$HOME/.cache/bosun"
+bash tests/lab/build-helm.sh >"$HOME/.cache/bosun/helm-build.log" 2>&1 &
+
 # The end-to-end tests start the lab (or reuse a running one); stop it when this script exits,
 # unless it was already running before, so that a test run leaves nothing running.
 lab() { cargo run --quiet --locked -p bosun-lab --bin lab -- "$@"; }
