@@ -43,12 +43,14 @@ export BOSUN_LAB_BIN
 # below; the test waits for it (the script's lock) if it is not done.
 mkdir -p "$HOME/.cache/bosun"
 bash tests/lab/build-helm.sh >"$HOME/.cache/bosun/helm-build.log" 2>&1 &
+helm_build=$!
 
 # The end-to-end tests start the lab (or reuse a running one); stop it when this script exits,
 # unless it was already running before, so that a test run leaves nothing running.
 lab() { cargo run --quiet --locked -p bosun-lab --bin lab -- "$@"; }
 if lab status >/dev/null 2>&1; then lab_was_running=1; else lab_was_running=0; fi
-trap 'if [ "$lab_was_running" = 0 ]; then lab down || true; fi' EXIT
+# (And the helm build is waited for: nothing this script started outlives it.)
+trap 'wait "$helm_build" || true; if [ "$lab_was_running" = 0 ]; then lab down || true; fi' EXIT
 
 # The end-to-end tests run the controller, agent, CLI and lab binaries and refuse stale ones.
 # `cargo test` alone builds only the binaries of crates that have integration tests; build
