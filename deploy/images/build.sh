@@ -68,10 +68,11 @@ target_dir="${CARGO_TARGET_DIR:-$ROOT/target}"
 
 t0=$(date +%s)
 say "building the static binaries (cargo build --profile ship --locked --target $TARGET)"
-# Paths of this machine are remapped out of the binaries, so two builds of one commit in
-# different places give the same bytes.
-CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS="--remap-path-prefix=$ROOT=/bosun --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo" \
-  cargo build --profile ship --locked --target "$TARGET" -p bosun-controller -p bosun-agent
+# No --remap-path-prefix of the checkout: RUSTFLAGS are part of every crate's fingerprint, so
+# a flag naming the checkout's path would rebuild every dependency whenever the checkout moves
+# (CI's clone and a developer's share the target directory). The binaries therefore carry the
+# build's source paths in their panic locations.
+cargo build --profile ship --locked --target "$TARGET" -p bosun-controller -p bosun-agent
 t_build=$(( $(date +%s) - t0 ))
 
 work=$(mktemp -d)
