@@ -177,6 +177,29 @@ pub fn build_plugin(package: &str) -> Result<Vec<u8>> {
     std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
 }
 
+/// Runs one of the cached Go tool builds under `tests/lab/` (`build-registry.sh`,
+/// `build-helm.sh`: a no-op once built) and returns the bin directory it prints as its last
+/// line.
+pub fn go_tool_dir(script: &str) -> Result<PathBuf> {
+    let path = workspace_root().join("tests/lab").join(script);
+    let out = Command::new("bash")
+        .arg(&path)
+        .output()
+        .with_context(|| format!("running {}", path.display()))?;
+    ensure!(
+        out.status.success(),
+        "{} failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout)?;
+    let bin = stdout
+        .lines()
+        .last()
+        .with_context(|| format!("{script} printed no bin directory"))?;
+    Ok(PathBuf::from(bin.trim()))
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs::{self, File};

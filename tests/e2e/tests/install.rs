@@ -732,24 +732,7 @@ fn walk_manifests(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
 
 /// helm, built from the Go module proxy at its pinned version (tests/lab/build-helm.sh).
 fn helm_binary() -> Result<std::path::PathBuf> {
-    let script = bosun_e2e::workspace_root().join("tests/lab/build-helm.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    ensure!(
-        out.status.success(),
-        "{} failed: {}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let bin = String::from_utf8(out.stdout)?
-        .lines()
-        .last()
-        .context("build-helm.sh printed no bin directory")?
-        .trim()
-        .to_owned();
-    Ok(Path::new(&bin).join("helm"))
+    Ok(bosun_e2e::paths::go_tool_dir("build-helm.sh")?.join("helm"))
 }
 
 /// `helm ARGS`, its stdout, or an error with its stderr.

@@ -25,7 +25,7 @@ use bosun_api::node_task::{BlockReason, NodeTaskPhase, StepPhase};
 use bosun_api::operation::OperationPhase;
 use bosun_e2e::cluster::apply_plugin;
 use bosun_e2e::operator::phase_of;
-use bosun_e2e::{DEADLINE, Operator, Processes, unique, workspace_root};
+use bosun_e2e::{DEADLINE, Operator, Processes, unique};
 use bosun_lab::{LabHandle, Role};
 use bosun_trust::Digest;
 use kube::ResourceExt;
@@ -156,24 +156,7 @@ struct Registry {
 
 impl Registry {
     fn start(dir: &Path) -> Result<Registry> {
-        let script = workspace_root().join("tests/lab/build-registry.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .output()
-            .with_context(|| format!("running {}", script.display()))?;
-        ensure!(
-            out.status.success(),
-            "{} failed: {}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let bin = PathBuf::from(
-            String::from_utf8(out.stdout)?
-                .lines()
-                .last()
-                .context("build-registry.sh printed no bin directory")?
-                .trim(),
-        );
+        let bin = bosun_e2e::paths::go_tool_dir("build-registry.sh")?;
         let mut procs = Processes::new(dir)?;
         // Port 0: crane picks a free port and logs it, so parallel labs never collide.
         procs.spawn(
