@@ -178,10 +178,16 @@ pub fn parse_madison(text: &str, package: &str) -> Vec<String> {
 // ---------------------------------------------------------------------------------------
 // dnf / yum
 
-/// `dnf` (RHEL 8+, Fedora).
-pub const DNF: &str = "/usr/bin/dnf";
-/// `yum` (older RHEL; a dnf front end on RHEL 8+).
+/// dnf 4 at its real path. On RHEL 8–10, Rocky, Alma, CentOS Stream and Fedora up to 40,
+/// `/usr/bin/dnf` and `/usr/bin/yum` are both symlinks to `dnf-3`, and the host runs a
+/// granted command only at a path with no symlink in it (a plugin may have made one), so
+/// the grant and the backend name `dnf-3` itself.
+pub const DNF: &str = "/usr/bin/dnf-3";
+/// `yum` 3 (RHEL/CentOS 7), where `/usr/bin/yum` is the program itself.
 pub const YUM: &str = "/usr/bin/yum";
+/// Where the RHEL family's `dnf` command lives; a symlink to `dnf-3` (dnf 4) or, from
+/// Fedora 41, to `dnf5`. Read only to explain a missing backend, never run.
+pub const DNF_LINK: &str = "/usr/bin/dnf";
 /// `rpm` (installed version).
 pub const RPM: &str = "/usr/bin/rpm";
 /// Pattern for one `name-version` argument of `dnf install`.

@@ -27,7 +27,7 @@ use bosun_plugin_sdk::prelude::*;
 use bosun_plugin_sdk::{facts, log};
 
 use backend::{
-    APT_CACHE, APT_GET, APT_INSTALL_OPTS, APT_MARK, APT_PKG_PATTERN, Apt, Backend, DNF,
+    APT_CACHE, APT_GET, APT_INSTALL_OPTS, APT_MARK, APT_PKG_PATTERN, Apt, Backend, DNF, DNF_LINK,
     DPKG_FORMAT, DPKG_QUERY, Dnf, Installed, MAX_PACKAGES, NAME_PATTERN, RPM, RPM_PKG_PATTERN, YUM,
 };
 use binary::BinarySpec;
@@ -466,13 +466,12 @@ fn install_preflight(
 /// The chosen backend's commands are on the node (the grants mark every backend's commands
 /// optional, so the agent does not require them all).
 fn backend_commands(chosen: &Chosen) -> Check {
-    let missing: Vec<&str> = chosen
+    let problems: Vec<String> = chosen
         .commands()
         .iter()
-        .copied()
-        .filter(|c| std::fs::metadata(c).map_or(true, |m| !m.is_file()))
+        .filter_map(|c| command_problem(chosen, c))
         .collect();
-    if missing.is_empty() {
+    if problems.is_empty() {
         Check::pass(
             "backend-commands",
             format!("{} has {}", chosen.name(), chosen.commands().join(", ")),
@@ -481,11 +480,48 @@ fn backend_commands(chosen: &Chosen) -> Check {
         Check::fail(
             "backend-commands",
             format!(
-                "the {} backend chosen for this node needs {}, missing on the node: install the package manager, or set `backend` to one the node has",
+                "the {} backend chosen for this node cannot run: {}",
                 chosen.name(),
-                missing.join(", ")
+                problems.join("; ")
             ),
         )
+    }
+}
+
+/// Why the node cannot run `command` for `chosen`, or `None` when it is a regular file.
+///
+/// The host runs a granted command only at a path with no symlink in it, so a command that
+/// is a symlink on this node is as good as missing; the message names the link and what to
+/// do instead.
+fn command_problem(chosen: &Chosen, command: &str) -> Option<String> {
+    match std::fs::symlink_metadata(command) {
+        Ok(m) if m.is_file() => None,
+        Ok(m) if m.file_type().is_symlink() => {
+            let target = std::fs::read_link(command)
+                .map_or_else(|_| "?".into(), |t| t.display().to_string());
+            let advice = if *chosen == Chosen::Yum {
+                "this node's yum is dnf: leave `backend` unset or set it to `dnf`".to_owned()
+            } else {
+                format!(
+                    "set `backend` to one whose command is a regular file on the node, or ask for {command} to be supported at its real path"
+                )
+            };
+            Some(format!(
+                "{command} is a symlink to {target} here, and Bosun runs a granted command only at its real path (docs/security.md, \"Granted commands name real files\"): {advice}"
+            ))
+        }
+        _ if command == DNF => Some(match std::fs::read_link(DNF_LINK) {
+            Ok(t) if t.to_string_lossy().contains("dnf5") => format!(
+                "{DNF} (dnf 4) is missing and {DNF_LINK} is {} (dnf5, Fedora 41 and later), which this plugin does not drive: install dnf 4 (`dnf install dnf4`, which provides {DNF}), or set `backend: binary`",
+                t.display()
+            ),
+            _ => format!(
+                "{DNF} (dnf 4) is missing on the node: install dnf, or set `backend` to one the node has"
+            ),
+        }),
+        _ => Some(format!(
+            "{command} is missing on the node: install the package manager, or set `backend` to one the node has"
+        )),
     }
 }
 

@@ -4,7 +4,7 @@
 //! - `agent/disk-space`: free space on the file system holding the host root is at least
 //!   [`Settings::min_free_bytes`];
 //! - `agent/host-binaries`: every command the plugin's exec grants name exists under the
-//!   host root as an executable file (a plugin granted `/usr/bin/kubeadm` on a node
+//!   host root as an executable file reached through no symlink (a plugin granted `/usr/bin/kubeadm` on a node
 //!   without kubeadm would fail half-way otherwise), except commands granted
 //!   `optional: true` (those of other OS families' package managers), which are only
 //!   listed; and `/usr/bin/systemctl` when the plugin has service grants and the agent
@@ -158,13 +158,18 @@ pub fn host_binaries(root: &Path, grants: &Grants, simulated_services: bool) -> 
     for (command, why, optional) in needed {
         let problem = match under_root(command) {
             None => Some(format!("{command} (not an absolute path without `..`)")),
-            Some(relative) => match std::fs::metadata(root.join(relative)) {
-                Ok(m) if m.is_file() && is_executable(&m) => None,
-                Ok(_) => Some(format!("{command} (not an executable file)")),
-                Err(_) if why == "service grants" => {
-                    Some(format!("{command} (needed for the service grants)"))
-                }
-                Err(_) => Some(command.to_owned()),
+            Some(relative) => match symlink_on_the_way(root, relative) {
+                Some(link) => Some(format!(
+                    "{command} (goes through the symlink {link}: the host runs a granted command only at a path without symlinks; grant the real path)"
+                )),
+                None => match std::fs::symlink_metadata(root.join(relative)) {
+                    Ok(m) if m.is_file() && is_executable(&m) => None,
+                    Ok(_) => Some(format!("{command} (not an executable file)")),
+                    Err(_) if why == "service grants" => {
+                        Some(format!("{command} (needed for the service grants)"))
+                    }
+                    Err(_) => Some(command.to_owned()),
+                },
             },
         };
         match problem {
@@ -214,6 +219,22 @@ fn under_root(command: &str) -> Option<&Path> {
         .components()
         .all(|c| matches!(c, Component::Normal(_)))
         .then_some(relative)
+}
+
+/// The first symlink met walking `relative` beneath `root` one component at a time, as
+/// `/LINK -> TARGET`; `None` when there is none (or a component is missing).
+fn symlink_on_the_way(root: &Path, relative: &Path) -> Option<String> {
+    let mut prefix = std::path::PathBuf::new();
+    for c in relative.components() {
+        prefix.push(c);
+        let meta = std::fs::symlink_metadata(root.join(&prefix)).ok()?;
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(root.join(&prefix))
+                .map_or_else(|_| "?".into(), |t| t.display().to_string());
+            return Some(format!("/{} -> {target}", prefix.display()));
+        }
+    }
+    None
 }
 
 fn is_executable(m: &std::fs::Metadata) -> bool {
@@ -425,6 +446,29 @@ mod tests {
             host_binaries(dir.path(), &strict, false).status,
             CheckStatus::Fail
         );
+        // A granted command that is a symlink (RHEL's /usr/bin/dnf -> dnf-3) fails before
+        // any step, naming the link, as the host would refuse to run it.
+        let dnf3 = dir.path().join("usr/bin/dnf-3");
+        std::fs::write(&dnf3, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&dnf3, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("dnf-3", dir.path().join("usr/bin/dnf")).unwrap();
+        let r = host_binaries(dir.path(), &strict, false);
+        assert_eq!(r.status, CheckStatus::Fail, "{}", r.message);
+        assert!(
+            r.message.contains(
+                "/usr/bin/dnf (goes through the symlink /usr/bin/dnf -> dnf-3: the host runs a granted command only at a path without symlinks; grant the real path)"
+            ),
+            "{}",
+            r.message
+        );
+        let real = Grants {
+            exec: vec![exec("/usr/bin/dnf-3")],
+            ..Grants::default()
+        };
+        let r = host_binaries(dir.path(), &real, false);
+        assert_eq!(r.status, CheckStatus::Pass, "{}", r.message);
+        std::fs::remove_file(dir.path().join("usr/bin/dnf")).unwrap();
+        std::fs::remove_file(&dnf3).unwrap();
 
         // A service grant needs systemctl, unless the agent simulates services.
         let kubelet = Grants {

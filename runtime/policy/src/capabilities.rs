@@ -866,7 +866,7 @@ mod tests {
         let grants = Grants {
             filesystem: vec![dir("/etc", Access::ReadWrite)],
             exec: vec![
-                sandboxed("/usr/bin/dnf", sandbox.clone()),
+                sandboxed("/usr/bin/dnf-3", sandbox.clone()),
                 sandboxed("/usr/bin/apt-get", sandbox.clone()),
                 sandboxed("/usr/bin/apt-get", sandbox),
             ],
@@ -881,7 +881,7 @@ mod tests {
         assert!(
             cron[0].starts_with(
                 "root-equivalent grants: /etc is writable (filesystem grant, sandbox of exec grant /usr/bin/apt-get, \
-                 sandbox of exec grant /usr/bin/dnf) and reaches /etc/anacrontab, /etc/cron.d, /etc/cron.daily, \
+                 sandbox of exec grant /usr/bin/dnf-3) and reaches /etc/anacrontab, /etc/cron.d, /etc/cron.daily, \
                  /etc/cron.hourly, /etc/cron.monthly, /etc/cron.weekly, /etc/crontab (cron's tables): "
             ),
             "{}",

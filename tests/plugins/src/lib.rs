@@ -304,7 +304,7 @@ pub fn example_grants_for_lab(file: &str, ports: bosun_lab::Ports) -> Grants {
 pub fn packages_grants_with_local_repository() -> Grants {
     let mut grants = example_grants("packages.yaml");
     for g in &mut grants.exec {
-        if ["apt-get", "apt-cache", "dnf", "yum"]
+        if ["apt-get", "apt-cache", "dnf-3", "yum"]
             .iter()
             .any(|c| g.command == format!("/usr/bin/{c}"))
         {
@@ -550,7 +550,7 @@ pub fn dpkg_state(root: &Path, package: &str) -> Option<(String, String)> {
 /// `dnf`, `dnf-plugins-core`, `rpm`, `createrepo-c`).
 pub fn have_rpm_tools() -> bool {
     [
-        "/usr/bin/dnf",
+        "/usr/bin/dnf-3",
         "/usr/bin/rpm",
         "/usr/bin/rpmdb",
         "/usr/bin/rpmbuild",
@@ -577,7 +577,11 @@ pub fn rhel_root(root: &Path) {
             "/usr/bin/chmod",
         ],
     );
-    copy_into(root, Path::new("/usr/bin/dnf"));
+    // Rocky's layout: dnf 4 is /usr/bin/dnf-3, and dnf and yum are symlinks to it.
+    copy_into(root, Path::new("/usr/bin/dnf-3"));
+    for link in ["dnf", "yum"] {
+        std::os::unix::fs::symlink("dnf-3", root.join("usr/bin").join(link)).unwrap();
+    }
     std::os::unix::fs::symlink("python3.11", root.join("usr/bin/python3")).unwrap();
     copy_tree(
         Path::new("/usr/lib/python3.11"),

@@ -582,4 +582,40 @@ fn dnf_installs_an_exact_version_versionlocks_upgrades_and_unlocks() {
         rpm_version(&root, PKG).as_deref(),
         Some("1.34.2-150500.1.1")
     );
+
+    // `backend: yum` on this node means /usr/bin/yum, Rocky's symlink to dnf-3, which the
+    // host would refuse to run: preflight says so, and what to set instead.
+    let yum = node.run(
+        &packages,
+        &grants,
+        "hold",
+        &json!({"packages": [PKG], "backend": "yum"}),
+        false,
+    );
+    assert_eq!(
+        yum.failed_checks(),
+        vec![(
+            "backend-commands".to_owned(),
+            "the yum backend chosen for this node cannot run: /usr/bin/yum is a symlink to dnf-3 here, and Bosun runs a granted command only at its real path (docs/security.md, \"Granted commands name real files\"): this node's yum is dnf: leave `backend` unset or set it to `dnf`".to_owned()
+        )]
+    );
+
+    // A Fedora 41+ layout: dnf is dnf5 and dnf 4 is not installed.
+    std::fs::remove_file(root.join("usr/bin/dnf-3")).unwrap();
+    std::fs::remove_file(root.join("usr/bin/dnf")).unwrap();
+    std::os::unix::fs::symlink("dnf5", root.join("usr/bin/dnf")).unwrap();
+    let dnf5 = node.run(
+        &packages,
+        &grants,
+        "hold",
+        &json!({"packages": [PKG]}),
+        false,
+    );
+    assert_eq!(
+        dnf5.failed_checks(),
+        vec![(
+            "backend-commands".to_owned(),
+            "the dnf backend chosen for this node cannot run: /usr/bin/dnf-3 (dnf 4) is missing and /usr/bin/dnf is dnf5 (dnf5, Fedora 41 and later), which this plugin does not drive: install dnf 4 (`dnf install dnf4`, which provides /usr/bin/dnf-3), or set `backend: binary`".to_owned()
+        )]
+    );
 }
