@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The real-node tests as CI runs them (.ci/run, after the README's test command): builds what
 # the cluster lab needs (cached under ~/.cache/bosun/cluster; a no-op when it is there), then
-# test-bosun-upgrade.sh: Bosun installed with `kubectl apply -k deploy/`, a step policy that
-# denies the upgrade, the upgrade Operation with its control plane's agent killed in the middle
-# of `kubeadm upgrade apply`, and a certificate renewal, on 3 control planes (stacked etcd,
+# test-bosun-upgrade.sh: Bosun installed with Helm and kubectl-bosun with krew, a step policy
+# that denies the upgrade, the upgrade Operation with its control plane's agent killed in the
+# middle of `kubeadm upgrade apply` and Bosun itself upgraded (helm upgrade) between nodes, and
+# a certificate renewal, on 3 control planes (stacked etcd,
 # behind haproxy) and 1 worker, with the application and API clients and the restart checks.
 #
 # CI runs the minor upgrade v1.33.13 -> v1.34.4 (BOSUN_CI_FROM / BOSUN_CI_TO override it). A
@@ -41,6 +42,14 @@ t1=$(date +%s)
 CARGO_TARGET_DIR="${BOSUN_IMAGES_TARGET_DIR:-${BOSUN_CACHE_DIR:-$HOME/.cache/bosun}/target-images}" \
   "$HERE/../../deploy/images/build.sh" --content-tag --save "${BOSUN_CACHE_DIR:-$HOME/.cache/bosun}/cluster/bosun-images" >/dev/null
 echo "cluster ci: Bosun's images (deploy/images/build.sh) ready in $(( $(date +%s) - t1 ))s"
+# kubectl-bosun's krew archive (deploy/krew/build.sh, the same target directory), and the
+# tools the stage installs with: helm and krew, from the Go module proxy (cached).
+t1=$(date +%s)
+CARGO_TARGET_DIR="${BOSUN_IMAGES_TARGET_DIR:-${BOSUN_CACHE_DIR:-$HOME/.cache/bosun}/target-images}" \
+  "$HERE/../../deploy/krew/build.sh" --out "${BOSUN_CACHE_DIR:-$HOME/.cache/bosun}/cluster/krew" >/dev/null
+bash "$HERE/../lab/build-helm.sh" >/dev/null
+bash "$HERE/../lab/build-krew.sh" >/dev/null
+echo "cluster ci: the krew archive, helm and krew ready in $(( $(date +%s) - t1 ))s"
 if [ "${1:-}" = --build-only ]; then exit 0; fi
 # CI owns this machine's cluster named "bosun" (BOSUN_CLUSTER_NAME): one left by an earlier run (kept with
 # BOSUN_KEEP_CLUSTER=1, or a session that ended mid-test) would make `cluster.sh up` refuse.

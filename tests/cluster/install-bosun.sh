@@ -5,8 +5,9 @@
 #   2. the bosun-controller and bosun-agent images, built by the command docs/install.md gives
 #      users (deploy/images/build.sh: static musl release binaries, FROM scratch), imported
 #      into every node's containerd;
-#   3. `kubectl apply --server-side -k` of an overlay of deploy/ that only names those images;
-#   4. a signing key (kept in the lab's state directory) as the trust roots ConfigMap;
+#   3. a signing key (kept in the lab's state directory), and Bosun installed with Helm
+#      (deploy/helm/bosun: deploy/namespace.yaml and the CRDs first, then `helm upgrade
+#      --install` with those images and the key as the trust roots);
 #   5. the plugins (the first-party ones and the demo's hello) signed and published with the
 #      grants of deploy/examples/plugins/ and deploy/examples/plugin-hello.yaml;
 #   6. waits until the controller Deployment and the agent DaemonSet are rolled out, and checks
@@ -47,31 +48,24 @@ CARGO_TARGET_DIR="${BOSUN_IMAGES_TARGET_DIR:-$CACHE/target-images}" \
 tag=$(awk 'NR == 1 {print $2}' "$images/images.list")
 
 state="$DIR/bosun"
-mkdir -p "$state/deploy" "$state/plugins"
-# The overlay renames deploy/'s published images to the lab's; everything else is deploy/ as it is (kustomize takes
-# only a relative path to it).
-cat >"$state/deploy/kustomization.yaml" <<YAML
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $(realpath --relative-to="$state/deploy" "$ROOT/deploy")
-images:
-  - name: ghcr.io/bosun-dev/bosun-controller
-    newName: localhost/bosun/bosun-controller
-    newTag: $tag
-  - name: ghcr.io/bosun-dev/bosun-agent
-    newName: localhost/bosun/bosun-agent
-    newTag: $tag
-YAML
-say "kubectl apply --server-side -k deploy/ (images localhost/bosun/*:$tag)"
-kubectl apply --server-side -k "$state/deploy" >"$state/apply.log" 2>&1 \
-  || { cat "$state/apply.log" >&2; die "kubectl apply -k failed"; }
-
+mkdir -p "$state/plugins"
 if [ ! -f "$state/keys/bosun-signing.key" ]; then
   "$BOSUN" plugin keygen --out "$state/keys" >&2
 fi
-kubectl -n bosun-system create configmap bosun-trust-roots \
-  --from-file="$state/keys/bosun-signing.pub" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+# Helm, built from the Go module proxy at its pinned version (cached).
+helm_bin=$(bash "$ROOT/tests/lab/build-helm.sh" | tail -n 1) || die "building helm (tests/lab/build-helm.sh)"
+# As docs/install.md ("With Helm") tells a user: the namespace with its Pod Security labels,
+# the CRDs (Helm installs crds/ only on a first install and never upgrades them), then the
+# chart, with the images built above and the signing key's public half as the trust roots.
+kubectl apply -f "$ROOT/deploy/namespace.yaml" >/dev/null
+kubectl apply --server-side -f "$ROOT/deploy/crds/" >/dev/null
+say "helm upgrade --install bosun deploy/helm/bosun (images localhost/bosun/*:$tag)"
+"$helm_bin/helm" upgrade --install bosun "$ROOT/deploy/helm/bosun" -n bosun-system \
+  --set image.controller.repository=localhost/bosun/bosun-controller \
+  --set image.agent.repository=localhost/bosun/bosun-agent \
+  --set image.controller.tag="$tag" --set image.agent.tag="$tag" \
+  --set-file 'trustRoots.bosun-signing\.pub'="$state/keys/bosun-signing.pub" \
+  >"$state/helm.log" 2>&1 || { cat "$state/helm.log" >&2; die "helm upgrade --install failed"; }
 
 for p in certs kubeadm-upgrade packages kubelet hello; do
   wasm="$state/plugins/$p.wasm"

@@ -3,8 +3,10 @@
 #   1. `cluster.sh up --version FROM` (3 control planes with stacked etcd behind haproxy, and 1
 #      worker; BOSUN_CLUSTER_CPS=1 for a quick run), TO's images loaded into the nodes (nothing
 #      can be pulled here);
-#   2. Bosun installed as a user does (install-bosun.sh: images, `kubectl apply -k deploy/`,
-#      trust roots, the first-party plugins signed and published with the example grants);
+#   2. Bosun installed as a user does (install-bosun.sh: images, `helm install` of
+#      deploy/helm/bosun with the trust roots, the first-party plugins signed and published
+#      with the example grants); kubectl-bosun installed with krew from deploy/krew, offline
+#      (check-krew.sh), shows the client's and the running controller's version;
 #   2b. `bosun-agent self-test` in every agent Pod: the kernel boundary of granted commands
 #      (Landlock, seccomp) holds as deployed; then the demo's Operation
 #      (deploy/examples/custom.yaml, the hello plugin) succeeds on every real Debian node;
@@ -21,6 +23,10 @@
 #      default): 3 s (BOSUN_TEST_KILL_AFTER) into `kubeadm upgrade apply` the control plane's agent Pod is deleted;
 #      the DaemonSet brings a new one, which runs the step again (the plugin declares it
 #      idempotent: attempt 2), or the task blocks Interrupted and is retried once;
+#      Bosun upgraded mid-Operation (BOSUN_TEST_SELF_UPGRADE=1, the default): once the first
+#      control plane's task has Succeeded, `helm upgrade` to a rebuilt image with a new tag;
+#      the controller and every agent roll, and after the Operation the NodeTasks are the same
+#      objects (names and UIDs) and no step ran more than once (but the killed one);
 #   5. checks: the Operation Succeeded; the API server and every kubelet at TO; the static
 #      Pods and kube-proxy's DaemonSet on TO images; kubeadm/kubelet/kubectl packages at TO on every node; `kubeadm
 #      upgrade plan` has nothing left to apply; the workload Running again; `kubectl bosun
@@ -45,6 +51,8 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 C="$HERE/cluster.sh"
+ROOT="$(cd "$HERE/../.." && pwd)"
+CACHE="${BOSUN_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/bosun}"
 FROM="${1:-v1.33.13}"
 TO="${2:-v1.34.4}"
 CPS="${BOSUN_CLUSTER_CPS:-3}"
@@ -87,6 +95,23 @@ mapfile -t NODES <"${BOSUN_CLUSTER_DIR:-$HOME/.cache/bosun/cluster-state/$NAME}/
 phase "up at $FROM"
 "$HERE/install-bosun.sh" >>"$LOG" 2>&1 || { tail -n 30 "$LOG" >&2; fail "install-bosun.sh"; }
 phase "Bosun installed"
+# kubectl-bosun as krew installs it, offline, from deploy/krew (the static binary's archive
+# and the manifest with its digest), then `kubectl bosun version` against this cluster.
+"$HERE/check-krew.sh" 2>>"$LOG" || fail "kubectl-bosun through krew (check-krew.sh; see $LOG)"
+phase "kubectl-bosun installed with krew"
+# The build Bosun is upgraded to mid-Operation: the same recipe again under a new tag (a
+# rebuilt image with a new tag is what a user's `helm upgrade` brings), in every node.
+SELF_UPGRADE="${BOSUN_TEST_SELF_UPGRADE:-1}"
+if [ "$SELF_UPGRADE" = 1 ]; then
+  tag_now=$(awk 'NR == 1 {print $2}' "$CACHE/cluster/bosun-images/images.list")
+  tag_next="$tag_now-next"
+  CARGO_TARGET_DIR="${BOSUN_IMAGES_TARGET_DIR:-$CACHE/target-images}" \
+    "$ROOT/deploy/images/build.sh" --tag "$tag_next" --save "$CACHE/cluster/bosun-images-next" >>"$LOG" 2>&1 \
+    || fail "building the next images (deploy/images/build.sh --tag $tag_next)"
+  "$C" import "$CACHE/cluster/bosun-images-next" >>"$LOG" 2>&1 || fail "importing the next images into the nodes"
+  helm_bin=$(bash "$ROOT/tests/lab/build-helm.sh" 2>>"$LOG" | tail -n 1) || fail "building helm"
+  phase "the next images ($tag_next) in every node"
+fi
 
 # The kernel boundary of granted commands, checked inside each real agent Pod as deployed (no
 # SYS_ADMIN, RuntimeDefault seccomp, chroot into /host): every probe of `bosun-agent
@@ -353,6 +378,23 @@ fi
 
 killed=""
 retried_interrupted=0
+self_upgraded=""
+# Upgrades Bosun itself while the Operation runs: `helm upgrade` to the next images, as a
+# user would, and what the checks after the Operation compare with.
+self_upgrade() {
+  tasks_before=$(kubectl get nodetasks -l "bosun.dev/operation=$OP" \
+    -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid}{"\n"}{end}' | sort)
+  pods_before=$(kubectl -n bosun-system get pods -o name | sort)
+  local deadline=$(( $(date +%s) + 120 ))
+  # The API server may be restarting (a control plane's upgrade): try again for up to 120 s.
+  until "$helm_bin/helm" upgrade bosun "$ROOT/deploy/helm/bosun" -n bosun-system --reuse-values \
+      --set image.controller.tag="$tag_next" --set image.agent.tag="$tag_next" >>"$LOG" 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "helm upgrade to $tag_next failed for 120 s (see $LOG)"
+    sleep 3
+  done
+  self_upgraded=$(date +%s)
+  echo "Bosun upgraded mid-Operation: helm upgrade to $tag_next after ${NODES[0]} Succeeded; tasks then: $(kubectl get nodetasks -l "bosun.dev/operation=$OP" -o jsonpath='{range .items[*]}{.spec.nodeName}={.status.phase} {end}')"
+}
 deadline=$(( t_op + ${BOSUN_UPGRADE_TIMEOUT:-1800} ))
 while :; do
   phase_now=$(kubectl get operation "$OP" -o jsonpath='{.status.phase}' 2>/dev/null || true)
@@ -370,7 +412,7 @@ while :; do
       until victim=$(kubectl -n bosun-system get pods -l app.kubernetes.io/name=bosun-agent \
           --field-selector "spec.nodeName=$cp1" -o jsonpath='{.items[0].metadata.name}' 2>>"$LOG") \
         && [ -n "$victim" ] \
-        && kubectl -n bosun-system delete pod "$victim" --wait=false >>"$LOG" 2>&1; do
+        && kubectl -n bosun-system delete pod "$victim" --grace-period=1 --wait=false >>"$LOG" 2>&1; do
         [ "$(date +%s)" -lt "$kill_deadline" ] || fail "deleting the agent Pod on $cp1 (API server unreachable for 120 s; see $LOG)"
         still=$(task_field "$cp1" '{.status.steps[?(@.name=="kubeadm-upgrade")].phase}')
         [ -z "$still" ] || [ "$still" = Running ] \
@@ -386,6 +428,9 @@ while :; do
     [ -z "${cp_checked[$n]:-}" ] && [ "$(task_field "$n" '{.status.phase}')" = Succeeded ] || continue
     check_control_plane "$n"; cp_checked[$n]=1
   done
+  if [ "$SELF_UPGRADE" = 1 ] && [ -z "$self_upgraded" ] && [ -n "${cp_checked[${NODES[0]}]:-}" ]; then
+    self_upgrade
+  fi
   for n in "${NODES[@]}"; do
     [ "$(task_field "$n" '{.status.phase}')" = Blocked ] || continue
     reason=$(task_field "$n" '{.status.reason}')
@@ -414,6 +459,35 @@ elif [ "${BOSUN_TEST_KILL:-1}" = 1 ]; then
 fi
 op_s=$(( $(date +%s) - t_op ))
 phase "upgrade Operation $OP Succeeded"
+if [ "$SELF_UPGRADE" = 1 ]; then
+  [ -n "$self_upgraded" ] || fail "the Operation ended before Bosun was upgraded mid-Operation"
+  kubectl -n bosun-system rollout status deploy/bosun-controller --timeout=300s >>"$LOG" 2>&1 \
+    || fail "the controller did not roll out at $tag_next"
+  kubectl -n bosun-system rollout status ds/bosun-agent --timeout=600s >>"$LOG" 2>&1 \
+    || fail "the agents did not roll out at $tag_next"
+  # Every Bosun Pod is a new one, running the next images.
+  pods_after=$(kubectl -n bosun-system get pods -o name | sort)
+  kept=$(comm -12 <(echo "$pods_before") <(echo "$pods_after"))
+  [ -z "$kept" ] || fail "Bosun Pods from before the helm upgrade still run: $(echo $kept)"
+  images=$(kubectl -n bosun-system get pods -o jsonpath='{range .items[*]}{.spec.containers[0].image}{"\n"}{end}' | sort -u)
+  [ "$images" = "$(printf 'localhost/bosun/bosun-agent:%s\nlocalhost/bosun/bosun-controller:%s' "$tag_next" "$tag_next")" ] \
+    || fail "the Bosun Pods do not all run the next images ($tag_next): $(echo $images)"
+  # No NodeTask lost or made again: the same names and UIDs as when the upgrade started, one
+  # per node.
+  tasks_after=$(kubectl get nodetasks -l "bosun.dev/operation=$OP" \
+    -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.uid}{"\n"}{end}' | sort)
+  [ "$tasks_after" = "$tasks_before" ] || fail "the NodeTasks changed across the helm upgrade:
+before: $(echo $tasks_before)
+after:  $(echo $tasks_after)"
+  [ "$(wc -l <<<"$tasks_after")" = "${#NODES[@]}" ] || fail "$(wc -l <<<"$tasks_after") NodeTasks for ${#NODES[@]} nodes"
+  # No step ran twice: every step of every node at attempt 1, but the one whose agent the
+  # test killed mid-step.
+  twice=$(for n in "${NODES[@]}"; do
+      task_field "$n" '{range .status.steps[*]}{.name}={.attempts}{"\n"}{end}' | sed "s/^/$n:/"
+    done | awk -F= -v killed="${killed:+${NODES[0]}:kubeadm-upgrade}" '$2 != 1 && $1 != killed')
+  [ -z "$twice" ] || fail "steps ran more than once across the helm upgrade: $(echo $twice)"
+  echo "Bosun upgraded mid-Operation: controller and $(grep -c bosun-agent <<<"$pods_after") agents rolled to $tag_next in $(( $(date +%s) - self_upgraded ))s or less; $(wc -l <<<"$tasks_after") NodeTasks kept (same UIDs); every step ran once${killed:+ (but the killed kubeadm-upgrade on ${NODES[0]})}"
+fi
 check_no_restarts "during the upgrade"
 for n in "${CP_NODES[@]}"; do [ -n "${cp_checked[$n]:-}" ] || check_control_plane "$n"; done
 stop_probes

@@ -1,4 +1,4 @@
-# Sourced by build-binaries.sh, build-registry.sh and build-helm.sh: the part of a cached Go build that both
+# Sourced by build-binaries.sh, build-registry.sh, build-helm.sh and build-krew.sh: the part of a cached Go build that both
 # share. The caller sets, before sourcing:
 #   WHAT   - the name in messages ("lab build", "registry tools build");
 #   OUT    - the cache directory of this set of pinned versions (BIN is $OUT/bin);

@@ -77,6 +77,46 @@ impl Processes {
         Ok(())
     }
 
+    /// Sends SIGTERM to `name`, as the kubelet does to a Pod being deleted or rolled, and
+    /// waits up to `within` for it to exit by itself; returns how it exited. A process still
+    /// running then is SIGKILLed, and that is an error.
+    pub async fn terminate(
+        &mut self,
+        name: &str,
+        within: std::time::Duration,
+    ) -> Result<std::process::ExitStatus> {
+        let index = self
+            .children
+            .iter()
+            .position(|(n, _)| n == name)
+            .with_context(|| format!("no process named {name}"))?;
+        let (_, mut child) = self.children.remove(index);
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .context("running kill -TERM")?;
+        if !sent.success() {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("kill -TERM {name} failed");
+        }
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "{name} was still running {within:?} after SIGTERM (SIGKILLed now); see {}",
+                    self.log_of(name).display()
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// Fails if a process already exited (it would leave the test waiting), naming its log.
     pub fn check_alive(&mut self) -> Result<()> {
         for (name, child) in &mut self.children {

@@ -649,8 +649,9 @@ fn save_sample(dir: &Path, controller: &str, agent: &str) -> Result<()> {
 /// One version everywhere (issue 34): every crate takes the workspace's version
 /// (`version.workspace = true`), so the controller, the agent and `kubectl-bosun` print it
 /// (with the git commit, runtime/build/version.rs), deploy/kustomization.yaml installs the
-/// images of that version, and the Helm chart's version and appVersion are it. A release bumps
-/// `[workspace.package] version`, the image tags and the chart together, or this fails.
+/// images of that version, the Helm chart's version and appVersion are it, and so are the krew
+/// manifest's version and archive. A release bumps `[workspace.package] version`, the image
+/// tags, the chart and the krew manifest together, or this fails.
 #[test]
 fn one_version_everywhere() -> Result<()> {
     let root = bosun_e2e::workspace_root();
@@ -712,6 +713,28 @@ fn one_version_everywhere() -> Result<()> {
             image["newTag"]
         );
     }
+    // The krew manifest: its version, and the release archive its one platform names.
+    let krew: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(
+        root.join("deploy/krew/bosun.yaml"),
+    )?)?;
+    ensure!(
+        krew["spec"]["version"].as_str() == Some(format!("v{version}").as_str()),
+        "deploy/krew/bosun.yaml has spec.version {:?}, the workspace is version {version}; set it to v{version}",
+        krew["spec"]["version"]
+    );
+    let uris: Vec<&str> = krew["spec"]["platforms"]
+        .as_sequence()
+        .context("deploy/krew/bosun.yaml lists platforms")?
+        .iter()
+        .filter_map(|p| p["uri"].as_str())
+        .collect();
+    ensure!(
+        !uris.is_empty()
+            && uris.iter().all(|u| u.ends_with(&format!(
+                "/v{version}/kubectl-bosun_v{version}_linux_amd64.tar.gz"
+            ))),
+        "deploy/krew/bosun.yaml's archives {uris:?} are not those of v{version} (deploy/krew/build.sh names them kubectl-bosun_v{version}_linux_amd64.tar.gz)"
+    );
     Ok(())
 }
 
@@ -821,9 +844,9 @@ async fn the_helm_chart_renders_what_kustomize_renders() -> Result<()> {
     );
     let mut kustomized = objects_of(&String::from_utf8(out.stdout)?)?;
     // The differences there must be:
-    // 1. Helm installs into the release's namespace (`--create-namespace`) and creates no
-    //    Namespace object; deploy/ creates bosun-system with its Pod Security labels
-    //    (docs/install.md says how to label it under Helm).
+    // 1. Helm installs into the release's namespace and creates no Namespace object;
+    //    deploy/ creates bosun-system with its Pod Security labels (under Helm,
+    //    docs/install.md applies deploy/namespace.yaml first).
     ensure!(
         kustomized
             .remove(&("Namespace".into(), String::new(), NAMESPACE.into()))

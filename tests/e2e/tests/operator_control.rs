@@ -867,6 +867,72 @@ async fn agent_killed_mid_step_blocks_a_non_idempotent_step_as_interrupted() -> 
     Ok(())
 }
 
+/// An agent sent SIGTERM during a step that is not idempotent (`sleep-once`), as a rolling
+/// update of the agents (`helm upgrade`) does: it starts nothing new, finishes the step,
+/// writes its result and exits by itself, successfully. The step ran once (attempt 1, its
+/// marker written) and the next agent runs the task's next step; nothing blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_stopped_mid_step_finishes_it_then_exits_and_the_next_agent_goes_on() -> Result<()> {
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    let (lab, mut operator) = setup("agentterm").await?;
+    let marker = bosun_e2e::unique("term");
+    let op = operator
+        .create_operation(
+            "agent-term",
+            json!({ "custom": { "groups": [{ "name": "control-plane", "nodeSelector": control_plane(),
+                "steps": [
+                    step("once", "sleep-once", json!({ "millis": 4000, "marker": marker })),
+                    step("next", "sleep", json!({ "millis": 100 })),
+                ] }] } }),
+        )
+        .await?;
+    operator
+        .wait_task(&op, &lab.cp, "step once Running", |t| {
+            step_phase(t, "once") == StepPhase::Running
+        })
+        .await?;
+    let exit = operator
+        .procs
+        .terminate(&agent_name(&lab.cp), Duration::from_secs(60))
+        .await?;
+    assert!(exit.success(), "the agent exited with {exit} after SIGTERM");
+    // It exited only after the step had ended and its result was written.
+    let task = operator.task(&op, &lab.cp).await?;
+    let once = step_of(&task, "once").context("no once status")?;
+    assert_eq!(
+        (once.phase, once.attempts),
+        (StepPhase::Succeeded, 1),
+        "{}",
+        bosun_e2e::describe_tasks(&operator.client, &op).await
+    );
+    assert!(
+        lab.state_file(&lab.cp, &marker).exists(),
+        "the step finished: its marker is written"
+    );
+    assert_ne!(
+        step_phase(&task, "next"),
+        StepPhase::Running,
+        "a stopping agent starts no new step"
+    );
+    operator.start_agent(&lab.cp)?;
+    let done = operator.wait_settled(&op).await?;
+    assert_eq!(
+        phase_of(&done),
+        OperationPhase::Succeeded,
+        "{}",
+        bosun_e2e::describe_tasks(&operator.client, &op).await
+    );
+    let task = operator.task(&op, &lab.cp).await?;
+    for name in ["once", "next"] {
+        let s = step_of(&task, name).with_context(|| format!("no {name} status"))?;
+        assert_eq!((s.phase, s.attempts), (StepPhase::Succeeded, 1), "{name}");
+    }
+    std::fs::remove_file(lab.state_file(&lab.cp, &marker))?;
+    operator.procs.check_alive()?;
+    operator.finish().await?;
+    Ok(())
+}
+
 /// `failurePolicy: Retry` with `retryLimit: 2`: a step that keeps failing with a retryable
 /// error runs three times in all, with no person involved, then the task Blocks with a
 /// message saying the limit is used up and `recovery` left to a person.

@@ -23,7 +23,7 @@ Returned as YAML of {"items": [...]}, as `include` returns text.
 {{/* The agent's admission policy names its service account in bosun-system. */}}
 {{- define "bosun.namespace" -}}
 {{- if ne .Release.Namespace "bosun-system" -}}
-{{- fail (printf "Bosun installs into the namespace bosun-system, not %q: the agents' admission policy (deploy/admission/agent-own-node.yaml) names their service account there. Run: helm install bosun deploy/helm/bosun -n bosun-system --create-namespace" .Release.Namespace) -}}
+{{- fail (printf "Bosun installs into the namespace bosun-system, not %q: the agents' admission policy (deploy/admission/agent-own-node.yaml) names their service account there. Run: kubectl apply -f deploy/namespace.yaml, then helm install bosun deploy/helm/bosun -n bosun-system" .Release.Namespace) -}}
 {{- end -}}
 {{- end -}}
 
