@@ -24,9 +24,11 @@ trap 'rm -rf "$KREW_ROOT"' EXIT
 export KREW_ROOT KREW_NO_UPGRADE_CHECK=1
 # kubectl finds plugins on PATH: krew itself, then what krew installs.
 export PATH="$KREW_ROOT/bin:$krew_bin:$PATH"
-kubectl krew install --manifest="$out/bosun.yaml" --archive="$archive" >&2 \
+kubectl krew install --manifest="$out/bosun.yaml" --archive="$archive" </dev/null >&2 \
   || die "kubectl krew install --manifest=$out/bosun.yaml --archive=$archive failed"
-kubectl krew list 2>/dev/null | grep -qx bosun || die "kubectl krew list does not show bosun"
+# krew's receipt of the install (`kubectl krew list` would want an index, which needs network).
+grep -q "^  name: bosun$" "$KREW_ROOT/receipts/bosun.yaml" 2>/dev/null \
+  || die "krew wrote no receipt for bosun ($KREW_ROOT/receipts/bosun.yaml)"
 store=$(echo "$KREW_ROOT"/store/bosun/v*)
 [ -x "$store/kubectl-bosun" ] && [ -f "$store/LICENSE" ] \
   || die "krew's store $store lacks kubectl-bosun or the LICENSE"
