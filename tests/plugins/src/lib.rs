@@ -840,7 +840,7 @@ exit 1
     } else {
         vec![
             (
-                "usr/bin/dnf",
+                "usr/bin/dnf-3",
                 format!(
                     r#"#!/bin/sh
 if [ "$1 $2 $3 $4" = "-q list --showduplicates --disableexcludes=all" ] && [ $# -eq 5 ]; then
@@ -883,5 +883,12 @@ exit 1
         let mut perms = std::fs::metadata(&full).unwrap().permissions();
         std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
         std::fs::set_permissions(&full, perms).unwrap();
+    }
+    // The RHEL family's layout: dnf 4 is /usr/bin/dnf-3; dnf and yum are symlinks to it.
+    if family != "apt" {
+        for link in ["usr/bin/dnf", "usr/bin/yum"] {
+            let _ = std::fs::remove_file(root.join(link));
+            std::os::unix::fs::symlink("dnf-3", root.join(link)).unwrap();
+        }
     }
 }
