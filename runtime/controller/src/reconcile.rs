@@ -1,24 +1,51 @@
-//! The Operation reconciler: plan, freeze, create NodeTasks, run controller-side steps,
-//! start tasks when the rollout allows, and summarise everything in the Operation's status.
+//! The Operation reconciler: one pass over an Operation, as a list of named phases.
 //!
+//! ```text
+//!  an Operation applied, a NodeTask or Node changed, or the resync
+//!        │
+//!  observe    the Operation (this controller's last write, or the API server's copy while
+//!        │    no plan is frozen); a finished one goes to its TTL, a deleted one is left
+//!  plan       the planner's plan over the Nodes, or the frozen plan's task specs; input
+//!        │    that cannot be planned fails the Operation
+//!  freeze     first pass only: the operation gate, then the plan written to status
+//!        │
+//!  tasks      the Operation's NodeTasks from the store, the missing ones created
+//!        │
+//!  recover    people's retry and skip, automatic retries, the pause mirrored on tasks
+//!        │
+//!  advance    running tasks whose next move is the controller's (cordon, drain, waits,
+//!        │    health gates, the end), each in a job of its own (`advance`)
+//!  schedule   the planner: which tasks start, wait for approval, became invalid (pure)
+//!        │
+//!  start      invalid tasks blocked, the operation gate per group, one Operation per
+//!        │    node, approvals asked, tasks started with their first controller steps
+//!  summarise  the Operation's status (written when it changed), Events, when to look again
+//! ```
+//!
+//! Each phase is a function of its own: it reads what it needs, returns what the next
+//! phases need, and can end the pass ([`ControlFlow::Break`] with the pass's [`Action`]).
 //! Every decision about order and concurrency is the planner's ([`bosun_planner::plan()`],
-//! [`bosun_planner::schedule()`], [`bosun_planner::state`]); this module only reads the
-//! cluster, asks, and writes the answer. A reconcile starts from what the API server holds
-//! (the frozen plan in status, the NodeTasks' phases), so a restarted controller resumes
-//! where the last one stopped.
+//! [`bosun_planner::schedule()`], [`bosun_planner::state`]), and the statuses a phase writes
+//! are computed by pure functions beside it ([`plan_failed`], [`frozen_status`],
+//! [`moved`]); the phases only read the cluster, ask, and write the answer. A pass starts
+//! from what the API server holds (the frozen plan in status, the NodeTasks' phases), so a
+//! restarted controller resumes where the last one stopped.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_api::labels;
-use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepError, StepPhase};
+use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase};
 use bosun_api::operation::{
-    Operation, OperationPhase, OperationSpec, OperationStatus, Plan, Rollout, RunsOn,
+    Operation, OperationPhase, OperationSpec, OperationStatus, Plan, Rollout,
 };
 use bosun_planner::state::{TaskEvent, task_transition};
-use bosun_planner::{NodeInfo, PlanError, PlanOutput, TaskView, plan, schedule};
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use bosun_planner::{
+    NodeInfo, PlanError, PlanOutput, PlannedTask, Schedule, TaskView, plan, schedule,
+};
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -30,10 +57,14 @@ use tracing::Instrument;
 
 use crate::cache::Writes;
 use crate::error::{Error, Result};
-use bosun_cluster::status::{StepEnd, StepWrite, TaskStatusWrite, step_manager};
-use bosun_planner::state::{Progress, progress, step_status};
-
 use crate::time::set_condition;
+
+mod advance;
+mod start;
+
+use advance::{advance_running_task, controller_moves_next, spawn_advance};
+#[cfg(test)]
+use start::{note_held, start_task};
 
 /// An Operation's tasks by node, as one reconcile sees them: shared with the NodeTask store
 /// (`crate::cache`) and copied only where the pass changes a task, so a pass over a thousand
@@ -97,121 +128,264 @@ pub async fn reconcile(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action> 
     reconcile_inner(op, ctx).instrument(span).await
 }
 
+/// Goes on with what a phase found, or ends the pass with the phase's [`Action`].
+macro_rules! proceed {
+    ($phase:expr) => {
+        match $phase {
+            ControlFlow::Continue(found) => found,
+            ControlFlow::Break(action) => return Ok(action),
+        }
+    };
+}
+
+/// The pass, phase by phase (see the module's diagram).
 async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action> {
+    let op = proceed!(observe(&ctx, op).await?);
+    let stored = op.status.clone().unwrap_or_default();
+    let now = Timestamp::now();
+    let nodes = proceed!(observe_nodes(&ctx).await);
+    let (planned, ignored) = proceed!(plan_phase(&ctx, &op, &nodes, &stored, now).await?);
+    let current = proceed!(freeze(&ctx, &op, &planned, &stored, now).await?);
+    let frozen = current.plan.clone().unwrap_or_default();
+    // Which tasks are being advanced in the background, read before the tasks themselves:
+    // a task not in flight now has its last advance's writes in the store (`inflight`).
+    let busy = ctx.inflight.busy();
+    let mut tasks = proceed!(observe_tasks(&ctx, &op, &planned, &stored).await?);
+    let mut recheck = recover(&ctx, &op, &mut tasks, &busy, now).await?;
+    recheck.merge(advance_running(&ctx, &op, &mut tasks, &busy).await?);
+    let decision = schedule_now(&frozen, &tasks, &nodes, &op.spec);
+    let started =
+        proceed!(start::gate_and_start(&ctx, &op, &frozen, &mut tasks, &decision, now).await?);
+    recheck.merge(started.recheck);
+    let summary = crate::summary::Summary {
+        stored_phase: stored.phase,
+        schedule: &decision,
+        tasks: &tasks,
+        waiting: &started.waiting,
+        ignored: ignored.as_deref(),
+        generation: op.metadata.generation,
+        now,
+    };
+    summarise(
+        &ctx,
+        &op,
+        &stored,
+        current,
+        &summary,
+        &started.hold,
+        recheck,
+    )
+    .await
+}
+
+/// The soonest moment a phase asked to look at the Operation again (a drain in progress, a
+/// retry's backoff), when that is sooner than the resync.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Recheck(Option<Duration>);
+
+impl Recheck {
+    /// Keeps the sooner of the two.
+    fn at_most(&mut self, wait: Option<Duration>) {
+        if let Some(d) = wait {
+            self.0 = Some(self.0.map_or(d, |r| r.min(d)));
+        }
+    }
+
+    fn merge(&mut self, other: Recheck) {
+        self.at_most(other.0);
+    }
+
+    /// Look again at the recheck, or at the resync if that is sooner.
+    fn action(self, resync: Duration) -> Action {
+        Action::requeue(self.0.map_or(resync, |r| r.min(resync)))
+    }
+}
+
+fn operations(ctx: &Context) -> Api<Operation> {
+    Api::all(ctx.client.clone())
+}
+
+/// **Observe** the Operation this pass works on. The watch may not have shown this
+/// controller's last status write yet (a NodeTask event can trigger this reconcile first):
+/// the pass starts from that write, so that a status computed the same again is seen as
+/// unchanged and not written a second time. While no plan is frozen, the watch cache may
+/// not have our own freeze yet either: the Operation is read from the API server, so a plan
+/// is never computed twice. Ends the pass for an Operation being deleted (nothing is
+/// planned, created or started) and for a finished one (its TTL).
+async fn observe(ctx: &Context, op: Arc<Operation>) -> Result<ControlFlow<Action, Arc<Operation>>> {
     let name = op.name_any();
-    let operations: Api<Operation> = Api::all(ctx.client.clone());
-    // The watch may not have shown this controller's last status write yet (a NodeTask event
-    // can trigger this reconcile first): start from that write, so that a status computed
-    // the same again is seen as unchanged and not written a second time.
-    let op = ctx.own_writes.newest(op);
+    let mut op = ctx.own_writes.newest(op);
     if being_deleted(&op) {
         tracing::debug!("operation is being deleted: nothing is planned, created or started");
-        return Ok(Action::await_change());
+        return Ok(ControlFlow::Break(Action::await_change()));
     }
-    let mut op = op;
     if op.status.as_ref().and_then(|s| s.plan.as_ref()).is_none() {
-        // The watch cache may not have our own freeze yet: read the Operation itself
-        // before planning, so a plan is never computed twice.
-        match operations
+        match operations(ctx)
             .get_opt(&name)
             .await
             .map_err(Error::kube(format!("getting Operation {name}")))?
         {
-            Some(fresh) if being_deleted(&fresh) => return Ok(Action::await_change()),
-            Some(fresh) => op = Arc::new(fresh),
-            None => return Ok(Action::await_change()),
+            Some(fresh) if !being_deleted(&fresh) => op = Arc::new(fresh),
+            _ => return Ok(ControlFlow::Break(Action::await_change())),
         }
     }
-    let stored = op.status.clone().unwrap_or_default();
-    if stored.phase.is_finished() {
-        bosun_telemetry::metrics().operation_phase(&name, stored.phase);
-        return crate::ttl::after_finished(&ctx.client, &op).await;
+    let phase = op.status.as_ref().map(|s| s.phase).unwrap_or_default();
+    if phase.is_finished() {
+        bosun_telemetry::metrics().operation_phase(&name, phase);
+        return crate::ttl::after_finished(&ctx.client, &op)
+            .await
+            .map(ControlFlow::Break);
     }
-    let now = Timestamp::now();
+    Ok(ControlFlow::Continue(op))
+}
 
-    // Nodes and NodeTasks come from the watch-backed stores, listed once at start.
+/// **Observe** the Nodes as the planner sees them, from the watch-backed store (listed once
+/// at start: until then the pass ends and looks again in 5 s).
+async fn observe_nodes(ctx: &Context) -> ControlFlow<Action, Vec<NodeInfo>> {
     if !ctx.caches.ready(crate::cache::LIST_WAIT).await {
         tracing::warn!(waited = ?crate::cache::LIST_WAIT, "the Node and NodeTask watches have not listed yet; looking again in 5s");
-        return Ok(Action::requeue(Duration::from_secs(5)));
+        return ControlFlow::Break(Action::requeue(Duration::from_secs(5)));
     }
-    let nodes = snapshot_nodes(&ctx.caches);
-    let (planned, ignored) =
-        match plan_or_keep_frozen(&name, &op.spec, &nodes, stored.plan.as_ref()) {
-            Ok(p) => p,
-            Err(e) => {
-                // The user's input cannot be planned: say why, and stop (nothing was created).
-                let mut status = stored.clone();
-                status.phase = OperationPhase::Failed;
-                status.message = Some(format!("cannot plan: {e}"));
-                status.completion_time = Some(Time(now));
-                status.observed_generation = op.metadata.generation;
-                set_condition(
-                    &mut status.conditions,
-                    "Planned",
-                    false,
-                    "PlanFailed",
-                    &e.to_string(),
-                    op.metadata.generation,
-                    now,
-                );
-                write_operation_status(&operations, &ctx.own_writes, &name, &status, &ctx.manager)
-                    .await?;
-                tracing::warn!(error = %e, "operation cannot be planned");
-                return Ok(Action::await_change());
-            }
-        };
+    ControlFlow::Continue(snapshot_nodes(&ctx.caches))
+}
 
-    let mut status = stored.clone();
-    if stored.plan.is_none() {
-        // The operation gate before planning: a deny blocks before anything is frozen.
-        match crate::operation_gate::hold_before_planning(&ctx, &op, &planned.plan, &stored, now)
-            .await
-        {
-            Ok(None) => {}
-            Ok(Some(blocked)) => {
-                if blocked != stored {
-                    write_operation_status(
-                        &operations,
-                        &ctx.own_writes,
-                        &name,
-                        &blocked,
-                        &ctx.manager,
-                    )
-                    .await?;
-                }
-                return Ok(Action::requeue(ctx.resync));
-            }
-            Err(e) => return crate::operation_gate::retry_later(e),
+/// **Plan**: the planner's plan over `nodes`, or once frozen the frozen plan's task specs,
+/// with a note when a rollout control edited after freezing was set aside
+/// ([`plan_or_keep_frozen`]). Input that cannot be planned fails the Operation, says why,
+/// and ends the pass (nothing was created).
+async fn plan_phase(
+    ctx: &Context,
+    op: &Operation,
+    nodes: &[NodeInfo],
+    stored: &OperationStatus,
+    now: Timestamp,
+) -> Result<ControlFlow<Action, (PlanOutput, Option<String>)>> {
+    let name = op.name_any();
+    match plan_or_keep_frozen(&name, &op.spec, nodes, stored.plan.as_ref()) {
+        Ok(planned) => Ok(ControlFlow::Continue(planned)),
+        Err(e) => {
+            let status = plan_failed(stored, &e, op.metadata.generation, now);
+            write_operation_status(
+                &operations(ctx),
+                &ctx.own_writes,
+                &name,
+                &status,
+                &ctx.manager,
+            )
+            .await?;
+            tracing::warn!(error = %e, "operation cannot be planned");
+            Ok(ControlFlow::Break(Action::await_change()))
         }
-        // Freeze first: once this write lands, a restart plans nothing anew.
-        status.plan = Some(planned.plan.clone());
-        status.start_time = Some(Time(now));
-        status.phase = OperationPhase::Running;
-        status.message = Some(format!("planned {} nodes", planned.tasks.len()));
-        let notes = if planned.notes.is_empty() {
-            String::new()
-        } else {
-            planned.notes.join("; ")
-        };
-        set_condition(
-            &mut status.conditions,
-            "Planned",
-            true,
-            "PlanFrozen",
-            &notes,
-            op.metadata.generation,
-            now,
-        );
-        write_operation_status(&operations, &ctx.own_writes, &name, &status, &ctx.manager).await?;
-        tracing::info!(nodes = planned.tasks.len(), "plan frozen");
     }
-    // What the Operation's status is now: the stored one, or the freeze just written.
-    let current = status.clone();
-    let frozen = status.plan.clone().unwrap_or_default();
+}
 
-    // Existing tasks, then the missing ones (create-or-get by deterministic name).
-    let tasks_api: Api<NodeTask> = Api::all(ctx.client.clone());
-    let mut tasks: Tasks = BTreeMap::new();
+/// The status of an Operation whose input cannot be planned: Failed, with the planner's
+/// reason in the message and the `Planned` condition.
+fn plan_failed(
+    stored: &OperationStatus,
+    error: &PlanError,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> OperationStatus {
+    let mut status = stored.clone();
+    status.phase = OperationPhase::Failed;
+    status.message = Some(format!("cannot plan: {error}"));
+    status.completion_time = Some(Time(now));
+    status.observed_generation = generation;
+    set_condition(
+        &mut status.conditions,
+        "Planned",
+        false,
+        "PlanFailed",
+        &error.to_string(),
+        generation,
+        now,
+    );
+    status
+}
+
+/// **Freeze**, on the first pass only: the operation gate before planning (a deny blocks
+/// the Operation before anything is frozen, and ends the pass), then the plan written to
+/// status. Once that write lands, a restart plans nothing anew. Returns the Operation's
+/// status as it is now: the stored one, or the freeze just written.
+async fn freeze(
+    ctx: &Context,
+    op: &Operation,
+    planned: &PlanOutput,
+    stored: &OperationStatus,
+    now: Timestamp,
+) -> Result<ControlFlow<Action, OperationStatus>> {
+    if stored.plan.is_some() {
+        return Ok(ControlFlow::Continue(stored.clone()));
+    }
+    let name = op.name_any();
+    match crate::operation_gate::hold_before_planning(ctx, op, &planned.plan, stored, now).await {
+        Ok(None) => {}
+        Ok(Some(blocked)) => {
+            if blocked != *stored {
+                write_operation_status(
+                    &operations(ctx),
+                    &ctx.own_writes,
+                    &name,
+                    &blocked,
+                    &ctx.manager,
+                )
+                .await?;
+            }
+            return Ok(ControlFlow::Break(Action::requeue(ctx.resync)));
+        }
+        Err(e) => return crate::operation_gate::retry_later(e).map(ControlFlow::Break),
+    }
+    let status = frozen_status(stored, planned, op.metadata.generation, now);
+    write_operation_status(
+        &operations(ctx),
+        &ctx.own_writes,
+        &name,
+        &status,
+        &ctx.manager,
+    )
+    .await?;
+    tracing::info!(nodes = planned.tasks.len(), "plan frozen");
+    Ok(ControlFlow::Continue(status))
+}
+
+/// The status that freezes `planned`: Running from now, with the plan, and the planner's
+/// notes on the `Planned` condition.
+fn frozen_status(
+    stored: &OperationStatus,
+    planned: &PlanOutput,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> OperationStatus {
+    let mut status = stored.clone();
+    status.plan = Some(planned.plan.clone());
+    status.start_time = Some(Time(now));
+    status.phase = OperationPhase::Running;
+    status.message = Some(format!("planned {} nodes", planned.tasks.len()));
+    set_condition(
+        &mut status.conditions,
+        "Planned",
+        true,
+        "PlanFrozen",
+        &planned.notes.join("; "),
+        generation,
+        now,
+    );
+    status
+}
+
+/// **Tasks**: the Operation's NodeTasks from the store, then the plan's missing ones,
+/// created by their deterministic names (create-or-get). Tasks of a frozen plan missing from
+/// the cluster usually mean a deletion under way (the garbage collector removes the tasks
+/// of an Operation being deleted), which the cached Operation may not show yet: the
+/// Operation itself is read before any is recreated, and the pass ends if it is going.
+async fn observe_tasks(
+    ctx: &Context,
+    op: &Operation,
+    planned: &PlanOutput,
+    stored: &OperationStatus,
+) -> Result<ControlFlow<Action, Tasks>> {
+    let name = op.name_any();
     let label = planned
         .tasks
         .first()
@@ -221,9 +395,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         t.spec.operation == name
             && label.is_none_or(|v| t.labels().get(labels::OPERATION) == Some(v))
     };
-    // Which tasks are being advanced in the background, read before the tasks themselves:
-    // a task not in flight now has its last advance's writes in the store (`inflight`).
-    let busy = ctx.inflight.busy();
+    let mut tasks: Tasks = BTreeMap::new();
     for t in ctx
         .caches
         .tasks(&ctx.client, Writes::Of(&name), &selector, own)
@@ -231,15 +403,13 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
     {
         tasks.insert(t.spec.node_name.clone(), t);
     }
-    // Tasks of a frozen plan missing from the cluster: the usual cause is a deletion under
-    // way (the garbage collector removes the tasks of an Operation being deleted), which the
-    // cached Operation may not show yet. Read the Operation itself before recreating any.
-    let missing = planned
+    let missing: Vec<&PlannedTask> = planned
         .tasks
         .iter()
-        .any(|t| !tasks.contains_key(&t.spec.node_name));
-    if missing && stored.plan.is_some() {
-        match operations
+        .filter(|t| !tasks.contains_key(&t.spec.node_name))
+        .collect();
+    if !missing.is_empty() && stored.plan.is_some() {
+        match operations(ctx)
             .get_opt(&name)
             .await
             .map_err(Error::kube(format!("getting Operation {name}")))?
@@ -249,83 +419,98 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
                 tracing::debug!(
                     "operation is being deleted: its missing NodeTasks are not recreated"
                 );
-                return Ok(Action::await_change());
+                return Ok(ControlFlow::Break(Action::await_change()));
             }
         }
     }
-    let owner = owner_reference(&op);
-    for planned_task in &planned.tasks {
-        if tasks.contains_key(&planned_task.spec.node_name) {
-            continue;
-        }
-        let mut task_labels = planned_task.labels.clone();
-        if let Some(instance) = &ctx.instance {
-            task_labels.insert(labels::INSTANCE.to_string(), instance.clone());
-        }
-        let task = NodeTask {
-            metadata: ObjectMeta {
-                name: Some(planned_task.name.clone()),
-                labels: Some(task_labels),
-                owner_references: Some(vec![owner.clone()]),
-                ..Default::default()
-            },
-            spec: planned_task.spec.clone(),
-            status: None,
-        };
-        let created = match tasks_api.create(&PostParams::default(), &task).await {
-            Ok(t) => t,
-            Err(kube::Error::Api(s)) if s.code == 409 => tasks_api
-                .get(&planned_task.name)
-                .await
-                .map_err(Error::kube(format!(
-                    "getting NodeTask {} after it already existed",
-                    planned_task.name
-                )))?,
-            Err(e) => {
-                return Err(Error::kube(format!(
-                    "creating NodeTask {}",
-                    planned_task.name
-                ))(e));
-            }
-        };
+    for planned_task in missing {
+        let created = create_task(ctx, op, planned_task).await?;
         tracing::info!(task = %planned_task.name, "NodeTask created");
         tasks.insert(planned_task.spec.node_name.clone(), Arc::new(created));
     }
+    Ok(ControlFlow::Continue(tasks))
+}
 
-    // People's decisions (spec.recovery), the failure policy's automatic retries, and the
-    // pause mirrored onto the tasks, before anything else looks at them: a task retried
-    // here runs on below in this same pass.
-    let mut recheck: Option<Duration> = None;
+/// Creates the NodeTask of `planned` (owned by `op`, with this install's instance label),
+/// or gets it when it already exists.
+async fn create_task(ctx: &Context, op: &Operation, planned: &PlannedTask) -> Result<NodeTask> {
+    let mut task_labels = planned.labels.clone();
+    if let Some(instance) = &ctx.instance {
+        task_labels.insert(labels::INSTANCE.to_string(), instance.clone());
+    }
+    let task = NodeTask {
+        metadata: ObjectMeta {
+            name: Some(planned.name.clone()),
+            labels: Some(task_labels),
+            owner_references: Some(vec![owner_reference(op)]),
+            ..Default::default()
+        },
+        spec: planned.spec.clone(),
+        status: None,
+    };
+    let api: Api<NodeTask> = Api::all(ctx.client.clone());
+    match api.create(&PostParams::default(), &task).await {
+        Ok(t) => Ok(t),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            api.get(&planned.name).await.map_err(Error::kube(format!(
+                "getting NodeTask {} after it already existed",
+                planned.name
+            )))
+        }
+        Err(e) => Err(Error::kube(format!("creating NodeTask {}", planned.name))(
+            e,
+        )),
+    }
+}
+
+/// **Recover**: people's decisions (`spec.recovery`), the failure policy's automatic
+/// retries, and the pause mirrored onto the tasks, before anything else looks at them: a
+/// task retried here runs on in this same pass. Tasks being advanced in the background
+/// (`busy`) are looked at once that is done; a task with nothing to write stays the
+/// store's, not a copy.
+async fn recover(
+    ctx: &Context,
+    op: &Operation,
+    tasks: &mut Tasks,
+    busy: &HashSet<String>,
+    now: Timestamp,
+) -> Result<Recheck> {
+    let mut recheck = Recheck::default();
     for task in tasks.values_mut() {
         if busy.contains(&task.name_any()) {
-            // Being advanced: looked at again once that is done.
             continue;
         }
         let pause = crate::recovery::pause_differs(task, op.spec.paused);
         if !pause && !crate::recovery::wants_handling(task) {
-            // Nothing to write: the task stays the store's, not a copy.
             continue;
         }
         let task = Arc::make_mut(task);
         if pause {
-            crate::recovery::mirror_pause(&ctx, task, op.spec.paused).await?;
+            crate::recovery::mirror_pause(ctx, task, op.spec.paused).await?;
         }
-        if let Some(d) = crate::recovery::handle(&ctx, &op, task, now).await? {
-            recheck = Some(recheck.map_or(d, |r| r.min(d)));
-        }
+        recheck.at_most(crate::recovery::handle(ctx, op, task, now).await?);
     }
+    Ok(recheck)
+}
 
-    // Running tasks: run controller-side steps that are next, and finish tasks whose steps
-    // all succeeded and whose health gates passed. A drain or wait in progress asks to be
-    // looked at again sooner than the resync.
-    //
-    // Each such task is advanced by a job of its own (`inflight`), up to
-    // `RUNNING_TASKS_AT_ONCE` at a time; this pass waits for them at most
-    // `inflight::PASS_WAIT` and takes what they finished in that time. The others go on and
-    // wake this Operation when done, so a pass over a thousand running tasks no longer
-    // waits for each of their writes (docs/benchmarks.md, fleet).
+/// **Advance** the running tasks whose next move is the controller's: their controller-side
+/// steps, and the end of tasks whose steps all succeeded and whose health gates passed (a
+/// drain or wait in progress asks to be looked at again sooner than the resync).
+///
+/// Each such task is advanced by a job of its own (`inflight`), up to
+/// `RUNNING_TASKS_AT_ONCE` at a time; this pass waits for them at most
+/// `inflight::PASS_WAIT` and takes what they finished in that time. The others go on and
+/// wake this Operation when done, so a pass over a thousand running tasks does not wait for
+/// each of their writes (docs/benchmarks.md, fleet).
+async fn advance_running(
+    ctx: &Arc<Context>,
+    op: &Arc<Operation>,
+    tasks: &mut Tasks,
+    busy: &HashSet<String>,
+) -> Result<Recheck> {
+    let mut recheck = Recheck::default();
     let mut jobs = futures::stream::FuturesUnordered::new();
-    for (node, task) in &tasks {
+    for (node, task) in tasks.iter() {
         let task_name = task.name_any();
         let running = task.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running);
         if !running
@@ -347,9 +532,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             next = jobs.next() => match next {
                 Some((node, Ok((task, result)))) => {
                     tasks.insert(node, Arc::new(task));
-                    if let Some(d) = result? {
-                        recheck = Some(recheck.map_or(d, |r| r.min(d)));
-                    }
+                    recheck.at_most(result?);
                 }
                 // A job dropped without an answer (the runtime is stopping).
                 Some((_, Err(_))) => {}
@@ -361,8 +544,16 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             }
         }
     }
-    drop(jobs);
+    Ok(recheck)
+}
 
+/// **Schedule**: the planner's decision over the tasks' phases now and the Nodes present.
+fn schedule_now(
+    frozen: &Plan,
+    tasks: &Tasks,
+    nodes: &[NodeInfo],
+    spec: &OperationSpec,
+) -> Schedule {
     let present: BTreeSet<String> = nodes.iter().map(|n| n.name.clone()).collect();
     let views: BTreeMap<String, TaskView> = tasks
         .iter()
@@ -377,170 +568,63 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
             )
         })
         .collect();
-    let decision = schedule(
-        &frozen,
-        &views,
-        &present,
-        op.spec.paused,
-        op.spec.execution_mode,
-    );
+    schedule(frozen, &views, &present, spec.paused, spec.execution_mode)
+}
 
-    for node in &decision.invalidate {
-        let task = &tasks[node];
-        move_task(
-            &ctx,
-            task,
-            TaskEvent::NodeGone,
-            Some((
-                BlockReason::NodeGone,
-                format!("node {node} left the cluster after the plan was frozen"),
-            )),
-        )
-        .await?;
-    }
-    // The operation gate before each group: a held group's tasks are not started.
-    let hold = match crate::operation_gate::hold_groups(
-        &ctx,
-        &op,
-        &frozen,
-        &tasks,
-        &decision.start,
-        &decision.await_approval,
-    )
-    .await
-    {
-        Ok(h) => h,
-        Err(e) => return crate::operation_gate::retry_later(e),
-    };
-    // One Operation at a time per node: a Pending task whose node another Operation of
-    // this instance holds waits, and says so. The guard is held until the moves below are
-    // written.
-    let phase_of = |n: &String| {
-        tasks[n]
-            .status
-            .as_ref()
-            .map(|s| s.phase)
-            .unwrap_or_default()
-    };
-    let wanted: Vec<&String> = decision
-        .await_approval
-        .iter()
-        .chain(&decision.start)
-        .filter(|n| !hold.holds(&tasks[*n]) && crate::exclusion::needs_node(phase_of(n)))
-        .collect();
-    let exclusion_guard = if wanted.is_empty() {
-        None
-    } else {
-        Some(ctx.exclusion.lock().await)
-    };
-    // Registered before the holders are read: a holder that finishes after the read
-    // wakes this Operation (see `Waiters`).
-    for node in &wanted {
-        ctx.waiters.wait(node, &name);
-    }
-    let held = if wanted.is_empty() {
-        BTreeMap::new()
-    } else {
-        held_nodes(&ctx, &name).await?
-    };
-    for node in wanted.iter().filter(|n| !held.contains_key(n.as_str())) {
-        ctx.waiters.forget(node, &name);
-    }
-    let mut waiting: Vec<String> = Vec::new();
-    for node in wanted.iter().filter(|n| held.contains_key(n.as_str())) {
-        let holder = &held[node.as_str()];
-        note_held(&ctx, &tasks[*node], holder, now).await?;
-        waiting.push(holder.message());
-        tracing::info!(node = %node, holder = %holder.operation, task = %holder.task, phase = ?holder.phase, "node held by another Operation; task waits");
-    }
-    let waits_for_holder =
-        |n: &String| crate::exclusion::needs_node(phase_of(n)) && held.contains_key(n.as_str());
-    let free = |n: &&String| !hold.holds(&tasks[*n]) && !waits_for_holder(n);
-    for node in decision.await_approval.iter().filter(free) {
-        move_task(
-            &ctx,
-            &tasks[node],
-            TaskEvent::TurnCame {
-                needs_approval: true,
-            },
-            None,
-        )
-        .await?;
-    }
-    // Started tasks run their first controller steps at once, written with the start (see
-    // `start_task`); up to `RUNNING_TASKS_AT_ONCE` at the same time, as running tasks.
-    let starting: BTreeSet<String> = decision.start.iter().filter(free).cloned().collect();
-    let starts: Vec<_> = tasks
-        .iter_mut()
-        .filter(|(node, _)| starting.contains(*node))
-        .map(|(_, task)| {
-            let from = task.status.as_ref().map(|s| s.phase).unwrap_or_default();
-            let event = if from == NodeTaskPhase::AwaitingApproval {
-                TaskEvent::Approved
-            } else {
-                TaskEvent::TurnCame {
-                    needs_approval: false,
-                }
-            };
-            start_task(&ctx, &op, Arc::make_mut(task), event)
-        })
-        .collect();
-    let started: Vec<Option<Duration>> = futures::stream::iter(starts)
-        .buffer_unordered(RUNNING_TASKS_AT_ONCE)
-        .try_collect()
-        .await?;
-    for d in started.into_iter().flatten() {
-        recheck = Some(recheck.map_or(d, |r| r.min(d)));
-    }
-    drop(exclusion_guard);
-
-    // The Operation's status.
+/// **Summarise**: the Operation's status from the schedule and the tasks (with the
+/// operation gate's hold), written when it differs from `current`; Events for what changed;
+/// and when to look again (never, once finished).
+async fn summarise(
+    ctx: &Context,
+    op: &Operation,
+    stored: &OperationStatus,
+    current: OperationStatus,
+    summary: &crate::summary::Summary<'_>,
+    hold: &crate::operation_gate::Hold,
+    recheck: Recheck,
+) -> Result<Action> {
+    let name = op.name_any();
+    let now = summary.now;
     let was_ignoring = stored
         .conditions
         .iter()
         .any(|c| c.type_ == crate::summary::SPEC_IGNORED && c.status == "True");
-    if let Some(note) = &ignored
+    if let Some(note) = summary.ignored
         && !was_ignoring
     {
         tracing::warn!(note = %note, "a rollout control changed after the plan was frozen cannot be read; carrying on with the frozen plan");
     }
-    crate::summary::summarize(
-        &mut status,
-        &crate::summary::Summary {
-            stored_phase: stored.phase,
-            schedule: &decision,
-            tasks: &tasks,
-            waiting: &waiting,
-            ignored: ignored.as_deref(),
-            generation: op.metadata.generation,
-            now,
-        },
-    );
-    hold.record(&ctx.events, &op, &stored, &mut status, now)
-        .await;
+    let mut status = current.clone();
+    crate::summary::summarize(&mut status, summary);
+    hold.record(&ctx.events, op, stored, &mut status, now).await;
     if status.phase.is_finished() && status.completion_time.is_none() {
         status.completion_time = Some(Time(now));
     }
     bosun_telemetry::metrics().operation_phase(&name, status.phase);
     if status != current {
-        write_operation_status(&operations, &ctx.own_writes, &name, &status, &ctx.manager).await?;
+        write_operation_status(
+            &operations(ctx),
+            &ctx.own_writes,
+            &name,
+            &status,
+            &ctx.manager,
+        )
+        .await?;
     }
     ctx.events
         .observe(
-            &op,
+            op,
             stored.phase,
             status.phase,
             status.message.as_deref().unwrap_or(""),
-            tasks.values().map(|t| &**t),
+            summary.tasks.values().map(|t| &**t),
         )
         .await;
     if status.phase.is_finished() {
         tracing::info!(phase = ?status.phase, message = status.message.as_deref().unwrap_or(""), "operation finished");
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(
-        recheck.map_or(ctx.resync, |r| r.min(ctx.resync)),
-    ))
+    Ok(recheck.action(ctx.resync))
 }
 
 /// Whether `op` is being deleted (it has a `deletionTimestamp`): such an Operation is
@@ -630,134 +714,6 @@ fn owner_reference(op: &Operation) -> OwnerReference {
 /// 107 MiB; 32 keeps it under the 100 MB target.
 pub(crate) const RUNNING_TASKS_AT_ONCE: usize = 32;
 
-/// Whether a running task's next move is the controller's: a controller step next or in
-/// progress, or every step done (the health gates and the task's end). Agent steps, and a
-/// failure waiting for a person, are not.
-fn controller_moves_next(task: &NodeTask) -> bool {
-    let status = task.status.clone().unwrap_or_default();
-    matches!(
-        progress(&task.spec.steps, &status.steps),
-        Progress::Done
-            | Progress::Next {
-                runs_on: RunsOn::Controller,
-                ..
-            }
-            | Progress::Running {
-                runs_on: RunsOn::Controller,
-                ..
-            }
-    )
-}
-
-/// What a background advance of one task gives back: the task as it wrote it, and when to
-/// look at it again (or the error).
-type Advanced = (NodeTask, Result<Option<Duration>>);
-
-/// Advances `task` (claimed in [`Context::inflight`]) in a job of its own
-/// ([`advance_running_task`], under one of the shared permits), and answers on the returned
-/// channel. Once the store shows what it wrote, the task is released. When nobody waits for
-/// the answer any more (the reconcile carried on), the job wakes the Operation itself:
-/// at once, after the wait the advance asked for (a drain in progress), or after
-/// [`crate::inflight::RETRY_AFTER_ERROR`] when it failed.
-fn spawn_advance(
-    ctx: Arc<Context>,
-    op: Arc<Operation>,
-    task: Arc<NodeTask>,
-) -> tokio::sync::oneshot::Receiver<Advanced> {
-    let (answer, answered) = tokio::sync::oneshot::channel();
-    let span = tracing::Span::current();
-    tokio::spawn(
-        async move {
-            let name = task.name_any();
-            let permit = ctx.inflight.permits.clone().acquire_owned().await;
-            // A job waiting for its permit holds the store's task, not a copy of it: at
-            // 1,000 running tasks and 32 permits, that is 968 copies not made.
-            let mut task = Arc::unwrap_or_clone(task);
-            // Boxed: the advance's state lives on the heap only while it runs, so a job
-            // that waits for its permit is a few hundred bytes, not the whole advance
-            // (heaptrack at 1,000 waiting jobs: 7.4 MB).
-            let result = Box::pin(advance_running_task(&ctx, &op, &mut task, None)).await;
-            drop(permit);
-            // A store that has not caught up in time makes the next reconcile read the tasks
-            // from the API server (`Caches::tasks`), so releasing then is safe too.
-            ctx.caches.caught_up(Writes::Of(&op.name_any())).await;
-            ctx.inflight.release(&name);
-            if let Err((task, result)) = answer.send((task, result)) {
-                let wait = match result {
-                    Ok(wait) => wait,
-                    Err(e) => {
-                        tracing::warn!(task = %name, error = %e, "advancing the task failed; looking again in 5s");
-                        Some(crate::inflight::RETRY_AFTER_ERROR)
-                    }
-                };
-                if let Some(wait) = wait {
-                    tokio::time::sleep(wait).await;
-                }
-                if let Some(retrigger) = &ctx.retrigger {
-                    let _ = retrigger.send(task);
-                }
-            }
-        }
-        .instrument(span),
-    );
-    answered
-}
-
-/// The nodes held by NodeTasks of Operations other than `operation`, of this instance.
-/// The caller holds [`Context::exclusion`], and the last holder's writes must be seen: the
-/// task store is read once it shows every write this controller made to other Operations'
-/// tasks ([`crate::cache::Caches::tasks`]), so a holder this controller started or finished
-/// is seen as it is now.
-async fn held_nodes(
-    ctx: &Context,
-    operation: &str,
-) -> Result<BTreeMap<String, crate::exclusion::Holder>> {
-    let selector = bosun_cluster::instance_selector(ctx.instance.as_deref());
-    let tasks = ctx
-        .caches
-        .tasks(&ctx.client, Writes::NotOf(operation), &selector, |_| true)
-        .await?;
-    Ok(crate::exclusion::holders(
-        operation,
-        tasks.iter().map(|t| &**t),
-    ))
-}
-
-/// Says on a Pending task that its node is held: the message and a `NodeHeld` condition,
-/// written only when they change (a write wakes this controller again). Written with the
-/// controller's field manager, so the write that starts the task removes the condition.
-async fn note_held(
-    ctx: &Context,
-    task: &NodeTask,
-    holder: &crate::exclusion::Holder,
-    now: Timestamp,
-) -> Result<()> {
-    let current = task.status.clone().unwrap_or_default();
-    let message = holder.message();
-    let mut conditions = current.conditions.clone();
-    set_condition(
-        &mut conditions,
-        crate::exclusion::CONDITION,
-        true,
-        crate::exclusion::REASON_HELD,
-        &message,
-        task.metadata.generation,
-        now,
-    );
-    let condition = conditions
-        .into_iter()
-        .find(|c| c.type_ == crate::exclusion::CONDITION);
-    let prior = current
-        .conditions
-        .iter()
-        .find(|c| c.type_ == crate::exclusion::CONDITION);
-    if current.message.as_deref() == Some(message.as_str()) && prior == condition.as_ref() {
-        return Ok(());
-    }
-    let body = json!({ "phase": current.phase, "attempts": current.attempts, "message": message, "conditions": condition.into_iter().collect::<Vec<_>>() });
-    apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await
-}
-
 /// Applies `event` to a task and writes the new phase (with `reason` when it blocks or
 /// becomes invalid).
 async fn move_task(
@@ -826,44 +782,6 @@ fn mirror_top(task: &mut NodeTask, next: NodeTaskPhase, body: &serde_json::Value
     }
 }
 
-/// Starts a task whose turn came (or that was approved): moves it to Running and runs the
-/// controller steps that come first ([`advance_running_task`]), so that the start is
-/// written together with its first controller step when that step is done in this pass.
-/// Updates `task` in memory to what was written.
-async fn start_task(
-    ctx: &Context,
-    op: &Operation,
-    task: &mut NodeTask,
-    event: TaskEvent,
-) -> Result<Option<Duration>> {
-    let (next, body) = moved(task, event, None)?;
-    // Only the controller's own manager can remove what it set before (the `NodeHeld`
-    // condition and message of a task that waited for its node, a block reason): then the
-    // start is written under it, alone, as every move is.
-    let status = task.status.clone().unwrap_or_default();
-    let owns_more = status.reason.is_some()
-        || status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == crate::exclusion::CONDITION);
-    let carried = if owns_more {
-        apply_task_status(ctx, &task.name_any(), body.clone(), &ctx.manager).await?;
-        None
-    } else {
-        Some(body.clone())
-    };
-    mirror_top(task, next, &body);
-    tracing::info!(node = %task.spec.node_name, group = %task.spec.group, "NodeTask started");
-    if next != NodeTaskPhase::Running {
-        // Not a start after all: nothing more to run.
-        if let Some(body) = carried {
-            apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await?;
-        }
-        return Ok(None);
-    }
-    advance_running_task(ctx, op, task, carried).await
-}
-
 /// Server-side apply of part of a NodeTask's status under the controller's field manager.
 /// `manager` is the controller's own for the task's top-level fields, and one per step
 /// (`<manager>.step.<name>`) for a step's entry, so no apply removes another's fields.
@@ -907,383 +825,10 @@ async fn write_operation_status(
     Ok(())
 }
 
-/// For a Running task: runs the controller-side steps that are next, in order, one pass
-/// each ([`crate::actions::run_step`]: a drain or a wait that is not done yet stays Running
-/// and asks to be looked at again); once every step succeeded, checks the health gates
-/// ([`crate::health::look`]), and moves the task to Succeeded only when they pass (or to
-/// Blocked, `HealthGateFailed`, when they do not in time). Agent steps are left to the agent.
-/// Updates `task`'s status in memory to what was written. Returns when to look again, when
-/// that should be sooner than the resync.
-///
-/// `start` is the task's start (its top-level fields, from [`moved`]) when this pass
-/// starts it and it was not written yet.
-///
-/// Writes: a controller step that finished is written once, with its start and end. Its
-/// write is held back until the pass knows what follows, so that it carries the task's
-/// start when it is the task's first write in this pass, and the task's move to Succeeded
-/// (with the `HealthGates` condition that says the gates passed) when the task ends in
-/// this pass. Such a write goes under the step's own manager (`<manager>.step.<name>`),
-/// which then also holds those top-level fields: no later write of that manager omits
-/// them while it is their only owner (the next top-level write, the agent's or the
-/// controller's own, takes them over with a new value, and a finished task is not written
-/// by a step manager again). One step entry per write, so every entry keeps its own manager.
-async fn advance_running_task(
-    ctx: &Context,
-    op: &Operation,
-    task: &mut NodeTask,
-    start: Option<serde_json::Value>,
-) -> Result<Option<Duration>> {
-    use crate::actions::StepOutcome;
-    let name = task.name_any();
-    // Not yet written: the task's start (until a step's write carries it), and a finished
-    // controller step's write (its manager, its body).
-    let mut start = start;
-    let mut held: Option<(String, serde_json::Value)> = None;
-    loop {
-        let status = task.status.clone().unwrap_or_default();
-        match progress(&task.spec.steps, &status.steps) {
-            Progress::Done => {
-                let (condition, verdict) =
-                    crate::health::look(&ctx.client, &op.spec.health_gates, task).await;
-                let (event, reason) = match verdict {
-                    crate::health::Verdict::Wait(d) => {
-                        flush(ctx, &name, &mut start, &mut held).await?;
-                        if let Some(c) = &condition {
-                            // Which gate holds the rollout, each time that changes: the
-                            // condition itself is overwritten once the gates pass.
-                            tracing::info!(
-                                node = %task.spec.node_name,
-                                reason = %c.reason,
-                                detail = %c.message,
-                                "health gates"
-                            );
-                            crate::health::write_condition(&ctx.client, &ctx.manager, task, c)
-                                .await?;
-                        }
-                        return Ok(Some(d));
-                    }
-                    crate::health::Verdict::Fail(message) => {
-                        record_health_gate(&status);
-                        (
-                            TaskEvent::StepFailed,
-                            Some((BlockReason::HealthGateFailed, message)),
-                        )
-                    }
-                    crate::health::Verdict::Pass => {
-                        record_health_gate(&status);
-                        (TaskEvent::StepsDone, None)
-                    }
-                };
-                let (next, top) = moved(task, event, reason)?;
-                if next == NodeTaskPhase::Succeeded {
-                    // One write: the last step (if not written yet), the gates' condition
-                    // and the task's end, under the manager of what it carries.
-                    let manager = match (&held, &condition) {
-                        (Some((m, _)), _) => m.clone(),
-                        (None, Some(_)) => crate::health::manager(&ctx.manager),
-                        (None, None) => ctx.manager.clone(),
-                    };
-                    let mut body = held.take().map_or_else(|| json!({}), |(_, b)| b);
-                    merge_into(&mut body, &top);
-                    if let Some(c) = &condition {
-                        body["conditions"] = json!([c]);
-                    }
-                    // A start not written yet (none is: a started task has a step first) is
-                    // said again by the end's fields.
-                    apply_task_status(ctx, &name, body, &manager).await?;
-                } else {
-                    flush(ctx, &name, &mut start, &mut held).await?;
-                    if let Some(c) = &condition {
-                        crate::health::write_condition(&ctx.client, &ctx.manager, task, c).await?;
-                    }
-                    apply_task_status(ctx, &name, top.clone(), &ctx.manager).await?;
-                }
-                mirror_top(task, next, &top);
-                if let Some(c) = condition {
-                    let s = task.status.get_or_insert_with(Default::default);
-                    s.conditions.retain(|x| x.type_ != c.type_);
-                    s.conditions.push(c);
-                }
-                tracing::info!(node = %task.spec.node_name, phase = ?next, "NodeTask finished its steps");
-                return Ok(None);
-            }
-            // Paused: a step in progress goes on, no new one starts.
-            Progress::Next {
-                runs_on: RunsOn::Controller,
-                ..
-            } if op.spec.paused => {
-                flush(ctx, &name, &mut start, &mut held).await?;
-                return Ok(None);
-            }
-            // A dry run changes no node: the step says what it would do.
-            Progress::Next {
-                index,
-                runs_on: RunsOn::Controller,
-            } if task.spec.dry_run => {
-                flush_step(ctx, &name, &mut held).await?;
-                let step = task.spec.steps[index].clone();
-                let at = Timestamp::now();
-                let message = format!(
-                    "dry run: would {} node {}",
-                    step.action, task.spec.node_name
-                );
-                let entry = StepWrite::finished(
-                    &step.name,
-                    step_attempts(&status, &step.name) + 1,
-                    at,
-                    at,
-                    StepEnd {
-                        phase: StepPhase::Succeeded,
-                        changed: false,
-                        message,
-                        error: None,
-                    },
-                    None,
-                );
-                held = Some(hold(
-                    step_manager(&ctx.manager, &step.name),
-                    &TaskStatusWrite::step(entry.clone()),
-                    start.take(),
-                )?);
-                let s = task.status.get_or_insert_with(Default::default);
-                s.steps.retain(|x| x.name != entry.name);
-                s.steps.push(entry.to_status());
-            }
-            Progress::Next {
-                index,
-                runs_on: RunsOn::Controller,
-            }
-            | Progress::Running {
-                index,
-                runs_on: RunsOn::Controller,
-            } => {
-                flush_step(ctx, &name, &mut held).await?;
-                let step = task.spec.steps[index].clone();
-                // A step already Running is a drain or wait in progress: same clock, same attempt.
-                let prior = step_status(&status.steps, &step.name)
-                    .filter(|s| s.phase == StepPhase::Running)
-                    .cloned();
-                let started = prior
-                    .as_ref()
-                    .and_then(|s| s.started_at.as_ref())
-                    .map_or_else(Timestamp::now, |t| t.0);
-                let attempts = prior
-                    .as_ref()
-                    .map_or_else(|| step_attempts(&status, &step.name) + 1, |p| p.attempts);
-                let span = tracing::info_span!("step", node = %task.spec.node_name, step = %step.name, plugin = "");
-                let known = ctx.caches.node(&task.spec.node_name);
-                let outcome = crate::actions::run_step(
-                    &ctx.client,
-                    &ctx.events,
-                    &op.spec,
-                    task,
-                    &step,
-                    started,
-                    known.as_deref(),
-                )
-                .instrument(span)
-                .await;
-                let finished = Timestamp::now();
-                let ended = match &outcome {
-                    StepOutcome::Succeeded { .. } => Some(None),
-                    StepOutcome::Failed { reason, .. } => Some(Some(*reason)),
-                    StepOutcome::InProgress { .. } => None,
-                };
-                ended.into_iter().for_each(|b| {
-                    bosun_telemetry::metrics().step_finished(
-                        bosun_telemetry::Side::Controller,
-                        bosun_telemetry::StepOutcome::from_block(b),
-                        Timestamp::now().duration_since(started).unsigned_abs(),
-                    )
-                });
-                let (mut recheck, mut blocked) = (None, None);
-                let write = match outcome {
-                    StepOutcome::Succeeded { message, changed } => {
-                        TaskStatusWrite::step(StepWrite::finished(
-                            &step.name,
-                            attempts,
-                            started,
-                            finished,
-                            StepEnd {
-                                phase: StepPhase::Succeeded,
-                                changed,
-                                message,
-                                error: None,
-                            },
-                            None,
-                        ))
-                    }
-                    StepOutcome::InProgress {
-                        message,
-                        recheck: r,
-                    } => {
-                        recheck = Some(r);
-                        TaskStatusWrite::step_progress(&step.name, attempts, started, &message)
-                    }
-                    StepOutcome::Failed {
-                        reason,
-                        code,
-                        message,
-                        retryable,
-                    } => {
-                        blocked = Some((reason, format!("step {}: {message}", step.name)));
-                        TaskStatusWrite::step(StepWrite::finished(
-                            &step.name,
-                            attempts,
-                            started,
-                            finished,
-                            StepEnd {
-                                phase: StepPhase::Failed,
-                                changed: false,
-                                message: message.clone(),
-                                error: Some(StepError {
-                                    code: code.to_string(),
-                                    message,
-                                    retryable,
-                                }),
-                            },
-                            None,
-                        ))
-                    }
-                };
-                let entry = write.steps[0].clone();
-                let manager = step_manager(&ctx.manager, &step.name);
-                if recheck.is_none() && blocked.is_none() {
-                    // Done: held back, to be carried with what follows.
-                    held = Some(hold(manager, &write, start.take())?);
-                } else {
-                    // The start, if not written yet, goes first and alone (a step in
-                    // progress writes again under its manager without the task's fields).
-                    flush(ctx, &name, &mut start, &mut held).await?;
-                    // An in-progress step that reports the same as last time writes
-                    // nothing: the write would wake this controller again at once.
-                    let unchanged = recheck.is_some()
-                        && prior.as_ref().is_some_and(|p| p.message == entry.message);
-                    if !unchanged {
-                        apply_task_status(ctx, &name, write, &manager).await?;
-                    }
-                }
-                if let Some((reason, message)) = &blocked {
-                    let current = task.status.clone().unwrap_or_default();
-                    let next = task_transition(current.phase, TaskEvent::StepFailed)
-                        .map_err(bosun_cluster::Error::transition(&name))?;
-                    apply_task_status(
-                        ctx,
-                        &name,
-                        TaskStatusWrite::blocked(next, current.attempts, *reason, message),
-                        &ctx.manager,
-                    )
-                    .await?;
-                }
-                // Mirror the write in memory, then look at the next step.
-                let s = task.status.get_or_insert_with(Default::default);
-                s.steps.retain(|x| x.name != entry.name);
-                s.steps.push(entry.to_status());
-                if let Some((reason, message)) = blocked {
-                    s.phase = NodeTaskPhase::Blocked;
-                    s.message = Some(message);
-                    s.reason = Some(reason);
-                    return Ok(None);
-                }
-                if recheck.is_some() {
-                    return Ok(recheck);
-                }
-            }
-            // The agent's turn, an agent step in flight, or a failure waiting for a person.
-            Progress::Next {
-                runs_on: RunsOn::Agent,
-                ..
-            }
-            | Progress::Running {
-                runs_on: RunsOn::Agent,
-                ..
-            }
-            | Progress::Failed { .. } => {
-                flush(ctx, &name, &mut start, &mut held).await?;
-                return Ok(None);
-            }
-        }
-    }
-}
-
-/// A finished step's write held back (see [`advance_running_task`]): its manager and body,
-/// carrying the task's start (`start`) when given.
-fn hold(
-    manager: String,
-    write: &TaskStatusWrite,
-    start: Option<serde_json::Value>,
-) -> Result<(String, serde_json::Value)> {
-    let mut body = serde_json::to_value(write).map_err(|source| Error::Serialize {
-        what: "NodeTask status",
-        source,
-    })?;
-    if let Some(start) = start {
-        merge_into(&mut body, &start);
-    }
-    Ok((manager, body))
-}
-
-/// Copies `fields`' top-level fields into `body` (both JSON objects); a field in both is
-/// `fields`' (the task's own `message` over a step write's).
-fn merge_into(body: &mut serde_json::Value, fields: &serde_json::Value) {
-    if let (Some(body), Some(fields)) = (body.as_object_mut(), fields.as_object()) {
-        for (k, v) in fields {
-            body.insert(k.clone(), v.clone());
-        }
-    }
-}
-
-/// Writes the held step's write, if any.
-async fn flush_step(
-    ctx: &Context,
-    name: &str,
-    held: &mut Option<(String, serde_json::Value)>,
-) -> Result<()> {
-    if let Some((manager, body)) = held.take() {
-        apply_task_status(ctx, name, body, &manager).await?;
-    }
-    Ok(())
-}
-
-/// Writes what is held back: the held step's write (which carries the start, if it was
-/// held), else the start alone under the controller's own manager.
-async fn flush(
-    ctx: &Context,
-    name: &str,
-    start: &mut Option<serde_json::Value>,
-    held: &mut Option<(String, serde_json::Value)>,
-) -> Result<()> {
-    flush_step(ctx, name, held).await?;
-    if let Some(start) = start.take() {
-        apply_task_status(ctx, name, start, &ctx.manager).await?;
-    }
-    Ok(())
-}
-
-/// Records how long the health gates held a task: from its last step's finish to the gates'
-/// verdict (pass or fail), for `bosun_gate_duration_seconds{gate="health"}`.
-fn record_health_gate(status: &bosun_api::node_task::NodeTaskStatus) {
-    if let Some(last) = status
-        .steps
-        .iter()
-        .filter_map(|s| s.finished_at.as_ref())
-        .map(|t| t.0)
-        .max()
-    {
-        bosun_telemetry::metrics().gate_finished(
-            bosun_telemetry::Gate::Health,
-            Timestamp::now().duration_since(last).unsigned_abs(),
-        );
-    }
-}
-
-fn step_attempts(status: &bosun_api::node_task::NodeTaskStatus, step: &str) -> u32 {
-    step_status(&status.steps, step).map_or(0, |s| s.attempts)
-}
-
 #[cfg(test)]
 mod tests {
-    use bosun_api::node_task::NodeTaskStatus;
+    use bosun_api::node_task::{NodeTaskStatus, StepPhase};
+    use bosun_planner::state::step_status;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
     use super::*;
