@@ -314,105 +314,199 @@ pub fn unreachable_version(desired: (u32, u32, u32), nodes: &[NodeObservation]) 
 
 /// Decides. See the module documentation for the rules.
 pub fn decide(input: &Input<'_>) -> Decision {
-    let spec = input.spec;
-    let desired = parse_version(&spec.kubernetes_version);
-
-    // Versions.
-    let mut versions = ObservedVersions {
-        nodes: u32::try_from(input.nodes.len()).unwrap_or(u32::MAX),
-        ..Default::default()
+    let versions = VersionsSeen::of(input);
+    let certs = CertificatesSeen::of(input);
+    let mut decision = Decision {
+        generate: None,
+        waiting: None,
+        in_sync: in_sync(input, &versions, &certs),
+        progressing: None,
+        wake_at: certs.due_at.filter(|d| *d > input.now),
+        versions: versions.observed.clone(),
+        certificates: certs.observed.clone(),
+        summary: String::new(),
     };
-    let mut parsed: Vec<(u32, u32, u32)> = Vec::new();
-    let mut behind = 0u32;
-    let mut unknown = 0u32;
-    // Nodes whose kubelet is not behind but a followed package is: the first such, named.
-    let mut packages_only = 0u32;
-    let mut first_package_lag: Option<String> = None;
-    let follow = spec.packages == PackagePolicy::FollowClusterVersion;
-    for node in input.nodes {
-        let kubelet = node.kubelet_version.as_deref().and_then(parse_version);
-        match kubelet {
-            Some(v) => {
-                parsed.push(v);
-                if Some(v) == desired {
-                    versions.nodes_at_desired += 1;
+    // Rule 1: a generated Operation that has not finished holds everything.
+    if let Some(open) = input.generated.iter().find(|g| !g.phase.is_finished()) {
+        decision.progressing = Some(open.name.clone());
+        decision.waiting = Some(waiting_for_open(open, &input.spec.kubernetes_version));
+    } else {
+        next_operation(input, &versions, &certs, &mut decision);
+    }
+    decision.summary = summary(input, &decision);
+    decision
+}
+
+/// The nodes' versions against `spec.kubernetesVersion`.
+struct VersionsSeen {
+    desired: Option<(u32, u32, u32)>,
+    observed: ObservedVersions,
+    /// Nodes behind: in their kubelet, or (following the cluster version) in a package.
+    behind: u32,
+    /// Nodes not reporting a version that reads.
+    unknown: u32,
+    /// Nodes whose kubelet is not behind but a followed package is, and the first such,
+    /// named.
+    packages_only: u32,
+    first_package_lag: Option<String>,
+}
+
+impl VersionsSeen {
+    fn of(input: &Input<'_>) -> VersionsSeen {
+        let spec = input.spec;
+        let desired = parse_version(&spec.kubernetes_version);
+        let mut seen = VersionsSeen {
+            desired,
+            observed: ObservedVersions {
+                nodes: u32::try_from(input.nodes.len()).unwrap_or(u32::MAX),
+                ..Default::default()
+            },
+            behind: 0,
+            unknown: 0,
+            packages_only: 0,
+            first_package_lag: None,
+        };
+        let mut parsed: Vec<(u32, u32, u32)> = Vec::new();
+        let follow = spec.packages == PackagePolicy::FollowClusterVersion;
+        for node in input.nodes {
+            let kubelet = node.kubelet_version.as_deref().and_then(parse_version);
+            match kubelet {
+                Some(v) => {
+                    parsed.push(v);
+                    if Some(v) == desired {
+                        seen.observed.nodes_at_desired += 1;
+                    }
+                }
+                None => seen.unknown += 1,
+            }
+            if kubelet.is_some_and(|v| desired.is_some_and(|d| v < d)) {
+                seen.behind += 1;
+            } else if let Some(d) = desired.filter(|_| follow && kubelet.is_some()) {
+                let lagging = packages_behind(node, d);
+                if !lagging.is_empty() {
+                    seen.behind += 1;
+                    seen.packages_only += 1;
+                    seen.first_package_lag
+                        .get_or_insert_with(|| format!("{}: {}", node.name, lagging.join(", ")));
                 }
             }
-            None => unknown += 1,
         }
-        if kubelet.is_some_and(|v| desired.is_some_and(|d| v < d)) {
-            behind += 1;
-        } else if let Some(d) = desired.filter(|_| follow && kubelet.is_some()) {
-            let lagging = packages_behind(node, d);
-            if !lagging.is_empty() {
-                behind += 1;
-                packages_only += 1;
-                first_package_lag
-                    .get_or_insert_with(|| format!("{}: {}", node.name, lagging.join(", ")));
-            }
-        }
+        let show = |v: (u32, u32, u32)| format!("v{}.{}.{}", v.0, v.1, v.2);
+        seen.observed.lowest = parsed.iter().min().copied().map(show);
+        seen.observed.highest = parsed.iter().max().copied().map(show);
+        seen
     }
-    let show = |v: (u32, u32, u32)| format!("v{}.{}.{}", v.0, v.1, v.2);
-    versions.lowest = parsed.iter().min().copied().map(show);
-    versions.highest = parsed.iter().max().copied().map(show);
 
-    // Certificates of the control-plane nodes.
-    let mut certificates = ObservedCertificates {
-        handled_rotation: input.handled_rotation,
-        ..Default::default()
-    };
-    let mut earliest: Option<(Timestamp, String)> = None;
-    for node in input.nodes.iter().filter(|n| n.control_plane) {
-        let Some(list) = &node.certificates else {
-            continue;
+    /// Every node's kubelet at the desired version.
+    fn synced(&self) -> bool {
+        self.observed.nodes_at_desired == self.observed.nodes && self.observed.nodes > 0
+    }
+
+    fn lag_note(&self) -> String {
+        lag_note(self.packages_only, self.first_package_lag.as_deref())
+    }
+}
+
+/// The control-plane nodes' certificates against `spec.certificates`.
+struct CertificatesSeen {
+    observed: ObservedCertificates,
+    /// The renewable certificate that expires first: when, and `node/name`.
+    earliest: Option<(Timestamp, String)>,
+    /// When that certificate falls within `renewBefore`.
+    due_at: Option<Timestamp>,
+    /// It does now.
+    due: bool,
+    /// Why `renewBefore` is too long for the validity a renewal gives, if it is.
+    too_long: Option<String>,
+    /// `certificates.rotation` above the last one handled.
+    rotation_due: bool,
+}
+
+impl CertificatesSeen {
+    fn of(input: &Input<'_>) -> CertificatesSeen {
+        let spec = input.spec;
+        let mut observed = ObservedCertificates {
+            handled_rotation: input.handled_rotation,
+            ..Default::default()
         };
-        certificates.nodes_reported += 1;
-        for cert in list.iter().filter(|c| !is_ca(&c.name)) {
-            let at = cert.not_after.0;
-            if earliest.as_ref().is_none_or(|(e, _)| at < *e) {
-                earliest = Some((at, format!("{}/{}", node.name, cert.name)));
+        let mut earliest: Option<(Timestamp, String)> = None;
+        for node in input.nodes.iter().filter(|n| n.control_plane) {
+            let Some(list) = &node.certificates else {
+                continue;
+            };
+            observed.nodes_reported += 1;
+            for cert in list.iter().filter(|c| !is_ca(&c.name)) {
+                let at = cert.not_after.0;
+                if earliest.as_ref().is_none_or(|(e, _)| at < *e) {
+                    earliest = Some((at, format!("{}/{}", node.name, cert.name)));
+                }
             }
         }
+        let renew_before = parse_renew_before(&spec.certificates.renew_before).unwrap_or(0);
+        let due_at = earliest
+            .as_ref()
+            .map(|(at, _)| *at - SignedDuration::from_secs(renew_before));
+        if let Some((at, which)) = &earliest {
+            observed.earliest_expiry = Some(Time(*at));
+            observed.earliest = Some(which.clone());
+        }
+        if spec.certificates.auto_renew {
+            observed.next_renewal = due_at.map(Time);
+        }
+        CertificatesSeen {
+            observed,
+            due: due_at.is_some_and(|d| d <= input.now),
+            due_at,
+            earliest,
+            too_long: renew_before_too_long(
+                &spec.certificates.renew_before,
+                input.renewal_validity,
+            ),
+            rotation_due: spec.certificates.rotation > input.handled_rotation,
+        }
     }
-    let renew_before = parse_renew_before(&spec.certificates.renew_before).unwrap_or(0);
-    let due_at = earliest
-        .as_ref()
-        .map(|(at, _)| *at - SignedDuration::from_secs(renew_before));
-    let certs_due = due_at.is_some_and(|d| d <= input.now);
-    let too_long = renew_before_too_long(&spec.certificates.renew_before, input.renewal_validity);
-    if let Some((at, which)) = &earliest {
-        certificates.earliest_expiry = Some(Time(*at));
-        certificates.earliest = Some(which.clone());
-    }
-    if spec.certificates.auto_renew {
-        certificates.next_renewal = due_at.map(Time);
-    }
-    let rotation_due = spec.certificates.rotation > input.handled_rotation;
 
-    let version_synced = versions.nodes_at_desired == versions.nodes && versions.nodes > 0;
-    let in_sync = if version_synced && packages_only > 0 {
+    /// The certificate due first and when it expires (`now` and nothing, if none is).
+    fn first_due(&self, now: Timestamp) -> (Timestamp, String) {
+        self.earliest.clone().unwrap_or((now, String::new()))
+    }
+}
+
+/// The `InSync` condition: whether desired equals observed, and if not, the first of
+/// package drift, version drift, a rotation requested, certificates due (with a
+/// `renewBefore` too long to renew them) that differs.
+fn in_sync(
+    input: &Input<'_>,
+    versions: &VersionsSeen,
+    certs: &CertificatesSeen,
+) -> (bool, &'static str, String) {
+    let spec = input.spec;
+    if versions.synced() && versions.packages_only > 0 {
         (
             false,
             "PackageDrift",
             format!(
-                "every node's kubelet at {}, but {packages_only} with packages behind it ({})",
+                "every node's kubelet at {}, but {} with packages behind it ({})",
                 spec.kubernetes_version,
-                first_package_lag.clone().unwrap_or_default()
+                versions.packages_only,
+                versions.first_package_lag.clone().unwrap_or_default()
             ),
         )
-    } else if !version_synced {
+    } else if !versions.synced() {
         (
             false,
             "VersionDrift",
             format!(
-                "{}/{} nodes at {} ({behind} behind{}, {unknown} not reporting a version)",
-                versions.nodes_at_desired,
-                versions.nodes,
+                "{}/{} nodes at {} ({} behind{}, {} not reporting a version)",
+                versions.observed.nodes_at_desired,
+                versions.observed.nodes,
                 spec.kubernetes_version,
-                lag_note(packages_only, first_package_lag.as_deref())
+                versions.behind,
+                versions.lag_note(),
+                versions.unknown,
             ),
         )
-    } else if rotation_due {
+    } else if certs.rotation_due {
         (
             false,
             "RotationRequested",
@@ -421,10 +515,10 @@ pub fn decide(input: &Input<'_>) -> Decision {
                 spec.certificates.rotation, input.handled_rotation
             ),
         )
-    } else if let Some(why) = too_long.clone().filter(|_| certs_due) {
+    } else if let Some(why) = certs.too_long.clone().filter(|_| certs.due) {
         (false, "RenewBeforeTooLong", why)
-    } else if certs_due {
-        let (at, which) = earliest.clone().unwrap_or((input.now, String::new()));
+    } else if certs.due {
+        let (at, which) = certs.first_due(input.now);
         (
             false,
             "CertificatesDue",
@@ -442,157 +536,83 @@ pub fn decide(input: &Input<'_>) -> Decision {
                 spec.kubernetes_version
             ),
         )
-    };
+    }
+}
 
-    let mut decision = Decision {
-        generate: None,
-        waiting: None,
-        in_sync,
-        progressing: None,
-        wake_at: due_at.filter(|d| *d > input.now),
-        versions,
-        certificates,
-        summary: String::new(),
-    };
-    let exists = |name: &str| input.generated.iter().find(|g| g.name == name);
+/// Rule 1: what a generated Operation that has not finished waits for, and what a person
+/// can do about it. An upgrade to another version than `desired` was superseded.
+fn waiting_for_open(open: &Generated, desired: &str) -> (Waiting, String) {
+    let superseded = open
+        .version
+        .as_deref()
+        .filter(|v| open.kind == Kind::Upgrade && *v != desired);
+    if let Some(version) = superseded {
+        return (
+            Waiting::OperationSuperseded,
+            format!(
+                "Operation {} upgrades to {version}, but spec.kubernetesVersion is now {desired}: it goes on until it is deleted (nothing is deleted for you). To withdraw it, delete it (kubectl delete operation {}; pause it first with kubectl bosun pause {} if a node is under way); to go on, set spec.kubernetesVersion back to {version}",
+                open.name, open.name, open.name
+            ),
+        );
+    }
+    match open.phase {
+        OperationPhase::Blocked => (
+            Waiting::BlockedOperation,
+            format!(
+                "Operation {} is Blocked: resolve it (`kubectl bosun retry` or `skip` on its blocked task) and generation resumes",
+                open.name
+            ),
+        ),
+        OperationPhase::AwaitingApproval => (
+            Waiting::Approval,
+            format!("Operation {} waits for a node's approval", open.name),
+        ),
+        OperationPhase::Paused => (
+            Waiting::OperationPaused,
+            format!("Operation {} is paused", open.name),
+        ),
+        _ => (
+            Waiting::OperationRunning,
+            match &open.held {
+                // Say which Operation holds which node, or a wait behind another
+                // Operation reads as progress.
+                Some(held) => format!("Operation {} is under way; {held}", open.name),
+                None => format!("Operation {} is under way", open.name),
+            },
+        ),
+    }
+}
 
-    if let Some(open) = input.generated.iter().find(|g| !g.phase.is_finished()) {
-        decision.progressing = Some(open.name.clone());
-        let superseded = open
-            .version
-            .as_deref()
-            .filter(|v| open.kind == Kind::Upgrade && *v != spec.kubernetes_version);
-        let (waiting, what) = if let Some(version) = superseded {
-            (
-                Waiting::OperationSuperseded,
-                format!(
-                    "Operation {} upgrades to {version}, but spec.kubernetesVersion is now {}: it goes on until it is deleted (nothing is deleted for you). To withdraw it, delete it (kubectl delete operation {}; pause it first with kubectl bosun pause {} if a node is under way); to go on, set spec.kubernetesVersion back to {version}",
-                    open.name, spec.kubernetes_version, open.name, open.name
-                ),
-            )
-        } else {
-            match open.phase {
-                OperationPhase::Blocked => (
-                    Waiting::BlockedOperation,
-                    format!(
-                        "Operation {} is Blocked: resolve it (`kubectl bosun retry` or `skip` on its blocked task) and generation resumes",
-                        open.name
-                    ),
-                ),
-                OperationPhase::AwaitingApproval => (
-                    Waiting::Approval,
-                    format!("Operation {} waits for a node's approval", open.name),
-                ),
-                OperationPhase::Paused => (
-                    Waiting::OperationPaused,
-                    format!("Operation {} is paused", open.name),
-                ),
-                _ => (
-                    Waiting::OperationRunning,
-                    match &open.held {
-                        // Say which Operation holds which node, or a wait behind another
-                        // Operation reads as progress.
-                        Some(held) => format!("Operation {} is under way; {held}", open.name),
-                        None => format!("Operation {} is under way", open.name),
-                    },
-                ),
-            }
-        };
-        decision.waiting = Some((waiting, what));
-    } else if spec.paused {
+/// Rules 2 to 5, when no generated Operation is open: the first that applies generates an
+/// Operation or says what generation waits for.
+fn next_operation(
+    input: &Input<'_>,
+    versions: &VersionsSeen,
+    certs: &CertificatesSeen,
+    decision: &mut Decision,
+) {
+    let spec = input.spec;
+    let auto_renew = spec.certificates.auto_renew;
+    if spec.paused {
         decision.waiting = Some((
             Waiting::Paused,
             "spec.paused is true: no Operation is generated".into(),
         ));
-    } else if let Some(why) = desired
-        .filter(|_| behind > 0)
+    } else if let Some(why) = versions
+        .desired
+        .filter(|_| versions.behind > 0)
         .and_then(|d| unreachable_version(d, input.nodes))
     {
         decision.waiting = Some((Waiting::VersionNotReachable, why));
-    } else if behind > 0 && desired.is_some() {
-        let name = upgrade_name(&spec.kubernetes_version);
-        if let Some(done) = exists(&name) {
-            decision.waiting = Some((
-                Waiting::OperationFinishedWithoutEffect,
-                format!(
-                    "upgrade Operation {name} ended {} but {behind} nodes are still behind {}: look at its tasks (a DryRun or skipped nodes change nothing); to run it again, delete it (kubectl delete operation {name}) and the ClusterLifecycle generates it anew, or raise spec.kubernetesVersion",
-                    done.phase.as_str(),
-                    spec.kubernetes_version
-                ),
-            ));
-        } else {
-            decision.generate = Some(Generate {
-                name,
-                kind: Kind::Upgrade,
-                reason: format!(
-                    "{behind} of {} nodes behind {}{}",
-                    input.nodes.len(),
-                    spec.kubernetes_version,
-                    lag_note(packages_only, first_package_lag.as_deref())
-                ),
-                spec: operation_spec(spec, Kind::Upgrade),
-            });
-        }
-    } else if rotation_due {
-        // A rotation is handled once its renewal has succeeded on every node, not when it
-        // is generated: until then InSync stays False (RotationRequested), and a renewal
-        // that ended with nodes skipped or gone says so instead of using the request up.
-        let rotation = spec.certificates.rotation;
-        let name = rotation_name(rotation);
-        match exists(&name) {
-            None => {
-                decision.generate = Some(Generate {
-                    name,
-                    kind: Kind::RenewCertificates,
-                    reason: format!("certificates.rotation raised to {rotation}"),
-                    spec: operation_spec(spec, Kind::RenewCertificates),
-                });
-            }
-            Some(done) if done.phase == OperationPhase::Succeeded && done.not_done == 0 => {
-                decision.certificates.handled_rotation = rotation;
-            }
-            Some(done) => {
-                decision.waiting = Some((
-                    Waiting::OperationFinishedWithoutEffect,
-                    format!(
-                        "renewal Operation {name} ended {}{}: rotation {rotation} is not handled; look at its tasks, renew those nodes by hand, or raise certificates.rotation to {} to renew every node again",
-                        done.phase.as_str(),
-                        match done.not_done {
-                            0 => String::new(),
-                            n => format!(
-                                " with {n} node(s) skipped or gone, whose certificates were not renewed"
-                            ),
-                        },
-                        rotation + 1
-                    ),
-                ));
-            }
-        }
-    } else if let Some(why) = too_long.filter(|_| certs_due && spec.certificates.auto_renew) {
+    } else if versions.behind > 0 && versions.desired.is_some() {
+        upgrade(input, versions, decision);
+    } else if certs.rotation_due {
+        rotation(input, decision);
+    } else if let Some(why) = certs.too_long.clone().filter(|_| certs.due && auto_renew) {
         decision.waiting = Some((Waiting::RenewBeforeTooLong, why));
-    } else if certs_due && spec.certificates.auto_renew {
-        let (at, which) = earliest.clone().unwrap_or((input.now, String::new()));
-        let name = expiry_name(at);
-        if let Some(done) = exists(&name) {
-            decision.waiting = Some((
-                Waiting::OperationFinishedWithoutEffect,
-                format!(
-                    "renewal Operation {name} ended {} but {which} still expires at {at}: look at its tasks, then renew by hand or raise certificates.rotation",
-                    done.phase.as_str()
-                ),
-            ));
-        } else {
-            decision.generate = Some(Generate {
-                name,
-                kind: Kind::RenewCertificates,
-                reason: format!(
-                    "{which} expires at {at}, within renewBefore {}",
-                    spec.certificates.renew_before
-                ),
-                spec: operation_spec(spec, Kind::RenewCertificates),
-            });
-        }
-    } else if spec.certificates.auto_renew
+    } else if certs.due && auto_renew {
+        renewal_before_expiry(input, certs, decision);
+    } else if auto_renew
         && decision.certificates.nodes_reported == 0
         && input.nodes.iter().any(|n| n.control_plane)
     {
@@ -602,9 +622,107 @@ pub fn decide(input: &Input<'_>) -> Decision {
                 .into(),
         ));
     }
+}
 
-    decision.summary = summary(input, &decision);
-    decision
+/// The Operation of `name`, if it was generated already.
+fn generated<'a>(input: &'a Input<'_>, name: &str) -> Option<&'a Generated> {
+    input.generated.iter().find(|g| g.name == name)
+}
+
+/// Rule 3: one upgrade Operation for the nodes behind, unless the one for this version
+/// already ended without closing the gap.
+fn upgrade(input: &Input<'_>, versions: &VersionsSeen, decision: &mut Decision) {
+    let spec = input.spec;
+    let behind = versions.behind;
+    let name = upgrade_name(&spec.kubernetes_version);
+    if let Some(done) = generated(input, &name) {
+        decision.waiting = Some((
+            Waiting::OperationFinishedWithoutEffect,
+            format!(
+                "upgrade Operation {name} ended {} but {behind} nodes are still behind {}: look at its tasks (a DryRun or skipped nodes change nothing); to run it again, delete it (kubectl delete operation {name}) and the ClusterLifecycle generates it anew, or raise spec.kubernetesVersion",
+                done.phase.as_str(),
+                spec.kubernetes_version
+            ),
+        ));
+    } else {
+        decision.generate = Some(Generate {
+            name,
+            kind: Kind::Upgrade,
+            reason: format!(
+                "{behind} of {} nodes behind {}{}",
+                input.nodes.len(),
+                spec.kubernetes_version,
+                versions.lag_note()
+            ),
+            spec: operation_spec(spec, Kind::Upgrade),
+        });
+    }
+}
+
+/// Rule 4: one renewal for a raised `certificates.rotation`. A rotation is handled once its
+/// renewal has succeeded on every node, not when it is generated: until then InSync stays
+/// False (RotationRequested), and a renewal that ended with nodes skipped or gone says so
+/// instead of using the request up.
+fn rotation(input: &Input<'_>, decision: &mut Decision) {
+    let spec = input.spec;
+    let rotation = spec.certificates.rotation;
+    let name = rotation_name(rotation);
+    match generated(input, &name) {
+        None => {
+            decision.generate = Some(Generate {
+                name,
+                kind: Kind::RenewCertificates,
+                reason: format!("certificates.rotation raised to {rotation}"),
+                spec: operation_spec(spec, Kind::RenewCertificates),
+            });
+        }
+        Some(done) if done.phase == OperationPhase::Succeeded && done.not_done == 0 => {
+            decision.certificates.handled_rotation = rotation;
+        }
+        Some(done) => {
+            decision.waiting = Some((
+                Waiting::OperationFinishedWithoutEffect,
+                format!(
+                    "renewal Operation {name} ended {}{}: rotation {rotation} is not handled; look at its tasks, renew those nodes by hand, or raise certificates.rotation to {} to renew every node again",
+                    done.phase.as_str(),
+                    match done.not_done {
+                        0 => String::new(),
+                        n => format!(
+                            " with {n} node(s) skipped or gone, whose certificates were not renewed"
+                        ),
+                    },
+                    rotation + 1
+                ),
+            ));
+        }
+    }
+}
+
+/// Rule 5: one renewal named after the expiry of the certificate due first, unless that
+/// renewal already ended and the certificate is still due.
+fn renewal_before_expiry(input: &Input<'_>, certs: &CertificatesSeen, decision: &mut Decision) {
+    let spec = input.spec;
+    let (at, which) = certs.first_due(input.now);
+    let name = expiry_name(at);
+    if let Some(done) = generated(input, &name) {
+        decision.waiting = Some((
+            Waiting::OperationFinishedWithoutEffect,
+            format!(
+                "renewal Operation {name} ended {} but {which} still expires at {at}: look at its tasks, then renew by hand or raise certificates.rotation",
+                done.phase.as_str()
+            ),
+        ));
+    } else {
+        decision.generate = Some(Generate {
+            name,
+            kind: Kind::RenewCertificates,
+            reason: format!(
+                "{which} expires at {at}, within renewBefore {}",
+                spec.certificates.renew_before
+            ),
+            spec: operation_spec(spec, Kind::RenewCertificates),
+        });
+    }
 }
 
 /// `, 1 only in its packages (w-1: kubectl 1.34.1-1.1)` when some nodes are behind only in
