@@ -134,201 +134,266 @@ pub async fn run_step(
     started: Timestamp,
     known: Option<&Node>,
 ) -> StepOutcome {
-    let node = task.spec.node_name.as_str();
-    let now = Timestamp::now();
-    let step_failed =
-        |m: String| StepOutcome::failed(BlockReason::StepFailed, "controller-step-failed", m);
+    let pass = StepPass {
+        client,
+        node: task.spec.node_name.as_str(),
+        task,
+        step,
+        started,
+        now: Timestamp::now(),
+    };
     match step.action.as_str() {
         controller_actions::CORDON | controller_actions::UNCORDON => {
-            let cordon = step.action == controller_actions::CORDON;
-            let verb = if cordon { "cordoned" } else { "uncordoned" };
-            let doing = if cordon { "cordoning" } else { "uncordoning" };
-            match set_unschedulable(client, node, cordon, &task.name_any(), known).await {
-                Ok(change) => StepOutcome::Succeeded {
-                    message: match change {
-                        Cordon::Patched => format!("node {node} {verb}"),
-                        Cordon::DoneByThisTask => format!(
-                            "node {node} {verb} (by this task before the controller restarted; recorded now)"
-                        ),
-                        Cordon::AlreadySo => format!("node {node} was already {verb}"),
-                    },
-                    changed: change != Cordon::AlreadySo,
-                },
-                Err(CordonError {
-                    message,
-                    transient: true,
-                }) => keep_waiting_or_fail(
-                    started,
-                    now,
-                    CORDON_RETRY_FOR.as_secs() as u32,
-                    || {
-                        step_failed(format!(
-                            "{doing} node {node}: the API server kept failing for {}s; last error: {message}. Check the API server, then recovery: Retry",
-                            CORDON_RETRY_FOR.as_secs()
-                        ))
-                    },
-                    |deadline| StepOutcome::InProgress {
-                        message: format!(
-                            "{doing} node {node}: trying again until {deadline} after a transient error: {message}"
-                        ),
-                        recheck: retry_after(started, now),
-                    },
-                ),
-                Err(CordonError { message, .. }) => step_failed(message),
-            }
+            cordon_step(&pass, known).await
         }
-        controller_actions::DRAIN => {
-            let timeout = op.drain.timeout_seconds;
-            // Inside the window of the task's cordon, the drain checks the cordon holds
-            // instead of making it (see `bosun_cluster::cordon`).
-            let window = task
-                .spec
-                .steps
-                .iter()
-                .position(|s| s.name == step.name)
-                .and_then(|index| bosun_cluster::cordon::cordon_window(task, index));
-            match drain::pass(client, node, &task.name_any(), &op.drain, window.is_some()).await {
-                Ok(Pass::Uncordoned) => {
-                    let message = bosun_cluster::cordon::message(
-                        &task.spec.operation,
-                        node,
-                        window.as_deref().unwrap_or_default(),
-                        &step.name,
-                        true,
-                    );
-                    events
-                        .publish(
-                            task,
-                            bosun_cluster::events::Notice::warning(
-                                BlockReason::CordonCleared.as_str(),
-                                "CheckCordon",
-                                format!("step {}: {message}", step.name),
-                            ),
-                        )
-                        .await;
-                    StepOutcome::Failed {
-                        reason: BlockReason::CordonCleared,
-                        code: bosun_cluster::cordon::CODE,
-                        message,
-                        retryable: false,
-                    }
-                }
-                Ok(Pass::Drained { evicted, left }) => {
-                    let message = drained_message(node, &evicted, &left);
-                    events
-                        .publish(
-                            task,
-                            bosun_cluster::events::Notice {
-                                warning: false,
-                                reason: crate::events::reasons::DRAINED,
-                                action: "Drain",
-                                note: message.clone(),
-                            },
-                        )
-                        .await;
-                    StepOutcome::Succeeded {
-                        message,
-                        changed: true,
-                    }
-                }
-                Ok(Pass::Refused(message)) => StepOutcome::Failed {
-                    reason: BlockReason::StepFailed,
-                    code: "drain-refused",
-                    message,
-                    retryable: false,
-                },
-                Ok(Pass::Waiting { leftovers, .. }) => {
-                    let what = drain::explain_leftovers(&leftovers);
-                    keep_waiting_or_fail(
-                        started,
-                        now,
-                        timeout,
-                        || {
-                            StepOutcome::failed(
-                                BlockReason::DrainTimedOut,
-                                "drain-timeout",
-                                format!(
-                                    "drain of node {node} did not finish within {timeout}s; still on the node: {what}. Let the budgets allow it (scale up, or change the PodDisruptionBudget) or move the pods, then recovery: Retry; or Skip this node (it stays cordoned)"
-                                ),
-                            )
-                        },
-                        |deadline| StepOutcome::InProgress {
-                            message: format!(
-                                "draining node {node} until {deadline}: waiting for {what}"
-                            ),
-                            recheck: DRAIN_RECHECK,
-                        },
-                    )
-                }
-                Err(error) => keep_waiting_or_fail(
-                    started,
-                    now,
-                    timeout,
-                    || {
-                        StepOutcome::failed(
-                            BlockReason::DrainTimedOut,
-                            "drain-timeout",
-                            format!(
-                                "drain of node {node} did not finish within {timeout}s; last error: {error}"
-                            ),
-                        )
-                    },
-                    |deadline| StepOutcome::InProgress {
-                        message: format!("draining node {node} until {deadline}: {error}"),
-                        recheck: DRAIN_RECHECK,
-                    },
-                ),
-            }
-        }
+        controller_actions::DRAIN => drain_step(&pass, events, op).await,
         controller_actions::WAIT_NODE_READY | controller_actions::WAIT_API_SERVER => {
-            let check = if step.action == controller_actions::WAIT_NODE_READY {
-                health::node_ready(client, node).await
-            } else {
-                // The `/readyz` may come from another control plane: the API server this
-                // task restarted is back when this node's own control-plane Pods are
-                // (restarted and Ready), so the restart's time is the step's, not the gates'.
-                let gates = bosun_api::operation::HealthGates {
-                    node_ready: false,
-                    api_server: true,
-                    control_plane_pods: true,
-                    ..Default::default()
-                };
-                health::check(client, &gates, task).await
-            };
-            let timeout = op.health_gates.timeout_seconds;
-            match check {
-                Ok(()) => StepOutcome::Succeeded {
-                    message: if step.action == controller_actions::WAIT_NODE_READY {
-                        format!("node {node} is Ready")
-                    } else {
-                        "the API server is ready (/readyz ok)".to_string()
-                    },
-                    changed: false,
-                },
-                Err(why) => keep_waiting_or_fail(
-                    started,
-                    now,
-                    timeout,
-                    || {
-                        StepOutcome::failed(
-                            BlockReason::HealthGateFailed,
-                            "wait-timeout",
-                            format!(
-                                "{} gave up after {timeout}s (healthGates.timeoutSeconds): {why}; fix the cause, then recovery: Retry",
-                                step.action
-                            ),
-                        )
-                    },
-                    |deadline| StepOutcome::InProgress {
-                        message: format!("waiting until {deadline}: {why}"),
-                        recheck: health::RECHECK,
-                    },
-                ),
-            }
+            wait_step(&pass, op).await
         }
         other => step_failed(format!(
             "unknown controller action {other}: expected one of cordon, drain, uncordon, waitNodeReady, waitApiServer; use recovery: Skip"
         )),
+    }
+}
+
+/// One pass of one controller step: what every kind of step reads.
+struct StepPass<'a> {
+    client: &'a Client,
+    /// The task's node.
+    node: &'a str,
+    task: &'a bosun_api::node_task::NodeTask,
+    step: &'a Step,
+    /// When the step first started (from its status).
+    started: Timestamp,
+    /// The time of this pass.
+    now: Timestamp,
+}
+
+/// A controller step that failed for a reason of its own (not a timeout).
+fn step_failed(message: String) -> StepOutcome {
+    StepOutcome::failed(BlockReason::StepFailed, "controller-step-failed", message)
+}
+
+/// `cordon` and `uncordon`: the node's `spec.unschedulable` ([`set_unschedulable`]); a
+/// transient API error is tried again for [`CORDON_RETRY_FOR`].
+async fn cordon_step(pass: &StepPass<'_>, known: Option<&Node>) -> StepOutcome {
+    let StepPass {
+        client,
+        node,
+        task,
+        step,
+        started,
+        now,
+    } = *pass;
+    let cordon = step.action == controller_actions::CORDON;
+    let verb = if cordon { "cordoned" } else { "uncordoned" };
+    let doing = if cordon { "cordoning" } else { "uncordoning" };
+    match set_unschedulable(client, node, cordon, &task.name_any(), known).await {
+        Ok(change) => StepOutcome::Succeeded {
+            message: match change {
+                Cordon::Patched => format!("node {node} {verb}"),
+                Cordon::DoneByThisTask => format!(
+                    "node {node} {verb} (by this task before the controller restarted; recorded now)"
+                ),
+                Cordon::AlreadySo => format!("node {node} was already {verb}"),
+            },
+            changed: change != Cordon::AlreadySo,
+        },
+        Err(CordonError {
+            message,
+            transient: true,
+        }) => keep_waiting_or_fail(
+            started,
+            now,
+            CORDON_RETRY_FOR.as_secs() as u32,
+            || {
+                step_failed(format!(
+                    "{doing} node {node}: the API server kept failing for {}s; last error: {message}. Check the API server, then recovery: Retry",
+                    CORDON_RETRY_FOR.as_secs()
+                ))
+            },
+            |deadline| StepOutcome::InProgress {
+                message: format!(
+                    "{doing} node {node}: trying again until {deadline} after a transient error: {message}"
+                ),
+                recheck: retry_after(started, now),
+            },
+        ),
+        Err(CordonError { message, .. }) => step_failed(message),
+    }
+}
+
+/// `drain`: one pass of the drain ([`drain::pass`]), waiting up to `drain.timeoutSeconds`
+/// for what is left on the node; inside the task's cordon window it checks the cordon
+/// still holds.
+async fn drain_step(
+    pass: &StepPass<'_>,
+    events: &crate::events::Events,
+    op: &OperationSpec,
+) -> StepOutcome {
+    let StepPass {
+        client,
+        node,
+        task,
+        step,
+        started,
+        now,
+    } = *pass;
+    let timeout = op.drain.timeout_seconds;
+    // Inside the window of the task's cordon, the drain checks the cordon holds
+    // instead of making it (see `bosun_cluster::cordon`).
+    let window = task
+        .spec
+        .steps
+        .iter()
+        .position(|s| s.name == step.name)
+        .and_then(|index| bosun_cluster::cordon::cordon_window(task, index));
+    match drain::pass(client, node, &task.name_any(), &op.drain, window.is_some()).await {
+        Ok(Pass::Uncordoned) => {
+            let message = bosun_cluster::cordon::message(
+                &task.spec.operation,
+                node,
+                window.as_deref().unwrap_or_default(),
+                &step.name,
+                true,
+            );
+            events
+                .publish(
+                    task,
+                    bosun_cluster::events::Notice::warning(
+                        BlockReason::CordonCleared.as_str(),
+                        "CheckCordon",
+                        format!("step {}: {message}", step.name),
+                    ),
+                )
+                .await;
+            StepOutcome::Failed {
+                reason: BlockReason::CordonCleared,
+                code: bosun_cluster::cordon::CODE,
+                message,
+                retryable: false,
+            }
+        }
+        Ok(Pass::Drained { evicted, left }) => {
+            let message = drained_message(node, &evicted, &left);
+            events
+                .publish(
+                    task,
+                    bosun_cluster::events::Notice {
+                        warning: false,
+                        reason: crate::events::reasons::DRAINED,
+                        action: "Drain",
+                        note: message.clone(),
+                    },
+                )
+                .await;
+            StepOutcome::Succeeded {
+                message,
+                changed: true,
+            }
+        }
+        Ok(Pass::Refused(message)) => StepOutcome::Failed {
+            reason: BlockReason::StepFailed,
+            code: "drain-refused",
+            message,
+            retryable: false,
+        },
+        Ok(Pass::Waiting { leftovers, .. }) => {
+            let what = drain::explain_leftovers(&leftovers);
+            keep_waiting_or_fail(
+                started,
+                now,
+                timeout,
+                || {
+                    StepOutcome::failed(
+                        BlockReason::DrainTimedOut,
+                        "drain-timeout",
+                        format!(
+                            "drain of node {node} did not finish within {timeout}s; still on the node: {what}. Let the budgets allow it (scale up, or change the PodDisruptionBudget) or move the pods, then recovery: Retry; or Skip this node (it stays cordoned)"
+                        ),
+                    )
+                },
+                |deadline| StepOutcome::InProgress {
+                    message: format!("draining node {node} until {deadline}: waiting for {what}"),
+                    recheck: DRAIN_RECHECK,
+                },
+            )
+        }
+        Err(error) => keep_waiting_or_fail(
+            started,
+            now,
+            timeout,
+            || {
+                StepOutcome::failed(
+                    BlockReason::DrainTimedOut,
+                    "drain-timeout",
+                    format!(
+                        "drain of node {node} did not finish within {timeout}s; last error: {error}"
+                    ),
+                )
+            },
+            |deadline| StepOutcome::InProgress {
+                message: format!("draining node {node} until {deadline}: {error}"),
+                recheck: DRAIN_RECHECK,
+            },
+        ),
+    }
+}
+
+/// `waitNodeReady` and `waitApiServer`: the node's Ready, or this node's own control plane
+/// back after a restart, waited for up to `healthGates.timeoutSeconds`.
+async fn wait_step(pass: &StepPass<'_>, op: &OperationSpec) -> StepOutcome {
+    let StepPass {
+        client,
+        node,
+        task,
+        step,
+        started,
+        now,
+    } = *pass;
+    let check = if step.action == controller_actions::WAIT_NODE_READY {
+        health::node_ready(client, node).await
+    } else {
+        // The `/readyz` may come from another control plane: the API server this
+        // task restarted is back when this node's own control-plane Pods are
+        // (restarted and Ready), so the restart's time is the step's, not the gates'.
+        let gates = bosun_api::operation::HealthGates {
+            node_ready: false,
+            api_server: true,
+            control_plane_pods: true,
+            ..Default::default()
+        };
+        health::check(client, &gates, task).await
+    };
+    let timeout = op.health_gates.timeout_seconds;
+    match check {
+        Ok(()) => StepOutcome::Succeeded {
+            message: if step.action == controller_actions::WAIT_NODE_READY {
+                format!("node {node} is Ready")
+            } else {
+                "the API server is ready (/readyz ok)".to_string()
+            },
+            changed: false,
+        },
+        Err(why) => keep_waiting_or_fail(
+            started,
+            now,
+            timeout,
+            || {
+                StepOutcome::failed(
+                    BlockReason::HealthGateFailed,
+                    "wait-timeout",
+                    format!(
+                        "{} gave up after {timeout}s (healthGates.timeoutSeconds): {why}; fix the cause, then recovery: Retry",
+                        step.action
+                    ),
+                )
+            },
+            |deadline| StepOutcome::InProgress {
+                message: format!("waiting until {deadline}: {why}"),
+                recheck: health::RECHECK,
+            },
+        ),
     }
 }
 
