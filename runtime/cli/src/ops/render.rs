@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 
 use bosun_api::node_task::{
-    NodeFacts, NodeFactsReport, NodeTask, NodeTaskPhase, StepPhase, StepStatus,
+    NodeFacts, NodeFactsReport, NodeTask, NodeTaskPhase, NodeTaskStatus, StepPhase, StepStatus,
 };
 use bosun_api::operation::{CertificateName, Operation, OperationPhase, RunsOn};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -379,28 +379,8 @@ fn render_task(
     now: Timestamp,
     s: Style,
 ) {
-    let node = &task.spec.node_name;
     let status = task.status.clone().unwrap_or_default();
-    let _ = write!(
-        out,
-        "{branch}{} {}  {}",
-        task_mark(status.phase, s),
-        s.bold(node),
-        task_phase_text(status.phase, s)
-    );
-    if let Some(reason) = status.reason {
-        let _ = write!(out, " ({reason:?})");
-    }
-    if status.attempts > 1 {
-        let _ = write!(out, "  attempt {}", status.attempts);
-    }
-    if let Some(d) = task_duration(task, now) {
-        let _ = write!(out, "  {}", s.dim(&d));
-    }
-    if task.spec.dry_run {
-        let _ = write!(out, "  {}", s.dim("dry run"));
-    }
-    out.push('\n');
+    task_line(out, task, &status, branch, now, s);
     if let Some(line) = status
         .node_facts
         .as_ref()
@@ -408,7 +388,6 @@ fn render_task(
     {
         let _ = writeln!(out, "{cont}{line}");
     }
-
     // Steps: shown once the task has started; a task still waiting its turn gets one line.
     let started = status.steps.iter().any(|st| st.phase != StepPhase::Pending)
         || !matches!(
@@ -416,56 +395,7 @@ fn render_task(
             NodeTaskPhase::Pending | NodeTaskPhase::AwaitingApproval
         );
     if started {
-        let width = task
-            .spec
-            .steps
-            .iter()
-            .map(|st| st.name.len())
-            .max()
-            .unwrap_or(0);
-        for (i, step) in task.spec.steps.iter().enumerate() {
-            let last = i + 1 == task.spec.steps.len();
-            let sb = if last { "└─ " } else { "├─ " };
-            let sc = if last { "   " } else { "│  " };
-            let st = status.steps.iter().find(|x| x.name == step.name);
-            let phase = st.map(|x| x.phase).unwrap_or_default();
-            let _ = write!(
-                out,
-                "{cont}{sb}{} {:<width$}  {phase:?}",
-                step_mark(phase, s),
-                step.name
-            );
-            if let Some(st) = st {
-                if let Some(d) = step_duration(st, now) {
-                    let _ = write!(out, "  {d}");
-                }
-                if st.attempts > 1 {
-                    let _ = write!(out, "  attempt {}", st.attempts);
-                }
-                if st.changed == Some(true) {
-                    let _ = write!(out, "  {}", s.dim("changed"));
-                }
-            }
-            if step.runs_on == RunsOn::Controller {
-                let _ = write!(out, "  {}", s.dim("[controller]"));
-            }
-            out.push('\n');
-            if let Some(st) = st.filter(|x| x.phase == StepPhase::Succeeded) {
-                for line in output_lines(&st.outputs) {
-                    let _ = writeln!(out, "{cont}{sc}  {}", s.dim(&line));
-                }
-            }
-            if let Some(err) = st.and_then(|x| x.error.as_ref())
-                && phase == StepPhase::Failed
-            {
-                let _ = writeln!(
-                    out,
-                    "{cont}{sc}  {} {}",
-                    s.red(&format!("{}:", err.code)),
-                    err.message
-                );
-            }
-        }
+        step_lines(out, task, &status, cont, now, s);
     } else {
         let n = task.spec.steps.len();
         let _ = writeln!(
@@ -483,8 +413,114 @@ fn render_task(
             ))
         );
     }
+    task_hints(out, op_name, op, task, &status, cont, s);
+}
 
-    // What a person can do about it.
+/// The task's first line: its mark, node, phase, block reason, attempt, time and dry run.
+fn task_line(
+    out: &mut String,
+    task: &NodeTask,
+    status: &NodeTaskStatus,
+    branch: &str,
+    now: Timestamp,
+    s: Style,
+) {
+    let _ = write!(
+        out,
+        "{branch}{} {}  {}",
+        task_mark(status.phase, s),
+        s.bold(&task.spec.node_name),
+        task_phase_text(status.phase, s)
+    );
+    if let Some(reason) = status.reason {
+        let _ = write!(out, " ({reason:?})");
+    }
+    if status.attempts > 1 {
+        let _ = write!(out, "  attempt {}", status.attempts);
+    }
+    if let Some(d) = task_duration(task, now) {
+        let _ = write!(out, "  {}", s.dim(&d));
+    }
+    if task.spec.dry_run {
+        let _ = write!(out, "  {}", s.dim("dry run"));
+    }
+    out.push('\n');
+}
+
+/// One line per step of a started task (phase, time, attempt, changed, where it runs),
+/// with a succeeded step's outputs and a failed step's error under it.
+fn step_lines(
+    out: &mut String,
+    task: &NodeTask,
+    status: &NodeTaskStatus,
+    cont: &str,
+    now: Timestamp,
+    s: Style,
+) {
+    let width = task
+        .spec
+        .steps
+        .iter()
+        .map(|st| st.name.len())
+        .max()
+        .unwrap_or(0);
+    for (i, step) in task.spec.steps.iter().enumerate() {
+        let last = i + 1 == task.spec.steps.len();
+        let sb = if last { "└─ " } else { "├─ " };
+        let sc = if last { "   " } else { "│  " };
+        let st = status.steps.iter().find(|x| x.name == step.name);
+        let phase = st.map(|x| x.phase).unwrap_or_default();
+        let _ = write!(
+            out,
+            "{cont}{sb}{} {:<width$}  {phase:?}",
+            step_mark(phase, s),
+            step.name
+        );
+        if let Some(st) = st {
+            if let Some(d) = step_duration(st, now) {
+                let _ = write!(out, "  {d}");
+            }
+            if st.attempts > 1 {
+                let _ = write!(out, "  attempt {}", st.attempts);
+            }
+            if st.changed == Some(true) {
+                let _ = write!(out, "  {}", s.dim("changed"));
+            }
+        }
+        if step.runs_on == RunsOn::Controller {
+            let _ = write!(out, "  {}", s.dim("[controller]"));
+        }
+        out.push('\n');
+        if let Some(st) = st.filter(|x| x.phase == StepPhase::Succeeded) {
+            for line in output_lines(&st.outputs) {
+                let _ = writeln!(out, "{cont}{sc}  {}", s.dim(&line));
+            }
+        }
+        if let Some(err) = st.and_then(|x| x.error.as_ref())
+            && phase == StepPhase::Failed
+        {
+            let _ = writeln!(
+                out,
+                "{cont}{sc}  {} {}",
+                s.red(&format!("{}:", err.code)),
+                err.message
+            );
+        }
+    }
+}
+
+/// What a person can do about the task: retry or skip a blocked one, approve one waiting,
+/// and the message of one held by another Operation, invalid or skipped.
+fn task_hints(
+    out: &mut String,
+    op_name: &str,
+    op: &Operation,
+    task: &NodeTask,
+    status: &NodeTaskStatus,
+    cont: &str,
+    s: Style,
+) {
+    let node = &task.spec.node_name;
     let hint = |out: &mut String, text: &str| {
         let _ = writeln!(out, "{cont}{text}");
     };
