@@ -365,6 +365,23 @@ pub async fn apply(
     Ok(())
 }
 
+/// Removes NodeTask `name`'s block `reason`, whichever field manager set it (a retry's
+/// write: the reason no longer applies). A JSON merge patch, not an apply: an apply can only
+/// drop fields its own manager owns, and the reason may be the agent's.
+pub async fn clear_reason(client: &Client, name: &str) -> Result<()> {
+    let api: Api<NodeTask> = Api::all(client.clone());
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": { "reason": null } })),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "removing the block reason of NodeTask {name}"
+    )))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use bosun_api::node_task::CheckStatus;

@@ -202,16 +202,7 @@ async fn write(
         .await?;
     }
     if recovery == Recovery::Retry {
-        let api: Api<NodeTask> = Api::all(ctx.client.clone());
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "reason": null } })),
-        )
-        .await
-        .map_err(Error::kube(format!(
-            "removing the block reason of NodeTask {name}"
-        )))?;
+        bosun_cluster::status::clear_reason(&ctx.client, &name).await?;
     }
     let top = TaskStatusWrite::task(r.phase, r.attempts, Some(r.message.clone()))
         .with_recovery_generation(generation);
