@@ -61,6 +61,17 @@ pub fn summarize(status: &mut OperationStatus, input: &Summary<'_>) {
     status.counts = decision.counts.clone();
     status.progress = Some(decision.progress.clone());
     status.observed_generation = input.generation;
+    status.message = Some(message(input));
+    blocked_condition(status, input);
+    progress_conditions(status, input);
+    held_condition(status, input);
+    ignored_condition(status, input);
+}
+
+/// The Operation's message: the blocked tasks' messages, the scheduler's line, and before
+/// them what the Operation waits for and a rollout control set aside.
+fn message(input: &Summary<'_>) -> String {
+    let decision = input.schedule;
     let blocked: Vec<String> = input
         .tasks
         .values()
@@ -89,7 +100,11 @@ pub fn summarize(status: &mut OperationStatus, input: &Summary<'_>) {
     if let Some(note) = input.ignored {
         message = format!("{note} — {message}");
     }
-    status.message = Some(message);
+    message
+}
+
+/// `Blocked`: true while the Operation is, with the first blocked task's reason.
+fn blocked_condition(status: &mut OperationStatus, input: &Summary<'_>) {
     let is_blocked = status.phase == OperationPhase::Blocked;
     let block_reason = input
         .tasks
@@ -111,6 +126,12 @@ pub fn summarize(status: &mut OperationStatus, input: &Summary<'_>) {
         input.generation,
         input.now,
     );
+}
+
+/// `Progressing` and `Complete`, and once Succeeded, `NothingDone` when no node succeeded.
+fn progress_conditions(status: &mut OperationStatus, input: &Summary<'_>) {
+    let decision = input.schedule;
+    let is_blocked = status.phase == OperationPhase::Blocked;
     let done = status.phase == OperationPhase::Succeeded;
     set_condition(
         &mut status.conditions,
@@ -155,6 +176,10 @@ pub fn summarize(status: &mut OperationStatus, input: &Summary<'_>) {
             input.now,
         );
     }
+}
+
+/// `NodeHeld`: true while a task waits for a node another Operation holds, saying which.
+fn held_condition(status: &mut OperationStatus, input: &Summary<'_>) {
     let is_waiting = !input.waiting.is_empty();
     let held_reason = if is_waiting {
         crate::exclusion::REASON_HELD
@@ -170,6 +195,10 @@ pub fn summarize(status: &mut OperationStatus, input: &Summary<'_>) {
         input.generation,
         input.now,
     );
+}
+
+/// `SpecIgnored`: a rollout control edited after freezing that could not be read.
+fn ignored_condition(status: &mut OperationStatus, input: &Summary<'_>) {
     // Written once it matters: an Operation whose spec was always readable has no such
     // condition.
     match input.ignored {
