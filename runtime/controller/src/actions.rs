@@ -236,8 +236,7 @@ async fn drain_step(
         node,
         task,
         step,
-        started,
-        now,
+        ..
     } = *pass;
     let timeout = op.drain.timeout_seconds;
     // Inside the window of the task's cordon, the drain checks the cordon holds
@@ -300,44 +299,44 @@ async fn drain_step(
         },
         Ok(Pass::Waiting { leftovers, .. }) => {
             let what = drain::explain_leftovers(&leftovers);
-            keep_waiting_or_fail(
-                started,
-                now,
+            drain_not_done(
+                pass,
                 timeout,
-                || {
-                    StepOutcome::failed(
-                        BlockReason::DrainTimedOut,
-                        "drain-timeout",
-                        format!(
-                            "drain of node {node} did not finish within {timeout}s; still on the node: {what}. Let the budgets allow it (scale up, or change the PodDisruptionBudget) or move the pods, then recovery: Retry; or Skip this node (it stays cordoned)"
-                        ),
-                    )
-                },
-                |deadline| StepOutcome::InProgress {
-                    message: format!("draining node {node} until {deadline}: waiting for {what}"),
-                    recheck: DRAIN_RECHECK,
-                },
+                &format!(
+                    "still on the node: {what}. Let the budgets allow it (scale up, or change the PodDisruptionBudget) or move the pods, then recovery: Retry; or Skip this node (it stays cordoned)"
+                ),
+                &format!("waiting for {what}"),
             )
         }
-        Err(error) => keep_waiting_or_fail(
-            started,
-            now,
+        Err(error) => drain_not_done(
+            pass,
             timeout,
-            || {
-                StepOutcome::failed(
-                    BlockReason::DrainTimedOut,
-                    "drain-timeout",
-                    format!(
-                        "drain of node {node} did not finish within {timeout}s; last error: {error}"
-                    ),
-                )
-            },
-            |deadline| StepOutcome::InProgress {
-                message: format!("draining node {node} until {deadline}: {error}"),
-                recheck: DRAIN_RECHECK,
-            },
+            &format!("last error: {error}"),
+            &error.to_string(),
         ),
     }
+}
+
+/// A drain not done in this pass: it goes on until `timeout` seconds after it started,
+/// saying `waiting`, then fails (`DrainTimedOut`) saying `gave_up`.
+fn drain_not_done(pass: &StepPass<'_>, timeout: u32, gave_up: &str, waiting: &str) -> StepOutcome {
+    let node = pass.node;
+    keep_waiting_or_fail(
+        pass.started,
+        pass.now,
+        timeout,
+        || {
+            StepOutcome::failed(
+                BlockReason::DrainTimedOut,
+                "drain-timeout",
+                format!("drain of node {node} did not finish within {timeout}s; {gave_up}"),
+            )
+        },
+        |deadline| StepOutcome::InProgress {
+            message: format!("draining node {node} until {deadline}: {waiting}"),
+            recheck: DRAIN_RECHECK,
+        },
+    )
 }
 
 /// `waitNodeReady` and `waitApiServer`: the node's Ready, or this node's own control plane

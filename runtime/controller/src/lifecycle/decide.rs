@@ -402,8 +402,13 @@ impl VersionsSeen {
         self.observed.nodes_at_desired == self.observed.nodes && self.observed.nodes > 0
     }
 
+    /// `, 1 only in its packages (w-1: kubectl 1.34.1-1.1)` when some nodes are behind only
+    /// in their packages; empty otherwise.
     fn lag_note(&self) -> String {
-        lag_note(self.packages_only, self.first_package_lag.as_deref())
+        match (self.packages_only, &self.first_package_lag) {
+            (0, _) | (_, None) => String::new(),
+            (n, Some(first)) => format!(", {n} only in their packages ({first})"),
+        }
     }
 }
 
@@ -722,15 +727,6 @@ fn renewal_before_expiry(input: &Input<'_>, certs: &CertificatesSeen, decision: 
             ),
             spec: operation_spec(spec, Kind::RenewCertificates),
         });
-    }
-}
-
-/// `, 1 only in its packages (w-1: kubectl 1.34.1-1.1)` when some nodes are behind only in
-/// their packages; empty otherwise.
-fn lag_note(packages_only: u32, first: Option<&str>) -> String {
-    match (packages_only, first) {
-        (0, _) | (_, None) => String::new(),
-        (n, Some(first)) => format!(", {n} only in their packages ({first})"),
     }
 }
 
