@@ -7,6 +7,8 @@
 #   etcd     (go.etcd.io/etcd/server/v3, at the tag kubeadm's image list names for this version);
 #   etcdctl  (go.etcd.io/etcd/etcdctl/v3, the same version, etcd 3.6 and later: the tests' etcd
 #            checks);
+#   etcdutl  (go.etcd.io/etcd/etcdutl/v3, likewise: what the control planes get for the upgrade's
+#            etcd snapshot step, which verifies its snapshot with it);
 #   crictl   (sigs.k8s.io/cri-tools; the github.com path is refused by the proxy);
 #   coredns  (github.com/coredns/coredns, at the tag kubeadm's image list names).
 # Binaries the simulated lab already built at the same Kubernetes version and with the same flags
@@ -26,7 +28,9 @@ WHAT="cluster build"
 BINS=("${K8S_BINS[@]}" etcd crictl coredns)
 # etcdctl for the tests' etcd checks, built with the etcd of the versions the tests upgrade to:
 # the module proxy serves etcdctl v3.6 but not v3.5.24 (403), so an etcd 3.5 build has none.
-case "$ETCD_VERSION" in v3.5.*) ;; *) BINS+=(etcdctl) ;; esac
+# etcdutl beside it: what an administrator installs on control planes for the upgrade's etcd
+# snapshot step (etcdctl takes the snapshot, etcdutl verifies it; docs/operations.md).
+case "$ETCD_VERSION" in v3.5.*) ;; *) BINS+=(etcdctl etcdutl) ;; esac
 NO_GO_HINT="Install Go 1.24 or newer (the cluster lab builds Kubernetes, etcd, crictl and CoreDNS from source), then run this again."
 # shellcheck source=tests/lab/go-build-common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lab/go-build-common.sh"
@@ -128,6 +132,13 @@ for b in "${missing[@]}"; do
       echo "cluster build: go build etcdctl $ETCD_VERSION ..." >&2
       (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3) >>"$LOG" 2>&1 || fail "building etcdctl"
       mv "$BIN/etcdctl.tmp" "$BIN/etcdctl" ;;
+    etcdutl)
+      # etcd's offline tool: `snapshot status` verifies a snapshot, `snapshot restore` restores it.
+      src="$OUT/src/etcdutl"
+      wrapper_module "$src" go.etcd.io/etcd/etcdutl/v3 "$ETCD_VERSION" '\.\./' "$ETCD_VERSION" go.etcd.io/etcd/etcdutl/v3
+      echo "cluster build: go build etcdutl $ETCD_VERSION ..." >&2
+      (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcdutl.tmp" go.etcd.io/etcd/etcdutl/v3) >>"$LOG" 2>&1 || fail "building etcdutl"
+      mv "$BIN/etcdutl.tmp" "$BIN/etcdutl" ;;
     crictl|coredns)
       # crictl's version is set at link time, as its Makefile does (else it says "unknown").
       if [ "$b" = crictl ]; then

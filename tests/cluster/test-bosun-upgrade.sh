@@ -266,21 +266,6 @@ spec:
 YAML
 fi
 
-# What users see during the Operation (issue 32): the application through its load balancer
-# and the API through the control-plane endpoint, at fixed rates; each node's memory.
-ENDPOINT=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}'); ENDPOINT=${ENDPOINT#https://}
-APP_URL="http://${ENDPOINT%:*}:${BOSUN_CLUSTER_APP_PORT:-8080}/"
-PROBES=$(mktemp -d)
-for _ in $(seq 1 30); do curl -sf -m 1 -o /dev/null "$APP_URL" && break; sleep 1; done
-curl -sf -m 1 -o /dev/null "$APP_URL" || fail "the workload does not answer at $APP_URL"
-"$HERE/probe.sh" api "$PROBES/api" "$ENDPOINT" & probe_pids=($!)
-"$HERE/probe.sh" app "$PROBES/app" "$APP_URL" & probe_pids+=($!)
-"$HERE/probe.sh" mem "$PROBES/mem" "bosun.cluster=$NAME" & probe_pids+=($!)
-tell_probes_to_stop() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop" "$PROBES/health.stop"; }
-stop_probes() { tell_probes_to_stop; wait "${probe_pids[@]}" 2>/dev/null || true; }
-trap tell_probes_to_stop EXIT
-echo "probes: the API through $ENDPOINT every 1 s, the application at $APP_URL every 0.2 s, node memory every 5 s (in $PROBES)"
-
 # etcd's own client against the stacked etcd members, with the control plane's health-check
 # client certificate; and the checks after each control plane's task.
 ETCD_CERTS=$(mktemp -d)
@@ -317,6 +302,51 @@ check_control_plane() { # after $1's task Succeeded
   done
   echo "after $n: etcd ${#CP_NODES[@]} members healthy (etcdctl), one leader; $ENDPOINT/readyz ok; static Pods at $TO"
 }
+
+
+# The etcd safety net (issue 35; docs/operations.md): what an administrator does on each
+# control plane before the first upgrade with Bosun, etcd's own client and offline tool in
+# /usr/local/bin (the build of the target version's etcd) and the snapshot directory.
+ETCDUTL="$(dirname "$ETCDCTL")/etcdutl"
+[ -x "$ETCDUTL" ] || fail "no etcdutl beside $ETCDCTL; run tests/cluster/build.sh with BOSUN_K8S_VERSION=$TO"
+for n in "${CP_NODES[@]}"; do
+  podman cp "$ETCDCTL" "$n:/usr/local/bin/etcdctl" && podman cp "$ETCDUTL" "$n:/usr/local/bin/etcdutl" \
+    && podman exec "$n" install -d -m 0700 /var/lib/etcd-snapshots || fail "installing etcdctl and etcdutl on $n"
+done
+echo "etcd: etcdctl and etcdutl $("$ETCDCTL" version | sed -n 's/^etcdctl version: //p') in /usr/local/bin and /var/lib/etcd-snapshots on ${CP_NODES[*]}"
+# The etcd gate's blocked case: one member stopped (its static Pod's manifest moved out) before
+# the Operation, so the first control plane's health check must block, naming that member,
+# with nothing on its node changed. Stopped before the probes start: its API server hangs
+# until haproxy's check takes it out, and that outage is this test's doing, not Bosun's.
+etcd_stopped=""
+if [ "${BOSUN_TEST_ETCD_GATE:-1}" = 1 ] && [ "${#CP_NODES[@]}" -gt 1 ]; then
+  etcd_stopped="${CP_NODES[$(( ${#CP_NODES[@]} - 1 ))]}"
+  podman exec "$etcd_stopped" mv /etc/kubernetes/manifests/etcd.yaml /etc/kubernetes/etcd.yaml.stopped-by-test \
+    || fail "stopping etcd on $etcd_stopped"
+  deadline=$(( $(date +%s) + 120 ))
+  until etcdctl_ endpoint health -w json 2>/dev/null | python3 -c 'import json, sys
+sys.exit(0 if any(not e["health"] for e in json.load(sys.stdin)) else 1)'; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "etcd on $etcd_stopped still answers 120 s after its manifest was moved out"
+    sleep 2
+  done
+  sleep 10  # haproxy's checks take that node's API server out
+  echo "etcd gate: the etcd member on $etcd_stopped stopped (its manifest moved out)"
+fi
+
+# What users see during the Operation (issue 32): the application through its load balancer
+# and the API through the control-plane endpoint, at fixed rates; each node's memory.
+ENDPOINT=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}'); ENDPOINT=${ENDPOINT#https://}
+APP_URL="http://${ENDPOINT%:*}:${BOSUN_CLUSTER_APP_PORT:-8080}/"
+PROBES=$(mktemp -d)
+for _ in $(seq 1 30); do curl -sf -m 1 -o /dev/null "$APP_URL" && break; sleep 1; done
+curl -sf -m 1 -o /dev/null "$APP_URL" || fail "the workload does not answer at $APP_URL"
+"$HERE/probe.sh" api "$PROBES/api" "$ENDPOINT" & probe_pids=($!)
+"$HERE/probe.sh" app "$PROBES/app" "$APP_URL" & probe_pids+=($!)
+"$HERE/probe.sh" mem "$PROBES/mem" "bosun.cluster=$NAME" & probe_pids+=($!)
+tell_probes_to_stop() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop" "$PROBES/health.stop"; }
+stop_probes() { tell_probes_to_stop; wait "${probe_pids[@]}" 2>/dev/null || true; }
+trap tell_probes_to_stop EXIT
+echo "probes: the API through $ENDPOINT every 1 s, the application at $APP_URL every 0.2 s, node memory every 5 s (in $PROBES)"
 
 if [ "$VIA" = lifecycle ]; then
   t_op=$(date +%s)
@@ -374,6 +404,34 @@ after:  $after_deny"
   sleep 5
   kubectl-bosun retry "$OP" "$cp1" >>"$LOG" 2>&1 || fail "kubectl bosun retry $OP $cp1"
   phase "policy deny, then retry"
+fi
+
+if [ -n "$etcd_stopped" ]; then
+  cp1="${NODES[0]}"
+  deadline=$(( $(date +%s) + 300 ))
+  until [ "$(task_field "$cp1" '{.status.phase}')" = Blocked ] && [ "$(task_field "$cp1" '{.status.currentStep}')" = etcd-health ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the etcd gate did not block $cp1 within 300 s with a member stopped (phase $(task_field "$cp1" '{.status.phase}'), step $(task_field "$cp1" '{.status.currentStep}'): $(task_field "$cp1" '{.status.message}'))"
+    sleep 2
+  done
+  gate_msg=$(task_field "$cp1" '{.status.steps[?(@.name=="etcd-health")].message}')
+  [[ "$gate_msg" == *"member $etcd_stopped ("*"is not healthy"* ]] \
+    || fail "the etcd gate's message on $cp1 does not name $etcd_stopped and its fault: $gate_msg"
+  [ "$(snapshot)" = "$before_state" ] || fail "the blocked etcd gate let something change on a node"
+  [ -z "$(kubectl get node "$cp1" -o jsonpath='{.spec.unschedulable}')" ] || fail "$cp1 was cordoned though its etcd gate blocked"
+  for n in "${NODES[@]:1}"; do
+    [ -z "$(task_field "$n" '{.status.steps[?(@.phase=="Succeeded")].name}')" ] \
+      || fail "a step ran on $n while $cp1 was blocked at its etcd gate"
+  done
+  echo "etcd gate: $cp1 Blocked at etcd-health ($(task_field "$cp1" '{.status.reason}')), not cordoned, packages and images unchanged: $gate_msg"
+  podman exec "$etcd_stopped" mv /etc/kubernetes/etcd.yaml.stopped-by-test /etc/kubernetes/manifests/etcd.yaml \
+    || fail "starting etcd on $etcd_stopped again"
+  deadline=$(( $(date +%s) + 180 ))
+  until etcd_whole; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "etcd on $etcd_stopped is not back 180 s after its manifest was restored"
+    sleep 2
+  done
+  kubectl-bosun retry "$OP" "$cp1" >>"$LOG" 2>&1 || fail "kubectl bosun retry $OP $cp1"
+  phase "etcd gate blocked, member restored, then retry"
 fi
 
 killed=""
@@ -458,6 +516,34 @@ if [ -n "$killed" ]; then
 elif [ "${BOSUN_TEST_KILL:-1}" = 1 ]; then
   fail "the agent was never killed: kubeadm-upgrade on ${NODES[0]} never ran ${BOSUN_TEST_KILL_AFTER:-3} s"
 fi
+# The etcd safety net: the first control plane's snapshot, as its step recorded it, is on the
+# node, whole (its sha256), and etcd's own tool reads the recorded revision and key count in
+# it; it was finished before kubeadm started. Every control plane's health check passed before
+# its node was cordoned.
+cp1="${NODES[0]}"
+snap() { task_field "$cp1" "{.status.steps[?(@.name==\"etcd-snapshot\")].$1}"; }
+snap_path=$(snap outputs.path)
+[ "$(snap phase)" = Succeeded ] && [ -n "$snap_path" ] || fail "no etcd snapshot recorded on $cp1: $(snap message)"
+[ "$(podman exec "$cp1" sha256sum "$snap_path" | cut -d' ' -f1)" = "$(snap outputs.sha256)" ] \
+  || fail "the snapshot $snap_path on $cp1 does not have the recorded sha256 $(snap outputs.sha256)"
+snap_status=$(podman exec "$cp1" /usr/local/bin/etcdutl snapshot status "$snap_path" -w json) || fail "etcdutl cannot read $snap_path on $cp1"
+python3 - "$snap_status" "$(snap outputs.revision)" "$(snap outputs.totalKeys)" <<'PY' || fail "etcdutl reads $snap_status in $snap_path, the step recorded revision $(snap outputs.revision), $(snap outputs.totalKeys) keys"
+import json, sys
+s = json.loads(sys.argv[1])
+sys.exit(0 if str(s["revision"]) == sys.argv[2] and str(s["totalKey"]) == sys.argv[3] and s["totalKey"] > 0 else 1)
+PY
+kubeadm_started=$(task_field "$cp1" '{.status.steps[?(@.name=="kubeadm-upgrade")].startedAt}')
+[ "$(date -d "$(snap finishedAt)" +%s)" -le "$(date -d "$kubeadm_started" +%s)" ] \
+  || fail "the etcd snapshot on $cp1 finished at $(snap finishedAt), after kubeadm-upgrade started at $kubeadm_started"
+for n in "${CP_NODES[@]}"; do
+  h_phase=$(task_field "$n" '{.status.steps[?(@.name=="etcd-health")].phase}')
+  h_end=$(task_field "$n" '{.status.steps[?(@.name=="etcd-health")].finishedAt}')
+  c_start=$(task_field "$n" '{.status.steps[?(@.name=="cordon")].startedAt}')
+  [ "$h_phase" = Succeeded ] && [ "$(date -d "$h_end" +%s)" -le "$(date -d "$c_start" +%s)" ] \
+    || fail "the etcd health check on $n is $h_phase (ended $h_end, cordon started $c_start): $(task_field "$n" '{.status.steps[?(@.name=="etcd-health")].message}')"
+  echo "etcd gate on $n: $(task_field "$n" '{.status.steps[?(@.name=="etcd-health")].message}')"
+done
+echo "etcd snapshot on $cp1: $(snap message) ($(( $(date -d "$(snap finishedAt)" +%s) - $(date -d "$(snap startedAt)" +%s) )) s, before kubeadm started at $kubeadm_started; etcdutl on the node agrees)"
 op_s=$(( $(date +%s) - t_op ))
 phase "upgrade Operation $OP Succeeded"
 if [ "$SELF_UPGRADE" = 1 ]; then

@@ -15,7 +15,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::operation::{DrainSpec, ExecutionMode, HealthGates, Rollout};
+use crate::operation::{DrainSpec, EtcdSafety, ExecutionMode, HealthGates, Rollout};
 
 /// The one name a ClusterLifecycle may have.
 pub const NAME: &str = "cluster";
@@ -198,6 +198,10 @@ pub struct OperationDefaults {
     /// `evictUnmanagedPods`), as on an Operation.
     #[serde(default)]
     pub drain: DrainSpec,
+    /// The etcd health check and snapshot of generated upgrades (`healthCheck`,
+    /// `snapshot`, `keepSnapshots`), as an Operation's `spec.upgrade.etcd`.
+    #[serde(default)]
+    pub etcd: EtcdSafety,
 }
 
 /// What the controller observed and did, written by the controller.

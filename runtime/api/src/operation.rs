@@ -203,6 +203,48 @@ pub struct UpgradeSpec {
     #[schemars(length(max = 3))]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub packages: Vec<KubePackage>,
+
+    /// The etcd safety net on control-plane nodes: a health check of the etcd cluster
+    /// before each control plane, and a verified snapshot on the first one before
+    /// `kubeadm upgrade apply`. Both on by default; turn them off for a cluster whose etcd
+    /// kubeadm does not run (external etcd), or whose snapshots are taken another way.
+    #[serde(default)]
+    pub etcd: EtcdSafety,
+}
+
+/// The etcd steps an upgrade puts on control-plane nodes (the `etcd` plugin; docs/operations.md).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdSafety {
+    /// Before each control-plane node: every etcd member healthy, one leader, no alarm,
+    /// as many members as control-plane Nodes; otherwise that node blocks before anything
+    /// on it changes. Default true.
+    #[serde(default = "default_true")]
+    pub health_check: bool,
+    /// On the first control-plane node, before `kubeadm upgrade apply`: an etcd snapshot,
+    /// verified with etcdutl, kept in `/var/lib/etcd-snapshots`; a failed snapshot blocks
+    /// the node before kubeadm runs. Default true.
+    #[serde(default = "default_true")]
+    pub snapshot: bool,
+    /// How many snapshots the node keeps (the newest; older ones the step took are
+    /// removed). Default 3.
+    #[serde(default = "default_keep_snapshots")]
+    #[schemars(range(min = 1, max = 100))]
+    pub keep_snapshots: u32,
+}
+
+impl Default for EtcdSafety {
+    fn default() -> Self {
+        EtcdSafety {
+            health_check: true,
+            snapshot: true,
+            keep_snapshots: default_keep_snapshots(),
+        }
+    }
+}
+
+fn default_keep_snapshots() -> u32 {
+    3
 }
 
 fn default_packages() -> Vec<KubePackage> {

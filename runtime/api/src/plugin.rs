@@ -28,6 +28,9 @@ pub mod well_known {
     pub const PACKAGES: &str = "packages";
     /// kubelet service control (action `restart`).
     pub const KUBELET: &str = "kubelet";
+    /// etcd's health (action `health`) and a verified snapshot (action `snapshot`) on
+    /// control-plane nodes before an upgrade.
+    pub const ETCD: &str = "etcd";
 }
 
 /// A plugin the cluster trusts. Cluster-scoped.

@@ -2,7 +2,9 @@
 //!
 //! Groups, in order:
 //! - `upgrade`: `control-plane-first` (one Ready control-plane node, `kubeadm upgrade
-//!   apply`), `control-plane` (the others, `kubeadm upgrade node`), `workers`.
+//!   apply`), `control-plane` (the others, `kubeadm upgrade node`), `workers`. Each
+//!   control-plane node starts with the etcd health check, and the first one also takes
+//!   an etcd snapshot, before it is cordoned (`spec.upgrade.etcd` turns either off).
 //! - `renewCertificates`: `control-plane`.
 //! - `custom`: the user's groups, in their order; a node belongs to the first group whose
 //!   selector it matches.
@@ -192,6 +194,12 @@ pub fn plan(
         }
     };
 
+    // The etcd health check expects one member per control-plane Node of the cluster (not
+    // only the selected ones): a stacked etcd has a member on each.
+    let on = Cluster {
+        operation,
+        control_planes: nodes.iter().filter(|n| n.is_control_plane()).count(),
+    };
     let mut tasks = Vec::new();
     for group in &plan.groups {
         for node_name in &group.nodes {
@@ -202,7 +210,7 @@ pub fn plan(
                 .get(node_name.as_str())
                 .is_some_and(|n| n.unschedulable && n.cordoned_by.is_none());
             let control_plane = group.control_plane_nodes.contains(node_name);
-            let steps = steps_for(&kind, &group.name, control_plane, was_cordoned)?;
+            let steps = steps_for(&kind, &on, &group.name, control_plane, was_cordoned)?;
             tasks.push(PlannedTask {
                 name: task_name(operation, node_name),
                 labels: BTreeMap::from([
@@ -424,9 +432,45 @@ fn agent_step(name: &str, plugin: &str, action: &str, params: serde_json::Value)
     }
 }
 
+/// What the steps of a task need to know about the Operation and the cluster.
+struct Cluster<'a> {
+    operation: &'a str,
+    control_planes: usize,
+}
+
+/// The etcd steps at the start of a control-plane node's upgrade, before it is cordoned:
+/// the health check on every control plane and the snapshot on the first, each turned off
+/// by `spec.upgrade.etcd`.
+fn etcd_steps(
+    upgrade: &UpgradeSpec,
+    on: &Cluster<'_>,
+    group: &str,
+    control_plane: bool,
+) -> Vec<Step> {
+    let mut steps = Vec::new();
+    if control_plane && upgrade.etcd.health_check {
+        steps.push(agent_step(
+            "etcd-health",
+            well_known::ETCD,
+            "health",
+            json!({"expectedMembers": on.control_planes}),
+        ));
+    }
+    if group == groups::CONTROL_PLANE_FIRST && upgrade.etcd.snapshot {
+        steps.push(agent_step(
+            "etcd-snapshot",
+            well_known::ETCD,
+            "snapshot",
+            json!({"keep": upgrade.etcd.keep_snapshots, "label": label_value(on.operation)}),
+        ));
+    }
+    steps
+}
+
 /// The steps of one node's task.
 fn steps_for(
     kind: &Kind<'_>,
+    on: &Cluster<'_>,
     group: &str,
     control_plane: bool,
     was_cordoned: bool,
@@ -444,10 +488,9 @@ fn steps_for(
                     });
                 }
             };
-            let mut steps = vec![
-                controller_step("cordon", CORDON),
-                controller_step("drain", DRAIN),
-            ];
+            let mut steps = etcd_steps(upgrade, on, group, control_plane);
+            steps.push(controller_step("cordon", CORDON));
+            steps.push(controller_step("drain", DRAIN));
             if upgrade.packages.contains(&KubePackage::Kubeadm) {
                 steps.push(agent_step(
                     "upgrade-kubeadm",

@@ -24,6 +24,7 @@ fn upgrade_spec(max_unavailable: IntOrString) -> OperationSpec {
                 KubePackage::Kubelet,
                 KubePackage::Kubectl,
             ],
+            etcd: Default::default(),
         }),
         rollout: Rollout { max_unavailable },
         ..Default::default()
@@ -93,6 +94,8 @@ fn upgrade_plans_first_control_plane_then_the_others_then_workers() {
     assert_eq!(
         step_names(&first.spec.steps),
         [
+            "etcd-health",
+            "etcd-snapshot",
             "cordon",
             "drain",
             "upgrade-kubeadm",
@@ -104,7 +107,30 @@ fn upgrade_plans_first_control_plane_then_the_others_then_workers() {
             "wait-api-server"
         ]
     );
-    let kubeadm = &first.spec.steps[3];
+    // The etcd safety net, before the node is cordoned: the health check expects one member
+    // per control-plane Node of the cluster, the snapshot is named after the Operation.
+    let (health, snapshot) = (&first.spec.steps[0], &first.spec.steps[1]);
+    assert_eq!(
+        (
+            health.plugin.as_deref(),
+            health.action.as_str(),
+            health.runs_on
+        ),
+        (Some("etcd"), "health", RunsOn::Agent)
+    );
+    assert_eq!(
+        health.params,
+        Some(serde_json::json!({"expectedMembers": 3}))
+    );
+    assert_eq!(
+        (snapshot.plugin.as_deref(), snapshot.action.as_str()),
+        (Some("etcd"), "snapshot")
+    );
+    assert_eq!(
+        snapshot.params,
+        Some(serde_json::json!({"keep": 3, "label": "up"}))
+    );
+    let kubeadm = &first.spec.steps[5];
     assert_eq!(
         (kubeadm.plugin.as_deref(), kubeadm.action.as_str()),
         (Some("kubeadm-upgrade"), "apply")
@@ -113,18 +139,23 @@ fn upgrade_plans_first_control_plane_then_the_others_then_workers() {
         kubeadm.params.as_ref().unwrap()["kubernetesVersion"],
         "v1.34.2"
     );
-    assert_eq!(first.spec.steps[0].runs_on, RunsOn::Controller);
+    assert_eq!(first.spec.steps[2].runs_on, RunsOn::Controller);
     assert_eq!(
-        first.spec.steps[2].params.as_ref().unwrap()["packages"],
+        first.spec.steps[4].params.as_ref().unwrap()["packages"],
         serde_json::json!(["kubeadm"])
     );
     assert_eq!(
-        first.spec.steps[4].params.as_ref().unwrap()["packages"],
+        first.spec.steps[6].params.as_ref().unwrap()["packages"],
         serde_json::json!(["kubelet", "kubectl"])
     );
 
+    // The other control planes check etcd's health and take no snapshot.
     let second_cp = &out.tasks[1];
-    assert_eq!(second_cp.spec.steps[3].action, "node");
+    assert_eq!(
+        &step_names(&second_cp.spec.steps)[..3],
+        ["etcd-health", "cordon", "drain"]
+    );
+    assert_eq!(second_cp.spec.steps[4].action, "node");
     assert_eq!(second_cp.spec.steps.last().unwrap().name, "wait-api-server");
 
     let worker = &out.tasks[3];
@@ -147,7 +178,7 @@ fn upgrade_plans_first_control_plane_then_the_others_then_workers() {
         for step in &task.spec.steps {
             match step.runs_on {
                 RunsOn::Agent => assert!(
-                    ["kubeadm-upgrade", "packages", "kubelet"]
+                    ["kubeadm-upgrade", "packages", "kubelet", "etcd"]
                         .contains(&step.plugin.as_deref().unwrap())
                 ),
                 RunsOn::Controller => assert!(step.plugin.is_none()),
@@ -893,5 +924,54 @@ fn simulate(cp: usize, workers: usize, limit: IntOrString, mode: ExecutionMode) 
             finished_order.push(n);
         }
         assert!(round < 9_999, "{ctx}: the rollout did not finish");
+    }
+}
+
+#[test]
+fn the_etcd_steps_follow_spec_upgrade_etcd() {
+    use bosun_api::operation::EtcdSafety;
+    // (healthCheck, snapshot, the first control plane's first steps, the second's)
+    let cases: [(bool, bool, &[&str], &[&str]); 4] = [
+        (
+            true,
+            true,
+            &["etcd-health", "etcd-snapshot", "cordon"],
+            &["etcd-health", "cordon"],
+        ),
+        (false, true, &["etcd-snapshot", "cordon"], &["cordon"]),
+        (
+            true,
+            false,
+            &["etcd-health", "cordon"],
+            &["etcd-health", "cordon"],
+        ),
+        (false, false, &["cordon"], &["cordon"]),
+    ];
+    for (health_check, snapshot, first, second) in cases {
+        let mut spec = upgrade_spec(IntOrString::Int(1));
+        let upgrade = spec.upgrade.as_mut().unwrap();
+        upgrade.etcd = EtcdSafety {
+            health_check,
+            snapshot,
+            keep_snapshots: 5,
+        };
+        let out = plan("op", &spec, &cluster(2, 1), None).unwrap();
+        let names = |i: usize| step_names(&out.tasks[i].spec.steps);
+        assert_eq!(&names(0)[..first.len()], first, "{health_check} {snapshot}");
+        assert_eq!(
+            &names(1)[..second.len()],
+            second,
+            "{health_check} {snapshot}"
+        );
+        assert_eq!(names(2)[0], "cordon", "workers have no etcd step");
+        if snapshot {
+            let step = out.tasks[0]
+                .spec
+                .steps
+                .iter()
+                .find(|s| s.name == "etcd-snapshot")
+                .unwrap();
+            assert_eq!(step.params.as_ref().unwrap()["keep"], 5);
+        }
     }
 }

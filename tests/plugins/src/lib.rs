@@ -25,6 +25,7 @@ pub struct Plugins {
     pub kubeadm_upgrade: Vec<u8>,
     pub packages: Vec<u8>,
     pub kubelet: Vec<u8>,
+    pub etcd: Vec<u8>,
     /// The `hello` example (plugins/hello), which the demo runs.
     pub hello: Vec<u8>,
 }
@@ -37,7 +38,7 @@ pub fn workspace_root() -> PathBuf {
         .unwrap()
 }
 
-/// Runs `cargo build --release --target wasm32-wasip2` for the five plugins once per test
+/// Runs `cargo build --release --target wasm32-wasip2` for the six plugins once per test
 /// binary, in the same target directory as the tests, and reads the components.
 pub fn plugins() -> &'static Plugins {
     static PLUGINS: OnceLock<Plugins> = OnceLock::new();
@@ -49,7 +50,7 @@ pub fn plugins() -> &'static Plugins {
             .args(["build", "--release", "--target", "wasm32-wasip2"])
             .args(["-p", "bosun-plugin-certs", "-p", "bosun-plugin-kubeadm-upgrade"])
             .args(["-p", "bosun-plugin-packages", "-p", "bosun-plugin-kubelet"])
-            .args(["-p", "bosun-plugin-hello"])
+            .args(["-p", "bosun-plugin-hello", "-p", "bosun-plugin-etcd"])
             .status()
             .expect("running cargo to build the plugins");
         assert!(
@@ -67,6 +68,7 @@ pub fn plugins() -> &'static Plugins {
             kubeadm_upgrade: read("bosun_plugin_kubeadm_upgrade"),
             packages: read("bosun_plugin_packages"),
             kubelet: read("bosun_plugin_kubelet"),
+            etcd: read("bosun_plugin_etcd"),
             hello: read("bosun_plugin_hello"),
         }
     })
@@ -890,5 +892,94 @@ exit 1
             let _ = std::fs::remove_file(root.join(link));
             std::os::unix::fs::symlink("dnf-3", root.join(link)).unwrap();
         }
+    }
+}
+
+/// A simulated etcd cluster as `etcdctl` and `etcdutl` see it, in `root/usr/local/bin`:
+/// `members` named `name@ip`, each answering healthy unless its ip is in `down` (then
+/// etcdctl prints what 3.6.5 prints for an unreachable member and exits 1); the first
+/// member is the leader. `snapshot save PATH` writes a small file at PATH.part and renames it to
+/// PATH (through the command's kernel sandbox, as the real one does) and `etcdutl snapshot status PATH`
+/// reports revision 42 and 7 keys for a file that exists. The JSON is etcd 3.6.5's
+/// (checked against the real tools; docs/operations.md shows their output).
+pub fn simulated_etcd(root: &Path, members: &[&str], down: &[&str]) {
+    install_programs(
+        root,
+        &["/bin/sh", "/usr/bin/printf", "/usr/bin/cat", "/usr/bin/mv"],
+    );
+    let mut list = Vec::new();
+    let mut health = Vec::new();
+    let mut status = Vec::new();
+    for (i, m) in members.iter().enumerate() {
+        let (name, ip) = m.split_once('@').expect("name@ip");
+        let id = 1000 + i;
+        let url = format!("https://{ip}:2379");
+        list.push(format!(
+            r#"{{"ID":{id},"name":"{name}","peerURLs":["https://{ip}:2380"],"clientURLs":["{url}"]}}"#
+        ));
+        if down.contains(&ip) {
+            health.push(format!(
+                r#"{{"endpoint":"{url}","health":false,"took":"3.0s","error":"context deadline exceeded"}}"#
+            ));
+        } else {
+            health.push(format!(
+                r#"{{"endpoint":"{url}","health":true,"took":"2.1ms"}}"#
+            ));
+            status.push(format!(
+                r#"{{"Endpoint":"{url}","Status":{{"header":{{"cluster_id":7,"member_id":{id},"revision":42,"raft_term":2}},"version":"3.6.5","dbSize":20480,"leader":1000,"raftIndex":6,"raftTerm":2}}}}"#
+            ));
+        }
+    }
+    let failed_status: String = members
+        .iter()
+        .filter_map(|m| m.split_once('@'))
+        .filter(|(_, ip)| down.contains(ip))
+        .map(|(_, ip)| {
+            format!("echo 'Failed to get the status of endpoint https://{ip}:2379 (context deadline exceeded)' >&2\n")
+        })
+        .collect();
+    let rc = if down.is_empty() { 0 } else { 1 };
+    let etcdctl = format!(
+        r#"#!/bin/sh
+# etcdctl (simulated by the Bosun tests): the queries of the etcd plugin, in etcd 3.6.5's JSON.
+while [ $# -gt 0 ]; do case "$1" in --*) shift ;; *) break ;; esac; done
+case "$1 $2" in
+"member list") cat <<'J'
+{{"header":{{"cluster_id":7,"member_id":1000,"raft_term":2}},"members":[{list}]}}
+J
+;;
+"alarm list") echo '{{"header":{{"cluster_id":7,"member_id":1000,"revision":42,"raft_term":2}}}}' ;;
+"endpoint health") cat <<'J'
+[{health}]
+J
+[ {rc} = 0 ] || {{ echo 'Error: unhealthy cluster' >&2; exit 1; }} ;;
+"endpoint status") cat <<'J'
+[{status}]
+J
+{failed_status}exit {rc} ;;
+"snapshot save") printf 'simulated etcd snapshot\n' >"$3.part" && mv "$3.part" "$3" && echo "Snapshot saved at $3" ;;
+*) echo "etcdctl (simulated): unexpected $*" >&2; exit 2 ;;
+esac
+"#,
+        list = list.join(","),
+        health = health.join(","),
+        status = status.join(","),
+    );
+    let etcdutl = r#"#!/bin/sh
+# etcdutl (simulated by the Bosun tests): `snapshot status PATH -w json` of a file that exists.
+[ "$1 $2" = "snapshot status" ] && [ -s "$3" ] || { echo "etcdutl (simulated): no snapshot at $3" >&2; exit 1; }
+echo '{"hash":3986875425,"revision":42,"totalKey":7,"totalSize":20480,"version":"3.6.0"}'
+"#;
+    for (name, script) in [("etcdctl", etcdctl.as_str()), ("etcdutl", etcdutl)] {
+        let rel = format!("usr/local/bin/{name}");
+        write(root, &rel, script);
+        std::fs::set_permissions(
+            root.join(&rel),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+    }
+    for f in ["ca.crt", "healthcheck-client.crt", "healthcheck-client.key"] {
+        write(root, &format!("etc/kubernetes/pki/etcd/{f}"), "simulated\n");
     }
 }

@@ -1,13 +1,15 @@
 //! End to end: an `upgrade` Operation in DryRun over every lab node (one control plane,
 //! three workers; Debian, Rocky, Ubuntu and Alma roots), run by the real controller and
-//! agents with the three first-party plugins the upgrade uses, signed and published with
-//! the grants of deploy/examples/plugins (packages, kubeadm-upgrade, kubelet), as a user
+//! agents with the four first-party plugins the upgrade uses, signed and published with
+//! the grants of deploy/examples/plugins (packages, kubeadm-upgrade, kubelet, etcd), as a user
 //! would. It proves:
 //! - the whole upgrade path gets through every node: the Operation and every NodeTask end
 //!   Succeeded, and a step that blocks fails the test with every task's status;
 //! - every step says what it would do ("would …"), including what the packages steps
 //!   would install on each node's own package manager (apt or dnf, chosen by os-release),
-//!   and changes nothing (`changed: false`);
+//!   and changes nothing (`changed: false`); the control plane's etcd health check (which
+//!   reads in a dry run too) passes against a simulated etcdctl, and its snapshot step says
+//!   where it would save the snapshot;
 //! - the node roots are unchanged, byte for byte (every file hashed before and after).
 //!
 //! The lab's roots have no package manager, so each gets a simulated one of its family
@@ -18,7 +20,9 @@
 use anyhow::{Context, Result, ensure};
 use bosun_api::node_task::{NodeTaskPhase, StepPhase};
 use bosun_e2e::Operator;
-use bosun_plugins_tests::{example_grants, package_family, plugins, simulated_package_manager};
+use bosun_plugins_tests::{
+    example_grants, package_family, plugins, simulated_etcd, simulated_package_manager,
+};
 use serde_json::json;
 
 const TARGET: &str = "v1.34.5";
@@ -46,6 +50,23 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
             ],
         );
     }
+    // Each control plane's etcd, as etcdctl and etcdutl would show it (the lab's nodes run
+    // no etcd of their own), and the snapshot directory an administrator creates.
+    let control_planes: Vec<String> = lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == bosun_lab::Role::ControlPlane)
+        .map(|n| format!("{}@127.0.0.1", n.name))
+        .collect();
+    let members: Vec<&str> = control_planes.iter().map(String::as_str).collect();
+    for node in lab
+        .nodes
+        .iter()
+        .filter(|n| n.role == bosun_lab::Role::ControlPlane)
+    {
+        simulated_etcd(&node.host_root, &members, &[]);
+        std::fs::create_dir_all(node.host_root.join("var/lib/etcd-snapshots"))?;
+    }
     let families: std::collections::BTreeSet<&str> = lab
         .nodes
         .iter()
@@ -66,6 +87,7 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
             "kubeadm-upgrade.yaml",
         ),
         ("kubelet", &p.kubelet, "kubelet.yaml"),
+        ("etcd", &p.etcd, "etcd.yaml"),
     ] {
         bosun_e2e::publish_plugin(
             &lab.client,
@@ -132,6 +154,15 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
                 node.name
             );
         }
+        if node.role == bosun_lab::Role::ControlPlane {
+            ensure!(
+                names[..2] == ["etcd-health", "etcd-snapshot"],
+                "{}: the etcd steps come first on the first control plane: {names:?}",
+                node.name
+            );
+        } else {
+            ensure!(names[0] == "cordon", "{}: {names:?}", node.name);
+        }
         for s in &ts.steps {
             let message = s.message.clone().unwrap_or_default();
             println!("{} {}: {message}", node.name, s.name);
@@ -142,8 +173,11 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
                 s.name,
                 s.phase
             );
+            // The etcd health check reads in a dry run too, and says what it found.
+            let health = format!("etcd is healthy: {} member", members.len());
             ensure!(
-                message.contains("would "),
+                message.contains("would ")
+                    || (s.name == "etcd-health" && message.starts_with(&health)),
                 "{} {}: no \"would …\" in {message:?}",
                 node.name,
                 s.name

@@ -80,6 +80,7 @@ fn every_step_the_planner_builds_matches_the_real_plugins_actions_and_params_sch
         ("kubeadm-upgrade", &p.kubeadm_upgrade),
         ("packages", &p.packages),
         ("kubelet", &p.kubelet),
+        ("etcd", &p.etcd),
     ]
     .into_iter()
     .map(|(name, bytes)| (name, node.load(bytes, name)))
@@ -177,6 +178,8 @@ fn every_step_the_planner_builds_matches_the_real_plugins_actions_and_params_sch
         [
             ("certs", "renew"),
             ("certs", "restart-control-plane"),
+            ("etcd", "health"),
+            ("etcd", "snapshot"),
             ("kubeadm-upgrade", "apply"),
             ("kubeadm-upgrade", "node"),
             ("kubelet", "restart"),

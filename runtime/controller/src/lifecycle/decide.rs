@@ -748,6 +748,7 @@ pub fn operation_spec(spec: &ClusterLifecycleSpec, kind: Kind) -> OperationSpec 
                     PackagePolicy::FollowClusterVersion => FOLLOWED_PACKAGES.to_vec(),
                     PackagePolicy::LeaveAlone => Vec::new(),
                 },
+                etcd: defaults.etcd.clone(),
             });
         }
         Kind::RenewCertificates => {
