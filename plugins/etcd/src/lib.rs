@@ -349,14 +349,26 @@ fn alarm_name(alarm: i32) -> String {
 /// Judges what the queries returned. Pure: the table tests feed it etcdctl's JSON.
 #[must_use]
 pub fn judge(seen: &Observed, expected_members: Option<u32>) -> Verdict {
-    let mut faults = Vec::new();
-    let by_url = |url: &str| {
-        seen.members
-            .iter()
-            .find(|m| m.client_urls.iter().any(|u| u == url))
+    let mut faults = membership_faults(seen, expected_members);
+    faults.extend(member_faults(seen));
+    let leader = match leader_of(seen) {
+        Ok(leader) => Some(leader),
+        Err(fault) => {
+            faults.push(fault);
+            None
+        }
     };
-    let by_id = |id: u64| seen.members.iter().find(|m| m.id == id);
-    let voters: Vec<&Member> = seen.members.iter().filter(|m| !m.is_learner).collect();
+    Verdict { faults, leader }
+}
+
+fn by_id(seen: &Observed, id: u64) -> Option<&Member> {
+    seen.members.iter().find(|m| m.id == id)
+}
+
+/// The member list itself: as many members as control-plane Nodes, every one a started,
+/// voting member that etcdctl checked.
+fn membership_faults(seen: &Observed, expected_members: Option<u32>) -> Vec<String> {
+    let mut faults = Vec::new();
     if let Some(n) = expected_members
         && seen.members.len() != n as usize
     {
@@ -368,90 +380,88 @@ pub fn judge(seen: &Observed, expected_members: Option<u32>) -> Verdict {
             names.join(", ")
         ));
     }
-    for m in seen.members.iter().filter(|m| m.is_learner) {
-        faults.push(format!(
-            "member {} is a learner, not yet a voting member: wait for it to be promoted",
-            member_label(m)
-        ));
-    }
-    for m in seen.members.iter().filter(|m| m.name.is_empty()) {
-        faults.push(format!(
-            "member {} was added but never started",
-            member_label(m)
-        ));
-    }
     for m in &seen.members {
-        let answered = m
+        let checked = m
             .client_urls
             .iter()
             .any(|u| seen.health.iter().any(|h| &h.endpoint == u));
-        if !answered && !m.name.is_empty() {
+        if m.is_learner {
+            faults.push(format!(
+                "member {} is a learner, not yet a voting member: wait for it to be promoted",
+                member_label(m)
+            ));
+        } else if m.name.is_empty() {
+            faults.push(format!(
+                "member {} was added but never started",
+                member_label(m)
+            ));
+        } else if !checked {
             faults.push(format!(
                 "member {} was not checked: etcdctl reported no health for it",
                 member_label(m)
             ));
         }
     }
-    for h in seen.health.iter().filter(|h| !h.health) {
+    faults
+}
+
+/// Each member's own state: unhealthy, or with an alarm raised.
+fn member_faults(seen: &Observed) -> Vec<String> {
+    let by_url = |url: &str| {
+        seen.members
+            .iter()
+            .find(|m| m.client_urls.iter().any(|u| u == url))
+    };
+    let unhealthy = seen.health.iter().filter(|h| !h.health).map(|h| {
         let who = by_url(&h.endpoint).map_or_else(|| h.endpoint.clone(), member_label);
-        faults.push(format!(
+        format!(
             "member {who} is not healthy: {}",
             h.error.as_deref().unwrap_or("no reason given")
-        ));
-    }
-    for a in &seen.alarms {
-        let who = by_id(a.member_id).map_or_else(|| format!("{:x}", a.member_id), member_label);
-        faults.push(format!("member {who} has alarm {}", alarm_name(a.alarm)));
-    }
-    // One leader, a voting member, that every member that answered follows.
+        )
+    });
+    let alarms = seen.alarms.iter().map(|a| {
+        let who =
+            by_id(seen, a.member_id).map_or_else(|| format!("{:x}", a.member_id), member_label);
+        format!("member {who} has alarm {}", alarm_name(a.alarm))
+    });
+    unhealthy.chain(alarms).collect()
+}
+
+/// The one leader every member that answered follows, a voting member.
+fn leader_of(seen: &Observed) -> Result<String, String> {
     let leaders: std::collections::BTreeSet<u64> =
         seen.status.iter().map(|s| s.status.leader).collect();
-    let leader = match leaders.iter().copied().collect::<Vec<_>>().as_slice() {
-        [] => {
-            faults.push(format!(
-                "no member reported its status, so no leader is known{}",
-                if seen.status_failures.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", seen.status_failures.join("; "))
-                }
-            ));
-            None
-        }
-        [0] => {
-            faults.push(
-                "etcd has no leader: the members are electing one, or have lost quorum".into(),
-            );
-            None
-        }
-        [id] => match voters.iter().find(|m| m.id == *id) {
-            Some(m) => Some(member_label(m)),
-            None => {
-                faults.push(format!(
-                    "the leader {id:x} is not a voting member in the member list"
-                ));
-                None
+    match leaders.into_iter().collect::<Vec<_>>().as_slice() {
+        [] => Err(format!(
+            "no member reported its status, so no leader is known{}",
+            if seen.status_failures.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", seen.status_failures.join("; "))
             }
-        },
+        )),
+        [0] => Err("etcd has no leader: the members are electing one, or have lost quorum".into()),
+        [id] => by_id(seen, *id)
+            .filter(|m| !m.is_learner)
+            .map(member_label)
+            .ok_or_else(|| format!("the leader {id:x} is not a voting member in the member list")),
         several => {
             let views: Vec<String> = seen
                 .status
                 .iter()
                 .map(|s| {
-                    let who = by_id(s.status.header.member_id)
+                    let who = by_id(seen, s.status.header.member_id)
                         .map_or_else(|| s.endpoint.clone(), member_label);
                     format!("{who} follows {:x}", s.status.leader)
                 })
                 .collect();
-            faults.push(format!(
+            Err(format!(
                 "the members disagree on the leader ({} different: {})",
                 several.len(),
                 views.join(", ")
-            ));
-            None
+            ))
         }
-    };
-    Verdict { faults, leader }
+    }
 }
 
 fn etcdctl(query: [&'static str; 4]) -> Result<Output, PluginError> {

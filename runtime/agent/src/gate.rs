@@ -160,36 +160,7 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         annotations,
         control_plane: control_plane_now?,
     };
-    let host_root = agent.host.config().host_root.clone();
-    let os = found.as_ref().map(|f| f.os.clone()).unwrap_or_default();
-    let facts = NodeFacts {
-        name: agent.node_name.clone(),
-        roles: node.map(roles_of).unwrap_or_default(),
-        ready: node.is_some_and(is_ready),
-        os: OsRelease {
-            id: os.id,
-            id_like: os.id_like,
-            version_id: os.version_id,
-            pretty_name: os.pretty_name,
-        },
-        arch: found.as_ref().map(|f| f.arch.clone()),
-        kernel: found
-            .as_ref()
-            .map(|f| f.kernel.clone())
-            .filter(|k| !k.is_empty()),
-        kubelet_version: node.and_then(crate::facts::kubelet_version_of),
-        kubeadm_version: found.and_then(|f| f.kubeadm_version),
-        annotations: node.map(|n| n.annotations().clone()).unwrap_or_default(),
-        certificates: certificates(&host_root),
-        confinement: {
-            let c = crate::facts::command_confinement();
-            bosun_policy::input::Confinement {
-                landlock_abi: c.landlock_abi,
-                seccomp: c.seccomp,
-                missing: c.missing,
-            }
-        },
-    };
+    let facts = node_facts(agent, node, found);
     Ok(Prepared {
         generation,
         node_ready: node.map(is_ready),
@@ -208,6 +179,43 @@ pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> 
         cluster,
         decisions: Mutex::new(Decisions::default()),
     })
+}
+
+/// This node's facts as policies see them: from its Node object, and from the host as a
+/// plugin's `facts.node` sees it (`found`).
+fn node_facts(
+    agent: &Agent,
+    node: Option<&Node>,
+    found: Option<bosun_host::NodeFacts>,
+) -> NodeFacts {
+    let host_root = agent.host.config().host_root.clone();
+    let os = found.as_ref().map(|f| f.os.clone()).unwrap_or_default();
+    let c = crate::facts::command_confinement();
+    NodeFacts {
+        name: agent.node_name.clone(),
+        roles: node.map(roles_of).unwrap_or_default(),
+        ready: node.is_some_and(is_ready),
+        os: OsRelease {
+            id: os.id,
+            id_like: os.id_like,
+            version_id: os.version_id,
+            pretty_name: os.pretty_name,
+        },
+        arch: found.as_ref().map(|f| f.arch.clone()),
+        kernel: found
+            .as_ref()
+            .map(|f| f.kernel.clone())
+            .filter(|k| !k.is_empty()),
+        kubelet_version: node.and_then(crate::facts::kubelet_version_of),
+        kubeadm_version: found.and_then(|f| f.kubeadm_version),
+        annotations: node.map(|n| n.annotations().clone()).unwrap_or_default(),
+        certificates: certificates(&host_root),
+        confinement: bosun_policy::input::Confinement {
+            landlock_abi: c.landlock_abi,
+            seccomp: c.seccomp,
+            missing: c.missing,
+        },
+    }
 }
 
 /// How long the gate reads a Node that is not Ready again before the step's preflight

@@ -465,8 +465,6 @@ async fn run_step(task: &NodeTask, index: usize, agent: &Agent) -> Result<Action
 /// result. A failed start write is an error with nothing recorded (no plugin ran); a failed
 /// result write is not an error: the result is kept to send again (see [`resend_result`]).
 async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<Action, Error> {
-    let step = &task.spec.steps[index];
-    let name = task.name_any();
     // Policies and facts first: if they cannot be had, the step is not started at all.
     let prepared = Arc::new(gate::prepare(agent, task).await?);
     // Inside the window of the task's cordon, the node must still be cordoned: someone
@@ -474,6 +472,34 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     if let Some(message) = bosun_cluster::cordon::refusal(task, index, prepared.unschedulable()) {
         return refuse_cordon_cleared(task, index, agent, message).await;
     }
+    let started = start_attempt(task, index, agent, &prepared).await?;
+    let attempt = started.attempts;
+    let result = run_plugin(task, index, agent, &prepared, started.resumed).await?;
+    let body = result_body(task, index, agent, &prepared, started, result).await?;
+    send_result(task, index, agent, &prepared, attempt, body).await
+}
+
+/// An attempt the agent has written Running, and what its result write needs.
+struct Started {
+    phase: StepPhase,
+    attempts: u32,
+    resumed: bool,
+    /// The node facts this step's writes carry.
+    carried: serde_json::Map<String, serde_json::Value>,
+    at: Timestamp,
+    clock: Instant,
+}
+
+/// Writes attempt n+1 of step `index` Running (with the node facts it carries), then records
+/// that it started. A failed write is an error, and nothing is owed: no plugin ran.
+async fn start_attempt(
+    task: &NodeTask,
+    index: usize,
+    agent: &Agent,
+    prepared: &gate::Prepared,
+) -> Result<Started, Error> {
+    let step = &task.spec.steps[index];
+    let name = task.name_any();
     let previous = step_status(&task.status.clone().unwrap_or_default().steps, &step.name)
         .cloned()
         .unwrap_or_default();
@@ -486,7 +512,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     // step, read now (before the step starts) unless the task has it already; and whatever
     // this step's manager wrote before, but not an `after` of an earlier run of this step.
     let manager = step_manager(&agent.manager, &step.name);
-    let (first, last) = facts::agent_steps(task).unwrap_or((index, index));
+    let (first, _) = facts::agent_steps(task).unwrap_or((index, index));
     let mut carried = facts::carried(agent, task, &manager);
     carried.remove("after");
     let has_before = task
@@ -501,13 +527,13 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
             facts::read_before(agent, task, kubelet).await,
         );
     }
-    let started = Timestamp::now();
+    let at = Timestamp::now();
     let clock = Instant::now();
     apply_status(
         agent,
         &name,
         &step.name,
-        &TaskStatusWrite::step_started(&step.name, phase, attempts, started)
+        &TaskStatusWrite::step_started(&step.name, phase, attempts, at)
             .with_facts(Some(serde_json::Value::Object(carried.clone()))),
     )
     .await?;
@@ -521,8 +547,26 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     } else {
         tracing::info!("step started");
     }
+    Ok(Started {
+        phase,
+        attempts,
+        resumed,
+        carried,
+        at,
+        clock,
+    })
+}
 
-    let result = match step.plugin.as_deref() {
+/// Resolves the step's Plugin and runs it once through the host.
+async fn run_plugin(
+    task: &NodeTask,
+    index: usize,
+    agent: &Agent,
+    prepared: &Arc<gate::Prepared>,
+    resumed: bool,
+) -> Result<StepResult, Error> {
+    let step = &task.spec.steps[index];
+    Ok(match step.plugin.as_deref() {
         None => StepResult::failed(
             BlockReason::PluginUnavailable,
             "no-plugin",
@@ -543,12 +587,27 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
                     .await?
             }
         },
-    };
+    })
+}
+
+/// The status write of a finished attempt: the step's end (and the task's block, on a
+/// failure), its report, and the node facts (`after` once the task's last agent step
+/// succeeded, read now).
+async fn result_body(
+    task: &NodeTask,
+    index: usize,
+    agent: &Agent,
+    prepared: &gate::Prepared,
+    started: Started,
+    result: StepResult,
+) -> Result<TaskStatusWrite, Error> {
+    let step = &task.spec.steps[index];
+    let name = task.name_any();
     let finished = Timestamp::now();
     bosun_telemetry::metrics().step_finished(
         bosun_telemetry::Side::Agent,
         bosun_telemetry::StepOutcome::from_block(result.block),
-        clock.elapsed(),
+        started.clock.elapsed(),
     );
     let event = if result.phase == StepPhase::Succeeded {
         StepEvent::Succeeded
@@ -556,7 +615,7 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
         StepEvent::Failed
     };
     let end_phase =
-        step_transition(phase, event).map_err(bosun_cluster::Error::transition(&name))?;
+        step_transition(started.phase, event).map_err(bosun_cluster::Error::transition(&name))?;
     let block = match result.block {
         Some(reason) => {
             let next = task_transition(NodeTaskPhase::Running, TaskEvent::StepFailed)
@@ -571,8 +630,8 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     };
     let entry = StepWrite::finished(
         &step.name,
-        attempts,
-        started,
+        started.attempts,
+        started.at,
         finished,
         StepEnd {
             phase: end_phase,
@@ -588,13 +647,27 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
             host_milliseconds: u64::try_from(result.host_time.as_millis()).unwrap_or(u64::MAX),
         }),
     );
-    // `after` with the result of the task's last agent step, read now (after the step).
+    let mut carried = started.carried;
+    let (_, last) = facts::agent_steps(task).unwrap_or((index, index));
     if index == last && end_phase == StepPhase::Succeeded {
         carried.insert("after".into(), facts::read_after(agent, task).await);
     }
-    let body = TaskStatusWrite::step_finished(entry, block)
-        .with_facts(Some(serde_json::Value::Object(carried)));
-    let written = apply_status(agent, &name, &step.name, &body).await;
+    Ok(TaskStatusWrite::step_finished(entry, block)
+        .with_facts(Some(serde_json::Value::Object(carried))))
+}
+
+/// Sends a finished attempt's result. A failed write is not an error: the result is kept and
+/// sent again with backoff (the plugin does not run again).
+async fn send_result(
+    task: &NodeTask,
+    index: usize,
+    agent: &Agent,
+    prepared: &gate::Prepared,
+    attempts: u32,
+    body: TaskStatusWrite,
+) -> Result<Action, Error> {
+    let step = &task.spec.steps[index];
+    let written = apply_status(agent, &task.name_any(), &step.name, &body).await;
     // The policy decision was made whether or not its status landed yet.
     prepared.publish_events(agent, task, &step.name).await;
     match written {

@@ -1,5 +1,8 @@
 //! `bosun-agent`: runs one node's NodeTask steps. Connects with the usual kubeconfig rules
 //! (`KUBECONFIG`, `~/.kube/config`, or in-cluster) and runs until SIGTERM / Ctrl-C.
+//!
+//! `main` (about 130 lines) is kept whole on purpose: it wires each flag to the part it
+//! configures, top to bottom, in the order the agent starts them.
 
 use std::path::PathBuf;
 use std::sync::Arc;

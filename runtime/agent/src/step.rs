@@ -12,8 +12,8 @@ use bosun_api::node_task::{
     BlockReason, CheckStatus as ApiCheck, LOG_TAIL_LINES, PreflightCheck, StepError, StepPhase,
 };
 use bosun_host::{
-    CallFailure, Captured, Check, CheckStatus, Error as HostError, Host, LogLevel, NodeContext,
-    RunOptions,
+    CallFailure, Captured, Check, CheckStatus, Error as HostError, Host, LoadedPlugin, LogLevel,
+    NodeContext, RunOptions,
 };
 
 use crate::gate::Gate;
@@ -97,79 +97,121 @@ pub fn execute(
     if let Err(refused) = gate.loaded(&loaded) {
         return *refused;
     }
-    let mut lines = Vec::new();
-    let mut host_time = Duration::ZERO;
-    let preflight_clock = std::time::Instant::now();
-    let preflight_report = host.preflight_with(
-        &loaded,
+    let mut trace = Trace::default();
+    let preflight = match preflight(host, &loaded, node, call, &mut trace) {
+        Ok(preflight) => preflight,
+        Err(refused) => return *refused,
+    };
+    if let Err(refused) = gate.before_run(&loaded, &preflight) {
+        return trace.onto(*refused, preflight);
+    }
+    let result = run_action(host, &loaded, node, call, &mut trace);
+    trace.onto(result, preflight)
+}
+
+/// What the host calls of one step left behind: their log lines and the time spent in host
+/// commands.
+#[derive(Default)]
+struct Trace {
+    lines: Vec<String>,
+    host_time: Duration,
+}
+
+impl Trace {
+    fn add(&mut self, captured: &Captured) {
+        self.lines.extend(tail_of(captured));
+        self.host_time += captured.host_time;
+    }
+
+    /// `result` with the preflight checks, the log tail and the host time.
+    fn onto(self, mut result: StepResult, preflight: Vec<PreflightCheck>) -> StepResult {
+        result.preflight = preflight;
+        result.log_tail = keep_tail(self.lines);
+        result.host_time = self.host_time;
+        result
+    }
+}
+
+/// The plugin's preflight: its checks, or the finished failed result when the plugin
+/// refused, the host stopped the call or a check failed.
+fn preflight(
+    host: &Host,
+    loaded: &LoadedPlugin,
+    node: &NodeContext,
+    call: &StepCall<'_>,
+    trace: &mut Trace,
+) -> Result<Vec<PreflightCheck>, Box<StepResult>> {
+    let clock = std::time::Instant::now();
+    let report = host.preflight_with(
+        loaded,
         call.grants,
         node,
         call.action,
         &call.params_json,
         call.dry_run,
     );
-    bosun_telemetry::metrics()
-        .gate_finished(bosun_telemetry::Gate::Preflight, preflight_clock.elapsed());
-    let checks = match preflight_report {
+    bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Preflight, clock.elapsed());
+    let checks = match report {
         Ok(report) => {
-            lines.extend(tail_of(&report.captured));
-            host_time += report.captured.host_time;
+            trace.add(&report.captured);
             match report.result {
                 Ok(checks) => checks,
                 Err(pe) => {
-                    let mut r = StepResult::failed(
+                    let r = StepResult::failed(
                         BlockReason::PreflightFailed,
                         &pe.code,
                         format!("preflight refused: {}", pe.message),
                         pe.retryable,
                     );
-                    r.log_tail = keep_tail(lines);
-                    r.host_time = host_time;
-                    return r;
+                    return Err(Box::new(std::mem::take(trace).onto(r, Vec::new())));
                 }
             }
         }
-        Err(failure) => return with_tail(from_failure(failure, "preflight"), lines),
+        Err(failure) => {
+            let lines = std::mem::take(&mut trace.lines);
+            return Err(Box::new(with_tail(
+                from_failure(failure, "preflight"),
+                lines,
+            )));
+        }
     };
     let preflight: Vec<PreflightCheck> = checks.iter().map(check_status).collect();
-    let failed: Vec<&Check> = checks
+    let failed: Vec<String> = checks
         .iter()
         .filter(|c| c.status == CheckStatus::Fail)
+        .map(|c| format!("{}: {}", c.name, c.message))
         .collect();
-    if !failed.is_empty() {
-        let what: Vec<String> = failed
-            .iter()
-            .map(|c| format!("{}: {}", c.name, c.message))
-            .collect();
-        let mut r = StepResult::failed(
-            BlockReason::PreflightFailed,
-            "preflight-failed",
-            format!(
-                "preflight failed ({}{}); fix the cause on the node, then retry",
-                what.join("; "),
-                host_refusals(&lines)
-            ),
-            true,
-        );
-        r.preflight = preflight;
-        r.log_tail = keep_tail(lines);
-        r.host_time = host_time;
-        return r;
+    if failed.is_empty() {
+        return Ok(preflight);
     }
-    if let Err(refused) = gate.before_run(&loaded, &preflight) {
-        let mut refused = *refused;
-        refused.preflight = preflight;
-        refused.log_tail = keep_tail(lines);
-        refused.host_time = host_time;
-        return refused;
-    }
+    let r = StepResult::failed(
+        BlockReason::PreflightFailed,
+        "preflight-failed",
+        format!(
+            "preflight failed ({}{}); fix the cause on the node, then retry",
+            failed.join("; "),
+            host_refusals(&trace.lines)
+        ),
+        true,
+    );
+    Err(Box::new(std::mem::take(trace).onto(r, preflight)))
+}
+
+/// The action itself, once preflight and the gates let it run.
+fn run_action(
+    host: &Host,
+    loaded: &LoadedPlugin,
+    node: &NodeContext,
+    call: &StepCall<'_>,
+    trace: &mut Trace,
+) -> StepResult {
     let options = RunOptions {
         dry_run: call.dry_run,
         resumed: call.resumed,
         deadline: call.timeout,
     };
-    let mut result = match host.run(
-        &loaded,
+    match host.run(
+        loaded,
         call.grants,
         node,
         call.action,
@@ -177,8 +219,7 @@ pub fn execute(
         options,
     ) {
         Ok(report) => {
-            lines.extend(tail_of(&report.captured));
-            host_time += report.captured.host_time;
+            trace.add(&report.captured);
             match report.result {
                 Ok(outcome) => StepResult {
                     phase: StepPhase::Succeeded,
@@ -194,21 +235,16 @@ pub fn execute(
                 Err(pe) => StepResult::failed(
                     BlockReason::StepFailed,
                     &pe.code,
-                    format!("{}{}", pe.message, host_refusals(&lines)),
+                    format!("{}{}", pe.message, host_refusals(&trace.lines)),
                     pe.retryable,
                 ),
             }
         }
         Err(failure) => {
-            lines.extend(tail_of(&failure.captured));
-            host_time += failure.captured.host_time;
+            trace.add(&failure.captured);
             from_failure(failure, "run")
         }
-    };
-    result.preflight = preflight;
-    result.log_tail = keep_tail(lines);
-    result.host_time = host_time;
-    result
+    }
 }
 
 /// What the host refused the plugin's file opens for, from the call's log lines, to add

@@ -275,18 +275,7 @@ pub async fn pass(
     within_cordon: bool,
 ) -> Result<Pass, String> {
     if within_cordon {
-        let nodes: Api<Node> = Api::all(client.clone());
-        let current = nodes
-            .get_opt(node)
-            .await
-            .map_err(|e| format!("reading node {node}: {e}"))?
-            .ok_or_else(|| format!("node {node} does not exist"))?;
-        if !current
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-        {
+        if !still_cordoned(client, node).await? {
             return Ok(Pass::Uncordoned);
         }
     } else {
@@ -294,20 +283,80 @@ pub async fn pass(
             .await
             .map_err(|e| e.message)?;
     }
-    let pods_api: Api<Pod> = Api::all(client.clone());
-    let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
-    let pods = pods_api
-        .list(&on_node)
-        .await
-        .map_err(|e| format!("listing the pods on node {node}: {e}"))?
-        .items;
+    let pods = pods_on(client, node).await?;
     let sorted = classify(&pods, spec);
     if !sorted.refused.is_empty() {
         return Ok(Pass::Refused(refusal_message(node, &sorted.refused)));
     }
+    let (evicted, mut held) = evict(client, &pods, &sorted.evict).await;
+    if !evicted.is_empty() {
+        tracing::info!(%node, pods = ?evicted, "evicted");
+    }
+    // Look again: pods with no grace period are gone already, the rest are terminating.
+    let after = classify(&pods_on(client, node).await?, spec);
+    if !after.refused.is_empty() {
+        // A pod that appeared after the first look (the node is cordoned, but a pod can
+        // still be bound to it directly).
+        return Ok(Pass::Refused(refusal_message(node, &after.refused)));
+    }
+    let leftovers: Vec<Leftover> = after
+        .evict
+        .into_iter()
+        .map(|pod| {
+            let held = held.remove(&pod).unwrap_or(Held::Terminating);
+            Leftover { pod, held }
+        })
+        .chain(after.terminating.into_iter().map(|pod| Leftover {
+            pod,
+            held: Held::Terminating,
+        }))
+        .collect();
+    if leftovers.is_empty() {
+        Ok(Pass::Drained {
+            evicted,
+            left: after.left,
+        })
+    } else {
+        Ok(Pass::Waiting { evicted, leftovers })
+    }
+}
+
+/// Whether `node` is cordoned now, read from the API server.
+async fn still_cordoned(client: &Client, node: &str) -> Result<bool, String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = nodes
+        .get_opt(node)
+        .await
+        .map_err(|e| format!("reading node {node}: {e}"))?
+        .ok_or_else(|| format!("node {node} does not exist"))?;
+    Ok(current
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false))
+}
+
+/// The pods bound to `node`.
+async fn pods_on(client: &Client, node: &str) -> Result<Vec<Pod>, String> {
+    let pods_api: Api<Pod> = Api::all(client.clone());
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    Ok(pods_api
+        .list(&on_node)
+        .await
+        .map_err(|e| format!("listing the pods on node {node}: {e}"))?
+        .items)
+}
+
+/// Asks the API server to evict each of `keys` (from `pods`): the ones it evicted (or that
+/// were gone already), and why the others are held (a PodDisruptionBudget, or an error).
+async fn evict(
+    client: &Client,
+    pods: &[Pod],
+    keys: &[PodKey],
+) -> (Vec<PodKey>, BTreeMap<PodKey, Held>) {
     let mut evicted = Vec::new();
     let mut held: BTreeMap<PodKey, Held> = BTreeMap::new();
-    for pod_key in &sorted.evict {
+    for pod_key in keys {
         let (ns, name) = pod_key.split_once('/').unwrap_or(("", pod_key));
         let api: Api<Pod> = Api::namespaced(client.clone(), ns);
         match api.evict(name, &EvictParams::default()).await {
@@ -336,43 +385,7 @@ pub async fn pass(
             }
         }
     }
-    if !evicted.is_empty() {
-        tracing::info!(%node, pods = ?evicted, "evicted");
-    }
-    // Look again: pods with no grace period are gone already, the rest are terminating.
-    let pods = pods_api
-        .list(&on_node)
-        .await
-        .map_err(|e| format!("listing the pods on node {node}: {e}"))?
-        .items;
-    let after = classify(&pods, spec);
-    if !after.refused.is_empty() {
-        // A pod that appeared after the first look (the node is cordoned, but a pod can
-        // still be bound to it directly).
-        return Ok(Pass::Refused(refusal_message(node, &after.refused)));
-    }
-    let mut leftovers: Vec<Leftover> = Vec::new();
-    for pod_key in after.evict {
-        let h = held.remove(&pod_key).unwrap_or(Held::Terminating);
-        leftovers.push(Leftover {
-            pod: pod_key,
-            held: h,
-        });
-    }
-    for pod_key in after.terminating {
-        leftovers.push(Leftover {
-            pod: pod_key,
-            held: Held::Terminating,
-        });
-    }
-    if leftovers.is_empty() {
-        Ok(Pass::Drained {
-            evicted,
-            left: after.left,
-        })
-    } else {
-        Ok(Pass::Waiting { evicted, leftovers })
-    }
+    (evicted, held)
 }
 
 /// The PodDisruptionBudgets in `namespace` covering a pod with `labels`, for the message.

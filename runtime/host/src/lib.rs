@@ -17,6 +17,13 @@
 //! See `README.md` next to this crate for what a plugin can and cannot do.
 //!
 //! Every failure is a typed [`Error`]; after any of them the same `Host` keeps working.
+//!
+//! `Host::call` (about 120 lines) is kept whole on purpose: it is one guest call's life in the
+//! order its guarantees depend on (grants validated, a dry run's preopens made read-only and an
+//! http import refused without a grant before any store exists; memory, table and resource
+//! limits and the epoch deadline set before instantiation; a wait the host cut at the deadline
+//! turned into the deadline's trap), and a reviewer checks that order in one place. `describe`
+//! (about 100 lines) converts the guest's metadata record field by field.
 
 mod cache;
 mod cgroup;

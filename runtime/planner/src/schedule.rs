@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bosun_api::node_task::NodeTaskPhase;
-use bosun_api::operation::{ExecutionMode, OperationPhase, Plan, TaskCounts};
+use bosun_api::operation::{ExecutionMode, OperationPhase, Plan, PlannedGroup, TaskCounts};
 
 /// What the scheduler needs to know about one existing NodeTask.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,75 +69,15 @@ pub fn schedule(
     mode: ExecutionMode,
 ) -> Schedule {
     let mut out = Schedule::default();
-
-    // The phase every planned node will have after this round's invalidations.
-    let mut phase: BTreeMap<&str, NodeTaskPhase> = BTreeMap::new();
-    for node in plan.node_names() {
-        let current = match tasks.get(node) {
-            Some(task) => task.phase,
-            None => {
-                out.create.push(node.to_string());
-                NodeTaskPhase::Pending
-            }
-        };
-        let gone = !present.contains(node);
-        if gone && !current.is_finished() {
-            out.invalidate.push(node.to_string());
-            phase.insert(node, NodeTaskPhase::Invalid);
-        } else {
-            phase.insert(node, current);
-        }
-    }
-
-    let control_plane: BTreeSet<&str> = plan
-        .groups
-        .iter()
-        .flat_map(|g| g.control_plane_nodes.iter().map(String::as_str))
-        .collect();
-    let blocked: Vec<&str> = phase
-        .iter()
-        .filter(|(_, p)| **p == NodeTaskPhase::Blocked)
-        .map(|(n, _)| *n)
-        .collect();
+    let mut phase = phases_now(plan, tasks, present, &mut out);
+    let blocked: Vec<&str> = in_phase(&phase, NodeTaskPhase::Blocked);
     let current = plan
         .groups
         .iter()
         .find(|g| g.nodes.iter().any(|n| !phase[n.as_str()].is_finished()));
     out.current_group = current.map(|g| g.name.clone());
-
     if let Some(group) = current.filter(|_| blocked.is_empty() && !paused) {
-        let mut used = group
-            .nodes
-            .iter()
-            .filter(|n| phase[n.as_str()].occupies_slot())
-            .count();
-        let mut control_plane_busy = phase
-            .iter()
-            .any(|(n, p)| p.occupies_slot() && control_plane.contains(n));
-        let max = usize::try_from(group.max_parallel.max(1)).unwrap_or(usize::MAX);
-        for node in &group.nodes {
-            let Some(task) = tasks.get(node) else {
-                continue;
-            };
-            match phase[node.as_str()] {
-                // Already holds its slot; starts once approved.
-                NodeTaskPhase::AwaitingApproval if task.approve => out.start.push(node.clone()),
-                NodeTaskPhase::Pending => {
-                    let is_cp = control_plane.contains(node.as_str());
-                    if used >= max || (is_cp && control_plane_busy) {
-                        continue;
-                    }
-                    used += 1;
-                    control_plane_busy |= is_cp;
-                    if mode == ExecutionMode::Controlled && !task.approve {
-                        out.await_approval.push(node.clone());
-                    } else {
-                        out.start.push(node.clone());
-                    }
-                }
-                _ => {}
-            }
-        }
+        pick(plan, group, tasks, &phase, mode, &mut out);
     }
     for node in &out.start {
         phase.insert(node, NodeTaskPhase::Running);
@@ -145,51 +85,14 @@ pub fn schedule(
     for node in &out.await_approval {
         phase.insert(node, NodeTaskPhase::AwaitingApproval);
     }
-
-    let mut counts = TaskCounts::default();
-    for p in phase.values() {
-        let slot = match p {
-            NodeTaskPhase::Pending => &mut counts.pending,
-            NodeTaskPhase::AwaitingApproval => &mut counts.awaiting_approval,
-            NodeTaskPhase::Running => &mut counts.running,
-            NodeTaskPhase::Blocked => &mut counts.blocked,
-            NodeTaskPhase::Succeeded => &mut counts.succeeded,
-            NodeTaskPhase::Skipped => &mut counts.skipped,
-            NodeTaskPhase::Invalid => &mut counts.invalid,
-        };
-        *slot += 1;
-    }
-    counts.planned = u32::try_from(phase.len()).unwrap_or(u32::MAX);
+    let counts = count(&phase);
     let finished = counts.succeeded + counts.skipped + counts.invalid;
     out.progress = format!("{finished}/{}", counts.planned);
-
-    let invalid: Vec<&str> = phase
-        .iter()
-        .filter(|(_, p)| **p == NodeTaskPhase::Invalid)
-        .map(|(n, _)| *n)
-        .collect();
-    let awaiting: Vec<&str> = phase
-        .iter()
-        .filter(|(_, p)| **p == NodeTaskPhase::AwaitingApproval)
-        .map(|(n, _)| *n)
-        .collect();
     (out.phase, out.message) = if current.is_none() {
-        let mut message = if counts.succeeded == 0 {
-            // Succeeded only in the sense that nothing is left to do: say so first.
-            format!(
-                "finished with nothing done: no node succeeded ({} skipped, {} invalid)",
-                counts.skipped, counts.invalid
-            )
-        } else {
-            format!(
-                "finished: {} succeeded, {} skipped, {} invalid",
-                counts.succeeded, counts.skipped, counts.invalid
-            )
-        };
-        if !invalid.is_empty() {
-            message.push_str(&format!(" (nodes {invalid:?} left the cluster)"));
-        }
-        (OperationPhase::Succeeded, message)
+        (
+            OperationPhase::Succeeded,
+            finished_message(&counts, &in_phase(&phase, NodeTaskPhase::Invalid)),
+        )
     } else if !blocked.is_empty() {
         (
             OperationPhase::Blocked,
@@ -203,7 +106,10 @@ pub fn schedule(
             "paused: running steps finish, nothing new starts; set spec.paused: false to resume"
                 .into(),
         )
-    } else if counts.running == 0 && !awaiting.is_empty() {
+    } else if let (0, awaiting @ [_, ..]) = (
+        counts.running,
+        in_phase(&phase, NodeTaskPhase::AwaitingApproval).as_slice(),
+    ) {
         (
             OperationPhase::AwaitingApproval,
             format!(
@@ -222,4 +128,128 @@ pub fn schedule(
     };
     out.counts = counts;
     out
+}
+
+/// The phase every planned node has after this round's invalidations (rule 1); records in
+/// `out` the tasks to create and to invalidate.
+fn phases_now<'a>(
+    plan: &'a Plan,
+    tasks: &BTreeMap<String, TaskView>,
+    present: &BTreeSet<String>,
+    out: &mut Schedule,
+) -> BTreeMap<&'a str, NodeTaskPhase> {
+    let mut phase = BTreeMap::new();
+    for node in plan.node_names() {
+        let current = match tasks.get(node) {
+            Some(task) => task.phase,
+            None => {
+                out.create.push(node.to_string());
+                NodeTaskPhase::Pending
+            }
+        };
+        if !present.contains(node) && !current.is_finished() {
+            out.invalidate.push(node.to_string());
+            phase.insert(node, NodeTaskPhase::Invalid);
+        } else {
+            phase.insert(node, current);
+        }
+    }
+    phase
+}
+
+/// The nodes in `wanted`, by name.
+fn in_phase<'a>(phase: &BTreeMap<&'a str, NodeTaskPhase>, wanted: NodeTaskPhase) -> Vec<&'a str> {
+    phase
+        .iter()
+        .filter(|(_, p)| **p == wanted)
+        .map(|(n, _)| *n)
+        .collect()
+}
+
+/// Rules 4 and 5 in the current group: which Pending tasks take a free slot (started, or
+/// awaiting approval in Controlled mode), and which approved ones start.
+fn pick(
+    plan: &Plan,
+    group: &PlannedGroup,
+    tasks: &BTreeMap<String, TaskView>,
+    phase: &BTreeMap<&str, NodeTaskPhase>,
+    mode: ExecutionMode,
+    out: &mut Schedule,
+) {
+    let control_plane: BTreeSet<&str> = plan
+        .groups
+        .iter()
+        .flat_map(|g| g.control_plane_nodes.iter().map(String::as_str))
+        .collect();
+    let mut used = group
+        .nodes
+        .iter()
+        .filter(|n| phase[n.as_str()].occupies_slot())
+        .count();
+    let mut control_plane_busy = phase
+        .iter()
+        .any(|(n, p)| p.occupies_slot() && control_plane.contains(n));
+    let max = usize::try_from(group.max_parallel.max(1)).unwrap_or(usize::MAX);
+    for node in &group.nodes {
+        let Some(task) = tasks.get(node) else {
+            continue;
+        };
+        match phase[node.as_str()] {
+            // Already holds its slot; starts once approved.
+            NodeTaskPhase::AwaitingApproval if task.approve => out.start.push(node.clone()),
+            NodeTaskPhase::Pending => {
+                let is_cp = control_plane.contains(node.as_str());
+                if used >= max || (is_cp && control_plane_busy) {
+                    continue;
+                }
+                used += 1;
+                control_plane_busy |= is_cp;
+                if mode == ExecutionMode::Controlled && !task.approve {
+                    out.await_approval.push(node.clone());
+                } else {
+                    out.start.push(node.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// How many tasks are in each phase, and planned.
+fn count(phase: &BTreeMap<&str, NodeTaskPhase>) -> TaskCounts {
+    let mut counts = TaskCounts::default();
+    for p in phase.values() {
+        let slot = match p {
+            NodeTaskPhase::Pending => &mut counts.pending,
+            NodeTaskPhase::AwaitingApproval => &mut counts.awaiting_approval,
+            NodeTaskPhase::Running => &mut counts.running,
+            NodeTaskPhase::Blocked => &mut counts.blocked,
+            NodeTaskPhase::Succeeded => &mut counts.succeeded,
+            NodeTaskPhase::Skipped => &mut counts.skipped,
+            NodeTaskPhase::Invalid => &mut counts.invalid,
+        };
+        *slot += 1;
+    }
+    counts.planned = u32::try_from(phase.len()).unwrap_or(u32::MAX);
+    counts
+}
+
+/// The message of a finished Operation.
+fn finished_message(counts: &TaskCounts, invalid: &[&str]) -> String {
+    let mut message = if counts.succeeded == 0 {
+        // Succeeded only in the sense that nothing is left to do: say so first.
+        format!(
+            "finished with nothing done: no node succeeded ({} skipped, {} invalid)",
+            counts.skipped, counts.invalid
+        )
+    } else {
+        format!(
+            "finished: {} succeeded, {} skipped, {} invalid",
+            counts.succeeded, counts.skipped, counts.invalid
+        )
+    };
+    if !invalid.is_empty() {
+        message.push_str(&format!(" (nodes {invalid:?} left the cluster)"));
+    }
+    message
 }

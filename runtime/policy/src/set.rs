@@ -501,35 +501,65 @@ pub(crate) fn new_engine(limits: Limits) -> Engine {
 }
 
 fn compile_one(src: &PolicySource, limits: Limits) -> Entry {
-    let broken = |package: Option<String>, errors: Vec<CompileError>| Entry::Broken {
-        name: src.name.clone(),
-        enforcement: src.enforcement,
-        package,
-        errors,
-    };
+    match try_compile(src, limits) {
+        Ok(policy) => Entry::Compiled(Box::new(policy)),
+        Err((package, error)) => Entry::Broken {
+            name: src.name.clone(),
+            enforcement: src.enforcement,
+            package,
+            errors: vec![error],
+        },
+    }
+}
+
+/// Why a policy does not compile: its package, when that much was read, and the error.
+type Refusal = (Option<String>, CompileError);
+
+fn try_compile(src: &PolicySource, limits: Limits) -> Result<CompiledPolicy, Refusal> {
     if src.rego.len() > limits.max_source_bytes {
-        return broken(
+        return Err((
             None,
-            vec![CompileError::new(
+            CompileError::new(
                 &src.name,
                 format!(
                     "the Rego source is {} bytes; the limit is {} bytes: split the policy",
                     src.rego.len(),
                     limits.max_source_bytes
                 ),
-            )],
-        );
+            ),
+        ));
     }
     let mut engine = new_engine(limits);
     let file = format!("{}.rego", src.name);
-    let package = match engine.add_policy(file.clone(), src.rego.clone()) {
+    let (package, point) = declared_package(&mut engine, &file, src)?;
+    let in_package = |e: CompileError| (Some(package.clone()), e);
+    add_data(&mut engine, src).map_err(in_package)?;
+    let deny_rule = format!("data.{package}.deny");
+    resolve(&mut engine, &deny_rule, src).map_err(in_package)?;
+    Ok(CompiledPolicy {
+        name: src.name.clone(),
+        enforcement: src.enforcement,
+        deny_rule,
+        package,
+        point,
+        engine,
+    })
+}
+
+/// Adds the source, and reads its package: one Bosun evaluates, with a `deny` rule.
+fn declared_package(
+    engine: &mut Engine,
+    file: &str,
+    src: &PolicySource,
+) -> Result<(String, DecisionPoint), Refusal> {
+    let package = match engine.add_policy(file.to_owned(), src.rego.clone()) {
         Ok(p) => p.strip_prefix("data.").unwrap_or(&p).to_owned(),
-        Err(e) => return broken(None, vec![CompileError::from_engine(&src.name, &e)]),
+        Err(e) => return Err((None, CompileError::from_engine(&src.name, &e))),
     };
     let Some(point) = DecisionPoint::for_package(&package) else {
-        return broken(
+        return Err((
             Some(package.clone()),
-            vec![CompileError {
+            CompileError {
                 line: Some(1),
                 ..CompileError::new(
                     &src.name,
@@ -537,90 +567,62 @@ fn compile_one(src: &PolicySource, limits: Limits) -> Entry {
                         "package {package} is not evaluated anywhere: use bosun.operation, bosun.step or bosun.capabilities, or a package below one of them (for example bosun.step.my_rule)"
                     ),
                 )
-            }],
-        );
+            },
+        ));
     };
-    match engine.has_declared_rule_rooted_at(&file, "deny") {
-        Ok(true) => {}
-        Ok(false) => {
-            return broken(
-                Some(package.clone()),
-                vec![CompileError::new(
-                    &src.name,
-                    format!(
-                        "package {package} declares no `deny` rule; Bosun evaluates data.{package}.deny (for example `deny contains msg if {{ ... }}`)"
-                    ),
-                )],
-            );
-        }
-        Err(e) => {
-            return broken(
-                Some(package),
-                vec![CompileError::from_engine(&src.name, &e)],
-            );
-        }
+    match engine.has_declared_rule_rooted_at(file, "deny") {
+        Ok(true) => Ok((package, point)),
+        Ok(false) => Err((
+            Some(package.clone()),
+            CompileError::new(
+                &src.name,
+                format!(
+                    "package {package} declares no `deny` rule; Bosun evaluates data.{package}.deny (for example `deny contains msg if {{ ... }}`)"
+                ),
+            ),
+        )),
+        Err(e) => Err((Some(package), CompileError::from_engine(&src.name, &e))),
     }
-    if let Some(data) = &src.data {
-        match data {
-            serde_json::Value::Object(o) if o.contains_key("bosun") => {
-                return broken(
-                    Some(package),
-                    vec![CompileError::new(
-                        &src.name,
-                        "data has a top-level `bosun` key, which is reserved for policy packages: move the values under another key",
-                    )],
-                );
-            }
-            serde_json::Value::Object(_) => {
-                if let Err(e) = engine.add_data(Value::from(data.clone())) {
-                    return broken(
-                        Some(package),
-                        vec![CompileError::new(&src.name, format!("data: {e}"))],
-                    );
-                }
-            }
-            other => {
-                return broken(
-                    Some(package),
-                    vec![CompileError::new(
-                        &src.name,
-                        format!("data must be a JSON object, found {}", json_kind(other)),
-                    )],
-                );
-            }
-        }
+}
+
+/// The policy's `data`: a JSON object without the `bosun` key (reserved for packages).
+fn add_data(engine: &mut Engine, src: &PolicySource) -> Result<(), CompileError> {
+    match &src.data {
+        None => Ok(()),
+        Some(serde_json::Value::Object(o)) if o.contains_key("bosun") => Err(CompileError::new(
+            &src.name,
+            "data has a top-level `bosun` key, which is reserved for policy packages: move the values under another key",
+        )),
+        Some(data @ serde_json::Value::Object(_)) => engine
+            .add_data(Value::from(data.clone()))
+            .map_err(|e| CompileError::new(&src.name, format!("data: {e}"))),
+        Some(other) => Err(CompileError::new(
+            &src.name,
+            format!("data must be a JSON object, found {}", json_kind(other)),
+        )),
     }
+}
+
+/// Resolves what regorus resolves late, so that a policy that would fail there is reported
+/// as not compiling.
+fn resolve(engine: &mut Engine, deny_rule: &str, src: &PolicySource) -> Result<(), CompileError> {
     // regorus resolves rules, imports and functions on the first evaluation; do it here
     // so a policy that would fail there is reported as not compiling, and so every
     // worker's clone starts prepared.
     if let Err(e) = engine.eval_query("true".into(), false) {
-        return broken(
-            Some(package),
-            vec![CompileError::from_engine(&src.name, &e)],
-        );
+        return Err(CompileError::from_engine(&src.name, &e));
     }
     // regorus resolves function names only when a call is reached. One evaluation with an
     // empty input reaches most calls; an unknown function found there is a compile error.
     // Other errors of that run are ignored: a real input may well avoid them, and any that
     // happen on a real input fail that decision closed anyway.
-    let deny_rule = format!("data.{package}.deny");
     engine.set_input(Value::new_object());
-    if let Err(e) = engine.eval_rule(deny_rule.clone())
+    if let Err(e) = engine.eval_rule(deny_rule.to_owned())
         && format!("{e:#}").contains("could not find function")
     {
-        return broken(
-            Some(package),
-            vec![CompileError::from_engine(&src.name, &e)],
-        );
+        return Err(CompileError::from_engine(&src.name, &e));
     }
-    Entry::Compiled(Box::new(CompiledPolicy {
-        name: src.name.clone(),
-        enforcement: src.enforcement,
-        deny_rule,
-        package,
-        point,
-        engine,
-    }))
+    Ok(())
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {

@@ -5,6 +5,9 @@
 //! mode, progress, age, paused), then a tree of the frozen plan's groups, their nodes and
 //! each node's steps. A task that waits for a person (blocked, awaiting approval) carries
 //! the reason and the exact command that moves it on.
+//!
+//! `status` and `lifecycle` (about 120 and 110 lines) are kept whole on purpose: each prints
+//! one view top to bottom, in the order a person reads it.
 
 use std::fmt::Write as _;
 

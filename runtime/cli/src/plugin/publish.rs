@@ -11,6 +11,10 @@
 //! It refuses anything the agents would refuse later: a bundle made for other bytes, a
 //! bundle without signatures, a name or version other than the ones signed, a grants file
 //! with unknown fields, bytes too large for a ConfigMap.
+//!
+//! `publish` (about 120 lines) is kept whole on purpose: the publish's steps in the order they
+//! happen (the file, its signature bundle and grants read; the source chosen: ConfigMap, https
+//! or OCI; the namespace, the ConfigMap and the Plugin written).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

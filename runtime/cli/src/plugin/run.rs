@@ -1,6 +1,10 @@
 //! `run`: the plugin author's inner loop. Verifies the plugin as the agent would, runs its
 //! preflight and one action against a host-root directory under the grants in a YAML file,
 //! and prints checks, logs, progress and the outcome.
+//!
+//! `run` (about 130 lines) is kept whole on purpose: it is the local run's steps in the order
+//! they happen and print (the plugin, its signature, grants and trust roots read; the plugin
+//! verified and loaded; preflight; the run; the report).
 
 use std::path::PathBuf;
 use std::sync::Arc;
