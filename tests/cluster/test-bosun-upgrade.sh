@@ -410,7 +410,10 @@ fi
 if [ -n "$etcd_stopped" ]; then
   cp1="${NODES[0]}"
   deadline=$(( $(date +%s) + 300 ))
-  until [ "$(task_field "$cp1" '{.status.phase}')" = Blocked ] && [ "$(task_field "$cp1" '{.status.currentStep}')" = etcd-health ]; do
+  # Blocked at etcd-health for the gate's own reason (after the policy deny above, the retry
+  # takes a moment to replace the PolicyDenied block).
+  until [ "$(task_field "$cp1" '{.status.phase}')" = Blocked ] && [ "$(task_field "$cp1" '{.status.currentStep}')" = etcd-health ] \
+    && [ "$(task_field "$cp1" '{.status.reason}')" != PolicyDenied ]; do
     [ "$(date +%s)" -lt "$deadline" ] || fail "the etcd gate did not block $cp1 within 300 s with a member stopped (phase $(task_field "$cp1" '{.status.phase}'), step $(task_field "$cp1" '{.status.currentStep}'): $(task_field "$cp1" '{.status.message}'))"
     sleep 2
   done
@@ -432,6 +435,11 @@ if [ -n "$etcd_stopped" ]; then
     sleep 2
   done
   kubectl-bosun retry "$OP" "$cp1" >>"$LOG" 2>&1 || fail "kubectl bosun retry $OP $cp1"
+  deadline=$(( $(date +%s) + 60 ))
+  while [ "$(task_field "$cp1" '{.status.phase}')" = Blocked ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "$cp1 is still Blocked 60 s after the retry: $(task_field "$cp1" '{.status.message}')"
+    sleep 1
+  done
   phase "etcd gate blocked, member restored, then retry"
 fi
 
