@@ -14,14 +14,15 @@
 //!   (`etcd-*.db`; nothing else in the directory is touched).
 //!
 //! How the plugin reaches etcd (docs/operations.md, "The etcd safety net"): kubeadm runs
-//! etcd as a static Pod listening on `https://127.0.0.1:2379` with client-certificate
-//! authentication. The plugin runs etcd's own client, `etcdctl`, and its offline tool,
+//! etcd as a static Pod listening on the node's address (`https://ADDRESS:2379`, named in the
+//! `kubeadm.kubernetes.io/etcd.advertise-client-urls` annotation of its manifest, which the
+//! plugin reads) with client-certificate authentication. The plugin runs etcd's own client, `etcdctl`, and its offline tool,
 //! `etcdutl`, installed by the administrator in `/usr/local/bin` on each control-plane node,
-//! as granted commands: each with fixed arguments (the local endpoint and kubeadm's
+//! as granted commands: each with fixed arguments but the local member's address (kubeadm's
 //! `healthcheck-client` certificate), and confined by the kernel to reading
 //! `/etc/kubernetes/pki/etcd`, connecting to port 2379 and, for `snapshot save` only,
-//! writing in [`SNAPSHOT_DIR`]. The plugin itself reads and writes nothing but
-//! [`SNAPSHOT_DIR`] (to hash and prune the snapshots). It never runs a command inside the
+//! writing in [`SNAPSHOT_DIR`]. The plugin itself reads the static Pod manifests and reads and
+//! writes [`SNAPSHOT_DIR`] (to hash and prune the snapshots), nothing else. It never runs a command inside the
 //! etcd container: that needs containerd's socket, which is root on the node.
 //!
 //! Both actions are idempotent: `health` only reads, and `snapshot` run again takes a new
@@ -48,11 +49,19 @@ pub const SNAPSHOT_PREFIX: &str = "etcd-";
 /// See [`SNAPSHOT_PREFIX`].
 pub const SNAPSHOT_SUFFIX: &str = ".db";
 
-/// How `etcdctl` reaches the local member: kubeadm's endpoint and its health-check client
-/// certificate (kubeadm's etcd has no RBAC, so any client certificate of its CA may do
+/// kubeadm's etcd static Pod, whose annotation names the local member's client URL.
+pub const ETCD_MANIFEST: &str = "/etc/kubernetes/manifests/etcd.yaml";
+/// The annotation kubeadm writes on it: `https://<advertise address>:2379`.
+pub const ADVERTISE_ANNOTATION: &str = "kubeadm.kubernetes.io/etcd.advertise-client-urls";
+/// The `--endpoints` argument as granted: the local member's advertised client URL. Not
+/// `127.0.0.1`: the agent runs in the Pod network (no hostNetwork), from where the node's
+/// loopback is out of reach and its address is not.
+pub const ENDPOINT_PATTERN: &str = "--endpoints=https://*:2379";
+
+/// How `etcdctl` reaches the local member, after `--endpoints`: kubeadm's health-check
+/// client certificate (kubeadm's etcd has no RBAC, so any client certificate of its CA may do
 /// everything; what confines the commands is their argument lists and the kernel sandbox).
-pub const CONNECTION: [&str; 5] = [
-    "--endpoints=https://127.0.0.1:2379",
+pub const CONNECTION: [&str; 4] = [
     "--cacert=/etc/kubernetes/pki/etcd/ca.crt",
     "--cert=/etc/kubernetes/pki/etcd/healthcheck-client.crt",
     "--key=/etc/kubernetes/pki/etcd/healthcheck-client.key",
@@ -62,7 +71,8 @@ pub const CONNECTION: [&str; 5] = [
 /// sets none): its grant's timeout bounds it.
 const COMMAND_TIMEOUT: &str = "--command-timeout=10s";
 
-/// The four read-only queries of `health`, after [`CONNECTION`] and [`COMMAND_TIMEOUT`].
+/// The four read-only queries of `health`, after `--endpoints`, [`CONNECTION`] and
+/// [`COMMAND_TIMEOUT`].
 pub const QUERIES: [[&str; 4]; 4] = [
     ["member", "list", "-w", "json"],
     ["alarm", "list", "-w", "json"],
@@ -148,14 +158,18 @@ impl Plugin for Etcd {
             )
             .writes(SNAPSHOT_DIR);
         for query in QUERIES {
-            m = m.runs(ETCDCTL, query_args(query));
+            m = m.runs(ETCDCTL, query_args(ENDPOINT_PATTERN, query));
         }
-        m.runs(ETCDCTL, save_args(SAVE_PATTERN))
+        m.reads("/etc/kubernetes/manifests")
+            .runs(ETCDCTL, save_args(ENDPOINT_PATTERN, SAVE_PATTERN))
             .runs(ETCDUTL, status_args(SAVE_PATTERN))
     }
 
     fn preflight(action: &Action) -> Result<Vec<Check>, PluginError> {
-        let mut checks = Vec::new();
+        let mut checks = vec![match endpoint() {
+            Ok(e) => Check::pass("local-member", format!("etcd on this node: {e}")),
+            Err(m) => Check::fail("local-member", m),
+        }];
         match action {
             Action::Health(p) => checks.push(Check::require(
                 "params",
@@ -196,17 +210,72 @@ impl Plugin for Etcd {
     }
 }
 
-fn query_args(query: [&'static str; 4]) -> Vec<&'static str> {
-    let mut args = CONNECTION.to_vec();
-    args.push(COMMAND_TIMEOUT);
-    args.extend(query);
+fn query_args(endpoint: &str, query: [&'static str; 4]) -> Vec<String> {
+    let mut args = vec![endpoint.to_owned()];
+    args.extend(CONNECTION.map(str::to_owned));
+    args.push(COMMAND_TIMEOUT.to_owned());
+    args.extend(query.map(str::to_owned));
     args
 }
 
-fn save_args(path: &str) -> Vec<&str> {
-    let mut args = CONNECTION.to_vec();
-    args.extend(["snapshot", "save", path]);
+fn save_args(endpoint: &str, path: &str) -> Vec<String> {
+    let mut args = vec![endpoint.to_owned()];
+    args.extend(CONNECTION.map(str::to_owned));
+    args.extend(["snapshot", "save", path].map(str::to_owned));
     args
+}
+
+/// The `--endpoints` argument for the local member: the first https URL of kubeadm's
+/// annotation on the etcd static Pod's manifest, checked to be `https://HOST:2379` with a
+/// plain host (an address or a name, no path, no user).
+///
+/// # Errors
+/// What is missing or wrong, for a preflight message.
+pub fn local_endpoint(manifest: &str) -> Result<String, String> {
+    let value = manifest
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(ADVERTISE_ANNOTATION)
+                .and_then(|r| r.trim_start().strip_prefix(':'))
+        })
+        .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\''))
+        .ok_or_else(|| {
+            format!("{ETCD_MANIFEST} has no {ADVERTISE_ANNOTATION} annotation (kubeadm writes one)")
+        })?;
+    let url = value
+        .split(',')
+        .map(str::trim)
+        .find(|u| u.starts_with("https://"))
+        .ok_or_else(|| format!("{ADVERTISE_ANNOTATION} is `{value}`: no https URL"))?;
+    let host = url
+        .strip_prefix("https://")
+        .and_then(|r| r.strip_suffix(":2379"))
+        .filter(|h| {
+            !h.is_empty()
+                && !h.starts_with('.')
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+        })
+        .ok_or_else(|| {
+            format!("{ADVERTISE_ANNOTATION} is `{url}`: expected https://ADDRESS:2379")
+        })?;
+    Ok(format!("--endpoints=https://{host}:2379"))
+}
+
+/// [`local_endpoint`] of this node's manifest.
+fn endpoint() -> Result<String, String> {
+    let manifest = match std::fs::read_to_string(ETCD_MANIFEST) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!(
+                "{ETCD_MANIFEST} does not exist: kubeadm runs no etcd on this node (an external etcd?); \
+                 turn the etcd steps off with spec.upgrade.etcd (healthCheck: false, snapshot: false)"
+            ));
+        }
+        Err(e) => return Err(format!("reading {ETCD_MANIFEST}: {e}")),
+    };
+    local_endpoint(&manifest)
 }
 
 fn status_args(path: &str) -> Vec<&str> {
@@ -464,8 +533,10 @@ fn leader_of(seen: &Observed) -> Result<String, String> {
     }
 }
 
-fn etcdctl(query: [&'static str; 4]) -> Result<Output, PluginError> {
-    Ok(Command::new(ETCDCTL).args(query_args(query)).output()?)
+fn etcdctl(endpoint: &str, query: [&'static str; 4]) -> Result<Output, PluginError> {
+    Ok(Command::new(ETCDCTL)
+        .args(query_args(endpoint, query))
+        .output()?)
 }
 
 fn parse<T: DeserializeOwned>(what: &str, out: &Output) -> Result<T, String> {
@@ -489,13 +560,15 @@ fn tail(s: &str, max: usize) -> &str {
 
 /// Runs the four queries. An `Err` is a fault that stops the check (the local member does
 /// not answer); `Ok` holds whatever they returned, faults included.
-fn observe() -> Result<Result<Observed, String>, PluginError> {
+fn observe(endpoint: &str) -> Result<Result<Observed, String>, PluginError> {
+    let etcdctl = |query| etcdctl(endpoint, query);
     let members = etcdctl(QUERIES[0])?;
     let members: MemberList = match parse("member list", &members) {
         Ok(m) => m,
         Err(e) => {
             return Ok(Err(format!(
-                "the etcd member on this node (https://127.0.0.1:2379) does not answer: {e}"
+                "the etcd member on this node ({}) does not answer: {e}",
+                endpoint.trim_start_matches("--endpoints=")
             )));
         }
     };
@@ -529,11 +602,12 @@ fn observe() -> Result<Result<Observed, String>, PluginError> {
 }
 
 fn health(p: &HealthParams) -> Result<Outcome, PluginError> {
+    let endpoint = endpoint().map_err(|m| PluginError::new("no-local-member", m))?;
     let start = Instant::now();
     let wait = Duration::from_secs(p.wait_seconds);
     let mut reported = String::new();
     loop {
-        let (faults, seen, leader) = match observe()? {
+        let (faults, seen, leader) = match observe(&endpoint)? {
             Err(fault) => (vec![fault], None, None),
             Ok(seen) => {
                 let v = judge(&seen, p.expected_members);
@@ -699,6 +773,7 @@ fn sha256_of(path: &str) -> Result<(String, u64), PluginError> {
 
 fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
     label_ok(p).map_err(|m| PluginError::new("bad-params", m))?;
+    let endpoint = endpoint().map_err(|m| PluginError::new("no-local-member", m))?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -722,7 +797,7 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
     }
     bosun_plugin_sdk::log::progress(0, 3, "saving the snapshot");
     Command::new(ETCDCTL)
-        .args(save_args(&path))
+        .args(save_args(&endpoint, &path))
         .run()
         .map_err(|e| PluginError::new("snapshot-failed", format!("{e}")))?;
     bosun_plugin_sdk::log::progress(1, 3, "verifying it with etcdutl");

@@ -281,9 +281,65 @@ fn metadata_requests_exactly_the_commands_and_the_snapshot_directory() {
         ["health", "snapshot"]
     );
     assert!(m.actions.iter().all(|a| a.idempotent));
-    assert_eq!(m.capabilities.filesystem.len(), 1);
+    assert_eq!(m.capabilities.filesystem.len(), 2);
     assert_eq!(m.capabilities.filesystem[0].path, SNAPSHOT_DIR);
     assert!(m.capabilities.filesystem[0].writable);
+    assert_eq!(
+        m.capabilities.filesystem[1].path,
+        "/etc/kubernetes/manifests"
+    );
+    assert!(!m.capabilities.filesystem[1].writable);
     assert_eq!(m.capabilities.exec.len(), 6);
     assert!(m.capabilities.services.is_empty() && m.capabilities.http.is_empty());
+}
+
+#[test]
+fn the_local_member_is_read_from_kubeadms_annotation() {
+    let manifest = |value: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/etcd.advertise-client-urls: {value}\n  name: etcd\n"
+        )
+    };
+    let cases: [(&str, Result<&str, &str>); 7] = [
+        (
+            "https://10.231.0.11:2379",
+            Ok("--endpoints=https://10.231.0.11:2379"),
+        ),
+        (
+            "\"https://[fd00::11]:2379\"",
+            Ok("--endpoints=https://[fd00::11]:2379"),
+        ),
+        (
+            "http://10.0.0.1:2379,https://cp1.example:2379",
+            Ok("--endpoints=https://cp1.example:2379"),
+        ),
+        ("http://10.0.0.1:2379", Err("no https URL")),
+        (
+            "https://10.0.0.1:4001",
+            Err("expected https://ADDRESS:2379"),
+        ),
+        (
+            "https://evil/path:2379",
+            Err("expected https://ADDRESS:2379"),
+        ),
+        (
+            "https://user@host:2379",
+            Err("expected https://ADDRESS:2379"),
+        ),
+    ];
+    for (value, want) in cases {
+        let got = local_endpoint(&manifest(value));
+        match want {
+            Ok(w) => assert_eq!(got.as_deref(), Ok(w), "{value}"),
+            Err(w) => assert!(
+                got.as_ref().is_err_and(|e| e.contains(w)),
+                "{value}: {got:?}"
+            ),
+        }
+    }
+    assert!(
+        local_endpoint("kind: Pod\n")
+            .unwrap_err()
+            .contains("has no kubeadm.kubernetes.io/etcd.advertise-client-urls annotation")
+    );
 }

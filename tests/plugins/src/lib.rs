@@ -982,4 +982,13 @@ echo '{"hash":3986875425,"revision":42,"totalKey":7,"totalSize":20480,"version":
     for f in ["ca.crt", "healthcheck-client.crt", "healthcheck-client.key"] {
         write(root, &format!("etc/kubernetes/pki/etcd/{f}"), "simulated\n");
     }
+    // kubeadm's etcd static Pod, as far as the plugin reads it: this node is the first member.
+    let own_ip = members[0].split_once('@').map_or("", |(_, ip)| ip);
+    write(
+        root,
+        "etc/kubernetes/manifests/etcd.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://{own_ip}:2379\n  name: etcd\n  namespace: kube-system\n"
+        ),
+    );
 }

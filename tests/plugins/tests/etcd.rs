@@ -205,3 +205,26 @@ fn the_snapshot_fails_before_anything_else_when_etcdutl_cannot_verify_it() {
     assert_eq!(e.code, "snapshot-unverified", "{}", e.message);
     assert!(e.message.contains("no snapshot at"), "{}", e.message);
 }
+
+#[test]
+fn a_node_without_kubeadms_etcd_is_refused_in_preflight_saying_how_to_turn_the_steps_off() {
+    let (_dir, root) = root(&[]);
+    std::fs::remove_file(root.join("etc/kubernetes/manifests/etcd.yaml")).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/etcd-snapshots")).unwrap();
+    let node = Node::new(&root, &["control-plane"]);
+    let etcd = node.load(&plugins().etcd, "etcd");
+    for (action, params) in [
+        ("health", json!({"expectedMembers": 3})),
+        ("snapshot", json!({"keep": 3})),
+    ] {
+        let ran = node.run(&etcd, &example_grants("etcd.yaml"), action, &params, false);
+        let failed = ran.failed_checks();
+        assert_eq!(failed.len(), 1, "{action}: {failed:?}");
+        assert_eq!(failed[0].0, "local-member");
+        assert!(
+            failed[0].1.contains("kubeadm runs no etcd on this node")
+                && failed[0].1.contains("spec.upgrade.etcd"),
+            "{action}: {failed:?}"
+        );
+    }
+}
