@@ -339,15 +339,22 @@ fi
 ENDPOINT=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}'); ENDPOINT=${ENDPOINT#https://}
 APP_URL="http://${ENDPOINT%:*}:${BOSUN_CLUSTER_APP_PORT:-8080}/"
 PROBES=$(mktemp -d)
-for _ in $(seq 1 30); do curl -sf -m 1 -o /dev/null "$APP_URL" && break; sleep 1; done
-curl -sf -m 1 -o /dev/null "$APP_URL" || fail "the workload does not answer at $APP_URL"
-"$HERE/probe.sh" api "$PROBES/api" "$ENDPOINT" & probe_pids=($!)
-"$HERE/probe.sh" app "$PROBES/app" "$APP_URL" & probe_pids+=($!)
-"$HERE/probe.sh" mem "$PROBES/mem" "bosun.cluster=$NAME" & probe_pids+=($!)
+probe_pids=()
 tell_probes_to_stop() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop" "$PROBES/health.stop"; }
 stop_probes() { tell_probes_to_stop; wait "${probe_pids[@]}" 2>/dev/null || true; }
 trap tell_probes_to_stop EXIT
-echo "probes: the API through $ENDPOINT every 1 s, the application at $APP_URL every 0.2 s, node memory every 5 s (in $PROBES)"
+# Started before the upgrade's first change to a node: here, or, with the etcd gate's blocked
+# case, once the member the test stopped is back and the cluster has settled (that outage is
+# the test's doing, not the upgrade's).
+start_probes() {
+  for _ in $(seq 1 30); do curl -sf -m 1 -o /dev/null "$APP_URL" && break; sleep 1; done
+  curl -sf -m 1 -o /dev/null "$APP_URL" || fail "the workload does not answer at $APP_URL"
+  "$HERE/probe.sh" api "$PROBES/api" "$ENDPOINT" & probe_pids+=($!)
+  "$HERE/probe.sh" app "$PROBES/app" "$APP_URL" & probe_pids+=($!)
+  "$HERE/probe.sh" mem "$PROBES/mem" "bosun.cluster=$NAME" & probe_pids+=($!)
+  echo "probes: the API through $ENDPOINT every 1 s, the application at $APP_URL every 0.2 s, node memory every 5 s (in $PROBES)"
+}
+[ -n "$etcd_stopped" ] || start_probes
 
 if [ "$VIA" = lifecycle ]; then
   t_op=$(date +%s)
@@ -434,6 +441,18 @@ if [ -n "$etcd_stopped" ]; then
     [ "$(date +%s)" -lt "$deadline" ] || fail "etcd on $etcd_stopped is not back 180 s after its manifest was restored"
     sleep 2
   done
+  # As a person would before retrying: the cluster whole again, every Node Ready and the
+  # application's two replicas behind its Service (with the member away, $etcd_stopped's
+  # API server and kubelet lost their footing; a drain started before they are back can
+  # take the one replica that answers).
+  deadline=$(( $(date +%s) + 240 ))
+  until [ -z "$(kubectl get nodes --no-headers 2>/dev/null | awk '$2 != "Ready"')" ] && [ "$(kubectl get nodes --no-headers 2>/dev/null | wc -l)" = "${#NODES[@]}" ] \
+    && [ "$(kubectl get endpointslices -l kubernetes.io/service-name=web -o jsonpath='{range .items[*].endpoints[?(@.conditions.ready==true)]}x{end}' 2>/dev/null)" = xx ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the cluster has not settled 240 s after etcd on $etcd_stopped came back: $(kubectl get nodes --no-headers 2>&1 | xargs)"
+    sleep 2
+  done
+  echo "etcd gate: etcd whole again, every Node Ready, both replicas of the application ready"
+  start_probes
   kubectl-bosun retry "$OP" "$cp1" >>"$LOG" 2>&1 || fail "kubectl bosun retry $OP $cp1"
   deadline=$(( $(date +%s) + 60 ))
   while [ "$(task_field "$cp1" '{.status.phase}')" = Blocked ]; do
