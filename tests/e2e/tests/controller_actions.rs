@@ -839,14 +839,22 @@ async fn a_leader_that_loses_its_lease_stands_by_in_process_and_writes_nothing_a
 
             // Take the Lease by hand, for an hour.
             let leases: Api<Lease> = Api::namespaced(c.clone(), LEASE_NAMESPACE);
-            let mut current = leases.get(&lease).await?;
-            let taken = k8s_openapi::jiff::Timestamp::now();
-            if let Some(spec) = current.spec.as_mut() {
-                spec.holder_identity = Some("e2e-by-hand".into());
-                spec.lease_duration_seconds = Some(3600);
-                spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(taken));
-            }
-            leases.replace(&lease, &PostParams::default(), &current).await.context("taking the Lease by hand")?;
+            let mut conflicts = 0;
+            let taken = loop {
+                let mut current = leases.get(&lease).await?;
+                let taken = k8s_openapi::jiff::Timestamp::now();
+                if let Some(spec) = current.spec.as_mut() {
+                    spec.holder_identity = Some("e2e-by-hand".into());
+                    spec.lease_duration_seconds = Some(3600);
+                    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(taken));
+                }
+                match leases.replace(&lease, &PostParams::default(), &current).await {
+                    Ok(_) => break taken,
+                    // The leader renewed it between the read and the write: read it again.
+                    Err(kube::Error::Api(s)) if s.code == 409 && conflicts < 10 => conflicts += 1,
+                    Err(e) => return Err(anyhow::Error::new(e).context("taking the Lease by hand")),
+                }
+            };
             let log = w.procs.log_of(&leader);
             let lost_line = w
                 .wait("the old leader to log that it lost the Lease", &op, || {

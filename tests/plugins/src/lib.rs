@@ -899,14 +899,25 @@ exit 1
 /// `members` named `name@ip`, each answering healthy unless its ip is in `down` (then
 /// etcdctl prints what 3.6.5 prints for an unreachable member and exits 1); the first
 /// member is the leader. `snapshot save PATH` writes a small file at PATH.part and renames it to
-/// PATH (through the command's kernel sandbox, as the real one does) and `etcdutl snapshot status PATH`
-/// reports revision 42 and 7 keys for a file that exists. The JSON is etcd 3.6.5's
-/// (checked against the real tools; docs/operations.md shows their output).
-pub fn simulated_etcd(root: &Path, members: &[&str], down: &[&str]) {
-    install_programs(
-        root,
-        &["/bin/sh", "/usr/bin/printf", "/usr/bin/cat", "/usr/bin/mv"],
-    );
+/// PATH (through the command's kernel sandbox, as the real one does) and `etcdutl snapshot
+/// status PATH` reports revision 42 and 7 keys for a file that exists. The JSON is etcd
+/// 3.6.5's (checked against the real tools; docs/operations.md shows their output).
+///
+/// What the root has already is kept: a lab node's real etcd certificates and kubeadm's etcd
+/// manifest are not overwritten (the plugin reads the manifest's annotation; the simulated
+/// etcdctl reads no certificate). What it adds, and the snapshot directory, is removed again
+/// when the returned guard is dropped, so a shared lab root is left as it was.
+#[must_use = "dropping the guard removes the simulated etcd again"]
+pub fn simulated_etcd(root: &Path, members: &[&str], down: &[&str]) -> SimulatedEtcd {
+    let mut added = SimulatedEtcd {
+        root: root.to_owned(),
+        created: Vec::new(),
+    };
+    let programs = ["/bin/sh", "/usr/bin/printf", "/usr/bin/cat", "/usr/bin/mv"];
+    for p in programs {
+        added.note_if_missing(&p[1..]);
+    }
+    install_programs(root, &programs);
     let mut list = Vec::new();
     let mut health = Vec::new();
     let mut status = Vec::new();
@@ -972,6 +983,7 @@ echo '{"hash":3986875425,"revision":42,"totalKey":7,"totalSize":20480,"version":
 "#;
     for (name, script) in [("etcdctl", etcdctl.as_str()), ("etcdutl", etcdutl)] {
         let rel = format!("usr/local/bin/{name}");
+        added.note_if_missing(&rel);
         write(root, &rel, script);
         std::fs::set_permissions(
             root.join(&rel),
@@ -980,15 +992,58 @@ echo '{"hash":3986875425,"revision":42,"totalKey":7,"totalSize":20480,"version":
         .unwrap();
     }
     for f in ["ca.crt", "healthcheck-client.crt", "healthcheck-client.key"] {
-        write(root, &format!("etc/kubernetes/pki/etcd/{f}"), "simulated\n");
+        let rel = format!("etc/kubernetes/pki/etcd/{f}");
+        if added.note_if_missing(&rel) {
+            write(root, &rel, "simulated\n");
+        }
     }
     // kubeadm's etcd static Pod, as far as the plugin reads it: this node is the first member.
     let own_ip = members[0].split_once('@').map_or("", |(_, ip)| ip);
-    write(
-        root,
-        "etc/kubernetes/manifests/etcd.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://{own_ip}:2379\n  name: etcd\n  namespace: kube-system\n"
-        ),
-    );
+    if added.note_if_missing("etc/kubernetes/manifests/etcd.yaml") {
+        write(
+            root,
+            "etc/kubernetes/manifests/etcd.yaml",
+            &format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n    kubeadm.kubernetes.io/etcd.advertise-client-urls: https://{own_ip}:2379\n  name: etcd\n  namespace: kube-system\n"
+            ),
+        );
+    }
+    added
+}
+
+/// What [`simulated_etcd`] added to a root; removed again when dropped.
+#[derive(Debug)]
+pub struct SimulatedEtcd {
+    root: PathBuf,
+    /// Paths relative to the root, in the order they were created.
+    created: Vec<String>,
+}
+
+impl SimulatedEtcd {
+    /// Records `rel` to remove later if it does not exist yet; true when it did not.
+    fn note_if_missing(&mut self, rel: &str) -> bool {
+        let missing = !self.root.join(rel).exists();
+        if missing {
+            self.created.push(rel.to_owned());
+        }
+        missing
+    }
+
+    /// Creates the snapshot directory the etcd plugin writes in (removed with the rest).
+    pub fn snapshot_dir(&mut self) -> PathBuf {
+        let rel = "var/lib/etcd-snapshots";
+        self.note_if_missing(rel);
+        let dir = self.root.join(rel);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
+
+impl Drop for SimulatedEtcd {
+    fn drop(&mut self) {
+        for rel in self.created.iter().rev() {
+            let path = self.root.join(rel);
+            let _ = std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir_all(&path));
+        }
+    }
 }

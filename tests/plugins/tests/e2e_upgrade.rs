@@ -51,7 +51,9 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
         );
     }
     // Each control plane's etcd, as etcdctl and etcdutl would show it (the lab's nodes run
-    // no etcd of their own), and the snapshot directory an administrator creates.
+    // no etcd of their own), and the snapshot directory an administrator creates. The lab's
+    // own etcd certificates and kubeadm's etcd manifest are kept; what is added is removed
+    // again when the guards drop, at the end of the test (the lab's roots are shared).
     let control_planes: Vec<String> = lab
         .nodes
         .iter()
@@ -59,13 +61,15 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
         .map(|n| format!("{}@127.0.0.1", n.name))
         .collect();
     let members: Vec<&str> = control_planes.iter().map(String::as_str).collect();
+    let mut etcd_guards = Vec::new();
     for node in lab
         .nodes
         .iter()
         .filter(|n| n.role == bosun_lab::Role::ControlPlane)
     {
-        simulated_etcd(&node.host_root, &members, &[]);
-        std::fs::create_dir_all(node.host_root.join("var/lib/etcd-snapshots"))?;
+        let mut guard = simulated_etcd(&node.host_root, &members, &[]);
+        guard.snapshot_dir();
+        etcd_guards.push(guard);
     }
     let families: std::collections::BTreeSet<&str> = lab
         .nodes

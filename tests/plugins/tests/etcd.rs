@@ -8,18 +8,18 @@
 
 use std::path::{Path, PathBuf};
 
-use bosun_plugins_tests::{Node, example_grants, plugins, simulated_etcd, write};
+use bosun_plugins_tests::{Node, SimulatedEtcd, example_grants, plugins, simulated_etcd, write};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 const MEMBERS: [&str; 3] = ["cp1@10.0.0.1", "cp2@10.0.0.2", "cp3@10.0.0.3"];
 
-fn root(down: &[&str]) -> (tempfile::TempDir, PathBuf) {
+fn root(down: &[&str]) -> (tempfile::TempDir, PathBuf, SimulatedEtcd) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     write(&root, "etc/os-release", "ID=debian\nVERSION_ID=12\n");
-    simulated_etcd(&root, &MEMBERS, down);
-    (dir, root)
+    let etcd = simulated_etcd(&root, &MEMBERS, down);
+    (dir, root, etcd)
 }
 
 fn snapshots(root: &Path) -> Vec<String> {
@@ -53,7 +53,7 @@ fn health_passes_or_names_the_member_and_its_fault() {
         ),
     ];
     for (down, expected, want) in cases {
-        let (_dir, root) = root(down);
+        let (_dir, root, _etcd) = root(down);
         let node = Node::new(&root, &["control-plane"]);
         let etcd = node.load(&plugins().etcd, "etcd");
         let params = json!({"expectedMembers": expected, "waitSeconds": 0});
@@ -85,7 +85,7 @@ fn health_passes_or_names_the_member_and_its_fault() {
 
 #[test]
 fn a_snapshot_is_saved_by_etcdctl_verified_hashed_and_pruned_to_keep() {
-    let (_dir, root) = root(&[]);
+    let (_dir, root, _etcd) = root(&[]);
     let dir = root.join("var/lib/etcd-snapshots");
     let node = Node::new(&root, &["control-plane"]);
     let etcd = node.load(&plugins().etcd, "etcd");
@@ -182,7 +182,7 @@ fn a_snapshot_is_saved_by_etcdctl_verified_hashed_and_pruned_to_keep() {
 
 #[test]
 fn the_snapshot_fails_before_anything_else_when_etcdutl_cannot_verify_it() {
-    let (_dir, root) = root(&[]);
+    let (_dir, root, _etcd) = root(&[]);
     std::fs::create_dir_all(root.join("var/lib/etcd-snapshots")).unwrap();
     // An etcdctl that "saves" an empty file: etcdutl finds no snapshot there.
     let etcdctl = root.join("usr/local/bin/etcdctl");
@@ -208,7 +208,7 @@ fn the_snapshot_fails_before_anything_else_when_etcdutl_cannot_verify_it() {
 
 #[test]
 fn a_node_without_kubeadms_etcd_is_refused_in_preflight_saying_how_to_turn_the_steps_off() {
-    let (_dir, root) = root(&[]);
+    let (_dir, root, _etcd) = root(&[]);
     std::fs::remove_file(root.join("etc/kubernetes/manifests/etcd.yaml")).unwrap();
     std::fs::create_dir_all(root.join("var/lib/etcd-snapshots")).unwrap();
     let node = Node::new(&root, &["control-plane"]);
