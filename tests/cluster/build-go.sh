@@ -125,20 +125,15 @@ for b in "${missing[@]}"; do
       echo "cluster build: go build etcd $ETCD_VERSION ..." >&2
       (cd "$src" && go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" -o "$BIN/etcd.tmp" go.etcd.io/etcd/server/v3) >>"$LOG" 2>&1 || fail "building etcd"
       mv "$BIN/etcd.tmp" "$BIN/etcd" ;;
-    etcdctl)
-      # etcd's own client, for the test's checks of a stacked etcd cluster (members, health).
-      src="$OUT/src/etcdctl"
-      wrapper_module "$src" go.etcd.io/etcd/etcdctl/v3 "$ETCD_VERSION" '\.\./' "$ETCD_VERSION" go.etcd.io/etcd/etcdctl/v3
-      echo "cluster build: go build etcdctl $ETCD_VERSION ..." >&2
-      (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcdctl.tmp" go.etcd.io/etcd/etcdctl/v3) >>"$LOG" 2>&1 || fail "building etcdctl"
-      mv "$BIN/etcdctl.tmp" "$BIN/etcdctl" ;;
-    etcdutl)
-      # etcd's offline tool: `snapshot status` verifies a snapshot, `snapshot restore` restores it.
-      src="$OUT/src/etcdutl"
-      wrapper_module "$src" go.etcd.io/etcd/etcdutl/v3 "$ETCD_VERSION" '\.\./' "$ETCD_VERSION" go.etcd.io/etcd/etcdutl/v3
-      echo "cluster build: go build etcdutl $ETCD_VERSION ..." >&2
-      (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$BIN/etcdutl.tmp" go.etcd.io/etcd/etcdutl/v3) >>"$LOG" 2>&1 || fail "building etcdutl"
-      mv "$BIN/etcdutl.tmp" "$BIN/etcdutl" ;;
+    etcdctl|etcdutl)
+      # etcd's own client (the test's checks of a stacked etcd cluster; the upgrade's etcd
+      # steps) and its offline tool (`snapshot status` verifies a snapshot, `snapshot restore`
+      # restores it): go.etcd.io/etcd/<name>/v3, each in a wrapper module of its own.
+      src="$OUT/src/$b"
+      wrapper_module "$src" "go.etcd.io/etcd/$b/v3" "$ETCD_VERSION" '\.\./' "$ETCD_VERSION" "go.etcd.io/etcd/$b/v3"
+      echo "cluster build: go build $b $ETCD_VERSION ..." >&2
+      (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$BIN/$b.tmp" "go.etcd.io/etcd/$b/v3") >>"$LOG" 2>&1 || fail "building $b"
+      mv "$BIN/$b.tmp" "$BIN/$b" ;;
     crictl|coredns)
       # crictl's version is set at link time, as its Makefile does (else it says "unknown").
       if [ "$b" = crictl ]; then
