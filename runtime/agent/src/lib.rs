@@ -484,6 +484,8 @@ struct Started {
     phase: StepPhase,
     attempts: u32,
     resumed: bool,
+    /// The task's last agent step: its result carries the `after` facts.
+    last_agent_step: usize,
     /// The node facts this step's writes carry.
     carried: serde_json::Map<String, serde_json::Value>,
     at: Timestamp,
@@ -512,7 +514,7 @@ async fn start_attempt(
     // step, read now (before the step starts) unless the task has it already; and whatever
     // this step's manager wrote before, but not an `after` of an earlier run of this step.
     let manager = step_manager(&agent.manager, &step.name);
-    let (first, _) = facts::agent_steps(task).unwrap_or((index, index));
+    let (first, last_agent_step) = facts::agent_steps(task).unwrap_or((index, index));
     let mut carried = facts::carried(agent, task, &manager);
     carried.remove("after");
     let has_before = task
@@ -551,6 +553,7 @@ async fn start_attempt(
         phase,
         attempts,
         resumed,
+        last_agent_step,
         carried,
         at,
         clock,
@@ -648,8 +651,7 @@ async fn result_body(
         }),
     );
     let mut carried = started.carried;
-    let (_, last) = facts::agent_steps(task).unwrap_or((index, index));
-    if index == last && end_phase == StepPhase::Succeeded {
+    if index == started.last_agent_step && end_phase == StepPhase::Succeeded {
         carried.insert("after".into(), facts::read_after(agent, task).await);
     }
     Ok(TaskStatusWrite::step_finished(entry, block)
