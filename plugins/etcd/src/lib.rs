@@ -716,22 +716,31 @@ pub fn file_name(unix: u64, label: Option<&str>) -> String {
 /// name starts with the time), plus the `.part` files an interrupted save left.
 #[must_use]
 pub fn to_remove(names: &[String], keep: usize) -> Vec<String> {
-    let ours = |n: &&String| n.starts_with(SNAPSHOT_PREFIX) && !n.contains('/');
-    let mut snapshots: Vec<&String> = names
-        .iter()
-        .filter(ours)
-        .filter(|n| n.ends_with(SNAPSHOT_SUFFIX))
-        .collect();
-    snapshots.sort();
+    let snapshots = snapshots_of(names);
     let excess = snapshots.len().saturating_sub(keep);
-    let mut out: Vec<String> = snapshots[..excess].iter().map(|n| (*n).clone()).collect();
+    let mut out = snapshots[..excess].to_vec();
     out.extend(
         names
             .iter()
-            .filter(ours)
-            .filter(|n| n.ends_with(".db.part"))
+            .filter(|n| ours(n) && n.ends_with(".db.part"))
             .cloned(),
     );
+    out
+}
+
+/// A name the plugin wrote: `etcd-…`, a plain file name.
+fn ours(name: &str) -> bool {
+    name.starts_with(SNAPSHOT_PREFIX) && !name.contains('/')
+}
+
+/// The snapshots among `names` (`etcd-*.db`), oldest first.
+fn snapshots_of(names: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = names
+        .iter()
+        .filter(|n| ours(n) && n.ends_with(SNAPSHOT_SUFFIX))
+        .cloned()
+        .collect();
+    out.sort();
     out
 }
 
@@ -779,9 +788,8 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
         .map_or(0, |d| d.as_secs());
     let name = file_name(now, p.label.as_deref());
     let path = format!("{SNAPSHOT_DIR}/{name}");
-    let existing = snapshots_in_dir()?;
     if ctx.dry_run {
-        let mut after = existing.clone();
+        let mut after = snapshots_in_dir()?;
         after.push(name.clone());
         let removed = to_remove(&after, p.keep as usize);
         return Ok(Outcome::unchanged(format!(
@@ -818,8 +826,9 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
         .map_err(|m| PluginError::new("snapshot-unverified", format!("{path}: {m}")))?;
     let (sha256, size) = sha256_of(&path)?;
     bosun_plugin_sdk::log::progress(2, 3, "keeping the newest");
+    let after = snapshots_in_dir()?;
     let mut removed = Vec::new();
-    for old in to_remove(&snapshots_in_dir()?, p.keep as usize) {
+    for old in to_remove(&after, p.keep as usize) {
         if old == name {
             continue;
         }
@@ -830,7 +839,7 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
         }
     }
     bosun_plugin_sdk::log::progress(3, 3, "snapshot kept");
-    let mut kept = to_keep(&snapshots_in_dir()?);
+    let mut kept = snapshots_of(&after);
     kept.retain(|n| !removed.contains(n));
     Ok(Outcome::changed(format!(
         "etcd snapshot {path}: {size} bytes, revision {}, {} keys, verified by etcdutl (hash {:08x}); sha256 {sha256}; {} kept{}",
@@ -851,16 +860,6 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
     .output("etcdHash", format!("{:08x}", status.hash))
     .output("sha256", &sha256)
     .output("kept", kept.join(",")))
-}
-
-fn to_keep(names: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = names
-        .iter()
-        .filter(|n| n.starts_with(SNAPSHOT_PREFIX) && n.ends_with(SNAPSHOT_SUFFIX))
-        .cloned()
-        .collect();
-    out.sort();
-    out
 }
 
 bosun_plugin_sdk::export_plugin!(Etcd);
