@@ -1067,6 +1067,61 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_etcd_endpoint_pattern_admits_an_address_and_nothing_that_leaves_it() {
+        // The etcd plugin's grant: the local member's address is read from kubeadm's manifest,
+        // so the host is a wildcard; what the argument may not become is checked here, and the
+        // port the command reaches is the kernel's (tcpConnect: [2379]).
+        let g = [grant(
+            "/usr/local/bin/etcdctl",
+            &[&["--endpoints=https://*:2379", "member", "list"]],
+        )];
+        let run = |endpoint: &str| {
+            authorize(
+                &g,
+                "/usr/local/bin/etcdctl",
+                &v(&[endpoint, "member", "list"]),
+            )
+        };
+        for good in [
+            "--endpoints=https://10.231.0.11:2379",
+            "--endpoints=https://[fd00::11]:2379",
+            "--endpoints=https://cp1.example:2379",
+            // A list: etcdctl would try both, and the kernel lets it reach port 2379 only.
+            "--endpoints=https://a:80,b:2379",
+        ] {
+            assert!(run(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "--endpoints=https://evil/path:2379",
+            "--endpoints=https://a:2379/../x:2379",
+            "--endpoints=https://.hidden:2379",
+            "--endpoints=http://10.0.0.1:2379",
+            "--endpoints=https://10.0.0.1:2380",
+            "--endpoints=https://10.0.0.1:2379 --insecure-skip-tls-verify",
+            "--insecure-transport=https://x:2379",
+        ] {
+            assert!(
+                matches!(run(bad), Err(Refusal::NotGranted(_))),
+                "{bad} should be refused"
+            );
+        }
+        // No extra argument slips in beside it.
+        assert!(matches!(
+            authorize(
+                &g,
+                "/usr/local/bin/etcdctl",
+                &v(&[
+                    "--endpoints=https://a:2379",
+                    "member",
+                    "list",
+                    "--write-out=json"
+                ])
+            ),
+            Err(Refusal::NotGranted(_))
+        ));
+    }
+
+    #[test]
     fn empty_arg_list_allows_only_no_arguments() {
         let g = [grant("/bin/true", &[])];
         assert!(authorize(&g, "/bin/true", &[]).is_ok());
