@@ -57,6 +57,8 @@ pub struct NodeFacts {
     /// The installed packages of [`KUBERNETES_PACKAGES`] in that order, versions as dpkg
     /// records them; empty without a readable dpkg database (rpm roots included).
     pub packages: Vec<PackageVersion>,
+    /// Whether the node needs a reboot, and why (see [`crate::reboot`]).
+    pub reboot: crate::reboot::RebootNeed,
 }
 
 /// Parses os-release (`KEY=value`, values optionally quoted).
@@ -179,7 +181,12 @@ fn open_root_regular(root: &Path, rel: &str, no_symlinks: bool) -> Option<std::f
 
 /// Reads at most `max` bytes of the regular file `rel` under `root` (see
 /// [`open_root_regular`]); a larger file is refused.
-fn read_root_bytes(root: &Path, rel: &str, max: u64, no_symlinks: bool) -> Option<Vec<u8>> {
+pub(crate) fn read_root_bytes(
+    root: &Path,
+    rel: &str,
+    max: u64,
+    no_symlinks: bool,
+) -> Option<Vec<u8>> {
     let file = open_root_regular(root, rel, no_symlinks)?;
     let mut bytes = Vec::new();
     if let Err(e) = file.take(max + 1).read_to_end(&mut bytes) {
@@ -536,6 +543,7 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> Nod
         .trim()
         .to_owned();
     let packages = cache.packages(root);
+    let reboot = crate::reboot::reboot_need(root, &kernel);
     NodeFacts {
         node_name: node.node_name.clone(),
         roles: node.roles.clone(),
@@ -546,6 +554,7 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> Nod
         kubeadm_version: cache.version(root, packages.as_deref(), "kubeadm", KUBEADM),
         kubectl_version: cache.version(root, packages.as_deref(), "kubectl", KUBECTL),
         packages: packages.unwrap_or_default(),
+        reboot,
     }
 }
 

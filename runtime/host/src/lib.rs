@@ -37,6 +37,7 @@ mod fs;
 mod guarded_fs;
 mod http;
 mod params;
+pub mod reboot;
 mod report;
 mod sandbox;
 mod self_test;
