@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use bosun_api::node_task::{
     CertificateExpiry, CommandConfinement, MAX_CERTIFICATES, MAX_PACKAGES, NodeFacts, NodeTask,
-    NodeTaskPhase,
+    NodeTaskPhase, RebootNeed,
 };
 use bosun_api::operation::RunsOn;
 use k8s_openapi::api::core::v1::Node;
@@ -411,6 +411,11 @@ pub fn assemble(
             .as_ref()
             .and_then(|h| present(h.os.pretty_name.clone())),
         arch: host.as_ref().and_then(|h| present(h.arch.clone())),
+        reboot: host.as_ref().map(|h| RebootNeed {
+            required: h.reboot.required(),
+            reasons: h.reboot.reasons.clone(),
+            packages: h.reboot.packages.clone(),
+        }),
         kernel: host.and_then(|h| present(h.kernel)),
         certificates: certificates
             .into_iter()
@@ -658,6 +663,10 @@ mod tests {
                 name: "kubeadm".into(),
                 version: "1.34.4-1.1".into(),
             }],
+            reboot: bosun_host::reboot::RebootNeed {
+                reasons: vec!["/run/reboot-required is present (asked for by libc6)".into()],
+                packages: vec!["libc6".into()],
+            },
         };
         let facts = assemble(Timestamp::UNIX_EPOCH, None, Some(host), vec![]);
         assert_eq!(facts.os.as_deref(), Some("Debian GNU/Linux 13 (trixie)"));
@@ -667,6 +676,12 @@ mod tests {
         assert_eq!(facts.kubectl_version, None, "not installed, not guessed");
         assert_eq!(facts.packages.len(), 1);
         assert_eq!(facts.packages[0].version, "1.34.4-1.1");
+        let reboot = facts
+            .reboot
+            .as_ref()
+            .expect("the host read the reboot need");
+        assert!(reboot.required);
+        assert_eq!(reboot.packages, ["libc6"]);
         let json = serde_json::to_value(&facts).unwrap();
         assert!(json.get("kubectlVersion").is_none(), "{json}");
         assert_eq!(

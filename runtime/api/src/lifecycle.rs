@@ -65,6 +65,13 @@ const VERSION_RE: &str = "^v[0-9]{1,4}[.][0-9]{1,4}[.][0-9]{1,4}$";
         description = "The earliest expiry of a renewable control-plane certificate (a timestamp: a date column would show a future time as <invalid>)"
     ),
     printcolumn(
+        name = "Reboots",
+        type_ = "integer",
+        json_path = ".status.reboots.required",
+        description = "Nodes that need a reboot",
+        priority = 1
+    ),
+    printcolumn(
         name = "Paused",
         type_ = "boolean",
         json_path = ".spec.paused",
@@ -238,6 +245,10 @@ pub struct ClusterLifecycleStatus {
     #[serde(default)]
     pub certificates: ObservedCertificates,
 
+    /// The nodes that need a reboot, as their NodeReports say.
+    #[serde(default)]
+    pub reboots: ObservedReboots,
+
     /// The generated Operation not yet finished, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_operation: Option<String>,
@@ -296,6 +307,26 @@ pub struct ObservedCertificates {
     #[serde(default)]
     pub handled_rotation: i64,
 }
+
+/// The nodes that need a reboot, as their agents report it (docs/reboots.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedReboots {
+    /// Nodes whose NodeReport says a reboot is needed.
+    #[serde(default)]
+    pub required: u32,
+    /// Those nodes by name, in name order, at most 20.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20), inner(length(max = 253)))]
+    pub nodes: Vec<String>,
+    /// Nodes whose NodeReport says whether a reboot is needed (an agent that predates the
+    /// check says nothing, and its node is not counted either way).
+    #[serde(default)]
+    pub nodes_reported: u32,
+}
+
+/// The most node names [`ObservedReboots::nodes`] lists.
+pub const MAX_REBOOT_NODES: usize = 20;
 
 /// One Operation the ClusterLifecycle generated.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

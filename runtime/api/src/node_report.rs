@@ -42,6 +42,12 @@ use crate::node_task::NodeFacts;
         description = "The soonest certificate expiry on the node"
     ),
     printcolumn(
+        name = "Reboot",
+        type_ = "boolean",
+        json_path = ".spec.facts.reboot.required",
+        description = "Whether the node needs a reboot"
+    ),
+    printcolumn(
         name = "Kubectl",
         type_ = "string",
         json_path = ".spec.facts.kubectlVersion",

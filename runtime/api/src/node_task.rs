@@ -273,6 +273,31 @@ pub struct NodeFacts {
     /// kernel boundary of a granted command"). Absent in reports of agents that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_confinement: Option<CommandConfinement>,
+    /// Whether the node needs a reboot, and why (docs/reboots.md). Absent in reports of
+    /// agents that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot: Option<RebootNeed>,
+}
+
+/// Whether a node needs a reboot, read as data with no command run: on the Debian family
+/// `/run/reboot-required` (and the packages in `reboot-required.pkgs`); where kernel
+/// packages install `/usr/lib/modules/<release>/vmlinuz` (the RHEL family, Fedora, SUSE), an
+/// installed kernel newer than the running one.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootNeed {
+    /// True when a reboot is needed.
+    pub required: bool,
+    /// Why, one sentence per sign found, for example `/run/reboot-required is present
+    /// (asked for by linux-image-6.1.0-28-amd64, libc6)`; empty when not required.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4), inner(length(max = 2048)))]
+    pub reasons: Vec<String>,
+    /// The packages that asked for the reboot (`reboot-required.pkgs`), or `kernel
+    /// <release>` for a newer installed kernel; at most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 160)))]
+    pub packages: Vec<String>,
 }
 
 /// What the kernel enforces around granted commands on one node.

@@ -22,6 +22,10 @@
 //! - An agent's token may write only its own node's NodeReport.
 //! - A kubectl package behind the version (a dpkg database written into a worker's root)
 //!   is reported by the agent and is `PackageDrift`, which generates the upgrade.
+//! - A worker whose root gets Debian's `/run/reboot-required` (and `.pkgs`) is reported as
+//!   needing a reboot, with the packages; the ClusterLifecycle counts and names it, stays
+//!   InSync and generates nothing; `kubectl bosun status` shows it with the reason; removing
+//!   the sentinel (what a reboot does to `/run`) clears all three.
 //!
 //! The ClusterLifecycle is one per cluster: every test here takes the lab-nodes lock and
 //! starts from none. Build the binaries first (`cargo build --workspace --bins`).
@@ -1624,6 +1628,171 @@ async fn a_package_behind_the_version_is_drift_and_generates_the_upgrade() -> Re
         );
         tokio::time::sleep(POLL).await;
     }
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+/// Removes files made by a test when dropped (also when the test fails).
+struct RemoveFilesOnDrop(Vec<std::path::PathBuf>);
+
+impl Drop for RemoveFilesOnDrop {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// The reboot part of `kubectl bosun status` (from its `reboots:` line to the blank line).
+fn reboot_lines(lab: &LabHandle) -> Result<String> {
+    let out = std::process::Command::new(bosun_e2e::binary("kubectl-bosun")?)
+        .args(["status", "--kubeconfig"])
+        .arg(&lab.kubeconfig)
+        .env("NO_COLOR", "1")
+        .env_remove("KUBECONFIG")
+        .output()
+        .context("running kubectl-bosun status")?;
+    let text = String::from_utf8(out.stdout)?;
+    ensure!(
+        out.status.success(),
+        "kubectl bosun status ({}):\n{text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from = text
+        .find("  reboots:")
+        .with_context(|| format!("no reboots line in:\n{text}"))?;
+    let end = text[from..]
+        .find("\n\n")
+        .map_or(text.len(), |e| from + e + 1);
+    Ok(text[from..end].to_owned())
+}
+
+/// A worker that needs a reboot, the Debian way (docs/reboots.md): its agent reports it with
+/// the packages that asked; the ClusterLifecycle counts and names it and generates nothing
+/// (a reboot need is not version drift); `kubectl bosun status` shows the node and why; the
+/// sentinel gone (as a reboot clears `/run`), all of it clears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_needs_a_reboot_is_reported_counted_and_shown() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    let worker = lab
+        .nodes
+        .iter()
+        .find(|n| n.role == Role::Worker)
+        .context("the lab has a worker")?
+        .clone();
+    let run = worker.host_root.join("run");
+    let (sentinel, pkgs) = (
+        run.join("reboot-required"),
+        run.join("reboot-required.pkgs"),
+    );
+    ensure!(
+        !sentinel.exists() && !pkgs.exists(),
+        "{} exists before the test wrote it",
+        sentinel.display()
+    );
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-reboots")?;
+    let nodes = lab.nodes.len() as u32;
+    let c = adopted_in_sync(&mut op, &lab).await?;
+    let seen = c.status.clone().unwrap_or_default().reboots;
+    ensure!(
+        seen.required == 0 && seen.nodes.is_empty(),
+        "no lab node needs a reboot yet: {seen:?}"
+    );
+    ensure!(
+        reboot_lines(&lab)?.starts_with("  reboots: none needed ("),
+        "{}",
+        reboot_lines(&lab)?
+    );
+
+    std::fs::create_dir_all(&run)?;
+    let _remove = RemoveFilesOnDrop(vec![sentinel.clone(), pkgs.clone()]);
+    std::fs::write(&pkgs, "linux-image-6.12.57+deb13-amd64\nlibc6\nlibc6\n")?;
+    std::fs::write(&sentinel, "*** System restart required ***\n")?;
+    let reason =
+        "/run/reboot-required is present (asked for by linux-image-6.12.57+deb13-amd64, libc6)";
+
+    // The agent (reading every second) reports it.
+    let reports: Api<NodeReport> = Api::all(lab.client.clone());
+    let started = Instant::now();
+    loop {
+        op.procs.check_alive()?;
+        let r = reports.get_opt(&worker.name).await?;
+        let reboot = r.and_then(|r| r.spec.facts.reboot);
+        if reboot.as_ref().is_some_and(|r| r.required) {
+            let reboot = reboot.context("the reboot need")?;
+            ensure!(
+                reboot.reasons == [reason]
+                    && reboot.packages == ["linux-image-6.12.57+deb13-amd64", "libc6"],
+                "{}'s reboot need: {reboot:?}",
+                worker.name
+            );
+            break;
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "{}'s NodeReport does not say it needs a reboot: {reboot:?}",
+            worker.name
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    let c = wait_lifecycle(&mut op, "one node needing a reboot", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.reboots.required == 1 && s.reboots.nodes_reported == nodes)
+    })
+    .await?;
+    let status = c.status.clone().unwrap_or_default();
+    ensure!(
+        status.reboots.nodes == [worker.name.clone()],
+        "the node is named: {:?}",
+        status.reboots
+    );
+    ensure!(
+        condition(&c, "InSync").as_deref() == Some("True"),
+        "a reboot need is not version drift: {:?}",
+        status.conditions
+    );
+    let summary = status.summary.unwrap_or_default();
+    ensure!(
+        summary.contains(&format!("1 node needs a reboot ({})", worker.name)),
+        "the summary says it: {summary}"
+    );
+    ensure!(
+        generated(&op).await?.is_empty(),
+        "a reboot need generates nothing without a reboot setting"
+    );
+    let shown = reboot_lines(&lab)?;
+    ensure!(
+        shown
+            == format!(
+                "  reboots: 1 of {nodes} reporting nodes needs one\n    {}: {reason}\n",
+                worker.name
+            ),
+        "kubectl bosun status shows:\n{shown}"
+    );
+
+    // A reboot clears /run: so does the report, and the count.
+    std::fs::remove_file(&sentinel)?;
+    std::fs::remove_file(&pkgs)?;
+    wait_lifecycle(&mut op, "no node needing a reboot", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.reboots.required == 0 && s.reboots.nodes_reported == nodes)
+    })
+    .await?;
+    let r = reports.get_opt(&worker.name).await?;
+    ensure!(
+        r.as_ref()
+            .and_then(|r| r.spec.facts.reboot.as_ref())
+            .is_some_and(|r| !r.required && r.reasons.is_empty()),
+        "the report clears: {:?}",
+        r.map(|r| r.spec.facts.reboot)
+    );
     cleanup(&lab).await?;
     op.finish().await
 }

@@ -270,6 +270,7 @@ fn human_logs(task: &NodeTask, step: Option<&str>, now: Timestamp) -> Result<Str
 fn human_lifecycle(
     cl: &bosun_api::ClusterLifecycle,
     generated: &[Operation],
+    reports: &[bosun_api::NodeReport],
     now: Timestamp,
     style: render::Style,
 ) -> Result<String> {
@@ -278,7 +279,11 @@ fn human_lifecycle(
         .iter()
         .map(terminal::cleaned)
         .collect::<Result<Vec<_>>>()?;
-    Ok(render::lifecycle(&cl, &generated, now, style))
+    let reports = reports
+        .iter()
+        .map(terminal::cleaned)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(render::lifecycle(&cl, &generated, &reports, now, style))
 }
 
 async fn status(args: StatusArgs) -> Result<Status> {
@@ -399,7 +404,21 @@ async fn lifecycle_status(
     let text = match output {
         Some(Format::Json) => terminal::json(&doc())?,
         Some(Format::Yaml) => terminal::yaml(&doc())?,
-        None => human_lifecycle(&cl, &generated, Timestamp::now(), style)?,
+        None => {
+            // Only for the reasons of the nodes that need a reboot: their names and count
+            // are in the ClusterLifecycle's status, so a user who may not list NodeReports
+            // still sees them.
+            let reports = if cl.status.as_ref().is_some_and(|s| s.reboots.required > 0) {
+                let api: Api<bosun_api::NodeReport> = Api::all(client.clone());
+                api.list(&kube::api::ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            human_lifecycle(&cl, &generated, &reports, Timestamp::now(), style)?
+        }
     };
     terminal::out_styled(&text, style.color);
     Ok(Status::Success)
@@ -635,6 +654,8 @@ mod tests {
         cl: bosun_api::ClusterLifecycle,
         #[serde(default)]
         generated: Vec<Operation>,
+        #[serde(default)]
+        reports: Vec<bosun_api::NodeReport>,
     }
 
     /// An Operation Blocked on one node, with a task of each kind the renderings treat
@@ -736,11 +757,21 @@ mod tests {
                     "versions": {"nodesAtDesired": 1, "nodes": 5, "lowest": "v1.33.5", "highest": "v1.34.4"},
                     "certificates": {"earliestExpiry": "2027-11-30T03:00:00Z", "earliest": "apiserver",
                                      "nextRenewal": "2027-10-30T03:00:00Z", "nodesReported": 1, "handledRotation": 0},
+                    "reboots": {"required": 1, "nodes": ["n2"], "nodesReported": 2},
                     "currentOperation": "op1",
                     "history": [{"name": "op1", "kind": "upgrade", "reason": "desired v1.34.4",
                                  "createdAt": "2026-11-30T03:00:00Z"}],
                 },
             },
+            "reports": [{
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeReport",
+                "metadata": {"name": "n2"},
+                "spec": {"nodeName": "n2", "facts": {
+                    "collectedAt": "2026-11-30T03:00:01Z",
+                    "reboot": {"required": true, "reasons": ["/run/reboot-required is present (asked for by libc6)"],
+                               "packages": ["libc6"]},
+                }},
+            }],
         });
         let mut c: Cluster = serde_json::from_value(value).unwrap();
         c.generated = vec![c.op.clone()];
@@ -800,7 +831,7 @@ mod tests {
             ));
             out.push((
                 format!("status cluster{tag}"),
-                human_lifecycle(&c.cl, &c.generated, now, style).unwrap(),
+                human_lifecycle(&c.cl, &c.generated, &c.reports, now, style).unwrap(),
             ));
         }
         out.push((

@@ -788,6 +788,7 @@ pub fn logs(task: &NodeTask, only: Option<&str>, now: Timestamp) -> String {
 pub fn lifecycle(
     cl: &bosun_api::ClusterLifecycle,
     generated: &[Operation],
+    reports: &[bosun_api::NodeReport],
     now: Timestamp,
     s: Style,
 ) -> String {
@@ -860,6 +861,7 @@ pub fn lifecycle(
         "  certificates: {expiry}; {renewal}; rotation {} (handled {})",
         cl.spec.certificates.rotation, c.handled_rotation
     );
+    reboots(&mut out, &status.reboots, reports, s);
     out.push('\n');
     if status.history.is_empty() {
         let _ = writeln!(out, "  {}", s.dim("no Operation generated"));
@@ -897,6 +899,54 @@ pub fn lifecycle(
         );
     }
     out
+}
+
+/// The ClusterLifecycle's reboot count, then each node that needs one with its NodeReport's
+/// reasons (when the reports could be read).
+fn reboots(
+    out: &mut String,
+    r: &bosun_api::lifecycle::ObservedReboots,
+    reports: &[bosun_api::NodeReport],
+    s: Style,
+) {
+    if r.nodes_reported == 0 {
+        let _ = writeln!(
+            out,
+            "  reboots: {}",
+            s.dim("no node reports whether it needs one (agents older than the check, or no report yet)")
+        );
+        return;
+    }
+    if r.required == 0 {
+        let _ = writeln!(
+            out,
+            "  reboots: none needed ({} of the nodes reporting)",
+            r.nodes_reported
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  reboots: {} of {} reporting node{} need{} one",
+        s.yellow(&r.required.to_string()),
+        r.nodes_reported,
+        if r.nodes_reported == 1 { "" } else { "s" },
+        if r.required == 1 { "s" } else { "" },
+    );
+    for node in &r.nodes {
+        let why = reports
+            .iter()
+            .find(|n| &n.spec.node_name == node)
+            .and_then(|n| n.spec.facts.reboot.as_ref())
+            .map(|n| n.reasons.join("; "))
+            .filter(|w| !w.is_empty())
+            .unwrap_or_else(|| s.dim("(its NodeReport was not read)"));
+        let _ = writeln!(out, "    {}: {why}", s.bold(node));
+    }
+    let more = r.required as usize - r.nodes.len().min(r.required as usize);
+    if more > 0 {
+        let _ = writeln!(out, "    {}", s.dim(&format!("and {more} more")));
+    }
 }
 
 #[cfg(test)]
@@ -1441,6 +1491,7 @@ workers  1/3 finished  (up to 2 at a time)
                 .collect(),
             certificates_omitted: 0,
             command_confinement: None,
+            reboot: None,
         }
     }
 
@@ -1593,16 +1644,71 @@ workers  1/3 finished  (up to 2 at a time)
             .expect("a ClusterLifecycle")
         };
         let now: Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
-        let past = lifecycle(&cl("2026-11-30T12:00:00Z"), &[], now, Style::PLAIN);
+        let past = lifecycle(&cl("2026-11-30T12:00:00Z"), &[], &[], now, Style::PLAIN);
         assert!(
             past.contains("earliest cp-1/apiserver EXPIRED at 2026-11-30T12:00:00Z (3d00h ago)"),
             "{past}"
         );
-        let future = lifecycle(&cl("2027-12-03T12:00:00Z"), &[], now, Style::PLAIN);
+        let future = lifecycle(&cl("2027-12-03T12:00:00Z"), &[], &[], now, Style::PLAIN);
         assert!(
             future.contains("earliest cp-1/apiserver expires 2027-12-03T12:00:00Z (in 365d00h)"),
             "{future}"
         );
+    }
+
+    #[test]
+    fn the_nodes_that_need_a_reboot_are_shown_with_their_reasons() {
+        let cl = |reboots: serde_json::Value| -> bosun_api::ClusterLifecycle {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "bosun.dev/v1alpha1", "kind": "ClusterLifecycle",
+                "metadata": { "name": "cluster" },
+                "spec": { "kubernetesVersion": "v1.34.4" },
+                "status": { "reboots": reboots },
+            }))
+            .expect("a ClusterLifecycle")
+        };
+        let report: bosun_api::NodeReport = serde_json::from_value(serde_json::json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeReport",
+            "metadata": { "name": "w-1" },
+            "spec": { "nodeName": "w-1", "facts": {
+                "collectedAt": "2026-12-03T11:00:00Z",
+                "reboot": { "required": true, "packages": ["libc6"],
+                            "reasons": ["/run/reboot-required is present (asked for by libc6)"] },
+            }},
+        }))
+        .expect("a NodeReport");
+        let now: Timestamp = "2026-12-03T12:00:00Z".parse().unwrap();
+        // (the status's reboots, the reports read, the lines shown)
+        let cases = [
+            (
+                serde_json::json!({}),
+                vec![],
+                "  reboots: no node reports whether it needs one (agents older than the check, or no report yet)\n",
+            ),
+            (
+                serde_json::json!({"nodesReported": 3}),
+                vec![],
+                "  reboots: none needed (3 of the nodes reporting)\n",
+            ),
+            (
+                serde_json::json!({"required": 2, "nodes": ["w-1", "w-2"], "nodesReported": 3}),
+                vec![report.clone()],
+                "  reboots: 2 of 3 reporting nodes need one\n    w-1: /run/reboot-required is present (asked for by libc6)\n    w-2: (its NodeReport was not read)\n",
+            ),
+            (
+                serde_json::json!({"required": 1, "nodes": ["w-1"], "nodesReported": 1}),
+                vec![report],
+                "  reboots: 1 of 1 reporting node needs one\n    w-1: /run/reboot-required is present (asked for by libc6)\n",
+            ),
+        ];
+        for (reboots, reports, want) in cases {
+            let text = lifecycle(&cl(reboots), &[], &reports, now, Style::PLAIN);
+            let from = text.find("  reboots:").expect("a reboots line");
+            let end = text[from..]
+                .find("\n\n")
+                .map_or(text.len(), |e| from + e + 1);
+            assert_eq!(&text[from..end], want, "{text}");
+        }
     }
 
     #[test]

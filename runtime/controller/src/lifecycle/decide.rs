@@ -24,10 +24,10 @@
 //! instead. That is also what keeps a second reconcile from generating twice.
 
 use bosun_api::lifecycle::{
-    ClusterLifecycleSpec, ObservedCertificates, ObservedVersions, PackagePolicy,
-    parse_renew_before, parse_version,
+    ClusterLifecycleSpec, MAX_REBOOT_NODES, ObservedCertificates, ObservedReboots,
+    ObservedVersions, PackagePolicy, parse_renew_before, parse_version,
 };
-use bosun_api::node_task::{CertificateExpiry, PackageVersion};
+use bosun_api::node_task::{CertificateExpiry, PackageVersion, RebootNeed};
 use bosun_api::operation::{
     CertificateName, KubePackage, OperationPhase, OperationSpec, RenewCertificatesSpec, UpgradeSpec,
 };
@@ -46,6 +46,9 @@ pub struct NodeObservation {
     /// The installed packages from the node's NodeReport (empty without a report, or
     /// where the agent could read no package database).
     pub packages: Vec<PackageVersion>,
+    /// Whether the node needs a reboot, from its NodeReport; `None` without a report or
+    /// from an agent that predates the check.
+    pub reboot: Option<RebootNeed>,
 }
 
 /// The packages a generated upgrade moves to the cluster's version (with
@@ -243,6 +246,7 @@ pub struct Decision {
     pub wake_at: Option<Timestamp>,
     pub versions: ObservedVersions,
     pub certificates: ObservedCertificates,
+    pub reboots: ObservedReboots,
     pub summary: String,
 }
 
@@ -324,6 +328,7 @@ pub fn decide(input: &Input<'_>) -> Decision {
         wake_at: certs.due_at.filter(|d| *d > input.now),
         versions: versions.observed.clone(),
         certificates: certs.observed.clone(),
+        reboots: reboots_of(input.nodes),
         summary: String::new(),
     };
     // Rule 1: a generated Operation that has not finished holds everything.
@@ -335,6 +340,22 @@ pub fn decide(input: &Input<'_>) -> Decision {
     }
     decision.summary = summary(input, &decision);
     decision
+}
+
+/// The nodes that need a reboot (`nodes` come sorted by name).
+fn reboots_of(nodes: &[NodeObservation]) -> ObservedReboots {
+    let mut out = ObservedReboots::default();
+    for node in nodes {
+        let Some(need) = &node.reboot else { continue };
+        out.nodes_reported += 1;
+        if need.required {
+            out.required += 1;
+            if out.nodes.len() < MAX_REBOOT_NODES {
+                out.nodes.push(node.name.clone());
+            }
+        }
+    }
+    out
 }
 
 /// The nodes' versions against `spec.kubernetesVersion`.
@@ -761,6 +782,11 @@ pub fn operation_spec(spec: &ClusterLifecycleSpec, kind: Kind) -> OperationSpec 
     out
 }
 
+/// `1 node`, `3 nodes`.
+fn nodes_word(n: u32) -> String {
+    format!("{n} node{}", if n == 1 { "" } else { "s" })
+}
+
 fn summary(input: &Input<'_>, d: &Decision) -> String {
     let mut parts = vec![format!(
         "{}/{} nodes at {}",
@@ -790,6 +816,21 @@ fn summary(input: &Input<'_>, d: &Decision) -> String {
     }
     if let Some(at) = &d.certificates.earliest_expiry {
         parts.push(format!("certificates expire from {}", at.0));
+    }
+    let r = &d.reboots;
+    if r.required > 0 {
+        let more = r.required as usize - r.nodes.len();
+        parts.push(format!(
+            "{} need{} a reboot ({}{})",
+            nodes_word(r.required),
+            if r.required == 1 { "s" } else { "" },
+            r.nodes.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
     }
     parts.join("; ")
 }
@@ -832,6 +873,7 @@ mod tests {
             kubelet_version: Some(version.into()),
             certificates: certs,
             packages: Vec::new(),
+            reboot: None,
         }
     }
 
@@ -1451,5 +1493,87 @@ mod tests {
             &[],
         );
         assert_eq!(d.wake_at, None);
+    }
+
+    #[test]
+    fn nodes_that_need_a_reboot_are_counted_and_named_without_changing_sync() {
+        let need = |required: bool| {
+            Some(RebootNeed {
+                required,
+                reasons: if required {
+                    vec!["/run/reboot-required is present".into()]
+                } else {
+                    vec![]
+                },
+                packages: vec![],
+            })
+        };
+        // (reboot of each node, required, named, reported, summary's reboot part)
+        type Case = (
+            Vec<Option<RebootNeed>>,
+            u32,
+            Vec<&'static str>,
+            u32,
+            Option<&'static str>,
+        );
+        let cases: [Case; 4] = [
+            (vec![None, None, None], 0, vec![], 0, None),
+            (vec![need(false), need(false), None], 0, vec![], 2, None),
+            (
+                vec![need(false), need(true), None],
+                1,
+                vec!["n-1"],
+                2,
+                Some("1 node needs a reboot (n-1)"),
+            ),
+            (
+                vec![need(true), need(true), need(true)],
+                3,
+                vec!["n-0", "n-1", "n-2"],
+                3,
+                Some("3 nodes need a reboot (n-0, n-1, n-2)"),
+            ),
+        ];
+        for (reboots, required, named, reported, part) in cases {
+            let nodes: Vec<NodeObservation> = reboots
+                .iter()
+                .enumerate()
+                .map(|(i, r)| NodeObservation {
+                    reboot: r.clone(),
+                    ..node(&format!("n-{i}"), i == 0, "v1.34.4", None)
+                })
+                .collect();
+            let d = decide_with(&spec("v1.34.4"), 0, &nodes, &[]);
+            assert_eq!(d.reboots.required, required, "{reboots:?}");
+            assert_eq!(d.reboots.nodes, named, "{reboots:?}");
+            assert_eq!(d.reboots.nodes_reported, reported, "{reboots:?}");
+            assert_eq!(
+                d.generate, None,
+                "a reboot need generates nothing by itself"
+            );
+            assert!(
+                d.in_sync.0,
+                "a reboot need is not version drift: {:?}",
+                d.in_sync
+            );
+            let found = d.summary.split("; ").find(|p| p.contains("reboot"));
+            assert_eq!(found, part, "{}", d.summary);
+        }
+        // More nodes than the status names: the rest are counted.
+        let many: Vec<NodeObservation> = (0..25)
+            .map(|i| NodeObservation {
+                reboot: need(true),
+                ..node(&format!("n-{i:02}"), false, "v1.34.4", None)
+            })
+            .collect();
+        let d = decide_with(&spec("v1.34.4"), 0, &many, &[]);
+        assert_eq!(d.reboots.required, 25);
+        assert_eq!(d.reboots.nodes.len(), MAX_REBOOT_NODES);
+        assert!(
+            d.summary.contains("25 nodes need a reboot (n-00, ")
+                && d.summary.contains(" and 5 more)"),
+            "{}",
+            d.summary
+        );
     }
 }

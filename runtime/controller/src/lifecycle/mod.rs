@@ -595,6 +595,7 @@ pub fn observe(nodes: &[Arc<Node>], reports: &[Arc<NodeReport>]) -> Vec<NodeObse
                 packages: report
                     .map(|r| r.spec.facts.packages.clone())
                     .unwrap_or_default(),
+                reboot: report.and_then(|r| r.spec.facts.reboot.clone()),
                 name,
             }
         })
@@ -620,6 +621,7 @@ fn status_of(
         summary: Some(d.summary.clone()),
         versions: d.versions.clone(),
         certificates: d.certificates.clone(),
+        reboots: d.reboots.clone(),
         current_operation: d
             .generate
             .as_ref()
