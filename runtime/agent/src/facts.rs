@@ -411,6 +411,7 @@ pub fn assemble(
             .as_ref()
             .and_then(|h| present(h.os.pretty_name.clone())),
         arch: host.as_ref().and_then(|h| present(h.arch.clone())),
+        boot_id: host.as_ref().and_then(|h| h.boot_id.clone()),
         reboot: host.as_ref().map(|h| RebootNeed {
             required: h.reboot.required(),
             reasons: h.reboot.reasons.clone(),
@@ -667,6 +668,7 @@ mod tests {
                 reasons: vec!["/run/reboot-required is present (asked for by libc6)".into()],
                 packages: vec!["libc6".into()],
             },
+            boot_id: Some("8d0c4e6a-3f0e-4b9e-9a57-2f3c3b1f0c11/42".into()),
         };
         let facts = assemble(Timestamp::UNIX_EPOCH, None, Some(host), vec![]);
         assert_eq!(facts.os.as_deref(), Some("Debian GNU/Linux 13 (trixie)"));
@@ -682,6 +684,10 @@ mod tests {
             .expect("the host read the reboot need");
         assert!(reboot.required);
         assert_eq!(reboot.packages, ["libc6"]);
+        assert_eq!(
+            facts.boot_id.as_deref(),
+            Some("8d0c4e6a-3f0e-4b9e-9a57-2f3c3b1f0c11/42")
+        );
         let json = serde_json::to_value(&facts).unwrap();
         assert!(json.get("kubectlVersion").is_none(), "{json}");
         assert_eq!(

@@ -277,6 +277,12 @@ pub struct NodeFacts {
     /// agents that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot: Option<RebootNeed>,
+    /// This boot of the node: the kernel's `boot_id` and the start time of the node's PID 1
+    /// (`<boot_id>/<clock ticks>`). It changes on a reboot, and on a node container's restart
+    /// (where `boot_id` is the host's). Read from `/proc`, which no plugin can write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub boot_id: Option<String>,
 }
 
 /// Whether a node needs a reboot, read as data with no command run: on the Debian family

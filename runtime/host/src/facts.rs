@@ -59,6 +59,8 @@ pub struct NodeFacts {
     pub packages: Vec<PackageVersion>,
     /// Whether the node needs a reboot, and why (see [`crate::reboot`]).
     pub reboot: crate::reboot::RebootNeed,
+    /// This boot's identity ([`crate::reboot::boot_identity`]).
+    pub boot_id: Option<String>,
 }
 
 /// Parses os-release (`KEY=value`, values optionally quoted).
@@ -555,6 +557,7 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> Nod
         kubectl_version: cache.version(root, packages.as_deref(), "kubectl", KUBECTL),
         packages: packages.unwrap_or_default(),
         reboot,
+        boot_id: crate::reboot::boot_identity(),
     }
 }
 

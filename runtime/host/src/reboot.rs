@@ -15,6 +15,13 @@
 //!   own) from needing a reboot forever, and costs nothing on a real machine: dnf never
 //!   removes the running kernel. Releases are ordered as rpm orders versions.
 //!
+//! **The boot identity** ([`boot_identity`]) tells one boot from the next, so that a reboot
+//! step can prove the node came back: the kernel's `boot_id` and the start time of PID 1 in
+//! the agent's PID namespace (the node's, as the agent runs with `hostPID`). Inside a node
+//! container `boot_id` is its host's and does not change when the container restarts, but
+//! its PID 1 (systemd) starts again; on a real reboot both change. Both are kept by the
+//! kernel in `/proc`, which no plugin can write.
+//!
 //! A plugin with a write grant on `/run` or `/usr/lib/modules` can make this fact lie (say a
 //! reboot is needed, or hide one). It cannot make the host run anything by it: the fact only
 //! feeds the NodeReport, and a reboot it leads to is an Operation that policy gates like any
@@ -39,6 +46,26 @@ pub const MAX_PACKAGES: usize = 16;
 const MAX_MODULE_DIRS: usize = 64;
 /// The most bytes read from the sentinel files.
 const MAX_SENTINEL_BYTES: u64 = 16 << 10;
+
+/// This boot's identity, `<boot_id>/<PID 1 start time in clock ticks since the kernel
+/// booted>`, for example `8d0c4e6a-…/123`; `None` when `/proc` cannot be read (logged).
+pub fn boot_identity() -> Option<String> {
+    boot_identity_from(
+        &std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?,
+        &std::fs::read_to_string("/proc/1/stat").ok()?,
+    )
+}
+
+/// [`boot_identity`] from the two files' contents.
+pub fn boot_identity_from(boot_id: &str, init_stat: &str) -> Option<String> {
+    let id = boot_id.trim();
+    let well_formed = id.len() == 36 && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    // `pid (comm) state ppid …`: comm may hold spaces and parentheses, so the fields are
+    // counted from the last `)`; the start time is field 22, the 20th after it.
+    let after_comm = &init_stat[init_stat.rfind(')')? + 1..];
+    let start: u64 = after_comm.split_whitespace().nth(19)?.parse().ok()?;
+    well_formed.then(|| format!("{id}/{start}"))
+}
 
 /// Whether the node needs a reboot, and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -281,6 +308,44 @@ mod tests {
             assert_eq!(rpm_cmp(a, b), want, "{a} against {b}");
             assert_eq!(rpm_cmp(b, a), want.reverse(), "{b} against {a}");
         }
+    }
+
+    #[test]
+    fn the_boot_identity_is_the_boot_id_and_init_start_time() {
+        let id = "8d0c4e6a-3f0e-4b9e-9a57-2f3c3b1f0c11\n";
+        // Fields 1..22 of /proc/1/stat, comm with a space and a parenthesis.
+        let stat = |comm: &str, start: &str| {
+            format!(
+                "1 ({comm}) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 {start} 1000 200 18446744073709551615"
+            )
+        };
+        // (boot_id, stat, identity)
+        let cases = [
+            (
+                id,
+                stat("systemd", "42"),
+                Some("8d0c4e6a-3f0e-4b9e-9a57-2f3c3b1f0c11/42"),
+            ),
+            (
+                id,
+                stat("a) b (c", "7"),
+                Some("8d0c4e6a-3f0e-4b9e-9a57-2f3c3b1f0c11/7"),
+            ),
+            (id, stat("init", "x"), None),
+            (id, "1 (init) S 0".to_string(), None),
+            ("not-a-boot-id", stat("init", "1"), None),
+        ];
+        for (boot_id, stat, want) in cases {
+            assert_eq!(
+                boot_identity_from(boot_id, &stat).as_deref(),
+                want,
+                "{stat}"
+            );
+        }
+        // This machine's reads the same twice, in the documented form.
+        let here = boot_identity().expect("/proc is readable here");
+        assert_eq!(boot_identity(), Some(here.clone()));
+        assert!(here.len() > 37 && here.as_bytes()[36] == b'/', "{here}");
     }
 
     #[test]

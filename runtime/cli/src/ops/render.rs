@@ -1492,6 +1492,7 @@ workers  1/3 finished  (up to 2 at a time)
             certificates_omitted: 0,
             command_confinement: None,
             reboot: None,
+            boot_id: None,
         }
     }
 
