@@ -260,25 +260,14 @@ async fn a_fresh_install_adopts_the_cluster_as_it_is_and_starts_nothing() -> Res
     );
 
     // `kubectl bosun status` without an Operation shows the ClusterLifecycle.
-    let out = std::process::Command::new(bosun_e2e::binary("kubectl-bosun")?)
-        .args(["status", "--kubeconfig"])
-        .arg(&lab.kubeconfig)
-        .env("NO_COLOR", "1")
-        .env_remove("KUBECONFIG")
-        .output()
-        .context("running kubectl-bosun status")?;
-    let text = String::from_utf8(out.stdout)?;
+    let text = bosun_status(&lab)?;
     ensure!(
-        out.status.success()
-            && text.starts_with(&format!(
-                "ClusterLifecycle cluster  InSync  desired {}",
-                lab_version(&lab)
-            ))
-            && text.contains("no Operation generated")
+        text.starts_with(&format!(
+            "ClusterLifecycle cluster  InSync  desired {}",
+            lab_version(&lab)
+        )) && text.contains("no Operation generated")
             && text.contains(&format!("certificates: earliest {earliest} expires")),
-        "kubectl bosun status ({}):\n{text}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        "kubectl bosun status:\n{text}"
     );
     cleanup(&lab).await?;
     op.finish().await
@@ -1475,12 +1464,7 @@ fn not_in_sync_because(c: &ClusterLifecycle, reason: &str) -> Option<String> {
 async fn a_package_behind_the_version_is_drift_and_generates_the_upgrade() -> Result<()> {
     let _nodes = lock_lab_nodes().await;
     let lab = bosun_lab::ensure_lab().await?;
-    let worker = lab
-        .nodes
-        .iter()
-        .find(|n| n.role == Role::Worker)
-        .context("the lab has a worker")?
-        .clone();
+    let worker = first_worker(&lab)?;
     let dpkg = worker.host_root.join("var/lib/dpkg");
     ensure!(
         !dpkg.exists(),
@@ -1632,19 +1616,18 @@ async fn a_package_behind_the_version_is_drift_and_generates_the_upgrade() -> Re
     op.finish().await
 }
 
-/// Removes files made by a test when dropped (also when the test fails).
-struct RemoveFilesOnDrop(Vec<std::path::PathBuf>);
-
-impl Drop for RemoveFilesOnDrop {
-    fn drop(&mut self) {
-        for f in &self.0 {
-            let _ = std::fs::remove_file(f);
-        }
-    }
+/// The lab's first worker.
+fn first_worker(lab: &LabHandle) -> Result<bosun_lab::LabNode> {
+    lab.nodes
+        .iter()
+        .find(|n| n.role == Role::Worker)
+        .cloned()
+        .context("the lab has a worker")
 }
 
-/// The reboot part of `kubectl bosun status` (from its `reboots:` line to the blank line).
-fn reboot_lines(lab: &LabHandle) -> Result<String> {
+/// What `kubectl bosun status` (no argument: the ClusterLifecycle) prints, uncoloured; fails
+/// with its output when it fails.
+fn bosun_status(lab: &LabHandle) -> Result<String> {
     let out = std::process::Command::new(bosun_e2e::binary("kubectl-bosun")?)
         .args(["status", "--kubeconfig"])
         .arg(&lab.kubeconfig)
@@ -1659,6 +1642,23 @@ fn reboot_lines(lab: &LabHandle) -> Result<String> {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    Ok(text)
+}
+
+/// Removes files made by a test when dropped (also when the test fails).
+struct RemoveFilesOnDrop(Vec<std::path::PathBuf>);
+
+impl Drop for RemoveFilesOnDrop {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// The reboot part of `kubectl bosun status` (from its `reboots:` line to the blank line).
+fn reboot_lines(lab: &LabHandle) -> Result<String> {
+    let text = bosun_status(lab)?;
     let from = text
         .find("  reboots:")
         .with_context(|| format!("no reboots line in:\n{text}"))?;
@@ -1676,12 +1676,7 @@ fn reboot_lines(lab: &LabHandle) -> Result<String> {
 async fn a_node_that_needs_a_reboot_is_reported_counted_and_shown() -> Result<()> {
     let _nodes = lock_lab_nodes().await;
     let lab = bosun_lab::ensure_lab().await?;
-    let worker = lab
-        .nodes
-        .iter()
-        .find(|n| n.role == Role::Worker)
-        .context("the lab has a worker")?
-        .clone();
+    let worker = first_worker(&lab)?;
     let run = worker.host_root.join("run");
     let (sentinel, pkgs) = (
         run.join("reboot-required"),
