@@ -619,108 +619,110 @@ async fn a_plain_http_registry_not_listed_as_insecure_is_refused() {
     );
 }
 
-#[tokio::test]
-async fn a_missing_tag_says_to_push_the_artifact() {
-    let (url, _) = registry(None, HashMap::new(), HashMap::new()).await;
-    let host = host_of(&url);
-    let err = oci::pull(
-        &fetcher(None, 1 << 20, &[host.as_str()]),
-        &format!("{host}/bosun/hello:0.2.0"),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(err, OciError::ManifestStatus { .. }), "{err}");
-    let text = err.to_string();
-    assert!(
-        text.contains("404")
-            && text.contains("bosun/hello:0.2.0")
-            && text.contains("push the artifact"),
-        "{text}"
-    );
+/// One registry whose contents are wrong in one way, and what the pull must say.
+struct BrokenRegistry {
+    what: &'static str,
+    /// The tag `0.1.0`'s manifest, if the registry has it.
+    manifest: Option<String>,
+    blobs: HashMap<String, Vec<u8>>,
+    /// The agent's size limit.
+    limit: u64,
+    refused: fn(&OciError) -> bool,
+    /// What the message must name.
+    names: &'static [&'static str],
+    /// Whether a blob may be requested before the refusal.
+    blob_requested: bool,
 }
 
+/// A missing tag, a manifest with no wasm layer, a blob that is not its digest's bytes, a
+/// layer over the limit: each refused with its own error, naming what to fix, and a layer
+/// over the limit before any byte of it is downloaded.
 #[tokio::test]
-async fn a_manifest_without_a_wasm_layer_is_refused_naming_its_layers() {
-    let m = manifest(&[("application/vnd.oci.image.layer.v1.tar", PLUGIN)]);
-    let (url, _) = registry(
-        None,
-        HashMap::from([("0.1.0".into(), m)]),
-        HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())]),
-    )
-    .await;
-    let host = host_of(&url);
-    let err = oci::pull(
-        &fetcher(None, 1 << 20, &[host.as_str()]),
-        &format!("{host}/bosun/hello:0.1.0"),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(err, OciError::NoWasmLayer { .. }), "{err}");
-    assert!(
-        err.to_string()
-            .contains("application/vnd.oci.image.layer.v1.tar"),
-        "{err}"
-    );
-}
-
-#[tokio::test]
-async fn a_blob_that_does_not_match_its_layer_digest_is_refused() {
-    let m = manifest(&[(WASM_LAYER, PLUGIN)]);
-    // Same length, other bytes: only the digest can tell.
+async fn wrong_registry_contents_are_refused_saying_what_is_wrong() {
+    let big = vec![1u8; 2048];
+    // Same length as the plugin, other bytes: only the digest can tell.
     let mut evil = PLUGIN.to_vec();
     evil[5] ^= 1;
-    let (url, _) = registry(
-        None,
-        HashMap::from([("0.1.0".into(), m)]),
-        HashMap::from([(sha(PLUGIN), evil)]),
-    )
-    .await;
-    let host = host_of(&url);
-    let err = oci::pull(
-        &fetcher(None, 1 << 20, &[host.as_str()]),
-        &format!("{host}/bosun/hello:0.1.0"),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(err, OciError::DigestMismatch { .. }), "{err}");
-}
-
-#[tokio::test]
-async fn a_layer_over_the_limit_is_refused_before_it_is_downloaded() {
-    let big = vec![1u8; 2048];
-    let m = manifest(&[(WASM_LAYER, &big)]);
-    let (url, seen) = registry(
-        None,
-        HashMap::from([("0.1.0".into(), m)]),
-        HashMap::from([(sha(&big), big.clone())]),
-    )
-    .await;
-    let host = host_of(&url);
-    let err = oci::pull(
-        &fetcher(None, 1024, &[host.as_str()]),
-        &format!("{host}/bosun/hello:0.1.0"),
-    )
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            OciError::LayerTooLarge {
-                size: 2048,
-                limit: 1024,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert!(
-        !seen
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|r| r.target.contains("/blobs/")),
-        "the blob was not requested"
-    );
+    let cases = [
+        BrokenRegistry {
+            what: "a missing tag says to push the artifact",
+            manifest: None,
+            blobs: HashMap::new(),
+            limit: 1 << 20,
+            refused: |e| matches!(e, OciError::ManifestStatus { .. }),
+            names: &["404", "bosun/hello:0.1.0", "push the artifact"],
+            blob_requested: false,
+        },
+        BrokenRegistry {
+            what: "a manifest without a wasm layer is refused naming its layers",
+            manifest: Some(manifest(&[(
+                "application/vnd.oci.image.layer.v1.tar",
+                PLUGIN,
+            )])),
+            blobs: HashMap::from([(sha(PLUGIN), PLUGIN.to_vec())]),
+            limit: 1 << 20,
+            refused: |e| matches!(e, OciError::NoWasmLayer { .. }),
+            names: &["application/vnd.oci.image.layer.v1.tar"],
+            blob_requested: false,
+        },
+        BrokenRegistry {
+            what: "a blob that does not match its layer digest is refused",
+            manifest: Some(manifest(&[(WASM_LAYER, PLUGIN)])),
+            blobs: HashMap::from([(sha(PLUGIN), evil)]),
+            limit: 1 << 20,
+            refused: |e| matches!(e, OciError::DigestMismatch { .. }),
+            names: &[],
+            blob_requested: true,
+        },
+        BrokenRegistry {
+            what: "a layer over the limit is refused before it is downloaded",
+            manifest: Some(manifest(&[(WASM_LAYER, &big)])),
+            blobs: HashMap::from([(sha(&big), big.clone())]),
+            limit: 1024,
+            refused: |e| {
+                matches!(
+                    e,
+                    OciError::LayerTooLarge {
+                        size: 2048,
+                        limit: 1024,
+                        ..
+                    }
+                )
+            },
+            names: &[],
+            blob_requested: false,
+        },
+    ];
+    for case in cases {
+        let tags = case
+            .manifest
+            .map(|m| HashMap::from([("0.1.0".to_string(), m)]))
+            .unwrap_or_default();
+        let (url, seen) = registry(None, tags, case.blobs).await;
+        let host = host_of(&url);
+        let err = oci::pull(
+            &fetcher(None, case.limit, &[host.as_str()]),
+            &format!("{host}/bosun/hello:0.1.0"),
+        )
+        .await
+        .unwrap_err();
+        let what = case.what;
+        assert!((case.refused)(&err), "{what}: {err}");
+        let text = err.to_string();
+        for name in case.names {
+            assert!(text.contains(name), "{what}: {name} not in {text}");
+        }
+        if !case.blob_requested {
+            assert!(
+                !seen
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r.target.contains("/blobs/")),
+                "{what}: the blob was not requested"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
