@@ -171,6 +171,24 @@ if [ "$VIA" = lifecycle ]; then
   [ "$(lc_field '{.status.versions.nodes}')" = "${#NODES[@]}" ] || fail "the ClusterLifecycle counts $(lc_field '{.status.versions.nodes}') nodes, the cluster has ${#NODES[@]}"
   [ -z "$(kubectl get operations -o name)" ] || fail "installing Bosun started an Operation: $(kubectl get operations -o name)"
   echo "adoption: ClusterLifecycle cluster at $FROM, InSync ($(lc_field '{.status.summary}')); no Operation started"
+  # Each agent reads its real node's reboot need and boot (docs/reboots.md): none needs one
+  # yet, and each boot identity reads as `<boot_id>/<ticks>`.
+  for n in "${NODES[@]}"; do
+    r=$(kubectl get nodereport "$n" -o jsonpath='{.spec.facts.reboot.required}')
+    [ "$r" = false ] || fail "NodeReport $n: reboot.required '$r' on a node that needs no reboot"
+    b=$(kubectl get nodereport "$n" -o jsonpath='{.spec.facts.bootId}')
+    [[ "$b" =~ ^[0-9a-f-]{36}/[0-9]+$ ]] || fail "NodeReport $n: bootId '$b' does not read as <boot_id>/<ticks>"
+  done
+  [ "$(lc_field '{.status.reboots.nodesReported}')" = "${#NODES[@]}" ] \
+    || fail "the ClusterLifecycle has $(lc_field '{.status.reboots.nodesReported}') nodes reporting their reboot need, not ${#NODES[@]}"
+  # The last node (a worker) then needs one, the way Debian's kernel and libc packages say it
+  # (their maintainer scripts touch /run/reboot-required and append to .pkgs). Its agent reads
+  # it when its task of the upgrade finishes; checked after the upgrade.
+  REBOOT_NODE="${NODES[-1]}"
+  REBOOT_BOOT=$(kubectl get nodereport "$REBOOT_NODE" -o jsonpath='{.spec.facts.bootId}')
+  podman exec "$REBOOT_NODE" sh -c 'echo "*** System restart required ***" >/run/reboot-required && echo libc6 >>/run/reboot-required.pkgs' \
+    || fail "writing the reboot sentinel on $REBOOT_NODE"
+  echo "reboots: no node needs one; every bootId reads; /run/reboot-required (libc6) written on $REBOOT_NODE"
   phase "adoption checked"
 fi
 "$C" load-images "$TO" >>"$LOG" 2>&1 || fail "cluster.sh load-images $TO"
@@ -675,8 +693,26 @@ if [ "$VIA" = lifecycle ]; then
     done
   done
   echo "lifecycle: every NodeReport says kubectl $TO and packages kubeadm/kubelet/kubectl ${TO#v}"
+  # The sentinel written before the upgrade: reported by that node's agent, counted and named
+  # by the ClusterLifecycle (still InSync above: a reboot need is no drift), shown by
+  # kubectl bosun status; nothing rebooted it, so its boot is the same.
+  deadline=$(( $(date +%s) + 120 ))
+  until [ "$(lc_field '{.status.reboots.required}')" = 1 ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || fail "the ClusterLifecycle does not count $REBOOT_NODE as needing a reboot within 120 s: $(lc_field '{.status.reboots}'); its report: $(kubectl get nodereport "$REBOOT_NODE" -o jsonpath='{.spec.facts.reboot}')"
+    sleep 2
+  done
+  [ "$(lc_field '{.status.reboots.nodes[*]}')" = "$REBOOT_NODE" ] || fail "status.reboots names '$(lc_field '{.status.reboots.nodes[*]}')', not $REBOOT_NODE"
+  reasons=$(kubectl get nodereport "$REBOOT_NODE" -o jsonpath='{.spec.facts.reboot.reasons[*]}')
+  [ "$reasons" = "/run/reboot-required is present (asked for by libc6)" ] || fail "NodeReport $REBOOT_NODE: reboot reasons '$reasons'"
+  [ "$(kubectl get nodereport "$REBOOT_NODE" -o jsonpath='{.spec.facts.bootId}')" = "$REBOOT_BOOT" ] \
+    || fail "NodeReport $REBOOT_NODE: bootId changed without a reboot"
+  lc_status=$(kubectl-bosun status)
+  grep -qF "$REBOOT_NODE: /run/reboot-required is present (asked for by libc6)" <<<"$lc_status" \
+    || fail "kubectl bosun status does not show $REBOOT_NODE's reboot need: $lc_status"
+  echo "reboots: $(lc_field '{.status.summary}')"
+  podman exec "$REBOOT_NODE" rm -f /run/reboot-required /run/reboot-required.pkgs || fail "removing the reboot sentinel"
   kubectl get clusterlifecycle cluster
-  kubectl-bosun status | tee -a "$LOG" | head -n 12
+  kubectl-bosun status | tee -a "$LOG" | head -n 14
   echo "lifecycle: InSync at $TO ($(lc_field '{.status.summary}'))"
 fi
 
