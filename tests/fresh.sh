@@ -47,12 +47,18 @@ for tool in git cargo rustup go; do
   command -v "$tool" >/dev/null || { echo "fresh.sh: $tool is not on PATH; install it first" >&2; exit 2; }
 done
 
-# Two cold Cargo target directories, the Go caches and the labs take about 20 GiB; a full
-# disk shows up as linker bus errors and "database or disk is full" deep inside a build.
-need_kib=$((25 * 1024 * 1024))
+# Two cold Cargo target directories, the Go caches and the labs take about 20 GiB; CI's whole
+# run adds the real-node builds (two Kubernetes releases, a node image, the images' static
+# build) and four node containers with both releases' images: on 2026-12-05 a cold `--only ci`
+# with 46 GiB free filled the disk 46 minutes in, importing the second release's images into
+# the last node. A full disk shows up as linker bus errors, "database or disk is full" or
+# "no space left on device" deep inside a build or the cluster stage.
+need_gib=25
+for name in "${order[@]}"; do [ "$name" = ci ] && need_gib=60; done
+need_kib=$((need_gib * 1024 * 1024))
 free_kib=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR==2 {print $4}')
 if [ "${free_kib:-0}" -lt "$need_kib" ]; then
-  echo "fresh.sh: only $((free_kib / 1024 / 1024)) GiB free under ${TMPDIR:-/tmp}; it needs about 25 GiB (set TMPDIR to a roomier disk)" >&2
+  echo "fresh.sh: only $((free_kib / 1024 / 1024)) GiB free under ${TMPDIR:-/tmp}; it needs about $need_gib GiB (set TMPDIR to a roomier disk, or free space: ~/.cache/bosun/target and old podman images are the largest)" >&2
   exit 2
 fi
 
