@@ -58,6 +58,37 @@ fn keygen(dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
     )
 }
 
+/// `kubectl-bosun plugin verify --trust-root ROOT PLUGIN`.
+fn verify_with(root: &Path, plugin: &Path) -> Output {
+    run(bin()
+        .args(["plugin", "verify", "--trust-root"])
+        .arg(root)
+        .arg(plugin))
+}
+
+/// `kubectl-bosun plugin sign --name NAME --version VERSION --key KEY PLUGIN`.
+fn sign_as(key: &Path, plugin: &Path, name: &str, version: &str) -> Output {
+    run(bin()
+        .args([
+            "plugin",
+            "sign",
+            "--name",
+            name,
+            "--version",
+            version,
+            "--key",
+        ])
+        .arg(key)
+        .arg(plugin))
+}
+
+/// `kubectl-bosun plugin statement --name NAME --version VERSION PLUGIN`.
+fn statement(plugin: &Path, name: &str, version: &str) -> Output {
+    run(bin()
+        .args(["plugin", "statement", "--name", name, "--version", version])
+        .arg(plugin))
+}
+
 #[test]
 fn keygen_writes_a_private_key_only_the_owner_can_read_and_never_overwrites() {
     let dir = tempfile::tempdir().unwrap();
@@ -100,18 +131,7 @@ fn sign_then_verify_accepts_the_signed_bytes_and_refuses_tampered_ones() {
     // Signing and verifying look only at the bytes when name and version are given.
     std::fs::write(&plugin, b"\0asm pretend component bytes").unwrap();
 
-    let signed = run(bin()
-        .args([
-            "plugin",
-            "sign",
-            "--name",
-            "demo",
-            "--version",
-            "1.2.3",
-            "--key",
-        ])
-        .arg(&key)
-        .arg(&plugin));
+    let signed = sign_as(&key, &plugin, "demo", "1.2.3");
     assert!(signed.status.success());
     assert!(
         stdout(&signed).contains("signed demo 1.2.3 sha256:"),
@@ -124,10 +144,7 @@ fn sign_then_verify_accepts_the_signed_bytes_and_refuses_tampered_ones() {
     assert_eq!(bundle["name"], "demo");
     assert_eq!(bundle["signatures"][0]["algorithm"], "ed25519");
 
-    let ok = run(bin()
-        .args(["plugin", "verify", "--trust-root"])
-        .arg(&public)
-        .arg(&plugin));
+    let ok = verify_with(&public, &plugin);
     assert!(ok.status.success());
     assert!(
         stdout(&ok).contains("verified demo 1.2.3 sha256:"),
@@ -138,10 +155,7 @@ fn sign_then_verify_accepts_the_signed_bytes_and_refuses_tampered_ones() {
     let mut bytes = std::fs::read(&plugin).unwrap();
     bytes[6] ^= 1;
     std::fs::write(&plugin, &bytes).unwrap();
-    let tampered = run(bin()
-        .args(["plugin", "verify", "--trust-root"])
-        .arg(&public)
-        .arg(&plugin));
+    let tampered = verify_with(&public, &plugin);
     assert_eq!(tampered.status.code(), Some(1));
     let err = stderr(&tampered);
     assert!(err.contains("did not verify"), "{err}");
@@ -158,26 +172,8 @@ fn verify_refuses_a_signature_by_a_key_outside_the_trust_roots() {
     let (_, trusted) = keygen(dir.path(), "admin");
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"bytes").unwrap();
-    assert!(
-        run(bin()
-            .args([
-                "plugin",
-                "sign",
-                "--name",
-                "demo",
-                "--version",
-                "1.0.0",
-                "--key"
-            ])
-            .arg(&key)
-            .arg(&plugin))
-        .status
-        .success()
-    );
-    let out = run(bin()
-        .args(["plugin", "verify", "--trust-root"])
-        .arg(&trusted)
-        .arg(&plugin));
+    assert!(sign_as(&key, &plugin, "demo", "1.0.0").status.success());
+    let out = verify_with(&trusted, &plugin);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("not signed by a trusted key"),
@@ -191,16 +187,7 @@ fn statement_prints_the_exact_bytes_signatures_cover() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"abc").unwrap();
-    let out = run(bin()
-        .args([
-            "plugin",
-            "statement",
-            "--name",
-            "demo",
-            "--version",
-            "0.1.0",
-        ])
-        .arg(&plugin));
+    let out = statement(&plugin, "demo", "0.1.0");
     assert!(out.status.success());
     assert_eq!(
         stdout(&out),
@@ -215,10 +202,7 @@ fn verify_without_a_bundle_says_how_to_sign() {
     let (_, public) = keygen(dir.path(), "admin");
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"bytes").unwrap();
-    let out = run(bin()
-        .args(["plugin", "verify", "--trust-root"])
-        .arg(&public)
-        .arg(&plugin));
+    let out = verify_with(&public, &plugin);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("kubectl bosun plugin sign"),
@@ -654,27 +638,18 @@ fn p256_keys_from_keygen_sign_and_verify() {
     assert!(out.status.success());
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"bytes").unwrap();
-    let signed = run(bin()
-        .args([
-            "plugin",
-            "sign",
-            "--name",
-            "demo",
-            "--version",
-            "1.0.0",
-            "--key",
-        ])
-        .arg(dir.path().join("bosun-signing.key"))
-        .arg(&plugin));
+    let signed = sign_as(
+        &dir.path().join("bosun-signing.key"),
+        &plugin,
+        "demo",
+        "1.0.0",
+    );
     assert!(
         stdout(&signed).contains("signature: ecdsa-p256-sha256 by sha256:"),
         "{}",
         stdout(&signed)
     );
-    let ok = run(bin()
-        .args(["plugin", "verify", "--trust-root"])
-        .arg(dir.path().join("bosun-signing.pub"))
-        .arg(&plugin));
+    let ok = verify_with(&dir.path().join("bosun-signing.pub"), &plugin);
     assert!(ok.status.success());
     assert!(
         stdout(&ok).contains("(ecdsa-p256-sha256, trust root"),
@@ -691,16 +666,7 @@ fn an_external_p256_signature_over_the_statement_is_attached_and_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let plugin = dir.path().join("p.wasm");
     std::fs::write(&plugin, b"bytes").unwrap();
-    let statement = run(bin()
-        .args([
-            "plugin",
-            "statement",
-            "--name",
-            "demo",
-            "--version",
-            "2.0.0",
-        ])
-        .arg(&plugin));
+    let statement = statement(&plugin, "demo", "2.0.0");
     assert!(statement.status.success());
 
     let team_key = bosun_trust::SigningKey::generate_p256();
@@ -724,10 +690,7 @@ fn an_external_p256_signature_over_the_statement_is_attached_and_verifies() {
         .arg(format!("@{}", sig_file.display()))
         .arg(&plugin));
     assert!(attach.status.success());
-    let ok = run(bin()
-        .args(["plugin", "verify", "--trust-root"])
-        .arg(&public)
-        .arg(&plugin));
+    let ok = verify_with(&public, &plugin);
     assert!(ok.status.success());
     assert!(
         stdout(&ok).contains("verified demo 2.0.0"),
@@ -751,10 +714,7 @@ fn an_external_p256_signature_over_the_statement_is_attached_and_verifies() {
         .arg(format!("@{}", sig_file.display()))
         .arg(&other));
     assert!(attach.status.success());
-    let refused = run(bin()
-        .args(["plugin", "verify", "--trust-root"])
-        .arg(&public)
-        .arg(&other));
+    let refused = verify_with(&public, &other);
     assert_eq!(refused.status.code(), Some(1));
     assert!(
         stderr(&refused).contains("not signed by a trusted key"),
