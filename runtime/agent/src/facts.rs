@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use bosun_api::node_task::{
     CertificateExpiry, CommandConfinement, MAX_CERTIFICATES, MAX_PACKAGES, NodeFacts, NodeTask,
-    NodeTaskPhase, RebootNeed,
+    NodeTaskPhase,
 };
 use bosun_api::operation::RunsOn;
 use k8s_openapi::api::core::v1::Node;
@@ -343,18 +343,27 @@ async fn collect_with(agent: &Agent, kubelet_version: Option<String>) -> NodeFac
     };
     let read = tokio::task::spawn_blocking(move || {
         let found = host.node_facts(&node, PROBE_TIMEOUT);
-        let certificates = read_certificates(&host.config().host_root);
-        (found, certificates)
+        let root = &host.config().host_root;
+        let certificates = read_certificates(root);
+        // Only the reports carry these (a plugin's `facts.node` and the step gate do not), so
+        // they are read here rather than with every plugin's facts.
+        let reboot = bosun_host::reboot::reboot_need(root, &found.kernel);
+        let boot_id = bosun_host::reboot::boot_identity();
+        (found, certificates, reboot, boot_id)
     })
     .await;
-    let (found, certificates) = match read {
+    let (found, certificates, reboot, boot_id) = match read {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "reading node facts stopped; reporting the kubelet version only");
             return assemble(Timestamp::now(), kubelet_version, None, Vec::new());
         }
     };
-    assemble(Timestamp::now(), kubelet_version, Some(found), certificates)
+    NodeFacts {
+        reboot: Some(reboot),
+        boot_id,
+        ..assemble(Timestamp::now(), kubelet_version, Some(found), certificates)
+    }
 }
 
 /// The node's os-release, arch, kernel and kubeadm version as
@@ -411,12 +420,9 @@ pub fn assemble(
             .as_ref()
             .and_then(|h| present(h.os.pretty_name.clone())),
         arch: host.as_ref().and_then(|h| present(h.arch.clone())),
-        boot_id: host.as_ref().and_then(|h| h.boot_id.clone()),
-        reboot: host.as_ref().map(|h| RebootNeed {
-            required: h.reboot.required(),
-            reasons: h.reboot.reasons.clone(),
-            packages: h.reboot.packages.clone(),
-        }),
+        // Read beside the host's facts by `collect_with`, for the reports only.
+        reboot: None,
+        boot_id: None,
         kernel: host.and_then(|h| present(h.kernel)),
         certificates: certificates
             .into_iter()
@@ -664,11 +670,6 @@ mod tests {
                 name: "kubeadm".into(),
                 version: "1.34.4-1.1".into(),
             }],
-            reboot: bosun_host::reboot::RebootNeed {
-                reasons: vec!["/run/reboot-required is present (asked for by libc6)".into()],
-                packages: vec!["libc6".into()],
-            },
-            boot_id: Some("8d0c4e6a-3f0e-4b9e-9a57-2f3c3b1f0c11/42".into()),
         };
         let facts = assemble(Timestamp::UNIX_EPOCH, None, Some(host), vec![]);
         assert_eq!(facts.os.as_deref(), Some("Debian GNU/Linux 13 (trixie)"));
@@ -678,16 +679,6 @@ mod tests {
         assert_eq!(facts.kubectl_version, None, "not installed, not guessed");
         assert_eq!(facts.packages.len(), 1);
         assert_eq!(facts.packages[0].version, "1.34.4-1.1");
-        let reboot = facts
-            .reboot
-            .as_ref()
-            .expect("the host read the reboot need");
-        assert!(reboot.required);
-        assert_eq!(reboot.packages, ["libc6"]);
-        assert_eq!(
-            facts.boot_id.as_deref(),
-            Some("8d0c4e6a-3f0e-4b9e-9a57-2f3c3b1f0c11/42")
-        );
         let json = serde_json::to_value(&facts).unwrap();
         assert!(json.get("kubectlVersion").is_none(), "{json}");
         assert_eq!(

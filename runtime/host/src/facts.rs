@@ -57,10 +57,6 @@ pub struct NodeFacts {
     /// The installed packages of [`KUBERNETES_PACKAGES`] in that order, versions as dpkg
     /// records them; empty without a readable dpkg database (rpm roots included).
     pub packages: Vec<PackageVersion>,
-    /// Whether the node needs a reboot, and why (see [`crate::reboot`]).
-    pub reboot: crate::reboot::RebootNeed,
-    /// This boot's identity ([`crate::reboot::boot_identity`]).
-    pub boot_id: Option<String>,
 }
 
 /// Parses os-release (`KEY=value`, values optionally quoted).
@@ -545,7 +541,6 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> Nod
         .trim()
         .to_owned();
     let packages = cache.packages(root);
-    let reboot = crate::reboot::reboot_need(root, &kernel);
     NodeFacts {
         node_name: node.node_name.clone(),
         roles: node.roles.clone(),
@@ -556,8 +551,6 @@ pub(crate) fn gather(root: &Path, node: &NodeContext, cache: &FactsCache) -> Nod
         kubeadm_version: cache.version(root, packages.as_deref(), "kubeadm", KUBEADM),
         kubectl_version: cache.version(root, packages.as_deref(), "kubectl", KUBECTL),
         packages: packages.unwrap_or_default(),
-        reboot,
-        boot_id: crate::reboot::boot_identity(),
     }
 }
 

@@ -30,6 +30,7 @@
 use std::cmp::Ordering;
 use std::path::Path;
 
+use bosun_api::node_task::RebootNeed;
 use cap_std::fs::Dir;
 
 use crate::facts::{open_dir_nofollow, read_root_bytes};
@@ -67,23 +68,10 @@ pub fn boot_identity_from(boot_id: &str, init_stat: &str) -> Option<String> {
     well_formed.then(|| format!("{id}/{start}"))
 }
 
-/// Whether the node needs a reboot, and why.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RebootNeed {
-    /// One sentence per sign found; empty when no reboot is needed.
-    pub reasons: Vec<String>,
-    /// The packages that asked for it (`reboot-required.pkgs`, in order, each once), or the
-    /// newer kernel, at most [`MAX_PACKAGES`].
-    pub packages: Vec<String>,
-}
-
-impl RebootNeed {
-    pub fn required(&self) -> bool {
-        !self.reasons.is_empty()
-    }
-}
-
-/// Reads both signs under `root`; `running` is the running kernel's release.
+/// Reads both signs under `root`; `running` is the running kernel's release. The reasons
+/// hold one sentence per sign found; the packages are those that asked for the reboot
+/// (`reboot-required.pkgs`, in order, each once) or the newer kernel, at most
+/// [`MAX_PACKAGES`].
 pub fn reboot_need(root: &Path, running: &str) -> RebootNeed {
     let mut need = RebootNeed::default();
     if read_root_bytes(root, SENTINEL, MAX_SENTINEL_BYTES, true).is_some() {
@@ -106,6 +94,7 @@ pub fn reboot_need(root: &Path, running: &str) -> RebootNeed {
             need.packages.push(format!("kernel {newest}"));
         }
     }
+    need.required = !need.reasons.is_empty();
     need
 }
 
@@ -506,7 +495,7 @@ mod tests {
             let need = reboot_need(dir.path(), running);
             assert_eq!(need.reasons, reasons, "{name}");
             assert_eq!(need.packages, packages, "{name}");
-            assert_eq!(need.required(), !reasons.is_empty(), "{name}");
+            assert_eq!(need.required, !reasons.is_empty(), "{name}");
         }
     }
 }
