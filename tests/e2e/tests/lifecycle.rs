@@ -1219,18 +1219,13 @@ async fn a_changed_or_deleted_node_report_is_restored_by_its_agent() -> Result<(
         .await
         .context("an administrator changing the report")?;
     let started = Instant::now();
-    loop {
-        let now = reports.get(&node).await?.spec.facts;
-        if now.kubelet_version.as_deref() == Some(kubelet.as_str()) {
-            break;
-        }
-        ensure!(
-            started.elapsed() < DEADLINE,
-            "NodeReport {node} still says {:?} after {DEADLINE:?}",
-            now.kubelet_version
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    wait_report(
+        &mut op,
+        &node,
+        "restored to the node's kubelet version",
+        |r| r.spec.facts.kubelet_version.as_deref() == Some(kubelet.as_str()),
+    )
+    .await?;
     let restored_in = started.elapsed();
     let started = Instant::now();
     let note = loop {
@@ -1254,19 +1249,11 @@ async fn a_changed_or_deleted_node_report_is_restored_by_its_agent() -> Result<(
 
     reports.delete(&node, &DeleteParams::default()).await?;
     let started = Instant::now();
-    loop {
-        if let Some(r) = reports.get_opt(&node).await?
-            && r.metadata.deletion_timestamp.is_none()
+    wait_report(&mut op, &node, "written again after its deletion", |r| {
+        r.metadata.deletion_timestamp.is_none()
             && r.spec.facts.kubelet_version.as_deref() == Some(kubelet.as_str())
-        {
-            break;
-        }
-        ensure!(
-            started.elapsed() < DEADLINE,
-            "NodeReport {node} not written again after its deletion"
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    })
+    .await?;
     eprintln!(
         "restored after a change in {restored_in:?}, after a deletion in {:?}",
         started.elapsed()
@@ -1507,28 +1494,21 @@ async fn a_package_behind_the_version_is_drift_and_generates_the_upgrade() -> Re
         ("kubelet".to_string(), at_version.clone()),
         ("kubectl".to_string(), behind.clone()),
     ];
-    let started = Instant::now();
-    let report = loop {
-        op.procs.check_alive()?;
-        let r = reports.get_opt(&worker.name).await?;
-        let listed: Option<Vec<(String, String)>> = r.as_ref().map(|r| {
-            r.spec
-                .facts
-                .packages
-                .iter()
-                .map(|p| (p.name.clone(), p.version.clone()))
-                .collect()
-        });
-        if listed.as_ref() == Some(&want) {
-            break r.context("the report")?;
-        }
-        ensure!(
-            started.elapsed() < DEADLINE,
-            "{}'s NodeReport lists packages {listed:?}, not {want:?}",
-            worker.name
-        );
-        tokio::time::sleep(POLL).await;
+    let listed = |r: &NodeReport| -> Vec<(String, String)> {
+        r.spec
+            .facts
+            .packages
+            .iter()
+            .map(|p| (p.name.clone(), p.version.clone()))
+            .collect()
     };
+    let report = wait_report(
+        &mut op,
+        &worker.name,
+        &format!("listing packages {want:?}"),
+        |r| listed(r) == want,
+    )
+    .await?;
     let kubectl = format!("v{major}.{old_minor}.{old_patch}");
     ensure!(
         report.spec.facts.kubectl_version.as_deref() == Some(kubectl.as_str()),
@@ -1614,6 +1594,32 @@ async fn a_package_behind_the_version_is_drift_and_generates_the_upgrade() -> Re
     }
     cleanup(&lab).await?;
     op.finish().await
+}
+
+/// Reads `node`'s NodeReport every [`POLL`] (failing if the controller or an agent has
+/// exited) until `done` holds for it; fails after [`DEADLINE`] saying `what` was awaited and
+/// what the report last said.
+async fn wait_report(
+    op: &mut Operator,
+    node: &str,
+    what: &str,
+    done: impl Fn(&NodeReport) -> bool,
+) -> Result<NodeReport> {
+    let reports: Api<NodeReport> = Api::all(op.client.clone());
+    let started = Instant::now();
+    loop {
+        op.procs.check_alive()?;
+        let r = reports.get_opt(node).await?;
+        if let Some(r) = r.as_ref().filter(|r| done(r)) {
+            return Ok(r.clone());
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "NodeReport {node}: not {what} after {DEADLINE:?}; it says {:?}",
+            r.map(|r| r.spec.facts)
+        );
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// The lab's first worker.
@@ -1710,29 +1716,17 @@ async fn a_node_that_needs_a_reboot_is_reported_counted_and_shown() -> Result<()
         "/run/reboot-required is present (asked for by linux-image-6.12.57+deb13-amd64, libc6)";
 
     // The agent (reading every second) reports it.
-    let reports: Api<NodeReport> = Api::all(lab.client.clone());
-    let started = Instant::now();
-    loop {
-        op.procs.check_alive()?;
-        let r = reports.get_opt(&worker.name).await?;
-        let reboot = r.and_then(|r| r.spec.facts.reboot);
-        if reboot.as_ref().is_some_and(|r| r.required) {
-            let reboot = reboot.context("the reboot need")?;
-            ensure!(
-                reboot.reasons == [reason]
-                    && reboot.packages == ["linux-image-6.12.57+deb13-amd64", "libc6"],
-                "{}'s reboot need: {reboot:?}",
-                worker.name
-            );
-            break;
-        }
-        ensure!(
-            started.elapsed() < DEADLINE,
-            "{}'s NodeReport does not say it needs a reboot: {reboot:?}",
-            worker.name
-        );
-        tokio::time::sleep(POLL).await;
-    }
+    let report = wait_report(&mut op, &worker.name, "saying it needs a reboot", |r| {
+        r.spec.facts.reboot.as_ref().is_some_and(|r| r.required)
+    })
+    .await?;
+    let reboot = report.spec.facts.reboot.context("the reboot need")?;
+    ensure!(
+        reboot.reasons == [reason]
+            && reboot.packages == ["linux-image-6.12.57+deb13-amd64", "libc6"],
+        "{}'s reboot need: {reboot:?}",
+        worker.name
+    );
     let c = wait_lifecycle(&mut op, "one node needing a reboot", |c| {
         current(c)
             && c.status
@@ -1780,6 +1774,7 @@ async fn a_node_that_needs_a_reboot_is_reported_counted_and_shown() -> Result<()
                 .is_some_and(|s| s.reboots.required == 0 && s.reboots.nodes_reported == nodes)
     })
     .await?;
+    let reports: Api<NodeReport> = Api::all(lab.client.clone());
     let r = reports.get_opt(&worker.name).await?;
     ensure!(
         r.as_ref()
