@@ -43,13 +43,18 @@ pub const MODULES_DIR: &str = "usr/lib/modules";
 
 /// The most package names reported.
 pub const MAX_PACKAGES: usize = 16;
+/// The longest package name kept: sixteen of them still fit the API's 2,048-byte reason.
+const MAX_NAME: usize = 100;
+/// The longest kernel release kept: `kernel <release>` fits the API's 160-byte package entry.
+const MAX_RELEASE: usize = 128;
 /// The most `/usr/lib/modules` entries looked at (a node keeps a handful of kernels).
 const MAX_MODULE_DIRS: usize = 64;
 /// The most bytes read from the sentinel files.
 const MAX_SENTINEL_BYTES: u64 = 16 << 10;
 
 /// This boot's identity, `<boot_id>/<PID 1 start time in clock ticks since the kernel
-/// booted>`, for example `8d0c4e6a-…/123`; `None` when `/proc` cannot be read (logged).
+/// booted>`, for example `8d0c4e6a-…/123`; `None` when `/proc` cannot be read or does not
+/// read as expected.
 pub fn boot_identity() -> Option<String> {
     boot_identity_from(
         &std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?,
@@ -98,17 +103,23 @@ pub fn reboot_need(root: &Path, running: &str) -> RebootNeed {
     need
 }
 
+/// Whether `s` could be a package name or a kernel release of at most `max` bytes: letters,
+/// digits and `+-.:_~`. Anything else was made up by something other than a package, and is
+/// left out, so that no report the API server would refuse (an entry over its length) is
+/// built from it.
+fn plausible(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.:_~".contains(c))
+}
+
 /// The package names of `reboot-required.pkgs`: one per line, in order, each once, only
 /// names a package could have (others are dropped), at most [`MAX_PACKAGES`].
 pub fn sentinel_packages(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for line in text.lines().map(str::trim) {
-        let plausible = !line.is_empty()
-            && line.len() <= 128
-            && line
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "+-.:_~".contains(c));
-        if plausible && !out.iter().any(|p| p == line) {
+        if plausible(line, MAX_NAME) && !out.iter().any(|p| p == line) {
             out.push(line.to_owned());
             if out.len() == MAX_PACKAGES {
                 break;
@@ -119,7 +130,8 @@ pub fn sentinel_packages(text: &str) -> Vec<String> {
 }
 
 /// The releases under `/usr/lib/modules` that hold a kernel image (`vmlinuz`, a regular
-/// file); the directory is entered without following a symlink on the way.
+/// file) and read as a release could; the directory is entered without following a
+/// symlink on the way.
 pub fn installed_kernels(root: &Path) -> Vec<String> {
     let Ok(dir) = Dir::open_ambient_dir(root, cap_std::ambient_authority()) else {
         return Vec::new();
@@ -135,6 +147,9 @@ pub fn installed_kernels(root: &Path) -> Vec<String> {
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
+        if !plausible(&name, MAX_RELEASE) {
+            continue;
+        }
         let has_image = open_dir_nofollow(&modules, Path::new(&name), false)
             .and_then(|d| d.symlink_metadata("vmlinuz"))
             .is_ok_and(|m| m.is_file());
@@ -377,6 +392,22 @@ mod tests {
         );
         let many: String = (0..40).map(|i| format!("pkg{i}\n")).collect();
         assert_eq!(sentinel_packages(&many).len(), MAX_PACKAGES);
+        // At most MAX_NAME bytes a name: one longer is dropped.
+        let (longest, over) = ("p".repeat(MAX_NAME), "p".repeat(MAX_NAME + 1));
+        assert_eq!(
+            sentinel_packages(&format!("{over}\n{longest}\n")),
+            std::slice::from_ref(&longest)
+        );
+        // The worst a package list can make still fits the API's bounds (reasons of at most
+        // 2,048 bytes, package entries of at most 160), so the report is never refused.
+        let worst: String = (0..MAX_PACKAGES)
+            .map(|i| format!("{i:02}{}\n", &longest[2..]))
+            .collect();
+        let dir = root(&[(SENTINEL, ""), (SENTINEL_PACKAGES, &worst)], &[]);
+        let need = reboot_need(dir.path(), "6.1.0-9-amd64");
+        assert_eq!(need.packages.len(), MAX_PACKAGES);
+        assert!(need.reasons[0].len() <= 2048, "{}", need.reasons[0].len());
+        assert!(format!("kernel {}", "9".repeat(MAX_RELEASE)).len() <= 160);
     }
 
     /// A root with `files` (relative path, contents) and `links` (relative path, target).
@@ -401,6 +432,9 @@ mod tests {
         let new = "5.14.0-503.el9.x86_64";
         let vmlinuz = |k: &str| format!("usr/lib/modules/{k}/vmlinuz");
         let (vm_old, vm_new) = (vmlinuz(old), vmlinuz(new));
+        // Newer than `old` by rpm's order, were they read.
+        let odd_new = vmlinuz("9.0.0\nx");
+        let long_new = vmlinuz(&format!("9.{}", "1".repeat(MAX_RELEASE)));
         let (opt_old, opt_new) = (
             format!("opt/k/{old}/vmlinuz"),
             format!("opt/k/{new}/vmlinuz"),
@@ -475,6 +509,18 @@ mod tests {
                 vec![
                     (vm_old.as_str(), "image"),
                     ("usr/lib/modules/9.9.9/modules.dep", ""),
+                ],
+                vec![],
+                old,
+                vec![],
+                vec![],
+            ),
+            (
+                "a release no kernel has (a newline, over-long) is not an installed kernel",
+                vec![
+                    (vm_old.as_str(), "image"),
+                    (odd_new.as_str(), "image"),
+                    (long_new.as_str(), "image"),
                 ],
                 vec![],
                 old,
