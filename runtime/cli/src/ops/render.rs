@@ -943,7 +943,7 @@ fn reboots(
             .unwrap_or_else(|| s.dim("(its NodeReport was not read)"));
         let _ = writeln!(out, "    {}: {why}", s.bold(node));
     }
-    let more = r.required as usize - r.nodes.len().min(r.required as usize);
+    let more = (r.required as usize).saturating_sub(r.nodes.len());
     if more > 0 {
         let _ = writeln!(out, "    {}", s.dim(&format!("and {more} more")));
     }
