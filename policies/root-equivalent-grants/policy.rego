@@ -13,6 +13,8 @@
 # - A command sandbox with a Unix socket (containerd's or systemd's is root; before
 #   Landlock ABI 9 any Unix socket grant reaches every named socket).
 # - A command sandbox with changeMetadata (chmod u+s on any file it can name).
+# - A service grant that may start a unit whose start reboots, powers off or halts the
+#   node (`shutdown_units`): the reboot plugin's grant is one.
 #
 # Some plugins are root by nature (certs writes static Pod manifests, kubeadm-upgrade
 # runs kubeadm upgrade, packages installs packages). An administrator who accepts that
@@ -220,4 +222,23 @@ findings contains msg if {
 	commands := {e.command | some e in exec_grants; object.get(sandbox(e), "changeMetadata", false) == true}
 	count(commands) > 0
 	msg := sprintf("root-equivalent grants: changeMetadata is granted to %s: a command that may change modes and owners of any file it can name (Landlock does not confine them) can make a program set-user-ID root. Remove it from the sandbox, %s", [concat(", ", sort(commands)), remedy])
+}
+
+# Units whose start reboots, powers off or halts the node. Keep equal to SHUTDOWN_UNITS in
+# runtime/policy/src/capabilities.rs.
+shutdown_units := {
+	"reboot.target", "soft-reboot.target", "kexec.target", "poweroff.target", "halt.target",
+	"exit.target", "ctrl-alt-del.target", "systemd-reboot.service", "systemd-soft-reboot.service",
+	"systemd-kexec.service", "systemd-poweroff.service", "systemd-halt.service", "systemd-exit.service",
+}
+
+findings contains msg if {
+	units := {g.unit |
+		some g in object.get(input.grants, "services", [])
+		g.unit in shutdown_units
+		some a in object.get(g, "actions", [])
+		a in {"start", "restart"}
+	}
+	count(units) > 0
+	msg := sprintf("root-equivalent grants: a start of %s is granted: systemd then stops every Pod and service on the node at once, without a drain, and the node boots again (or stays off) with whatever kernel, units and configuration it has by then. Remove the grant, %s", [concat(", ", sort(units)), remedy])
 }

@@ -33,7 +33,7 @@ cd "$ROOT"
 say "building Bosun's binaries and plugins (cargo, cached in $CARGO_TARGET_DIR)"
 cargo build --workspace --locked --bins --quiet
 cargo build --locked --release --target wasm32-wasip2 --quiet \
-  -p bosun-plugin-certs -p bosun-plugin-kubeadm-upgrade -p bosun-plugin-packages -p bosun-plugin-kubelet -p bosun-plugin-etcd \
+  -p bosun-plugin-certs -p bosun-plugin-kubeadm-upgrade -p bosun-plugin-packages -p bosun-plugin-kubelet -p bosun-plugin-etcd -p bosun-plugin-reboot \
   -p bosun-plugin-hello
 BOSUN="$CARGO_TARGET_DIR/debug/kubectl-bosun"
 
@@ -67,7 +67,7 @@ say "helm upgrade --install bosun deploy/helm/bosun (images localhost/bosun/*:$t
   --set-file 'trustRoots.bosun-signing\.pub'="$state/keys/bosun-signing.pub" \
   >"$state/helm.log" 2>&1 || { cat "$state/helm.log" >&2; die "helm upgrade --install failed"; }
 
-for p in certs kubeadm-upgrade packages kubelet etcd hello; do
+for p in certs kubeadm-upgrade packages kubelet etcd reboot hello; do
   wasm="$state/plugins/$p.wasm"
   cp "$CARGO_TARGET_DIR/wasm32-wasip2/release/bosun_plugin_${p//-/_}.wasm" "$wasm"
   # The grants of the example resource, as docs/plugins-first-party.md extracts them (the

@@ -341,6 +341,7 @@ async fn collect_with(agent: &Agent, kubelet_version: Option<String>) -> NodeFac
         roles: Vec::new(),
         kubelet_version: kubelet_version.clone(),
     };
+    let boot = agent.boot.clone();
     let read = tokio::task::spawn_blocking(move || {
         let found = host.node_facts(&node, PROBE_TIMEOUT);
         let root = &host.config().host_root;
@@ -348,7 +349,7 @@ async fn collect_with(agent: &Agent, kubelet_version: Option<String>) -> NodeFac
         // Only the reports carry these (a plugin's `facts.node` and the step gate do not), so
         // they are read here rather than with every plugin's facts.
         let reboot = bosun_host::reboot::reboot_need(root, &found.kernel);
-        let boot_id = bosun_host::reboot::boot_identity();
+        let boot_id = boot.read();
         (found, certificates, reboot, boot_id)
     })
     .await;

@@ -32,9 +32,14 @@
 //! succeeded, before its `uncordon`) does not start on a node someone else uncordoned
 //! meanwhile; the task blocks as CordonCleared (see [`bosun_cluster::cordon`]).
 //!
+//! Reboots: a step marked `awaitNewBoot` records the node's boot identity when it starts
+//! and finishes only when an agent finds another one, without running its plugin again; a
+//! restart in the same boot is not a reboot (see [`boot`]).
+//!
 //! Pause: no new step of a task marked `bosun.dev/paused` (set by the controller while its
 //! Operation is paused) starts; a running step finishes.
 
+pub mod boot;
 pub mod facts;
 pub mod fleet;
 pub mod gate;
@@ -118,6 +123,8 @@ pub struct Agent {
     /// Steps (and loads of an interrupted step's plugin) this process is in; memory is
     /// released when the last one ends.
     in_flight: std::sync::atomic::AtomicUsize,
+    /// Where the node's boot identity is read, for the steps that reboot it.
+    pub boot: boot::BootSource,
 }
 
 /// Held while a step of `agent` runs; the last one to end releases the host's memory
@@ -182,6 +189,7 @@ impl Agent {
             failures: Default::default(),
             release_memory_after_step: false,
             in_flight: Default::default(),
+            boot: Default::default(),
         }
     }
 
@@ -409,6 +417,12 @@ async fn reconcile_once(task: &Arc<NodeTask>, agent: &Arc<Agent>) -> Result<Acti
         step_status(&status.steps, &task.spec.steps[index].name).map_or(0, |s| s.attempts)
     };
     let ours = |index: usize| agent.our_attempt(&task, &task.spec.steps[index].name);
+    // A step that asked for the node's reboot, seen by the cache: it waits for a new boot.
+    let asked_reboot = |index: usize| {
+        task.spec.steps[index].await_new_boot
+            && step_status(&status.steps, &task.spec.steps[index].name)
+                .is_some_and(|s| s.reboot_requested_at.is_some())
+    };
     match progress(&task.spec.steps, &status.steps) {
         // The cache has not seen our start write yet.
         Progress::Next {
@@ -420,10 +434,32 @@ async fn reconcile_once(task: &Arc<NodeTask>, agent: &Arc<Agent>) -> Result<Acti
         Progress::Running {
             index,
             runs_on: RunsOn::Agent,
-        } if ours(index)
-            .is_some_and(|(n, result)| n > seen(index) || (result && n == seen(index))) =>
+        } if !asked_reboot(index)
+            && ours(index)
+                .is_some_and(|(n, result)| n > seen(index) || (result && n == seen(index))) =>
         {
             Ok(Action::requeue(STALE_RETRY))
+        }
+        // A step that reboots the node, found Running: another boot finishes it.
+        Progress::Running {
+            index,
+            runs_on: RunsOn::Agent,
+        } if task.spec.steps[index].await_new_boot => {
+            let entry = step_status(&status.steps, &task.spec.steps[index].name)
+                .cloned()
+                .unwrap_or_default();
+            match boot::check(&entry, agent.boot.read().as_deref()) {
+                boot::Check::Booted { from, to } => {
+                    boot::finish_booted(&task, index, &agent, &from, &to).await?;
+                }
+                boot::Check::Waiting => tracing::info!(
+                    task = %task.name_any(),
+                    step = %task.spec.steps[index].name,
+                    "the reboot was asked for; waiting for the node's new boot"
+                ),
+                boot::Check::Interrupted => interrupted(&task, index, &agent).await?,
+            }
+            Ok(Action::await_change())
         }
         // The Operation is paused: no new step starts (the controller removes the mark on
         // resume, and that change wakes this reconcile). Said in the log, once per change of
@@ -474,7 +510,19 @@ async fn run_step_inner(task: &NodeTask, index: usize, agent: &Agent) -> Result<
     }
     let started = start_attempt(task, index, agent, &prepared).await?;
     let attempt = started.attempts;
-    let result = run_plugin(task, index, agent, &prepared, started.resumed).await?;
+    let result = if task.spec.steps[index].await_new_boot && started.boot_id.is_none() {
+        StepResult::failed(
+            BlockReason::StepFailed,
+            "boot-identity-unknown",
+            format!(
+                "step {} reboots the node, and the agent cannot read the node's boot identity (/proc/sys/kernel/random/boot_id and /proc/1/stat), so it could not tell the new boot: the plugin was not run; check that the agent runs with hostPID, then retry",
+                task.spec.steps[index].name
+            ),
+            false,
+        )
+    } else {
+        run_plugin(task, index, agent, &prepared, started.resumed).await?
+    };
     let body = result_body(task, index, agent, &prepared, started, result).await?;
     send_result(task, index, agent, &prepared, attempt, body).await
 }
@@ -488,6 +536,8 @@ struct Started {
     last_agent_step: usize,
     /// The node facts this step's writes carry.
     carried: serde_json::Map<String, serde_json::Value>,
+    /// For a step that reboots the node: the boot identity when it started.
+    boot_id: Option<String>,
     at: Timestamp,
     clock: Instant,
 }
@@ -529,16 +579,13 @@ async fn start_attempt(
             facts::read_before(agent, task, kubelet).await,
         );
     }
+    let boot_id = step.await_new_boot.then(|| agent.boot.read()).flatten();
     let at = Timestamp::now();
     let clock = Instant::now();
-    apply_status(
-        agent,
-        &name,
-        &step.name,
-        &TaskStatusWrite::step_started(&step.name, phase, attempts, at)
-            .with_facts(Some(serde_json::Value::Object(carried.clone()))),
-    )
-    .await?;
+    let mut write = TaskStatusWrite::step_started(&step.name, phase, attempts, at)
+        .with_facts(Some(serde_json::Value::Object(carried.clone())));
+    write.steps[0].boot_id.clone_from(&boot_id);
+    apply_status(agent, &name, &step.name, &write).await?;
     // Recorded only now: had the start write failed, nothing ran and nothing is owed.
     agent.record(task, &step.name, StepRun::Started(attempts));
     if resumed {
@@ -555,6 +602,7 @@ async fn start_attempt(
         resumed,
         last_agent_step,
         carried,
+        boot_id,
         at,
         clock,
     })
@@ -631,7 +679,40 @@ async fn result_body(
             None
         }
     };
-    let entry = StepWrite::finished(
+    let report = StepReport {
+        outputs: result.outputs.into_iter().collect(),
+        log_tail: result.log_tail,
+        preflight: result.preflight,
+        policy: prepared.decision(),
+        host_milliseconds: u64::try_from(result.host_time.as_millis()).unwrap_or(u64::MAX),
+    };
+    // A step that reboots the node and asked for it stays Running until the new boot.
+    if let Some(boot_id) = started
+        .boot_id
+        .as_deref()
+        .filter(|_| step.await_new_boot && end_phase == StepPhase::Succeeded && !task.spec.dry_run)
+    {
+        tracing::info!(
+            boot = boot_id,
+            "the reboot was asked for; the step waits for the node's new boot"
+        );
+        let entry = boot::waiting_entry(
+            &step.name,
+            started.attempts,
+            started.at,
+            boot_id,
+            finished,
+            result.message,
+            report,
+        );
+        let mut write = TaskStatusWrite::step(entry);
+        write.message = Some(format!(
+            "step {}: the reboot was asked for; waiting for the node to come back with a new boot",
+            step.name
+        ));
+        return Ok(write.with_facts(Some(serde_json::Value::Object(started.carried))));
+    }
+    let mut entry = StepWrite::finished(
         &step.name,
         started.attempts,
         started.at,
@@ -642,14 +723,9 @@ async fn result_body(
             message: result.message,
             error: result.error,
         },
-        Some(StepReport {
-            outputs: result.outputs.into_iter().collect(),
-            log_tail: result.log_tail,
-            preflight: result.preflight,
-            policy: prepared.decision(),
-            host_milliseconds: u64::try_from(result.host_time.as_millis()).unwrap_or(u64::MAX),
-        }),
+        Some(report),
     );
+    entry.boot_id = started.boot_id.clone();
     let mut carried = started.carried;
     if index == started.last_agent_step && end_phase == StepPhase::Succeeded {
         carried.insert("after".into(), facts::read_after(agent, task).await);

@@ -98,6 +98,12 @@ struct Args {
     /// have no systemd. `simulated` is refused when the host root is `/` (a real node).
     #[arg(long, value_enum, default_value_t = ServiceBackendArg::Systemd)]
     service_backend: ServiceBackendArg,
+    /// For the lab only: read the node's boot identity from the last line of this file
+    /// instead of /proc (the lab's simulated nodes share one kernel and one init, so a test
+    /// "reboots" one by writing a new line and restarting its agent). Refused when the host
+    /// root is `/`: a real node's boot identity comes from /proc, which no plugin can write.
+    #[arg(long, hide = true)]
+    boot_identity_file: Option<PathBuf>,
     /// Log filter (tracing-subscriber EnvFilter syntax).
     #[arg(long, env = "BOSUN_LOG", default_value = "info")]
     log: String,
@@ -208,6 +214,17 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
              nodes (a directory per node); on a real node units are driven by systemd, so drop the flag"
         );
     }
+    if args.boot_identity_file.is_some()
+        && args
+            .host_root
+            .canonicalize()
+            .is_ok_and(|p| p == std::path::Path::new("/"))
+    {
+        anyhow::bail!(
+            "--boot-identity-file with --host-root /: the file is for the lab's simulated nodes; on a real node \
+             the boot identity is read from /proc, so drop the flag"
+        );
+    }
     bosun_telemetry::init_logging(&args.log, args.telemetry.log_format)?;
     let admin = match args.telemetry.admin_addr {
         Some(addr) => Some(bosun_telemetry::AdminServer::start(addr).await?),
@@ -294,6 +311,10 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     agent.instance = args.instance;
     agent.preflight.min_free_bytes = args.min_free_disk_mib.saturating_mul(1024 * 1024);
     agent.preflight.simulated_services = simulated_services;
+    if let Some(file) = args.boot_identity_file {
+        tracing::warn!(file = %file.display(), "the boot identity is read from a file (--boot-identity-file): for the lab only");
+        agent.boot = bosun_agent::boot::BootSource::LabFile(file);
+    }
     // A node runs a step a few times a year: give the host's memory back after each one.
     agent.release_memory_after_step = !args.keep_compiled_plugins;
     let agent = Arc::new(agent);

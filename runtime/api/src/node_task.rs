@@ -553,6 +553,16 @@ pub struct StepStatus {
     /// only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_milliseconds: Option<u64>,
+    /// For a step that reboots the node (`awaitNewBoot`): the node's boot identity when the
+    /// attempt started (see NodeFacts `bootId`). The step is done when the agent reports
+    /// another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    pub boot_id: Option<String>,
+    /// For a step that reboots the node: when the reboot was asked for (the plugin
+    /// returned). The step stays Running until the node is back with a new boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot_requested_at: Option<Time>,
 }
 
 /// A step's state.

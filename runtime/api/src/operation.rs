@@ -1,6 +1,7 @@
 //! The `Operation` resource: what a user wants done across the cluster's nodes.
 //!
-//! An Operation names exactly one kind of work (`upgrade`, `renewCertificates` or `custom`)
+//! An Operation names exactly one kind of work (`upgrade`, `renewCertificates`, `reboot` or
+//! `custom`)
 //! and how to roll it out. The controller freezes a plan (ordered groups of node names) in
 //! `status.plan` when it starts, and creates one `NodeTask` per planned node.
 //!
@@ -89,11 +90,11 @@ pub const MAX_TTL_SECONDS: i64 = 10 * 365 * 24 * 60 * 60;
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "[has(self.upgrade), has(self.renewCertificates), has(self.custom)].filter(x, x).size() == 1",
-        "message": "an Operation does exactly one kind of work: set exactly one of spec.upgrade, spec.renewCertificates or spec.custom",
+        "rule": "[has(self.upgrade), has(self.renewCertificates), has(self.reboot), has(self.custom)].filter(x, x).size() == 1",
+        "message": "an Operation does exactly one kind of work: set exactly one of spec.upgrade, spec.renewCertificates, spec.reboot or spec.custom",
     },
     {
-        "rule": "has(self.upgrade) == has(oldSelf.upgrade) && has(self.renewCertificates) == has(oldSelf.renewCertificates) && has(self.custom) == has(oldSelf.custom)",
+        "rule": "has(self.upgrade) == has(oldSelf.upgrade) && has(self.renewCertificates) == has(oldSelf.renewCertificates) && has(self.reboot) == has(oldSelf.reboot) && has(self.custom) == has(oldSelf.custom)",
         "message": "the kind of work of an Operation cannot change after creation: create a new Operation instead",
     },
     {
@@ -119,6 +120,19 @@ pub struct OperationSpec {
         "message": "spec.renewCertificates cannot change after creation (the plan is derived from it): create a new Operation instead",
     }]))]
     pub renew_certificates: Option<RenewCertificatesSpec>,
+
+    /// Reboot nodes, one control-plane node at a time and then the workers
+    /// (`rollout.maxUnavailable` at a time): each is cordoned and drained, asked to reboot
+    /// by the `reboot` plugin, and its step finishes only when its agent comes back with a
+    /// new boot; then the node must be Ready before it is uncordoned. A node not back within
+    /// `stepTimeoutSeconds` of the reboot step's start blocks. Select the nodes with
+    /// `nodeSelector` (absent: every node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf",
+        "message": "spec.reboot cannot change after creation (the plan is derived from it): create a new Operation instead",
+    }]))]
+    pub reboot: Option<RebootSpec>,
 
     /// Run the user's own groups of steps, group after group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -337,6 +351,13 @@ pub enum CertificateName {
     SchedulerConf,
 }
 
+/// A reboot of the selected nodes. It has no settings of its own yet: which nodes is
+/// `spec.nodeSelector`, how many at once `spec.rollout`, how long a node may take to come
+/// back `spec.stepTimeoutSeconds` (default 1800), the drain `spec.drain`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootSpec {}
+
 /// The user's own sequence of groups.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -391,6 +412,10 @@ pub struct CustomGroup {
         "rule": "self.runsOn != 'controller' || self.action in ['cordon', 'drain', 'uncordon', 'waitNodeReady', 'waitApiServer']",
         "message": "a controller step's action must be one of cordon, drain, uncordon, waitNodeReady, waitApiServer; host work runs with runsOn: agent and a plugin",
     },
+    {
+        "rule": "!has(self.awaitNewBoot) || !self.awaitNewBoot || self.runsOn == 'agent'",
+        "message": "awaitNewBoot is for a step that reboots the node, which runs on the agent (runsOn: agent)",
+    },
 ]))]
 pub struct Step {
     /// The step's name, a DNS label unique within its group (`drain`, `renew-certs`).
@@ -421,6 +446,13 @@ pub struct Step {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::free_form_object")]
     pub params: Option<serde_json::Value>,
+
+    /// The step asks the node to reboot. It finishes only when the node's agent comes back
+    /// with a boot identity other than the one recorded when the step started; the agent
+    /// that comes back does not run it again. A node not back within `stepTimeoutSeconds`
+    /// of the step's start blocks the task. Agent steps only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub await_new_boot: bool,
 }
 
 /// Where a step runs.

@@ -31,6 +31,9 @@ pub mod well_known {
     /// etcd's health (action `health`) and a verified snapshot (action `snapshot`) on
     /// control-plane nodes before an upgrade.
     pub const ETCD: &str = "etcd";
+    /// A reboot of the node (action `reboot`), through a service grant on `reboot.target`;
+    /// the step that runs it waits for the node's new boot (`awaitNewBoot`).
+    pub const REBOOT: &str = "reboot";
 }
 
 /// A plugin the cluster trusts. Cluster-scoped.

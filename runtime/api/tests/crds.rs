@@ -414,8 +414,10 @@ fn operation_must_name_exactly_one_kind() {
     assert_op_ok(json!({"upgrade": upgrade()}));
     assert_op_ok(json!({"renewCertificates": {}}));
     assert_op_ok(json!({"custom": {"groups": [{"name": "all", "steps": [custom_step()]}]}}));
-    let msg = "set exactly one of spec.upgrade, spec.renewCertificates or spec.custom";
+    assert_op_ok(json!({"reboot": {}}));
+    let msg = "set exactly one of spec.upgrade, spec.renewCertificates, spec.reboot or spec.custom";
     assert_op_refused(json!({}), msg);
+    assert_op_refused(json!({"reboot": {}, "upgrade": upgrade()}), msg);
     assert_op_refused(json!({"upgrade": upgrade(), "renewCertificates": {}}), msg);
     assert_op_refused(
         json!({"upgrade": upgrade(), "renewCertificates": {}, "custom": {"groups": [{"name": "a", "steps": [custom_step()]}]}}),
@@ -492,6 +494,15 @@ fn steps_must_match_where_they_run() {
     assert_op_refused(
         group(json!({"name": "reboot", "runsOn": "controller", "action": "reboot"})),
         "a controller step's action must be one of cordon, drain, uncordon, waitNodeReady, waitApiServer",
+    );
+    assert_op_ok(group(
+        json!({"name": "reboot", "plugin": "reboot", "action": "reboot", "awaitNewBoot": true}),
+    ));
+    assert_op_refused(
+        group(
+            json!({"name": "wait", "runsOn": "controller", "action": "waitNodeReady", "awaitNewBoot": true}),
+        ),
+        "awaitNewBoot is for a step that reboots the node, which runs on the agent",
     );
 }
 

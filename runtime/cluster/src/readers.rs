@@ -163,6 +163,8 @@ pub fn operation_ref(op: &Operation) -> OperationRef {
         OperationKind::Upgrade
     } else if op.spec.renew_certificates.is_some() {
         OperationKind::RenewCertificates
+    } else if op.spec.reboot.is_some() {
+        OperationKind::Reboot
     } else {
         OperationKind::Custom
     };

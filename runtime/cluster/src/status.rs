@@ -58,6 +58,10 @@ pub struct StepWrite {
     pub error: Option<StepError>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_milliseconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reboot_requested_at: Option<String>,
 }
 
 /// What a plugin step reported besides its outcome (the agent's steps only).
@@ -99,6 +103,8 @@ impl StepWrite {
             policy: None,
             error: None,
             host_milliseconds: None,
+            boot_id: None,
+            reboot_requested_at: None,
         }
     }
 
@@ -150,6 +156,8 @@ impl StepWrite {
             policy: self.policy.clone(),
             error: self.error.clone(),
             host_milliseconds: self.host_milliseconds,
+            boot_id: self.boot_id.clone(),
+            reboot_requested_at: time(&self.reboot_requested_at),
         }
     }
 }

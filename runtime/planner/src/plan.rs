@@ -6,6 +6,10 @@
 //!   control-plane node starts with the etcd health check, and the first one also takes
 //!   an etcd snapshot, before it is cordoned (`spec.upgrade.etcd` turns either off).
 //! - `renewCertificates`: `control-plane`.
+//! - `reboot`: `control-plane` (one at a time), `workers`. Each node is cordoned and
+//!   drained, then the `reboot` plugin asks it to reboot in a step that waits for the new
+//!   boot (`awaitNewBoot`), then the node must be Ready before it is uncordoned (and, for a
+//!   control plane, its API server must answer).
 //! - `custom`: the user's groups, in their order; a node belongs to the first group whose
 //!   selector it matches.
 //!
@@ -22,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bosun_api::labels;
 use bosun_api::node_task::NodeTaskSpec;
 use bosun_api::operation::{
-    CustomSpec, ExecutionMode, KubePackage, OperationSpec, Plan, PlannedGroup,
+    CustomSpec, ExecutionMode, KubePackage, OperationSpec, Plan, PlannedGroup, RebootSpec,
     RenewCertificatesSpec, RunsOn, Step, UpgradeSpec,
 };
 use bosun_api::plugin::well_known;
@@ -56,7 +60,7 @@ pub mod controller_actions {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     #[error(
-        "the Operation names no kind of work: set one of spec.upgrade, spec.renewCertificates or spec.custom"
+        "the Operation names no kind of work: set one of spec.upgrade, spec.renewCertificates, spec.reboot or spec.custom"
     )]
     NoKind,
     #[error(
@@ -113,6 +117,7 @@ pub struct PlanOutput {
 enum Kind<'a> {
     Upgrade(&'a UpgradeSpec),
     Renew(&'a RenewCertificatesSpec),
+    Reboot(&'a RebootSpec),
     Custom(&'a CustomSpec),
 }
 
@@ -124,20 +129,25 @@ fn kind_of(spec: &OperationSpec) -> Result<Kind<'_>, PlanError> {
     if spec.renew_certificates.is_some() {
         kinds.push("renewCertificates");
     }
+    if spec.reboot.is_some() {
+        kinds.push("reboot");
+    }
     if spec.custom.is_some() {
         kinds.push("custom");
     }
-    match (
-        &spec.upgrade,
-        &spec.renew_certificates,
-        &spec.custom,
-        kinds.len(),
-    ) {
-        (_, _, _, 0) => Err(PlanError::NoKind),
-        (Some(u), None, None, 1) => Ok(Kind::Upgrade(u)),
-        (None, Some(r), None, 1) => Ok(Kind::Renew(r)),
-        (None, None, Some(c), 1) => Ok(Kind::Custom(c)),
-        _ => Err(PlanError::SeveralKinds { kinds }),
+    if kinds.len() > 1 {
+        return Err(PlanError::SeveralKinds { kinds });
+    }
+    if let Some(u) = &spec.upgrade {
+        Ok(Kind::Upgrade(u))
+    } else if let Some(r) = &spec.renew_certificates {
+        Ok(Kind::Renew(r))
+    } else if let Some(r) = &spec.reboot {
+        Ok(Kind::Reboot(r))
+    } else if let Some(c) = &spec.custom {
+        Ok(Kind::Custom(c))
+    } else {
+        Err(PlanError::NoKind)
     }
 }
 
@@ -164,6 +174,7 @@ pub fn plan(
             let plan = match &kind {
                 Kind::Upgrade(_) => plan_upgrade(spec, &selected, max_unavailable, &mut notes)?,
                 Kind::Renew(_) => plan_renew(&selected)?,
+                Kind::Reboot(_) => plan_reboot(&selected, max_unavailable),
                 Kind::Custom(custom) => {
                     plan_custom(custom, &selected, max_unavailable, &mut notes)?
                 }
@@ -346,6 +357,32 @@ fn plan_renew(selected: &[&NodeInfo]) -> Result<Plan, PlanError> {
     })
 }
 
+/// Control-plane nodes one at a time, then the workers `maxUnavailable` at a time; either
+/// group is left out when no selected node is in it.
+fn plan_reboot(selected: &[&NodeInfo], max_unavailable: MaxUnavailable) -> Plan {
+    let (control_plane, workers): (Vec<&NodeInfo>, Vec<&NodeInfo>) =
+        selected.iter().copied().partition(|n| n.is_control_plane());
+    let mut groups = Vec::new();
+    if !control_plane.is_empty() {
+        let nodes = names(&control_plane);
+        groups.push(PlannedGroup {
+            name: groups::CONTROL_PLANE.into(),
+            nodes: nodes.clone(),
+            max_parallel: 1,
+            control_plane_nodes: nodes,
+        });
+    }
+    if !workers.is_empty() {
+        groups.push(PlannedGroup {
+            name: groups::WORKERS.into(),
+            nodes: names(&workers),
+            max_parallel: max_unavailable.resolve(workers.len()),
+            control_plane_nodes: Vec::new(),
+        });
+    }
+    Plan { groups }
+}
+
 fn plan_custom(
     custom: &CustomSpec,
     selected: &[&NodeInfo],
@@ -419,6 +456,7 @@ fn controller_step(name: &str, action: &str) -> Step {
         plugin: None,
         action: action.into(),
         params: None,
+        await_new_boot: false,
     }
 }
 
@@ -429,6 +467,7 @@ fn agent_step(name: &str, plugin: &str, action: &str, params: serde_json::Value)
         plugin: Some(plugin.into()),
         action: action.into(),
         params: Some(params),
+        await_new_boot: false,
     }
 }
 
@@ -553,6 +592,29 @@ fn steps_for(
                 ),
                 controller_step("wait-api-server", WAIT_API_SERVER),
             ])
+        }
+        Kind::Reboot(RebootSpec {}) => {
+            if group != groups::CONTROL_PLANE && group != groups::WORKERS {
+                return Err(PlanError::FrozenGroupUnknown {
+                    group: group.into(),
+                });
+            }
+            let mut steps = vec![
+                controller_step("cordon", CORDON),
+                controller_step("drain", DRAIN),
+                Step {
+                    await_new_boot: true,
+                    ..agent_step("reboot", well_known::REBOOT, "reboot", json!({}))
+                },
+                controller_step("wait-node-ready", WAIT_NODE_READY),
+            ];
+            if !was_cordoned {
+                steps.push(controller_step("uncordon", UNCORDON));
+            }
+            if control_plane {
+                steps.push(controller_step("wait-api-server", WAIT_API_SERVER));
+            }
+            Ok(steps)
         }
         Kind::Custom(custom) => custom
             .groups

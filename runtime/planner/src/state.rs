@@ -432,6 +432,7 @@ mod tests {
             plugin: (runs_on == RunsOn::Agent).then(|| "hello".into()),
             action: "greet".into(),
             params: None,
+            await_new_boot: false,
         }
     }
 

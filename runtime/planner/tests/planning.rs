@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bosun_api::node_task::{NodeTaskPhase, Recovery};
 use bosun_api::operation::{
     CustomGroup, CustomSpec, ExecutionMode, KubePackage, OperationPhase, OperationSpec, Plan,
-    RenewCertificatesSpec, Rollout, RunsOn, Step, UpgradeSpec, match_labels,
+    RebootSpec, RenewCertificatesSpec, Rollout, RunsOn, Step, UpgradeSpec, match_labels,
 };
 use bosun_planner::nodes::NodeInfo;
 use bosun_planner::plan::groups;
@@ -407,6 +407,7 @@ fn custom_step(name: &str) -> Step {
         plugin: Some("hello".into()),
         action: "greet".into(),
         params: None,
+        await_new_boot: false,
     }
 }
 
@@ -502,6 +503,137 @@ fn a_frozen_plan_is_kept_even_when_nodes_come_and_go() {
     assert!(
         matches!(err, PlanError::FrozenGroupUnknown { .. }),
         "{err:?}"
+    );
+}
+
+fn reboot_spec(max_unavailable: IntOrString, selector: Option<LabelSelector>) -> OperationSpec {
+    OperationSpec {
+        reboot: Some(RebootSpec {}),
+        node_selector: selector,
+        rollout: Rollout { max_unavailable },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn reboot_drains_and_reboots_control_planes_one_at_a_time_then_workers() {
+    let steps_of_worker = ["cordon", "drain", "reboot", "wait-node-ready", "uncordon"];
+    let steps_of_control_plane = [
+        "cordon",
+        "drain",
+        "reboot",
+        "wait-node-ready",
+        "uncordon",
+        "wait-api-server",
+    ];
+    // (cluster, maxUnavailable, selector, expected groups (name, nodes, max parallel))
+    type Case = (
+        (usize, usize),
+        IntOrString,
+        Option<LabelSelector>,
+        Vec<(&'static str, Vec<&'static str>, u32)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            (3, 4),
+            IntOrString::Int(2),
+            None,
+            vec![
+                ("control-plane", vec!["cp-0", "cp-1", "cp-2"], 1),
+                ("workers", vec!["w-000", "w-001", "w-002", "w-003"], 2),
+            ],
+        ),
+        // Workers only: no control-plane group, and that is no error.
+        (
+            (1, 3),
+            IntOrString::String("100%".into()),
+            Some(not_control_plane()),
+            vec![("workers", vec!["w-000", "w-001", "w-002"], 3)],
+        ),
+        // One worker, by its name.
+        (
+            (3, 3),
+            IntOrString::Int(1),
+            Some(match_labels([("kubernetes.io/hostname", "w-001")])),
+            vec![("workers", vec!["w-001"], 1)],
+        ),
+        // Control planes only: still one at a time, whatever maxUnavailable says.
+        (
+            (2, 0),
+            IntOrString::Int(5),
+            None,
+            vec![("control-plane", vec!["cp-0", "cp-1"], 1)],
+        ),
+    ];
+    for ((cp, w), max, selector, expected) in cases {
+        let mut nodes = cluster(cp, w);
+        for n in &mut nodes {
+            n.labels
+                .insert("kubernetes.io/hostname".into(), n.name.clone());
+        }
+        let spec = reboot_spec(max.clone(), selector.clone());
+        let out = plan("rb", &spec, &nodes, None).unwrap();
+        let got: Vec<(&str, Vec<&str>, u32)> = out
+            .plan
+            .groups
+            .iter()
+            .map(|g| {
+                (
+                    g.name.as_str(),
+                    g.nodes.iter().map(String::as_str).collect(),
+                    g.max_parallel,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got, expected,
+            "{cp}+{w} nodes, maxUnavailable {max:?}, {selector:?}"
+        );
+        for task in &out.tasks {
+            let control_plane = task.spec.node_name.starts_with("cp-");
+            let expected: &[&str] = if control_plane {
+                &steps_of_control_plane
+            } else {
+                &steps_of_worker
+            };
+            assert_eq!(
+                step_names(&task.spec.steps),
+                expected,
+                "{}",
+                task.spec.node_name
+            );
+            // Only the reboot step waits for a new boot, and it is the plugin's.
+            for step in &task.spec.steps {
+                assert_eq!(step.await_new_boot, step.name == "reboot", "{}", step.name);
+            }
+            let reboot = &task.spec.steps[2];
+            assert_eq!(
+                (
+                    reboot.runs_on,
+                    reboot.plugin.as_deref(),
+                    reboot.action.as_str()
+                ),
+                (RunsOn::Agent, Some("reboot"), "reboot")
+            );
+        }
+    }
+    // A node someone else cordoned stays cordoned after its reboot.
+    let mut nodes = cluster(1, 2);
+    nodes[2].unschedulable = true;
+    let out = plan("rb", &reboot_spec(IntOrString::Int(1), None), &nodes, None).unwrap();
+    assert!(step_names(&out.tasks[1].spec.steps).contains(&"uncordon"));
+    assert!(!step_names(&out.tasks[2].spec.steps).contains(&"uncordon"));
+    // Reboot and another kind together are refused.
+    let mut both = reboot_spec(IntOrString::Int(1), None);
+    both.renew_certificates = Some(RenewCertificatesSpec {
+        certificates: vec![],
+        renew_before: None,
+    });
+    assert_eq!(
+        plan("x", &both, &cluster(1, 1), None).unwrap_err(),
+        PlanError::SeveralKinds {
+            kinds: vec!["renewCertificates", "reboot"]
+        }
     );
 }
 

@@ -490,6 +490,25 @@ fn places_of(grants: &Grants) -> Vec<Place> {
     places
 }
 
+/// Units whose start reboots, powers off or halts the node: systemd's shutdown targets and
+/// the services behind them. Keep equal to `shutdown_units` in
+/// policies/root-equivalent-grants/policy.rego.
+pub const SHUTDOWN_UNITS: &[&str] = &[
+    "reboot.target",
+    "soft-reboot.target",
+    "kexec.target",
+    "poweroff.target",
+    "halt.target",
+    "exit.target",
+    "ctrl-alt-del.target",
+    "systemd-reboot.service",
+    "systemd-soft-reboot.service",
+    "systemd-kexec.service",
+    "systemd-poweroff.service",
+    "systemd-halt.service",
+    "systemd-exit.service",
+];
+
 /// The end of every finding: what to do about it.
 fn remedy(plugin: &str) -> String {
     format!(
@@ -597,6 +616,23 @@ pub fn root_equivalent(plugin: &str, grants: &Grants) -> Vec<String> {
         out.insert(format!(
             "root-equivalent grants: changeMetadata is granted to {}: a command that may change modes and owners of any file it can name (Landlock does not confine them) can make a program set-user-ID root. Remove it from the sandbox, {remedy}",
             metadata.into_iter().collect::<Vec<_>>().join(", "),
+        ));
+    }
+    let shutdown: BTreeSet<&str> = grants
+        .services
+        .iter()
+        .filter(|g| SHUTDOWN_UNITS.contains(&g.unit.as_str()))
+        .filter(|g| {
+            g.actions
+                .iter()
+                .any(|a| matches!(a, ServiceAction::Start | ServiceAction::Restart))
+        })
+        .map(|g| g.unit.as_str())
+        .collect();
+    if !shutdown.is_empty() {
+        out.insert(format!(
+            "root-equivalent grants: a start of {} is granted: systemd then stops every Pod and service on the node at once, without a drain, and the node boots again (or stays off) with whatever kernel, units and configuration it has by then. Remove the grant, {remedy}",
+            shutdown.into_iter().collect::<Vec<_>>().join(", "),
         ));
     }
     out.into_iter().collect()

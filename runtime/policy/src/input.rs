@@ -95,6 +95,7 @@ pub struct OperationRef {
 pub enum OperationKind {
     Upgrade,
     RenewCertificates,
+    Reboot,
     Custom,
 }
 

@@ -108,7 +108,7 @@ fn merge(mut base: Value, extra: Value) -> Value {
     base
 }
 
-const ONE_KIND: &str = "an Operation does exactly one kind of work: set exactly one of spec.upgrade, spec.renewCertificates or spec.custom";
+const ONE_KIND: &str = "an Operation does exactly one kind of work: set exactly one of spec.upgrade, spec.renewCertificates, spec.reboot or spec.custom";
 /// The whole refusal, field first: `Forbidden`, not `Invalid value: ""` (an int-or-string
 /// has no type for the API server to show as the value).
 const MAX_UNAVAILABLE_REFUSED: &str = "spec.rollout.maxUnavailable: Forbidden: rollout.maxUnavailable must be a positive integer up to 10000 (for example 2) or a percentage from 1% to 100%";
@@ -143,6 +143,37 @@ async fn three_operation_kinds_are_refused() -> Result<()> {
         json!({ "upgrade": { "kubernetesVersion": "v1.34.2" }, "renewCertificates": {} }),
     );
     refused(spec, &[ONE_KIND]).await
+}
+
+#[tokio::test]
+async fn a_reboot_with_another_kind_is_refused() -> Result<()> {
+    refused(
+        json!({ "reboot": {}, "renewCertificates": { "certificates": ["all"] } }),
+        &["spec: Invalid value", ONE_KIND],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_controller_step_that_awaits_a_new_boot_is_refused() -> Result<()> {
+    refused(
+        with_steps(json!([{ "name": "wait", "runsOn": "controller", "action": "waitNodeReady", "awaitNewBoot": true }])),
+        &[
+            "spec.custom.groups[0].steps[0]",
+            "awaitNewBoot is for a step that reboots the node, which runs on the agent (runsOn: agent)",
+        ],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn switching_from_reboot_to_another_kind_after_creation_is_refused() -> Result<()> {
+    change_refused(
+        json!({ "reboot": {} }),
+        json!({ "reboot": null, "renewCertificates": { "certificates": ["all"] } }),
+        &["the kind of work of an Operation cannot change after creation"],
+    )
+    .await
 }
 
 // --- upgrade

@@ -26,6 +26,7 @@ pub struct Plugins {
     pub packages: Vec<u8>,
     pub kubelet: Vec<u8>,
     pub etcd: Vec<u8>,
+    pub reboot: Vec<u8>,
     /// The `hello` example (plugins/hello), which the demo runs.
     pub hello: Vec<u8>,
 }
@@ -38,7 +39,7 @@ pub fn workspace_root() -> PathBuf {
         .unwrap()
 }
 
-/// Runs `cargo build --release --target wasm32-wasip2` for the six plugins once per test
+/// Runs `cargo build --release --target wasm32-wasip2` for the seven plugins once per test
 /// binary, in the same target directory as the tests, and reads the components.
 pub fn plugins() -> &'static Plugins {
     static PLUGINS: OnceLock<Plugins> = OnceLock::new();
@@ -51,6 +52,7 @@ pub fn plugins() -> &'static Plugins {
             .args(["-p", "bosun-plugin-certs", "-p", "bosun-plugin-kubeadm-upgrade"])
             .args(["-p", "bosun-plugin-packages", "-p", "bosun-plugin-kubelet"])
             .args(["-p", "bosun-plugin-hello", "-p", "bosun-plugin-etcd"])
+            .args(["-p", "bosun-plugin-reboot"])
             .status()
             .expect("running cargo to build the plugins");
         assert!(
@@ -69,6 +71,7 @@ pub fn plugins() -> &'static Plugins {
             packages: read("bosun_plugin_packages"),
             kubelet: read("bosun_plugin_kubelet"),
             etcd: read("bosun_plugin_etcd"),
+            reboot: read("bosun_plugin_reboot"),
             hello: read("bosun_plugin_hello"),
         }
     })

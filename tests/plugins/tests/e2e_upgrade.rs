@@ -1,4 +1,7 @@
-//! End to end: an `upgrade` Operation in DryRun over every lab node (one control plane,
+//! End to end, the node-lifecycle Operations with the first-party plugins: an `upgrade`
+//! in DryRun, and a `reboot` (at the end of this file).
+//!
+//! The upgrade: an `upgrade` Operation in DryRun over every lab node (one control plane,
 //! three workers; Debian, Rocky, Ubuntu and Alma roots), run by the real controller and
 //! agents with the four first-party plugins the upgrade uses, signed and published with
 //! the grants of deploy/examples/plugins (packages, kubeadm-upgrade, kubelet, etcd), as a user
@@ -23,6 +26,7 @@ use bosun_e2e::Operator;
 use bosun_plugins_tests::{
     example_grants, package_family, plugins, simulated_etcd, simulated_package_manager,
 };
+use kube::ResourceExt;
 use serde_json::json;
 
 const TARGET: &str = "v1.34.5";
@@ -262,5 +266,228 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
     }
     operator.procs.check_alive()?;
     operator.finish().await?;
+    Ok(())
+}
+
+/// The lab's simulated nodes share one kernel and one init, so a "reboot" there is a new
+/// line in the agents' boot-identity file (`--boot-identity-file`) and a restart of the
+/// node's agent: what a real reboot looks like to the agent that comes back.
+fn reboot_lab_node(
+    operator: &mut Operator,
+    node: &str,
+    boot_file: &std::path::Path,
+    boot: &str,
+) -> Result<()> {
+    use std::io::Write as _;
+    operator.kill(&bosun_e2e::operator::agent_name(node))?;
+    let mut f = std::fs::OpenOptions::new().append(true).open(boot_file)?;
+    writeln!(f, "{boot}")?;
+    operator.start_agent(node)
+}
+
+fn reboot_step(task: &bosun_api::node_task::NodeTask) -> Option<bosun_api::node_task::StepStatus> {
+    task.status
+        .as_ref()
+        .and_then(|s| s.steps.iter().find(|x| x.name == "reboot").cloned())
+}
+
+/// A reboot, on one lab worker:
+/// 1. A step that reboots the node and whose node does not come back in time blocks the task
+///    as StepTimedOut, with a message naming the node, the deadline and what to check (a
+///    custom Operation's `awaitNewBoot` step, with a 15 s step timeout). A new boot that
+///    comes after the block changes nothing; a person's skip ends it.
+/// 2. A `reboot` Operation: cordon, drain, the `reboot` plugin asks for the reboot (the
+///    simulated systemd records the start of reboot.target), and the step stays Running
+///    with the boot identity it started in; the other nodes get no task. The node's agent
+///    "reboots" (a new boot identity, a restart): the new agent finishes the step without
+///    running the plugin again, the node must be Ready, it is uncordoned, and the Operation
+///    succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reboot_finishes_with_the_nodes_new_boot_and_blocks_when_it_does_not_come() -> Result<()>
+{
+    use bosun_api::node_task::BlockReason;
+    use k8s_openapi::api::core::v1::Node;
+    let lab = bosun_lab::ensure_lab().await?;
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    bosun_e2e::apply_crds(&lab.client).await?;
+    let worker = lab
+        .nodes
+        .iter()
+        .find(|n| n.role == bosun_lab::Role::Worker)
+        .context("the lab has a worker")?
+        .name
+        .clone();
+    bosun_e2e::publish_plugin(
+        &lab.client,
+        "reboot",
+        env!("CARGO_PKG_VERSION"),
+        plugins().reboot.clone(),
+        serde_json::to_value(example_grants("reboot.yaml"))?,
+    )
+    .await?;
+    let boot_file = bosun_e2e::target_dir().join(format!("{}.boot", bosun_e2e::unique("reboot")));
+    std::fs::write(&boot_file, "lab-boot-1\n")?;
+    let mut operator = Operator::start_with_agent_args(
+        &lab,
+        "reboot",
+        &[
+            "--service-backend".into(),
+            "simulated".into(),
+            "--boot-identity-file".into(),
+            boot_file.display().to_string(),
+        ],
+    )?;
+    let on_worker = json!({ "matchLabels": { "kubernetes.io/hostname": worker } });
+
+    // 1. The node does not come back within the step's timeout.
+    let late = operator
+        .create_operation(
+            "reboot-late",
+            json!({
+                "custom": { "groups": [{ "name": "reboot", "steps": [
+                    { "name": "reboot", "plugin": "reboot", "action": "reboot", "awaitNewBoot": true },
+                ] }] },
+                "nodeSelector": on_worker,
+                "stepTimeoutSeconds": 15,
+            }),
+        )
+        .await?;
+    let blocked = operator
+        .wait_task(&late, &worker, "Blocked", |t| {
+            t.status
+                .as_ref()
+                .is_some_and(|s| s.phase == NodeTaskPhase::Blocked)
+        })
+        .await?;
+    let status = blocked.status.clone().unwrap_or_default();
+    let message = status.message.clone().unwrap_or_default();
+    println!("{message}");
+    ensure!(
+        status.reason == Some(BlockReason::StepTimedOut),
+        "{status:?}"
+    );
+    for part in [
+        format!(
+            "node {worker} is not back with a new boot 15s (stepTimeoutSeconds) after step reboot started"
+        ),
+        "the reboot was asked for at".to_owned(),
+        "journalctl -u kubelet".to_owned(),
+        "retry (the step asks for the reboot again) or skip".to_owned(),
+    ] {
+        ensure!(message.contains(&part), "{part:?} not in {message}");
+    }
+    let step = reboot_step(&blocked).context("the reboot step's entry")?;
+    ensure!(
+        (step.phase, step.attempts, step.boot_id.as_deref())
+            == (StepPhase::Failed, 1, Some("lab-boot-1"))
+            && step.reboot_requested_at.is_some()
+            && step
+                .error
+                .as_ref()
+                .is_some_and(|e| e.code == "boot-timeout"),
+        "{step:?}"
+    );
+    // The new boot comes after the block: the task stays as the person will find it.
+    reboot_lab_node(&mut operator, &worker, &boot_file, "lab-boot-2")?;
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let still = operator.task(&late, &worker).await?;
+    ensure!(
+        still.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Blocked)
+            && reboot_step(&still).map(|s| s.phase) == Some(StepPhase::Failed),
+        "a new boot after the block changed the task: {:?}",
+        still.status
+    );
+    operator
+        .patch_task_spec(&still.name_any(), json!({ "recovery": "Skip" }))
+        .await?;
+    operator.wait_settled(&late).await?;
+
+    // 2. A reboot Operation, and the node comes back.
+    let name = operator
+        .create_operation(
+            "reboot",
+            json!({ "reboot": {}, "nodeSelector": on_worker, "stepTimeoutSeconds": 600 }),
+        )
+        .await?;
+    let waiting = operator
+        .wait_task(&name, &worker, "the reboot asked for", |t| {
+            reboot_step(t).is_some_and(|s| s.reboot_requested_at.is_some())
+        })
+        .await?;
+    let step = reboot_step(&waiting).context("the reboot step's entry")?;
+    println!("{}", step.message.clone().unwrap_or_default());
+    ensure!(
+        (step.phase, step.attempts, step.boot_id.as_deref())
+            == (StepPhase::Running, 1, Some("lab-boot-2")),
+        "{step:?}"
+    );
+    ensure!(
+        step.message
+            .as_deref()
+            .is_some_and(|m| m.contains("reboot of ")
+                && m.contains("asked for")
+                && m.contains(
+                    "the step finishes when the node is back with a new boot (boot lab-boot-2)"
+                )),
+        "{step:?}"
+    );
+    let nodes: kube::Api<Node> = kube::Api::all(lab.client.clone());
+    let cordoned = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    ensure!(
+        cordoned(&nodes.get(&worker).await?),
+        "{worker} is not cordoned during its reboot"
+    );
+    // The controller's passes and the agent's own do not move it on, or run it again.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let task = operator.task(&name, &worker).await?;
+    ensure!(
+        task.status.as_ref().map(|s| s.phase) == Some(NodeTaskPhase::Running)
+            && reboot_step(&task).map(|s| (s.phase, s.attempts)) == Some((StepPhase::Running, 1)),
+        "{:?}",
+        task.status
+    );
+
+    reboot_lab_node(&mut operator, &worker, &boot_file, "lab-boot-3")?;
+    operator.wait_succeeded(&name).await?;
+    let tasks = operator.tasks_each_run_once(&name, 1).await?;
+    let task = &tasks[&worker];
+    let step = reboot_step(task).context("the reboot step's entry")?;
+    println!("{}", step.message.clone().unwrap_or_default());
+    ensure!(
+        step.message.as_deref()
+            == Some("the node is back with a new boot (lab-boot-2 → lab-boot-3)")
+            && step.boot_id.as_deref() == Some("lab-boot-2")
+            && step.changed == Some(true),
+        "{step:?}"
+    );
+    let names: Vec<&str> = task
+        .status
+        .as_ref()
+        .map(|s| s.steps.iter().map(|x| x.name.as_str()).collect())
+        .unwrap_or_default();
+    ensure!(
+        names == ["cordon", "drain", "reboot", "wait-node-ready", "uncordon"],
+        "{names:?}"
+    );
+    ensure!(
+        !cordoned(&nodes.get(&worker).await?),
+        "{worker} is still cordoned after its reboot"
+    );
+    // The plugin ran once for this Operation's step: one start write, and one reboot asked for.
+    let log = std::fs::read_to_string(
+        operator
+            .procs
+            .log_of(&bosun_e2e::operator::agent_name(&worker)),
+    )?;
+    let asked = log
+        .matches("the reboot was asked for; the step waits for the node's new boot")
+        .count();
+    ensure!(
+        asked == 2,
+        "the agents' log says the reboot was asked for {asked} times, expected 2 (one per Operation)"
+    );
+    ensure!(log.contains("the node is back with a new boot; the step succeeded"));
+    operator.finish().await?;
+    std::fs::remove_file(&boot_file)?;
     Ok(())
 }

@@ -76,4 +76,5 @@ fn examples_grant_exactly_what_each_plugin_requests() {
     assert_exact("packages", &p.packages, &example_grants("packages.yaml"));
     assert_exact("kubelet", &p.kubelet, &example_grants("kubelet.yaml"));
     assert_exact("etcd", &p.etcd, &example_grants("etcd.yaml"));
+    assert_exact("reboot", &p.reboot, &example_grants("reboot.yaml"));
 }

@@ -202,6 +202,8 @@ fn kind_line(op: &Operation) -> String {
             let _ = write!(line, " (only those expiring within {before})");
         }
         line
+    } else if spec.reboot.is_some() {
+        "reboot: cordon, drain, reboot, wait for the new boot and Ready, uncordon".to_owned()
     } else if let Some(c) = &spec.custom {
         let groups: Vec<&str> = c.groups.iter().map(|g| g.name.as_str()).collect();
         format!("custom: groups {}", groups.join(" → "))
@@ -977,6 +979,7 @@ mod tests {
                 "greet".into()
             },
             params: None,
+            await_new_boot: false,
         }
     }
 

@@ -28,22 +28,121 @@ use crate::cache::Writes;
 use crate::error::{Error, Result};
 
 /// Whether a running task's next move is the controller's: a controller step next or in
-/// progress, or every step done (the health gates and the task's end). Agent steps, and a
+/// progress, every step done (the health gates and the task's end), or a step that reboots
+/// the node in progress (its deadline is the controller's to keep). Other agent steps, and a
 /// failure waiting for a person, are not.
 pub(super) fn controller_moves_next(task: &NodeTask) -> bool {
     let status = task.status.clone().unwrap_or_default();
-    matches!(
-        progress(&task.spec.steps, &status.steps),
+    match progress(&task.spec.steps, &status.steps) {
         Progress::Done
-            | Progress::Next {
-                runs_on: RunsOn::Controller,
-                ..
-            }
-            | Progress::Running {
-                runs_on: RunsOn::Controller,
-                ..
-            }
-    )
+        | Progress::Next {
+            runs_on: RunsOn::Controller,
+            ..
+        }
+        | Progress::Running {
+            runs_on: RunsOn::Controller,
+            ..
+        } => true,
+        Progress::Running {
+            index,
+            runs_on: RunsOn::Agent,
+        } => task.spec.steps[index].await_new_boot,
+        _ => false,
+    }
+}
+
+/// The step timeout when the Operation sets none (`spec.stepTimeoutSeconds`), in seconds.
+pub const DEFAULT_STEP_TIMEOUT_SECONDS: u32 = 1800;
+
+/// A step that reboots the node (`awaitNewBoot`), Running at `now`: how long the node still
+/// has to come back with a new boot (the agent that starts there finishes the step), or,
+/// past `stepTimeoutSeconds` from the attempt's start, why the task blocks: the message
+/// names the node, the deadline and what to check. Pure.
+pub(super) fn boot_deadline(
+    task: &NodeTask,
+    index: usize,
+    status: &NodeTaskStatus,
+    now: Timestamp,
+) -> std::result::Result<Duration, String> {
+    let step = &task.spec.steps[index].name;
+    let timeout = task
+        .spec
+        .step_timeout_seconds
+        .unwrap_or(DEFAULT_STEP_TIMEOUT_SECONDS);
+    let entry = step_status(&status.steps, step);
+    let Some(started) = entry.and_then(|s| s.started_at.as_ref()).map(|t| t.0) else {
+        return Ok(Duration::from_secs(u64::from(timeout)));
+    };
+    let elapsed = now.duration_since(started).unsigned_abs();
+    let limit = Duration::from_secs(u64::from(timeout));
+    if elapsed < limit {
+        return Ok(limit - elapsed);
+    }
+    let node = &task.spec.node_name;
+    let asked = match entry.and_then(|s| s.reboot_requested_at.as_ref()) {
+        Some(t) => format!("the reboot was asked for at {}", t.0),
+        None => "its agent did not report the reboot asked for (the reboot, or the node, may have stopped it first)".to_owned(),
+    };
+    Err(format!(
+        "node {node} is not back with a new boot {timeout}s (stepTimeoutSeconds) after step {step} started at {started}; {asked}. \
+         Check the node's console (or its hypervisor), then its kubelet (`journalctl -u kubelet`) and its Bosun agent \
+         (`kubectl -n bosun-system get pods -o wide --field-selector spec.nodeName={node}`); then retry (the step asks for \
+         the reboot again) or skip (the node is left as it is)"
+    ))
+}
+
+/// A Running step that reboots the node: blocks the task as `StepTimedOut` once the node
+/// is past its deadline ([`boot_deadline`]), with the step Failed (code `boot-timeout`),
+/// written under the step's controller manager (the agent's own fields, its recorded boot
+/// identity among them, stay); otherwise asks to be looked at again at the deadline.
+async fn keep_boot_deadline(
+    ctx: &Context,
+    task: &mut NodeTask,
+    index: usize,
+    status: &NodeTaskStatus,
+) -> Result<Option<Duration>> {
+    let message = match boot_deadline(task, index, status, Timestamp::now()) {
+        Ok(left) => return Ok(Some(left)),
+        Err(message) => message,
+    };
+    let name = task.name_any();
+    let step = task.spec.steps[index].name.clone();
+    let entry = step_status(&status.steps, &step)
+        .cloned()
+        .unwrap_or_default();
+    let started = entry.started_at.map_or_else(Timestamp::now, |t| t.0);
+    let StepResult { write, blocked, .. } = step_result(
+        &step,
+        entry.attempts,
+        started,
+        Timestamp::now(),
+        StepOutcome::Failed {
+            reason: BlockReason::StepTimedOut,
+            code: "boot-timeout",
+            message,
+            retryable: true,
+        },
+    );
+    let written = write.steps[0].clone();
+    tracing::warn!(node = %task.spec.node_name, step = %step, "the node is not back with a new boot within the step's deadline; the task blocks");
+    apply_task_status(ctx, &name, write, &step_manager(&ctx.manager, &step)).await?;
+    if let Some((reason, message)) = blocked {
+        let next = task_transition(status.phase, TaskEvent::StepFailed)
+            .map_err(bosun_cluster::Error::transition(&name))?;
+        apply_task_status(
+            ctx,
+            &name,
+            TaskStatusWrite::blocked(next, status.attempts, reason, &message),
+            &ctx.manager,
+        )
+        .await?;
+        mirror_step(task, &written);
+        let s = task.status.get_or_insert_with(Default::default);
+        s.phase = next;
+        s.message = Some(message);
+        s.reason = Some(reason);
+    }
+    Ok(None)
 }
 
 /// What a background advance of one task gives back: the task as it wrote it, and when to
@@ -206,6 +305,15 @@ pub(super) async fn advance_running_task(
                 {
                     return Ok(recheck);
                 }
+            }
+            // A step that reboots the node: the agent after the reboot finishes it; the
+            // controller keeps its deadline.
+            Progress::Running {
+                index,
+                runs_on: RunsOn::Agent,
+            } if task.spec.steps[index].await_new_boot => {
+                unwritten.flush(ctx, &name).await?;
+                return keep_boot_deadline(ctx, task, index, &status).await;
             }
             // The agent's turn, an agent step in flight, or a failure waiting for a person.
             Progress::Next {
@@ -545,6 +653,104 @@ mod tests {
 
     fn at(s: &str) -> Timestamp {
         s.parse().unwrap()
+    }
+
+    /// The deadline of a step that reboots the node, as a table: time left, or the block's
+    /// message, which names the node, the deadline and what to check.
+    #[test]
+    fn a_reboot_step_has_until_its_timeout_for_the_new_boot() {
+        use bosun_api::node_task::{NodeTaskSpec, StepStatus};
+        use bosun_api::operation::Step;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let task = |timeout: Option<u32>| {
+            let mut t = NodeTask::new(
+                "rb-w1",
+                NodeTaskSpec {
+                    operation: "rb".into(),
+                    node_name: "w1".into(),
+                    group: "workers".into(),
+                    steps: vec![Step {
+                        name: "reboot".into(),
+                        runs_on: RunsOn::Agent,
+                        plugin: Some("reboot".into()),
+                        action: "reboot".into(),
+                        params: None,
+                        await_new_boot: true,
+                    }],
+                    dry_run: false,
+                    step_timeout_seconds: timeout,
+                    approve: false,
+                    recovery: None,
+                },
+            );
+            t.status = Some(NodeTaskStatus::default());
+            t
+        };
+        let status = |started: Option<&str>, asked: Option<&str>| NodeTaskStatus {
+            phase: NodeTaskPhase::Running,
+            steps: vec![StepStatus {
+                name: "reboot".into(),
+                phase: StepPhase::Running,
+                attempts: 1,
+                started_at: started.map(|s| Time(at(s))),
+                boot_id: Some("a/1".into()),
+                reboot_requested_at: asked.map(|s| Time(at(s))),
+                ..StepStatus::default()
+            }],
+            ..NodeTaskStatus::default()
+        };
+        let now = at("2026-12-05T10:10:00Z");
+        // (timeout, started, asked for, expected: Ok(seconds left) or Err(parts of the message))
+        type Case<'a> = (
+            Option<u32>,
+            Option<&'a str>,
+            Option<&'a str>,
+            std::result::Result<u64, &'a [&'a str]>,
+        );
+        let cases: [Case<'_>; 5] = [
+            (
+                Some(900),
+                Some("2026-12-05T10:00:00Z"),
+                Some("2026-12-05T10:00:03Z"),
+                Ok(300),
+            ),
+            // The default, 1800 s.
+            (None, Some("2026-12-05T10:00:00Z"), None, Ok(1200)),
+            // Not started as far as the status says: the whole timeout, to look again.
+            (Some(60), None, None, Ok(60)),
+            (
+                Some(600),
+                Some("2026-12-05T10:00:00Z"),
+                Some("2026-12-05T10:00:03Z"),
+                Err(&[
+                    "node w1 is not back with a new boot 600s (stepTimeoutSeconds) after step reboot started at 2026-12-05T10:00:00Z",
+                    "the reboot was asked for at 2026-12-05T10:00:03Z",
+                    "journalctl -u kubelet",
+                    "--field-selector spec.nodeName=w1",
+                    "then retry (the step asks for the reboot again) or skip",
+                ]),
+            ),
+            (
+                Some(600),
+                Some("2026-12-05T09:00:00Z"),
+                None,
+                Err(&["its agent did not report the reboot asked for"]),
+            ),
+        ];
+        for (timeout, started, asked, expected) in cases {
+            let got = boot_deadline(&task(timeout), 0, &status(started, asked), now);
+            match (got, expected) {
+                (Ok(left), Ok(secs)) => assert_eq!(left, Duration::from_secs(secs)),
+                (Err(message), Err(parts)) => {
+                    for part in parts {
+                        assert!(message.contains(part), "{part:?} not in {message}");
+                    }
+                }
+                (got, expected) => {
+                    panic!("{timeout:?} {started:?}: got {got:?}, expected {expected:?}")
+                }
+            }
+        }
     }
 
     /// Each outcome of a controller step, as a table: what it writes, whether the advance
