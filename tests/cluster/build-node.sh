@@ -67,6 +67,7 @@ done
 mkdir -p "$stage/etc/systemd/system/multi-user.target.wants"
 ln -sf /usr/lib/systemd/system/kubelet.service "$stage/etc/systemd/system/multi-user.target.wants/kubelet.service"
 ln -sf /lib/systemd/system/containerd.service "$stage/etc/systemd/system/multi-user.target.wants/containerd.service"
+ln -sf /etc/systemd/system/bosun-shared-root.service "$stage/etc/systemd/system/multi-user.target.wants/bosun-shared-root.service"
 : >"$stage/etc/machine-id"
 tar -C "$stage" --numeric-owner -c . | podman import \
   --change 'ENTRYPOINT ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' --change 'ENV container=podman' \

@@ -56,6 +56,7 @@ case "$SUBNET" in *.0/24) ;; *) die "BOSUN_CLUSTER_SUBNET must be a /24 ending i
 
 kubectl_() { "$BOSUN_CLUSTER_BIN/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
 node_exec() { local n="$1"; shift; podman exec "$n" "$@"; }
+node_shared_root() { [ "$(podman exec "$1" findmnt -n -o PROPAGATION /)" = shared ]; }
 node_put() { # node_put <node> <host file> <path in node>
   podman exec -i "$1" sh -c "mkdir -p \"\$(dirname '$3')\" && cat >'$3'" <"$2"
 }
@@ -121,7 +122,10 @@ cmd_up() {
   for i in "${!nodes[@]}"; do
     local n="${nodes[$i]}"
     mkdir -p "$DIR/nodes/$n/containerd"
-    podman run -d --name "$n" --hostname "$n" --label "$LABEL" --runtime runc \
+    # --restart=always: systemd as the container's init ends the container when the node
+    # reboots (a reboot Operation, docs/reboots.md); podman then starts it again, as a
+    # machine's firmware would. `podman stop` (cluster.sh down) does not restart it.
+    podman run -d --name "$n" --hostname "$n" --label "$LABEL" --runtime runc --restart=always \
       --network "$NET" --ip "${ips[$i]}" \
       --privileged --cgroupns=private --systemd=false \
       --tmpfs /run --tmpfs /run/lock --tmpfs /tmp -e container=podman \
@@ -138,10 +142,10 @@ cmd_up() {
   [ -n "$pause" ] || die "no pause image in $BOSUN_CLUSTER_IMAGES/images.list"
   for n in "${nodes[@]}"; do
     wait_for 90 "containerd in $n" node_exec "$n" ctr -n k8s.io version
-    # On a real host systemd makes / a shared mount; in a container it starts private, and the
-    # kubelet then refuses a hostPath volume with mountPropagation HostToContainer (the agent's
-    # host root). Make it shared, as on a real node.
-    node_exec "$n" mount --make-rshared /
+    # / is a shared mount, as systemd makes it on a real host (the node image's
+    # bosun-shared-root.service does it at every boot; without it the kubelet refuses the
+    # agent's host-root volume, mountPropagation HostToContainer).
+    wait_for 30 "/ shared in $n" node_shared_root "$n"
     if ! node_exec "$n" grep -q "sandbox_image = \"$pause\"" /etc/containerd/config.toml; then
       node_exec "$n" sed -i "s|^\( *sandbox_image = \).*|\1\"$pause\"|" /etc/containerd/config.toml
       node_exec "$n" systemctl restart containerd
