@@ -253,6 +253,18 @@ snapshot() { # package versions and control-plane image tags of every node, one 
   done
 }
 task_of() { kubectl get nodetasks -l "bosun.dev/operation=$OP,bosun.dev/node=$1" -o name 2>/dev/null; }
+# Waits until Operation $1 Succeeded; fails, with the diagnostics of that Operation, when one
+# of its NodeTasks blocks or after $2 seconds ($3 says what it is).
+wait_succeeded() {
+  local op="$1" secs="$2" what="$3" deadline=$(( $(date +%s) + $2 ))
+  until [ "$(kubectl get operation "$op" -o jsonpath='{.status.phase}' 2>/dev/null)" = Succeeded ]; do
+    if kubectl get nodetasks -l "bosun.dev/operation=$op" -o jsonpath='{.items[*].status.phase}' 2>/dev/null | grep -q Blocked; then
+      OP=$op fail "$what blocked"
+    fi
+    [ "$(date +%s)" -lt "$deadline" ] || OP=$op fail "$what did not finish within $secs s"
+    sleep 3
+  done
+}
 task_field() { kubectl get "$(task_of "$1")" -o jsonpath="$2" 2>/dev/null || true; }
 before_state=$(snapshot)
 # Every restart of a Bosun container so far, as "pod=count" for those with a count above 0.
@@ -760,14 +772,7 @@ spec:
     certificates: [all]
 YAML
   fi
-  deadline=$(( $(date +%s) + 600 ))
-  until [ "$(kubectl get operation "$ROP" -o jsonpath='{.status.phase}' 2>/dev/null)" = Succeeded ]; do
-    if kubectl get nodetasks -l "bosun.dev/operation=$ROP" -o jsonpath='{.items[*].status.phase}' 2>/dev/null | grep -q Blocked; then
-      OP=$ROP fail "the renewal blocked"
-    fi
-    [ "$(date +%s)" -lt "$deadline" ] || OP=$ROP fail "the renewal did not finish within 600 s"
-    sleep 3
-  done
+  wait_succeeded "$ROP" 600 "the renewal"
   new=$(file_serial)
   [ "$new" != "$old" ] || fail "apiserver.crt has its old serial $old after the renewal"
   # The restarted API server serves the new certificate (give a slow restart a moment).
@@ -848,14 +853,7 @@ spec:
       kubernetes.io/hostname: $rn
   stepTimeoutSeconds: 600
 YAML
-  deadline=$(( $(date +%s) + 900 ))
-  until [ "$(kubectl get operation "$RBOP" -o jsonpath='{.status.phase}' 2>/dev/null)" = Succeeded ]; do
-    if kubectl get nodetasks -l "bosun.dev/operation=$RBOP" -o jsonpath='{.items[*].status.phase}' 2>/dev/null | grep -q Blocked; then
-      OP=$RBOP fail "the reboot blocked"
-    fi
-    [ "$(date +%s)" -lt "$deadline" ] || OP=$RBOP fail "the reboot did not finish within 900 s"
-    sleep 3
-  done
+  wait_succeeded "$RBOP" 900 "the reboot"
   touch "$PROBES/app.stop"; wait "$rb_probe" 2>/dev/null || true
   # The node container's init exited and podman started it again: once.
   restarts_after=$(podman inspect "$rn" --format '{{.RestartCount}}')

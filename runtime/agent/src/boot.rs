@@ -177,6 +177,7 @@ pub async fn finish_booted(
         .with_facts(Some(serde_json::Value::Object(carried)));
     tracing::info!(task = %task.name_any(), step = %step.name, from, to, "the node is back with a new boot; the step succeeded");
     bosun_cluster::status::apply(&agent.client, &task.name_any(), &manager, &body).await?;
+    crate::result_landed(agent, task, &body);
     agent.report_now.wake(None);
     Ok(())
 }

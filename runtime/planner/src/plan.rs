@@ -314,24 +314,30 @@ fn plan_upgrade(
             .filter(|n| n.name != first.name)
             .map(|n| n.name.clone())
             .collect();
-        if !rest.is_empty() {
-            groups.push(PlannedGroup {
-                name: groups::CONTROL_PLANE.into(),
-                nodes: rest.clone(),
-                max_parallel: 1,
-                control_plane_nodes: rest,
-            });
-        }
+        groups.extend(control_plane_group(rest));
     }
-    if !workers.is_empty() {
-        groups.push(PlannedGroup {
-            name: groups::WORKERS.into(),
-            nodes: names(&workers),
-            max_parallel: max_unavailable.resolve(workers.len()),
-            control_plane_nodes: Vec::new(),
-        });
-    }
+    groups.extend(workers_group(&workers, max_unavailable));
     Ok(Plan { groups })
+}
+
+/// The group `control-plane` of `nodes`, one at a time; none when there are none.
+fn control_plane_group(nodes: Vec<String>) -> Option<PlannedGroup> {
+    (!nodes.is_empty()).then(|| PlannedGroup {
+        name: groups::CONTROL_PLANE.into(),
+        nodes: nodes.clone(),
+        max_parallel: 1,
+        control_plane_nodes: nodes,
+    })
+}
+
+/// The group `workers` of `workers`, `maxUnavailable` at a time; none when there are none.
+fn workers_group(workers: &[&NodeInfo], max_unavailable: MaxUnavailable) -> Option<PlannedGroup> {
+    (!workers.is_empty()).then(|| PlannedGroup {
+        name: groups::WORKERS.into(),
+        nodes: names(workers),
+        max_parallel: max_unavailable.resolve(workers.len()),
+        control_plane_nodes: Vec::new(),
+    })
 }
 
 fn plan_renew(selected: &[&NodeInfo]) -> Result<Plan, PlanError> {
@@ -362,24 +368,10 @@ fn plan_renew(selected: &[&NodeInfo]) -> Result<Plan, PlanError> {
 fn plan_reboot(selected: &[&NodeInfo], max_unavailable: MaxUnavailable) -> Plan {
     let (control_plane, workers): (Vec<&NodeInfo>, Vec<&NodeInfo>) =
         selected.iter().copied().partition(|n| n.is_control_plane());
-    let mut groups = Vec::new();
-    if !control_plane.is_empty() {
-        let nodes = names(&control_plane);
-        groups.push(PlannedGroup {
-            name: groups::CONTROL_PLANE.into(),
-            nodes: nodes.clone(),
-            max_parallel: 1,
-            control_plane_nodes: nodes,
-        });
-    }
-    if !workers.is_empty() {
-        groups.push(PlannedGroup {
-            name: groups::WORKERS.into(),
-            nodes: names(&workers),
-            max_parallel: max_unavailable.resolve(workers.len()),
-            control_plane_nodes: Vec::new(),
-        });
-    }
+    let groups = control_plane_group(names(&control_plane))
+        .into_iter()
+        .chain(workers_group(&workers, max_unavailable))
+        .collect();
     Plan { groups }
 }
 
