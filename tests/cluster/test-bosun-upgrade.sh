@@ -374,7 +374,7 @@ ENDPOINT=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.serve
 APP_URL="http://${ENDPOINT%:*}:${BOSUN_CLUSTER_APP_PORT:-8080}/"
 PROBES=$(mktemp -d)
 probe_pids=()
-tell_probes_to_stop() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop" "$PROBES/health.stop"; }
+tell_probes_to_stop() { touch "$PROBES/api.stop" "$PROBES/app.stop" "$PROBES/mem.stop" "$PROBES/health.stop" "$PROBES/reboot-app.stop"; }
 stop_probes() { tell_probes_to_stop; wait "${probe_pids[@]}" 2>/dev/null || true; }
 trap tell_probes_to_stop EXIT
 # Started before the upgrade's first change to a node: here, or, with the etcd gate's blocked
@@ -839,7 +839,6 @@ if [ "${BOSUN_TEST_REBOOT:-1}" = 1 ] && [ -n "${REBOOT_NODE:-}" ]; then
   boot_before=$(kubectl get nodereport "$rn" -o jsonpath='{.spec.facts.bootId}')
   restarts_before=$(podman inspect "$rn" --format '{{.RestartCount}}')
   init_before=$(podman inspect "$rn" --format '{{.State.StartedAt}}')
-  rm -f "$PROBES/app.stop"
   "$HERE/probe.sh" app "$PROBES/reboot-app" "$APP_URL" & rb_probe=$!
   kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the reboot Operation"
 apiVersion: bosun.dev/v1alpha1
@@ -854,7 +853,7 @@ spec:
   stepTimeoutSeconds: 600
 YAML
   wait_succeeded "$RBOP" 900 "the reboot"
-  touch "$PROBES/app.stop"; wait "$rb_probe" 2>/dev/null || true
+  touch "$PROBES/reboot-app.stop"; wait "$rb_probe" 2>/dev/null || true
   # The node container's init exited and podman started it again: once.
   restarts_after=$(podman inspect "$rn" --format '{{.RestartCount}}')
   init_after=$(podman inspect "$rn" --format '{{.State.StartedAt}}')
