@@ -839,6 +839,8 @@ if [ "${BOSUN_TEST_REBOOT:-1}" = 1 ] && [ -n "${REBOOT_NODE:-}" ]; then
   boot_before=$(kubectl get nodereport "$rn" -o jsonpath='{.spec.facts.bootId}')
   restarts_before=$(podman inspect "$rn" --format '{{.RestartCount}}')
   init_before=$(podman inspect "$rn" --format '{{.State.StartedAt}}')
+  # (stop_probes left reboot-app.stop behind with the others' stop files)
+  rm -f "$PROBES/reboot-app.stop"
   "$HERE/probe.sh" app "$PROBES/reboot-app" "$APP_URL" & rb_probe=$!
   kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the reboot Operation"
 apiVersion: bosun.dev/v1alpha1
