@@ -453,8 +453,13 @@ if [ -n "$etcd_stopped" ]; then
   deadline=$(( $(date +%s) + 300 ))
   # Blocked at etcd-health for the gate's own reason (after the policy deny above, the retry
   # takes a moment to replace the PolicyDenied block).
+  # The step must be Failed again too: right after the retry, the task can still read Blocked
+  # while its step is already back at Pending with the retry's message (seen once, in a run
+  # whose policy deny and retry took 49 s).
   until [ "$(task_field "$cp1" '{.status.phase}')" = Blocked ] && [ "$(task_field "$cp1" '{.status.currentStep}')" = etcd-health ] \
-    && [ "$(task_field "$cp1" '{.status.reason}')" != PolicyDenied ]; do
+    && [ "$(task_field "$cp1" '{.status.reason}')" != PolicyDenied ] \
+    && [ "$(task_field "$cp1" '{.status.steps[?(@.name=="etcd-health")].phase}')" = Failed ] \
+    && [[ "$(task_field "$cp1" '{.status.steps[?(@.name=="etcd-health")].message}')" != *"denied by policy"* ]]; do
     [ "$(date +%s)" -lt "$deadline" ] || fail "the etcd gate did not block $cp1 within 300 s with a member stopped (phase $(task_field "$cp1" '{.status.phase}'), step $(task_field "$cp1" '{.status.currentStep}'): $(task_field "$cp1" '{.status.message}'))"
     sleep 2
   done
