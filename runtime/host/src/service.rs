@@ -474,21 +474,23 @@ mod tests {
         );
     }
 
-    /// A host root whose `/usr/bin/systemctl` appends its verb to `<root>/calls`, exits at
-    /// once for actions and never finishes `show`.
     /// A host root whose systemctl succeeds at `restart`, hangs at `show` and fails
     /// at anything else.
     fn fake_systemctl() -> (tempfile::TempDir, SystemctlBackend) {
+        systemctl_script(
+            "case \"$1\" in restart) exit 0 ;; show) exec sleep 600 ;; *) exit 3 ;; esac",
+        )
+    }
+
+    /// A host root whose `/usr/bin/systemctl` is the shell script `body`, and a backend that
+    /// runs it.
+    fn systemctl_script(body: &str) -> (tempfile::TempDir, SystemctlBackend) {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let bin = dir.path().join("usr/bin");
         std::fs::create_dir_all(&bin).unwrap();
         let script = bin.join("systemctl");
-        std::fs::write(
-            &script,
-            "#!/bin/sh\ncase \"$1\" in restart) exit 0 ;; show) exec sleep 600 ;; *) exit 3 ;; esac\n",
-        )
-        .unwrap();
+        std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         (
             dir,
@@ -534,21 +536,9 @@ mod tests {
     /// once a start of reboot.target has closed its bus: the action is not a failure.
     #[test]
     fn a_status_query_that_fails_after_the_action_reads_unknown() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("usr/bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        let script = bin.join("systemctl");
-        std::fs::write(
-            &script,
-            "#!/bin/sh\ncase \"$1\" in start) exit 0 ;; *) echo 'Failed to connect to bus: Connection refused' >&2; exit 1 ;; esac\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let backend = SystemctlBackend {
-            isolation: ExecIsolation::ResolveOnly,
-            timeout: Duration::from_secs(30),
-        };
+        let (dir, backend) = systemctl_script(
+            "case \"$1\" in start) exit 0 ;; *) echo 'Failed to connect to bus: Connection refused' >&2; exit 1 ;; esac",
+        );
         let left = Duration::from_secs(30);
         let status = backend
             .control(dir.path(), "reboot.target", ServiceAction::Start, left)
