@@ -15,7 +15,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::operation::{DrainSpec, EtcdSafety, ExecutionMode, HealthGates, Rollout};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::operation::{AlertGate, DrainSpec, EtcdSafety, ExecutionMode, HealthGates, Rollout};
+use crate::schema;
 
 /// The one name a ClusterLifecycle may have.
 pub const NAME: &str = "cluster";
@@ -123,6 +126,11 @@ pub struct ClusterLifecycleSpec {
     #[serde(default)]
     pub operation_defaults: OperationDefaults,
 
+    /// Whether nodes that need a reboot (their NodeReport says so) are rebooted, one node at
+    /// a time, and the gates each reboot waits for (docs/reboots.md).
+    #[serde(default)]
+    pub reboots: RebootPolicy,
+
     /// While true, no Operation is generated (one already running goes on; pause it on the
     /// Operation itself).
     #[serde(default)]
@@ -186,6 +194,39 @@ pub enum PackagePolicy {
     FollowClusterVersion,
     /// Upgrades leave the packages alone.
     LeaveAlone,
+}
+
+/// Whether and how nodes that need a reboot are rebooted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootPolicy {
+    /// `Never` (the default: needs are counted in `status.reboots`, nothing is rebooted) or
+    /// `Required`: a node whose NodeReport says it needs a reboot gets a reboot Operation,
+    /// one node at a time (control-plane nodes first, then by name). Nodes that do not need
+    /// one are never touched.
+    #[serde(default)]
+    pub when: RebootWhen,
+
+    /// Copied into each generated reboot: never start a node's reboot while a pod matching
+    /// this selector runs on it (kured's `--blocking-pod-selector`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::label_selector")]
+    pub blocking_pod_selector: Option<LabelSelector>,
+
+    /// Copied into each generated reboot: do not start a node's reboot while alerts fire in
+    /// Prometheus (kured's `--prometheus-url`, `--alert-filter-regexp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<AlertGate>,
+}
+
+/// When the ClusterLifecycle reboots nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum RebootWhen {
+    /// Never: reboots are counted and shown, not carried out.
+    #[default]
+    Never,
+    /// When a node's NodeReport says it needs one.
+    Required,
 }
 
 /// The settings every generated Operation gets (the Operation spec's own types).
@@ -334,7 +375,7 @@ pub const MAX_REBOOT_NODES: usize = 20;
 pub struct GeneratedOperation {
     /// The Operation's name.
     pub name: String,
-    /// `upgrade` or `renewCertificates`.
+    /// `upgrade`, `renewCertificates` or `reboot`.
     pub kind: String,
     /// Why it was generated.
     pub reason: String,

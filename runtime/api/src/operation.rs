@@ -351,12 +351,62 @@ pub enum CertificateName {
     SchedulerConf,
 }
 
-/// A reboot of the selected nodes. It has no settings of its own yet: which nodes is
-/// `spec.nodeSelector`, how many at once `spec.rollout`, how long a node may take to come
-/// back `spec.stepTimeoutSeconds` (default 1800), the drain `spec.drain`.
+/// A reboot of the selected nodes: which nodes is `spec.nodeSelector` (and `nodes`), how
+/// many at once `spec.rollout`, how long a node may take to come back
+/// `spec.stepTimeoutSeconds` (default 1800), the drain `spec.drain`. The gates
+/// (`blockingPodSelector`, `alerts`) are checked before each node's task starts, and hold
+/// it, not block it, while they say no (docs/reboots.md).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RebootSpec {
+    /// Only these nodes, by name (and only those `spec.nodeSelector` admits too). Empty:
+    /// every selected node. A ClusterLifecycle's generated reboot names its one node here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100), inner(length(max = 253)))]
+    pub nodes: Vec<String>,
+
+    /// Never start a node's reboot while a pod matching this selector runs on it (not yet
+    /// Succeeded or Failed), in any namespace: the task waits, and says which pod holds it,
+    /// until no such pod is left (kured's `--blocking-pod-selector`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::label_selector")]
+    pub blocking_pod_selector: Option<LabelSelector>,
+
+    /// Do not start a node's reboot while alerts fire in Prometheus (kured's
+    /// `--prometheus-url`, `--alert-filter-regexp`, `--alert-firing-only`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<AlertGate>,
+}
+
+/// The alert gate of a reboot: the controller asks Prometheus for its alerts
+/// (`GET <prometheusUrl>/api/v1/alerts`) before each node's reboot starts, and holds the
+/// node while one counts. Prometheus unreachable or answering something else holds too
+/// (the gate fails closed), and says why.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct RebootSpec {}
+pub struct AlertGate {
+    /// Where Prometheus (or anything serving its `/api/v1/alerts`) answers, for example
+    /// `http://prometheus-operated.monitoring.svc:9090`. https is verified against the
+    /// controller's trust roots; plain http only to a `HOST:PORT` the controller's
+    /// `--prometheus-plain-http` lists.
+    #[schemars(length(max = 2048))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.startsWith('https://') || self.startsWith('http://')",
+        "message": "spec.reboot.alerts.prometheusUrl must start with http:// or https://, for example http://prometheus-operated.monitoring.svc:9090",
+    }]))]
+    pub prometheus_url: String,
+
+    /// Alerts whose name (`alertname` label) matches this regular expression (the whole
+    /// name: it is anchored) do not hold a reboot, for example `Watchdog|InfoInhibitor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub ignore_alerts: Option<String>,
+
+    /// Count only firing alerts. Default false: a pending alert (its condition true, its
+    /// `for` not yet elapsed) holds a reboot too, as with kured.
+    #[serde(default)]
+    pub firing_only: bool,
+}
 
 /// The user's own sequence of groups.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -195,5 +195,6 @@ pub fn context(client: Client) -> Context {
         caches: Arc::new(crate::cache::Caches::listed(vec![], vec![])),
         inflight: Default::default(),
         retrigger: None,
+        gates: Default::default(),
     }
 }

@@ -44,6 +44,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod operation_gate;
 pub mod policy_status;
+pub mod reboot_gate;
 pub mod reconcile;
 pub mod recovery;
 pub mod summary;
@@ -83,6 +84,7 @@ pub async fn run(
     instance: Option<String>,
     identity: String,
     lifecycle: bool,
+    gates: reboot_gate::Gates,
 ) {
     if lifecycle {
         tokio::spawn(lifecycle::run(
@@ -138,6 +140,7 @@ pub async fn run(
         own_writes: Default::default(),
         inflight: Default::default(),
         retrigger: Some(retrigger),
+        gates: Arc::new(gates),
     });
     // A task change wakes its own Operation (as `owns` would) and the Operations waiting
     // for its node (see `exclusion::Waiters`): no timer for a held node.

@@ -36,6 +36,11 @@ struct Args {
     /// `--lifecycle true` to that one).
     #[arg(long)]
     lifecycle: Option<bool>,
+    /// `HOST:PORT` of a Prometheus the reboot gates may ask over plain http (repeatable).
+    /// Any other `http://` alerts URL is refused; https is verified against the system's
+    /// trust roots.
+    #[arg(long = "prometheus-plain-http", value_name = "HOST:PORT")]
+    prometheus_plain_http: Vec<String>,
     #[command(flatten)]
     leader: LeaderArgs,
     /// Log filter (tracing-subscriber EnvFilter syntax).
@@ -106,6 +111,8 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(manager = %args.field_manager, instance = args.instance.as_deref().unwrap_or(""), "bosun-controller starting");
     let resync = Duration::from_secs(args.resync_seconds);
     let lifecycle = args.lifecycle.unwrap_or(args.instance.is_none());
+    let gates = bosun_controller::reboot_gate::Gates::new(&args.prometheus_plain_http)
+        .map_err(|e| anyhow::anyhow!("{e}").context("--prometheus-plain-http"))?;
     if args.leader.no_leader_election {
         bosun_controller::run(
             client,
@@ -114,6 +121,7 @@ async fn main() -> anyhow::Result<()> {
             args.instance,
             identity,
             lifecycle,
+            gates,
         )
         .await;
     } else {
@@ -142,6 +150,7 @@ async fn main() -> anyhow::Result<()> {
                 instance.clone(),
                 identity.clone(),
                 lifecycle,
+                gates.clone(),
             )
         };
         bosun_controller::leader::run_as_leader(client, config, lease, work).await?;

@@ -106,6 +106,8 @@ pub struct Context {
     /// started it stopped waiting (a clone of the task goes through the controller's task
     /// trigger); `None` in unit tests, which call [`reconcile`] themselves.
     pub retrigger: Option<tokio::sync::mpsc::UnboundedSender<NodeTask>>,
+    /// The reboot gates' Prometheus client ([`crate::reboot_gate`]).
+    pub gates: Arc<crate::reboot_gate::Gates>,
 }
 
 impl std::fmt::Debug for Context {
@@ -162,6 +164,7 @@ async fn reconcile_inner(op: Arc<Operation>, ctx: Arc<Context>) -> Result<Action
         schedule: &decision,
         tasks: &tasks,
         waiting: &started.waiting,
+        gated: &started.gated,
         ignored: ignored.as_deref(),
         generation: op.metadata.generation,
         now,

@@ -45,6 +45,8 @@ pub struct Summary<'a> {
     pub tasks: &'a crate::reconcile::Tasks,
     /// One line per task waiting for a node another Operation holds.
     pub waiting: &'a [String],
+    /// One line per task a reboot gate holds ([`crate::reboot_gate`]).
+    pub gated: &'a [String],
     /// A note saying what part of the spec is set aside, if any.
     pub ignored: Option<&'a str>,
     /// The Operation's `metadata.generation`.
@@ -65,6 +67,7 @@ pub fn summarize(status: &mut OperationStatus, input: &Summary<'_>) {
     blocked_condition(status, input);
     progress_conditions(status, input);
     held_condition(status, input);
+    gate_condition(status, input);
     ignored_condition(status, input);
 }
 
@@ -96,6 +99,9 @@ fn message(input: &Summary<'_>) -> String {
     };
     if !input.waiting.is_empty() {
         message = format!("{} — {message}", input.waiting.join("; "));
+    }
+    if !input.gated.is_empty() {
+        message = format!("{} — {message}", input.gated.join("; "));
     }
     if let Some(note) = input.ignored {
         message = format!("{note} — {message}");
@@ -192,6 +198,40 @@ fn held_condition(status: &mut OperationStatus, input: &Summary<'_>) {
         is_waiting,
         held_reason,
         &input.waiting.join("; "),
+        input.generation,
+        input.now,
+    );
+}
+
+/// `RebootGate`: true while a reboot gate holds a node, saying which gate holds which node.
+/// Written once a gate has held one (other Operations never get it).
+fn gate_condition(status: &mut OperationStatus, input: &Summary<'_>) {
+    let had = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == crate::reboot_gate::CONDITION);
+    if input.gated.is_empty() && !had {
+        return;
+    }
+    let (held, reason, message) = if input.gated.is_empty() {
+        (
+            false,
+            crate::reboot_gate::REASON_CLEAR,
+            "no gate holds a node".to_string(),
+        )
+    } else {
+        (
+            true,
+            crate::reboot_gate::REASON_HELD,
+            input.gated.join("; "),
+        )
+    };
+    set_condition(
+        &mut status.conditions,
+        crate::reboot_gate::CONDITION,
+        held,
+        reason,
+        &message,
         input.generation,
         input.now,
     );
@@ -301,6 +341,7 @@ mod tests {
                 schedule,
                 tasks,
                 waiting,
+                gated: &[],
                 ignored,
                 generation: Some(4),
                 now: t0(),
@@ -438,6 +479,7 @@ mod tests {
                 schedule: &schedule(OperationPhase::Running, 0),
                 tasks: &BTreeMap::new(),
                 waiting: &[],
+                gated: &[],
                 ignored: None,
                 generation: Some(4),
                 now: t0(),
@@ -445,5 +487,59 @@ mod tests {
         );
         assert_eq!(condition(&again, SPEC_IGNORED), ("False", REASON_READ, ""));
         assert_eq!(again.message.as_deref(), Some("group all"));
+    }
+
+    #[test]
+    fn a_node_held_by_a_reboot_gate_leads_the_message_and_has_a_condition_once_it_mattered() {
+        let run = |status: &mut OperationStatus, gated: &[String]| {
+            summarize(
+                status,
+                &Summary {
+                    stored_phase: OperationPhase::Running,
+                    schedule: &schedule(OperationPhase::Running, 0),
+                    tasks: &BTreeMap::new(),
+                    waiting: &[],
+                    gated,
+                    ignored: None,
+                    generation: Some(4),
+                    now: t0(),
+                },
+            )
+        };
+        let gate = |s: &OperationStatus| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == crate::reboot_gate::CONDITION)
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        // Never held: no condition.
+        let mut s = OperationStatus::default();
+        run(&mut s, &[]);
+        assert_eq!(gate(&s), None);
+        let line = "pod a/j1 on node w-1 matches spec.reboot.blockingPodSelector: …".to_string();
+        run(&mut s, std::slice::from_ref(&line));
+        assert!(
+            s.message
+                .as_deref()
+                .unwrap()
+                .starts_with(&format!("{line} — ")),
+            "{:?}",
+            s.message
+        );
+        assert_eq!(
+            gate(&s),
+            Some((
+                "True".into(),
+                crate::reboot_gate::REASON_HELD.into(),
+                line.clone()
+            ))
+        );
+        // Released: False, not gone.
+        run(&mut s, &[]);
+        assert_eq!(
+            gate(&s).map(|g| (g.0, g.1)),
+            Some(("False".into(), crate::reboot_gate::REASON_CLEAR.into()))
+        );
+        assert!(!s.message.as_deref().unwrap().contains("w-1"));
     }
 }

@@ -18,5 +18,5 @@ pub mod selector;
 pub mod state;
 
 pub use nodes::NodeInfo;
-pub use plan::{PlanError, PlanOutput, PlannedTask, label_value, plan, task_name};
+pub use plan::{PlanError, PlanOutput, PlannedTask, label_value, plan, stable_hash, task_name};
 pub use schedule::{Schedule, TaskView, schedule};

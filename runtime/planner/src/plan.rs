@@ -174,7 +174,10 @@ pub fn plan(
             let plan = match &kind {
                 Kind::Upgrade(_) => plan_upgrade(spec, &selected, max_unavailable, &mut notes)?,
                 Kind::Renew(_) => plan_renew(&selected)?,
-                Kind::Reboot(_) => plan_reboot(&selected, max_unavailable),
+                Kind::Reboot(r) => plan_reboot(
+                    &only_named(&selected, &r.nodes, &mut notes),
+                    max_unavailable,
+                ),
                 Kind::Custom(custom) => {
                     plan_custom(custom, &selected, max_unavailable, &mut notes)?
                 }
@@ -361,6 +364,31 @@ fn plan_renew(selected: &[&NodeInfo]) -> Result<Plan, PlanError> {
             control_plane_nodes: nodes,
         }],
     })
+}
+
+/// Of `selected`, the nodes `names` lists (all of them when it is empty). A listed node that
+/// is not selected (absent, or refused by `spec.nodeSelector`) is a note: it is not rebooted.
+fn only_named<'a>(
+    selected: &[&'a NodeInfo],
+    names: &[String],
+    notes: &mut Vec<String>,
+) -> Vec<&'a NodeInfo> {
+    if names.is_empty() {
+        return selected.to_vec();
+    }
+    for name in names
+        .iter()
+        .filter(|n| !selected.iter().any(|s| &s.name == *n))
+    {
+        notes.push(format!(
+            "spec.reboot.nodes names {name}, which is not a node of the cluster that spec.nodeSelector admits: it is not rebooted"
+        ));
+    }
+    selected
+        .iter()
+        .copied()
+        .filter(|s| names.contains(&s.name))
+        .collect()
 }
 
 /// Control-plane nodes one at a time, then the workers `maxUnavailable` at a time; either
@@ -585,7 +613,7 @@ fn steps_for(
                 controller_step("wait-api-server", WAIT_API_SERVER),
             ])
         }
-        Kind::Reboot(RebootSpec {}) => {
+        Kind::Reboot(_) => {
             if group != groups::CONTROL_PLANE && group != groups::WORKERS {
                 return Err(PlanError::FrozenGroupUnknown {
                     group: group.into(),
@@ -648,6 +676,12 @@ fn shorten(value: &str, max: usize) -> String {
     }
     let prefix = value[..keep].trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
     format!("{prefix}-{hash}")
+}
+
+/// A stable 64-bit hash of `bytes` (FNV-1a), for names derived from data: the same on every
+/// run and release, unlike std's hasher. Not a cryptographic hash.
+pub fn stable_hash(bytes: &[u8]) -> u64 {
+    fnv1a(bytes)
 }
 
 /// FNV-1a, 64 bit: a stable hash (unlike std's, which may change between releases).

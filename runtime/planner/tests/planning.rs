@@ -507,8 +507,19 @@ fn a_frozen_plan_is_kept_even_when_nodes_come_and_go() {
 }
 
 fn reboot_spec(max_unavailable: IntOrString, selector: Option<LabelSelector>) -> OperationSpec {
+    reboot_named(max_unavailable, selector, &[])
+}
+
+fn reboot_named(
+    max_unavailable: IntOrString,
+    selector: Option<LabelSelector>,
+    nodes: &[&str],
+) -> OperationSpec {
     OperationSpec {
-        reboot: Some(RebootSpec {}),
+        reboot: Some(RebootSpec {
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        }),
         node_selector: selector,
         rollout: Rollout { max_unavailable },
         ..Default::default()
@@ -526,53 +537,83 @@ fn reboot_drains_and_reboots_control_planes_one_at_a_time_then_workers() {
         "uncordon",
         "wait-api-server",
     ];
-    // (cluster, maxUnavailable, selector, expected groups (name, nodes, max parallel))
+    // (cluster, maxUnavailable, selector, spec.reboot.nodes, expected groups (name, nodes,
+    // max parallel), the notes' mentions)
     type Case = (
         (usize, usize),
         IntOrString,
         Option<LabelSelector>,
+        Vec<&'static str>,
         Vec<(&'static str, Vec<&'static str>, u32)>,
+        Vec<&'static str>,
     );
     let cases: Vec<Case> = vec![
         (
             (3, 4),
             IntOrString::Int(2),
             None,
+            vec![],
             vec![
                 ("control-plane", vec!["cp-0", "cp-1", "cp-2"], 1),
                 ("workers", vec!["w-000", "w-001", "w-002", "w-003"], 2),
             ],
+            vec![],
         ),
         // Workers only: no control-plane group, and that is no error.
         (
             (1, 3),
             IntOrString::String("100%".into()),
             Some(not_control_plane()),
+            vec![],
             vec![("workers", vec!["w-000", "w-001", "w-002"], 3)],
+            vec![],
         ),
-        // One worker, by its name.
+        // One worker, by its hostname label.
         (
             (3, 3),
             IntOrString::Int(1),
             Some(match_labels([("kubernetes.io/hostname", "w-001")])),
+            vec![],
             vec![("workers", vec!["w-001"], 1)],
+            vec![],
         ),
         // Control planes only: still one at a time, whatever maxUnavailable says.
         (
             (2, 0),
             IntOrString::Int(5),
             None,
+            vec![],
             vec![("control-plane", vec!["cp-0", "cp-1"], 1)],
+            vec![],
+        ),
+        // By name (what a ClusterLifecycle generates); a name the selector refuses, or no
+        // node has, is a note.
+        (
+            (3, 3),
+            IntOrString::Int(2),
+            Some(not_control_plane()),
+            vec!["w-002", "cp-1", "gone"],
+            vec![("workers", vec!["w-002"], 1)],
+            vec!["names cp-1", "names gone"],
         ),
     ];
-    for ((cp, w), max, selector, expected) in cases {
+    for ((cp, w), max, selector, named, expected, notes) in cases {
         let mut nodes = cluster(cp, w);
         for n in &mut nodes {
             n.labels
                 .insert("kubernetes.io/hostname".into(), n.name.clone());
         }
-        let spec = reboot_spec(max.clone(), selector.clone());
+        let spec = reboot_named(max.clone(), selector.clone(), &named);
         let out = plan("rb", &spec, &nodes, None).unwrap();
+        let reboot_notes: Vec<&String> = out
+            .notes
+            .iter()
+            .filter(|n| n.contains("spec.reboot.nodes"))
+            .collect();
+        assert_eq!(reboot_notes.len(), notes.len(), "{reboot_notes:?}");
+        for (note, mention) in reboot_notes.iter().zip(&notes) {
+            assert!(note.contains(mention), "{note} should mention {mention}");
+        }
         let got: Vec<(&str, Vec<&str>, u32)> = out
             .plan
             .groups

@@ -18,6 +18,11 @@
 //!    one renewal, named after that expiry, but only when `renewBefore` is shorter than the
 //!    validity a renewal gives ([`RenewalValidity`]): a longer one would find every
 //!    certificate due again the moment it was renewed, and renew forever.
+//! 6. `reboots.when: Required` and a node whose NodeReport says it needs a reboot: one
+//!    reboot Operation for that one node (control-plane nodes first, then by name), named
+//!    after the node and its boot, with the ClusterLifecycle's reboot gates. A node that the
+//!    last reboot generated for it did not help (it Succeeded, and the node reports the same
+//!    need again) is not rebooted again: that waits for a person (`RebootDidNotClear`).
 //!
 //! Names are deterministic, so a rule whose Operation already exists (finished without
 //! closing the gap: a DryRun, skipped nodes) generates nothing again; it waits for a person
@@ -25,11 +30,12 @@
 
 use bosun_api::lifecycle::{
     ClusterLifecycleSpec, MAX_REBOOT_NODES, ObservedCertificates, ObservedReboots,
-    ObservedVersions, PackagePolicy, parse_renew_before, parse_version,
+    ObservedVersions, PackagePolicy, RebootWhen, parse_renew_before, parse_version,
 };
 use bosun_api::node_task::{CertificateExpiry, PackageVersion, RebootNeed};
 use bosun_api::operation::{
-    CertificateName, KubePackage, OperationPhase, OperationSpec, RenewCertificatesSpec, UpgradeSpec,
+    CertificateName, KubePackage, OperationPhase, OperationSpec, RebootSpec, RenewCertificatesSpec,
+    UpgradeSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -49,6 +55,8 @@ pub struct NodeObservation {
     /// Whether the node needs a reboot, from its NodeReport; `None` without a report or
     /// from an agent that predates the check.
     pub reboot: Option<RebootNeed>,
+    /// The node's boot identity, from its NodeReport.
+    pub boot_id: Option<String>,
 }
 
 /// The packages a generated upgrade moves to the cluster's version (with
@@ -80,6 +88,7 @@ fn packages_behind(node: &NodeObservation, desired: (u32, u32, u32)) -> Vec<Stri
 pub enum Kind {
     Upgrade,
     RenewCertificates,
+    Reboot,
 }
 
 impl Kind {
@@ -87,6 +96,7 @@ impl Kind {
         match self {
             Kind::Upgrade => "upgrade",
             Kind::RenewCertificates => "renewCertificates",
+            Kind::Reboot => "reboot",
         }
     }
 }
@@ -107,6 +117,10 @@ pub struct Generated {
     /// Its `NodeHeld` condition's message while a node it needs is held by another
     /// Operation (`waiting: node w-1 is held by Operation x (task …, Blocked)`).
     pub held: Option<String>,
+    /// The node a generated reboot reboots (`spec.reboot.nodes`).
+    pub reboot_node: Option<String>,
+    /// Why it was generated (its `bosun.dev/lifecycle-reason` annotation).
+    pub reason: String,
 }
 
 /// Everything the decision reads.
@@ -210,6 +224,9 @@ pub enum Waiting {
     /// `spec.kubernetesVersion` now says (the version was set back to withdraw it): a person
     /// deletes it (nothing is deleted for them) or sets the version again.
     OperationSuperseded,
+    /// The last reboot generated for a node succeeded, and the node reports the same need
+    /// again: another reboot would not help, so none is generated until a person looks.
+    RebootDidNotClear,
 }
 
 impl Waiting {
@@ -226,6 +243,7 @@ impl Waiting {
             Waiting::VersionNotReachable => "VersionNotReachable",
             Waiting::RenewBeforeTooLong => "RenewBeforeTooLong",
             Waiting::OperationSuperseded => "OperationSuperseded",
+            Waiting::RebootDidNotClear => "RebootDidNotClear",
         }
     }
 }
@@ -264,6 +282,21 @@ fn dns(version: &str) -> String {
 /// The name of the upgrade Operation for `version`.
 pub fn upgrade_name(version: &str) -> String {
     format!("lifecycle-upgrade-{}", dns(version))
+}
+
+/// The name of the reboot Operation for `node` in the boot `boot_id` (one per boot: the
+/// reboot ends that boot), at most 253 characters.
+pub fn reboot_name(node: &str, boot_id: Option<&str>) -> String {
+    let boot = bosun_planner::stable_hash(boot_id.unwrap_or_default().as_bytes());
+    let hash = format!("{:08x}", boot >> 32);
+    let prefix: String = format!("lifecycle-reboot-{node}")
+        .chars()
+        .take(253 - 9)
+        .collect();
+    format!(
+        "{}-{hash}",
+        prefix.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+    )
 }
 
 /// The name of the renewal Operation for rotation `n`.
@@ -553,6 +586,8 @@ fn in_sync(
                 spec.certificates.renew_before
             ),
         )
+    } else if let Some(node) = reboot_next(input) {
+        (false, "RebootRequired", reboot_reason(node))
     } else {
         (
             true,
@@ -638,6 +673,8 @@ fn next_operation(
         decision.waiting = Some((Waiting::RenewBeforeTooLong, why));
     } else if certs.due && auto_renew {
         renewal_before_expiry(input, certs, decision);
+    } else if let Some(node) = reboot_next(input) {
+        reboot(input, node, decision);
     } else if auto_renew
         && decision.certificates.nodes_reported == 0
         && input.nodes.iter().any(|n| n.control_plane)
@@ -751,6 +788,78 @@ fn renewal_before_expiry(input: &Input<'_>, certs: &CertificatesSeen, decision: 
     }
 }
 
+/// Rule 6: with `reboots.when: Required`, the node to reboot next: the first control-plane
+/// node, then the first worker, by name, whose NodeReport says it needs a reboot.
+fn reboot_next<'a>(input: &'a Input<'_>) -> Option<&'a NodeObservation> {
+    if input.spec.reboots.when != RebootWhen::Required {
+        return None;
+    }
+    let needs = |n: &&NodeObservation| n.reboot.as_ref().is_some_and(|r| r.required);
+    let first = |cp: bool| {
+        input
+            .nodes
+            .iter()
+            .filter(needs)
+            .find(move |n| n.control_plane == cp)
+    };
+    first(true).or_else(|| first(false))
+}
+
+/// Why `node` needs a reboot, for the generated Operation's reason.
+fn reboot_reason(node: &NodeObservation) -> String {
+    let reasons = node
+        .reboot
+        .as_ref()
+        .map(|r| r.reasons.join("; "))
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "its NodeReport says so".into());
+    format!("node {} needs a reboot: {reasons}", node.name)
+}
+
+/// Rule 6: one reboot Operation for `node`, unless the last one generated for it succeeded
+/// and the node reports the same need again, or the one for this boot ended without a new
+/// boot.
+fn reboot(input: &Input<'_>, node: &NodeObservation, decision: &mut Decision) {
+    let name = reboot_name(&node.name, node.boot_id.as_deref());
+    let reason = reboot_reason(node);
+    // `input.generated` is newest first.
+    let last = input
+        .generated
+        .iter()
+        .find(|g| g.kind == Kind::Reboot && g.reboot_node.as_deref() == Some(&node.name));
+    if let Some(done) = generated(input, &name) {
+        decision.waiting = Some((
+            Waiting::OperationFinishedWithoutEffect,
+            format!(
+                "reboot Operation {name} ended {} and node {} has not rebooted since: look at its task; to try again, delete it (kubectl delete operation {name}) and the ClusterLifecycle generates it anew",
+                done.phase.as_str(),
+                node.name
+            ),
+        ));
+    } else if let Some(last) = last
+        .filter(|l| l.phase == OperationPhase::Succeeded && l.not_done == 0 && l.reason == reason)
+    {
+        decision.waiting = Some((
+            Waiting::RebootDidNotClear,
+            format!(
+                "node {} was rebooted by Operation {} and still reports the same need ({reason}): another reboot would not clear it, so none is generated. Look at the node (is /run a tmpfs? does a package keep asking?); once it is a new need, delete Operation {} (kubectl delete operation {}) and the ClusterLifecycle reboots the node again",
+                node.name, last.name, last.name, last.name
+            ),
+        ));
+    } else {
+        let mut spec = operation_spec(input.spec, Kind::Reboot);
+        if let Some(r) = spec.reboot.as_mut() {
+            r.nodes = vec![node.name.clone()];
+        }
+        decision.generate = Some(Generate {
+            name,
+            kind: Kind::Reboot,
+            reason,
+            spec,
+        });
+    }
+}
+
 /// The Operation spec of a generated Operation of `kind`.
 pub fn operation_spec(spec: &ClusterLifecycleSpec, kind: Kind) -> OperationSpec {
     let defaults = &spec.operation_defaults;
@@ -776,6 +885,13 @@ pub fn operation_spec(spec: &ClusterLifecycleSpec, kind: Kind) -> OperationSpec 
             out.renew_certificates = Some(RenewCertificatesSpec {
                 certificates: vec![CertificateName::All],
                 renew_before: None,
+            });
+        }
+        Kind::Reboot => {
+            out.reboot = Some(RebootSpec {
+                nodes: Vec::new(),
+                blocking_pod_selector: spec.reboots.blocking_pod_selector.clone(),
+                alerts: spec.reboots.alerts.clone(),
             });
         }
     }
@@ -847,6 +963,7 @@ mod tests {
             packages: PackagePolicy::default(),
             operation_defaults: Default::default(),
             paused: false,
+            reboots: Default::default(),
         }
     }
 
@@ -874,6 +991,7 @@ mod tests {
             certificates: certs,
             packages: Vec::new(),
             reboot: None,
+            boot_id: None,
         }
     }
 
@@ -1024,6 +1142,8 @@ mod tests {
             not_done: 0,
             version: None,
             held: None,
+            reboot_node: None,
+            reason: String::new(),
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &done);
         assert_eq!(d.generate, None);
@@ -1051,6 +1171,8 @@ mod tests {
                 not_done: 0,
                 version: Some("v1.35.0".into()),
                 held: None,
+                reboot_node: None,
+                reason: String::new(),
             }];
             let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
             assert_eq!(d.generate, None, "{phase:?}");
@@ -1075,6 +1197,8 @@ mod tests {
             not_done: 0,
             version: Some("v1.34.4".into()),
             held: None,
+            reboot_node: None,
+            reason: String::new(),
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.3", 300), &open);
         assert_eq!(d.waiting.map(|w| w.0), Some(Waiting::OperationRunning));
@@ -1094,6 +1218,8 @@ mod tests {
                 "waiting: node cp-1 is held by Operation renew-now (task renew-now-cp-1, Blocked)"
                     .into(),
             ),
+            reboot_node: None,
+            reason: String::new(),
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
         let (w, why) = d.waiting.expect("waiting");
@@ -1138,6 +1264,8 @@ mod tests {
                 not_done: 0,
                 version: None,
                 held: None,
+                reboot_node: None,
+                reason: String::new(),
             }];
             let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
             assert_eq!(d.generate, None, "{phase:?}");
@@ -1158,6 +1286,8 @@ mod tests {
             not_done: 0,
             version: None,
             held: None,
+            reboot_node: None,
+            reason: String::new(),
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &finished);
         assert_eq!(d.generate.map(|g| g.kind), Some(Kind::Upgrade));
@@ -1200,6 +1330,8 @@ mod tests {
                 not_done: 0,
                 version: None,
                 held: None,
+                reboot_node: None,
+                reason: String::new(),
             }];
             let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &open);
             assert_eq!(
@@ -1218,6 +1350,8 @@ mod tests {
             not_done: 1,
             version: None,
             held: None,
+            reboot_node: None,
+            reason: String::new(),
         }];
         let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &skipped);
         assert_eq!((d.generate, d.certificates.handled_rotation), (None, 2));
@@ -1242,6 +1376,8 @@ mod tests {
             not_done: 0,
             version: None,
             held: None,
+            reboot_node: None,
+            reason: String::new(),
         }];
         let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &exists);
         assert_eq!(d.generate, None);
@@ -1428,6 +1564,8 @@ mod tests {
             not_done: 0,
             version: None,
             held: None,
+            reboot_node: None,
+            reason: String::new(),
         }];
         let d = decide_with(&spec("v1.34.4"), 0, &nodes, &done);
         assert_eq!(d.generate, None);
@@ -1574,6 +1712,168 @@ mod tests {
                 && d.summary.contains(" and 5 more)"),
             "{}",
             d.summary
+        );
+    }
+
+    #[test]
+    fn with_reboots_required_one_node_at_a_time_is_rebooted_and_a_reboot_that_did_not_help_waits() {
+        let need = |reason: &str| {
+            Some(RebootNeed {
+                required: true,
+                reasons: vec![reason.into()],
+                packages: vec![],
+            })
+        };
+        // cp-1 and w-2 need a reboot, w-1 does not.
+        let nodes = |cp_reason: Option<&str>| {
+            vec![
+                NodeObservation {
+                    reboot: cp_reason.and_then(need),
+                    boot_id: Some("boot-cp".into()),
+                    ..node("cp-1", true, "v1.34.4", None)
+                },
+                NodeObservation {
+                    reboot: Some(RebootNeed {
+                        required: false,
+                        reasons: vec![],
+                        packages: vec![],
+                    }),
+                    boot_id: Some("boot-w1".into()),
+                    ..node("w-1", false, "v1.34.4", None)
+                },
+                NodeObservation {
+                    reboot: need("/run/reboot-required is present (asked for by libc6)"),
+                    boot_id: Some("boot-w2".into()),
+                    ..node("w-2", false, "v1.34.4", None)
+                },
+            ]
+        };
+        let gen_reboot = |node: &str, boot: &str, phase: OperationPhase, reason: &str| Generated {
+            name: reboot_name(node, Some(boot)),
+            kind: Kind::Reboot,
+            phase,
+            progress: None,
+            not_done: 0,
+            version: None,
+            held: None,
+            reboot_node: Some(node.into()),
+            reason: reason.into(),
+        };
+        let w2_reason =
+            "node w-2 needs a reboot: /run/reboot-required is present (asked for by libc6)";
+        let mut required = spec("v1.34.4");
+        required.reboots.when = RebootWhen::Required;
+        required.reboots.blocking_pod_selector = Some(Default::default());
+        let never = spec("v1.34.4");
+        // (spec, the control plane's need, generated before, expected: generated node or
+        // what generation waits for)
+        type Case<'a> = (
+            &'a ClusterLifecycleSpec,
+            Option<&'static str>,
+            Vec<Generated>,
+            Result<&'static str, Waiting>,
+        );
+        let cases: Vec<Case> = vec![
+            // Control-plane nodes first.
+            (&required, Some("kernel 6.1.0-29"), vec![], Ok("cp-1")),
+            (&required, None, vec![], Ok("w-2")),
+            // `Never` (the default) counts and generates nothing.
+            (&never, None, vec![], Err(Waiting::Paused)),
+            // The one for this boot ended, and the node has not rebooted since.
+            (
+                &required,
+                None,
+                vec![gen_reboot(
+                    "w-2",
+                    "boot-w2",
+                    OperationPhase::Failed,
+                    w2_reason,
+                )],
+                Err(Waiting::OperationFinishedWithoutEffect),
+            ),
+            // The last reboot of w-2 (an earlier boot) succeeded and it asks again for the
+            // same reason: a person looks.
+            (
+                &required,
+                None,
+                vec![gen_reboot(
+                    "w-2",
+                    "boot-w2-old",
+                    OperationPhase::Succeeded,
+                    w2_reason,
+                )],
+                Err(Waiting::RebootDidNotClear),
+            ),
+            // ... for another reason: a new need, rebooted.
+            (
+                &required,
+                None,
+                vec![gen_reboot(
+                    "w-2",
+                    "boot-w2-old",
+                    OperationPhase::Succeeded,
+                    "node w-2 needs a reboot: kernel 6.1.0-28",
+                )],
+                Ok("w-2"),
+            ),
+        ];
+        for (spec, cp_reason, generated, expected) in cases {
+            let observed = nodes(cp_reason);
+            let d = decide_with(spec, 0, &observed, &generated);
+            let what = format!("{:?} {cp_reason:?} {generated:?}", spec.reboots.when);
+            match expected {
+                Ok(node) => {
+                    let g = d.generate.expect(&what);
+                    assert_eq!(g.kind, Kind::Reboot, "{what}");
+                    let boot = observed
+                        .iter()
+                        .find(|n| n.name == node)
+                        .unwrap()
+                        .boot_id
+                        .clone();
+                    assert_eq!(g.name, reboot_name(node, boot.as_deref()), "{what}");
+                    let reboot = g.spec.reboot.expect("a reboot");
+                    assert_eq!(reboot.nodes, vec![node.to_string()], "{what}");
+                    assert_eq!(
+                        reboot.blocking_pod_selector, spec.reboots.blocking_pod_selector,
+                        "the gates are copied: {what}"
+                    );
+                    assert!(
+                        g.reason
+                            .starts_with(&format!("node {node} needs a reboot: "))
+                    );
+                    assert!(
+                        d.summary.contains("generating reboot Operation"),
+                        "{}",
+                        d.summary
+                    );
+                    assert_eq!(
+                        (d.in_sync.0, d.in_sync.1),
+                        (false, "RebootRequired"),
+                        "{what}"
+                    );
+                }
+                Err(Waiting::Paused) => {
+                    assert_eq!((d.generate, d.waiting), (None, None), "{what}");
+                }
+                Err(waiting) => {
+                    assert_eq!(d.generate, None, "{what}");
+                    let (w, why) = d.waiting.expect(&what);
+                    assert_eq!(w, waiting, "{what}");
+                    assert!(
+                        why.contains("w-2") && why.contains("kubectl delete operation"),
+                        "{why}"
+                    );
+                }
+            }
+        }
+        // Names: one per node and boot, short enough for any node name.
+        assert_ne!(reboot_name("w-2", Some("a")), reboot_name("w-2", Some("b")));
+        assert_eq!(reboot_name("w-2", Some("a")), reboot_name("w-2", Some("a")));
+        let long = reboot_name(&"n".repeat(253), Some("a"));
+        assert!(
+            long.len() <= 253 && long.starts_with("lifecycle-reboot-nnn"),
+            "{long}"
         );
     }
 }

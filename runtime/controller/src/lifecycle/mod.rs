@@ -416,7 +416,18 @@ impl Lifecycle {
     ) -> Result<Option<Timestamp>> {
         let now = Timestamp::now();
         let nodes = observe(&observed.nodes.state(), &observed.reports.state());
-        let generated_ops = self.generated().await?;
+        let mut generated_ops = self.generated().await?;
+        // Newest first: the decision reads the last reboot of a node as the first it finds.
+        generated_ops.sort_by(|a, b| {
+            (
+                b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                b.name_any(),
+            )
+                .cmp(&(
+                    a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    a.name_any(),
+                ))
+        });
         let generated: Vec<Generated> = generated_ops
             .iter()
             .filter(|op| is_own(op, object))
@@ -425,6 +436,8 @@ impl Lifecycle {
                     Kind::Upgrade
                 } else if op.spec.renew_certificates.is_some() {
                     Kind::RenewCertificates
+                } else if op.spec.reboot.is_some() {
+                    Kind::Reboot
                 } else {
                     return None;
                 };
@@ -445,6 +458,16 @@ impl Lifecycle {
                         .iter()
                         .find(|c| c.type_ == crate::exclusion::CONDITION && c.status == "True")
                         .map(|c| c.message.clone()),
+                    reboot_node: op
+                        .spec
+                        .reboot
+                        .as_ref()
+                        .and_then(|r| r.nodes.first().cloned()),
+                    reason: op
+                        .annotations()
+                        .get(labels::annotations::LIFECYCLE_REASON)
+                        .cloned()
+                        .unwrap_or_default(),
                 })
             })
             .collect();
@@ -596,6 +619,7 @@ pub fn observe(nodes: &[Arc<Node>], reports: &[Arc<NodeReport>]) -> Vec<NodeObse
                     .map(|r| r.spec.facts.packages.clone())
                     .unwrap_or_default(),
                 reboot: report.and_then(|r| r.spec.facts.reboot.clone()),
+                boot_id: report.and_then(|r| r.spec.facts.boot_id.clone()),
                 name,
             }
         })

@@ -1,8 +1,9 @@
 //! The **start** phase: the scheduler's moves applied. Tasks whose node left are blocked
-//! (Invalid); the operation gate holds groups back; one Operation at a time works on a
-//! node (a task whose node another Operation holds waits, and says so); tasks whose turn
-//! came in Controlled mode wait for approval; the others start, with their first controller
-//! steps written together with the start ([`start_task`]).
+//! (Invalid); the operation gate holds groups back; a reboot's gates hold nodes back
+//! ([`crate::reboot_gate`]); one Operation at a time works on a node (a task whose node
+//! another Operation holds waits, and says so); tasks whose turn came in Controlled mode
+//! wait for approval; the others start, with their first controller steps written together
+//! with the start ([`start_task`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
@@ -22,6 +23,8 @@ use super::{
     Context, RUNNING_TASKS_AT_ONCE, Recheck, Tasks, advance_running_task, apply_task_status,
     mirror_top, move_task, moved,
 };
+use bosun_cluster::events::Notice;
+
 use crate::cache::Writes;
 use crate::error::Result;
 use crate::exclusion::Holder;
@@ -34,6 +37,8 @@ pub(super) struct Started {
     pub hold: Hold,
     /// One line per task waiting for a node another Operation holds.
     pub waiting: Vec<String>,
+    /// One line per task a reboot gate holds.
+    pub gated: Vec<String>,
     /// When the started tasks' first controller steps asked to be looked at again.
     pub recheck: Recheck,
 }
@@ -74,6 +79,39 @@ pub(super) async fn gate_and_start(
         Ok(h) => h,
         Err(e) => return crate::operation_gate::retry_later(e).map(ControlFlow::Break),
     };
+    // A reboot's gates before each node: a held node's task stays Pending, and says why.
+    let gated = ask_reboot_gates(ctx, op, tasks, &decision.start, &hold).await;
+    let mut gated_lines = Vec::new();
+    for (node, held) in &gated {
+        if note_waiting(
+            ctx,
+            &tasks[node],
+            crate::reboot_gate::CONDITION,
+            held.reason,
+            &held.message,
+            now,
+        )
+        .await?
+        {
+            tracing::info!(node = %node, reason = held.reason, message = %held.message, "reboot gate holds the node");
+            ctx.events
+                .publish(
+                    op,
+                    Notice::normal(REASON_GATE_HELD, ACTION_GATE, held.message.clone()),
+                )
+                .await;
+        }
+        gated_lines.push(held.message.clone());
+    }
+    let ungated;
+    let decision = if gated.is_empty() {
+        decision
+    } else {
+        let mut d = decision.clone();
+        d.start.retain(|n| !gated.contains_key(n));
+        ungated = d;
+        &ungated
+    };
     // One Operation at a time per node: the guard is held until the moves below are
     // written, so that no other Operation's pass sees these nodes free meanwhile.
     let wanted = wanting_their_node(decision, tasks, &hold);
@@ -104,13 +142,47 @@ pub(super) async fn gate_and_start(
     let starting: BTreeSet<String> = free(&decision.start, tasks, &hold, &held)
         .into_iter()
         .collect();
-    let recheck = start_tasks(ctx, op, tasks, &starting).await?;
+    let mut recheck = start_tasks(ctx, op, tasks, &starting).await?;
     drop(exclusion_guard);
+    if !gated.is_empty() {
+        recheck.at_most(Some(crate::reboot_gate::RECHECK));
+    }
     Ok(ControlFlow::Continue(Started {
         hold,
         waiting,
+        gated: gated_lines,
         recheck,
     }))
+}
+
+/// The Event reason when a reboot gate holds a node (or what holds it changes).
+pub const REASON_GATE_HELD: &str = "RebootHeld";
+const ACTION_GATE: &str = "RebootGate";
+
+/// The nodes of `starting` (Pending, or approved) that a reboot Operation's gates hold,
+/// with what holds each. Empty for every other Operation, and for a reboot without gates.
+async fn ask_reboot_gates(
+    ctx: &Context,
+    op: &Operation,
+    tasks: &Tasks,
+    starting: &[String],
+    hold: &Hold,
+) -> BTreeMap<String, crate::reboot_gate::Held> {
+    let mut out = BTreeMap::new();
+    let Some(spec) = op
+        .spec
+        .reboot
+        .as_ref()
+        .filter(|r| r.blocking_pod_selector.is_some() || r.alerts.is_some())
+    else {
+        return out;
+    };
+    for node in starting.iter().filter(|n| !hold.holds(&tasks[*n])) {
+        if let Some(held) = crate::reboot_gate::check(&ctx.client, &ctx.gates, spec, node).await {
+            out.insert(node.clone(), held);
+        }
+    }
+    out
 }
 
 fn phase_of(tasks: &Tasks, node: &str) -> NodeTaskPhase {
@@ -227,40 +299,66 @@ async fn held_nodes(ctx: &Context, operation: &str) -> Result<BTreeMap<String, H
     ))
 }
 
-/// Says on a Pending task that its node is held: the message and a `NodeHeld` condition,
-/// written only when they change (a write wakes this controller again). Written with the
-/// controller's field manager, so the write that starts the task removes the condition.
+/// Says on a Pending task that its node is held by another Operation
+/// ([`note_waiting`] with the `NodeHeld` condition).
 pub(super) async fn note_held(
     ctx: &Context,
     task: &NodeTask,
     holder: &Holder,
     now: Timestamp,
 ) -> Result<()> {
+    note_waiting(
+        ctx,
+        task,
+        crate::exclusion::CONDITION,
+        crate::exclusion::REASON_HELD,
+        &holder.message(),
+        now,
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Says on a Pending task what it waits for: `message` and a condition `type_` (True, with
+/// `reason`), written only when they change (a write wakes this controller again). Returns
+/// whether it wrote. Written with the controller's field manager and with this one
+/// condition only, so a condition it set before for another wait goes (a task waits for
+/// one thing at a time), and the write that starts the task removes this one.
+pub(super) async fn note_waiting(
+    ctx: &Context,
+    task: &NodeTask,
+    type_: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Result<bool> {
     let current = task.status.clone().unwrap_or_default();
-    let message = holder.message();
     let mut conditions = current.conditions.clone();
     set_condition(
         &mut conditions,
-        crate::exclusion::CONDITION,
+        type_,
         true,
-        crate::exclusion::REASON_HELD,
-        &message,
+        reason,
+        message,
         task.metadata.generation,
         now,
     );
-    let condition = conditions
-        .into_iter()
-        .find(|c| c.type_ == crate::exclusion::CONDITION);
-    let prior = current
+    let condition = conditions.into_iter().find(|c| c.type_ == type_);
+    let prior = current.conditions.iter().find(|c| c.type_ == type_);
+    let others = current
         .conditions
         .iter()
-        .find(|c| c.type_ == crate::exclusion::CONDITION);
-    if current.message.as_deref() == Some(message.as_str()) && prior == condition.as_ref() {
-        return Ok(());
+        .any(|c| c.type_ != type_ && WAIT_CONDITIONS.contains(&c.type_.as_str()));
+    if current.message.as_deref() == Some(message) && prior == condition.as_ref() && !others {
+        return Ok(false);
     }
     let body = json!({ "phase": current.phase, "attempts": current.attempts, "message": message, "conditions": condition.into_iter().collect::<Vec<_>>() });
-    apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await
+    apply_task_status(ctx, &task.name_any(), body, &ctx.manager).await?;
+    Ok(true)
 }
+
+/// The conditions the controller sets on a Pending task for what it waits for.
+const WAIT_CONDITIONS: [&str; 2] = [crate::exclusion::CONDITION, crate::reboot_gate::CONDITION];
 
 /// Starts a task whose turn came (or that was approved): moves it to Running and runs the
 /// controller steps that come first ([`advance_running_task`]), so that the start is
@@ -281,7 +379,7 @@ pub(super) async fn start_task(
         || status
             .conditions
             .iter()
-            .any(|c| c.type_ == crate::exclusion::CONDITION);
+            .any(|c| WAIT_CONDITIONS.contains(&c.type_.as_str()));
     let carried = if owns_more {
         apply_task_status(ctx, &task.name_any(), body.clone(), &ctx.manager).await?;
         None
