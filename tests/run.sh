@@ -38,11 +38,15 @@ fi
 BOSUN_LAB_BIN="$(bash tests/lab/build-binaries.sh | tail -n 1)"
 export BOSUN_LAB_BIN
 
-# helm, for the chart test (tests/lab/build-helm.sh: the Go module proxy, pinned, cached): a
-# few minutes of Go on a new machine, so it builds in the background beside the Cargo builds
-# below; the test waits for it (the script's lock) if it is not done.
+# helm, for the chart test, and Prometheus, for the reboot alert gate's test (each from the Go
+# module proxy, pinned, cached: tests/lab/build-helm.sh, build-prometheus.sh): a few minutes of
+# Go each on a new machine, so they build in the background, one after the other, beside the
+# Cargo builds below; a test waits for its tool (the script's lock) if it is not done.
 mkdir -p "$HOME/.cache/bosun"
-bash tests/lab/build-helm.sh >"$HOME/.cache/bosun/helm-build.log" 2>&1 &
+{
+  bash tests/lab/build-helm.sh >"$HOME/.cache/bosun/helm-build.log" 2>&1 || true
+  bash tests/lab/build-prometheus.sh >"$HOME/.cache/bosun/prometheus-build.log" 2>&1 || true
+} &
 helm_build=$!
 
 # The end-to-end tests start the lab (or reuse a running one); stop it when this script exits,

@@ -1,4 +1,8 @@
-# Maintenance windows: a step may start only while a window is open.
+# Maintenance windows: a node's work may start only while a window is open. A node under
+# way when a window closes finishes; the next one waits for the next window. Asked by the
+# controller before each node's task starts (the operation decision point with
+# input.nextNode), for every kind of Operation: upgrades, renewals, reboots, custom work. A
+# held node's task stays Pending and starts on its own once a window opens.
 #
 # data.maintenance_windows:
 #   timezone: IANA zone the windows are written in (default "UTC")
@@ -9,14 +13,22 @@
 #
 # A node can be given its own windows with the annotation bosun.dev/maintenance-windows
 # (the same JSON list); they replace the cluster-wide ones for that node.
-# With no windows configured at all, every step is denied: the policy was asked for.
+# With no windows configured at all, every node is held: the policy was asked for.
 #
-# Written to be cheap to evaluate (it runs before every step): times are compared as
-# HHMM numbers (22:00 is 2200), each window's clock is read once, and there are few rules.
-package bosun.step.maintenance_window
+# Before planning (no input.nextNode) nothing is decided: the plan may be made any time.
+#
+# Written to be cheap to evaluate: times are compared as HHMM numbers (22:00 is 2200), each
+# window's clock is read once, and there are few rules.
+package bosun.operation.maintenance_window
+
+# The node about to start, from the summaries of the planned nodes.
+next_node := n if {
+	some n in input.nodes
+	n.name == input.nextNode
+}
 
 windows := ws if {
-	ws := json.unmarshal(input.node.annotations["bosun.dev/maintenance-windows"])
+	ws := json.unmarshal(next_node.annotations["bosun.dev/maintenance-windows"])
 	ws
 } else := ws if {
 	ws := data.maintenance_windows.windows
@@ -66,16 +78,18 @@ opened_days_ago(start, end, now) := 1 if {
 }
 
 deny contains msg if {
+	is_string(input.nextNode)
 	count(windows) == 0
-	msg := "no maintenance windows are configured (data.maintenance_windows.windows is empty), so no step may start"
+	msg := sprintf("no maintenance windows are configured (data.maintenance_windows.windows is empty), so no node may start: node %s waits", [input.nextNode])
 }
 
 deny contains msg if {
+	is_string(input.nextNode)
 	count(windows) > 0
 	count(open_windows) == 0
 	described := [sprintf("%s %s-%s %s", [concat(",", w.days), w.start, w.end, object.get(w, "timezone", default_timezone)]) | some w in windows]
 	msg := sprintf(
-		"no maintenance window is open at %s; steps on %s may start only in: %s",
-		[input.now, input.node.name, concat("; ", described)],
+		"no maintenance window is open at %s; node %s waits for the next one: %s",
+		[input.now, input.nextNode, concat("; ", described)],
 	)
 }

@@ -1,10 +1,10 @@
-package bosun.step.maintenance_window_test
+package bosun.operation.maintenance_window_test
 
-import data.bosun.step.maintenance_window
+import data.bosun.operation.maintenance_window
 
 berlin_weekend := {"timezone": "Europe/Berlin", "windows": [{"days": ["Sat"], "start": "22:00", "end": "04:00"}]}
 
-at(now) := {"now": now, "node": {"name": "cp-1", "annotations": {}}}
+at(now) := {"now": now, "nextNode": "cp-1", "nodes": [{"name": "cp-1", "roles": ["control-plane"], "ready": true}]}
 
 # 23:30 Berlin on Saturday 2026-11-28 (CET, UTC+1).
 test_open_saturday_evening if {
@@ -44,7 +44,7 @@ test_friday_night_is_not_saturday if {
 }
 
 test_no_windows_denies if {
-	maintenance_window.deny == {"no maintenance windows are configured (data.maintenance_windows.windows is empty), so no step may start"} with input as at("2026-11-28T22:30:00Z")
+	maintenance_window.deny == {"no maintenance windows are configured (data.maintenance_windows.windows is empty), so no node may start: node cp-1 waits"} with input as at("2026-11-28T22:30:00Z")
 		with data.maintenance_windows as {"windows": []}
 }
 
@@ -74,4 +74,10 @@ test_midnight_and_whole_day_windows if {
 test_day_names if {
 	count(maintenance_window.deny) == 0 with input as at("2026-11-28T22:30:00Z")
 		with data.maintenance_windows as {"windows": [{"days": ["SATURDAY"], "start": "22:00", "end": "23:00"}]}
+}
+
+# Before planning (no node about to start) nothing is decided, even with no window open.
+test_nothing_decided_without_a_next_node if {
+	count(maintenance_window.deny) == 0 with input as {"now": "2026-11-27T22:30:00Z", "nodes": []}
+		with data.maintenance_windows as berlin_weekend
 }

@@ -1,7 +1,9 @@
 //! The operation decision point: the policies asked about an Operation before its plan is
-//! frozen ([`hold_before_planning`]) and before the first task of each group starts
-//! ([`hold_groups`]). A deny blocks the Operation (phase Blocked, reason PolicyDenied) with
-//! the policies' messages, and a Warning Event; Warn findings are Events too.
+//! frozen ([`hold_before_planning`]) and before each task starts ([`hold_nodes`], with
+//! `nextGroup` and `nextNode` set). A deny holds what it was asked about (the whole
+//! Operation, or that node's task, which stays Pending): the Operation reads Blocked, reason
+//! PolicyDenied, with the policies' messages, and a Warning Event; it proceeds on its own
+//! once the policies allow (a maintenance window opening). Warn findings are Events too.
 //!
 //! Fail closed: until the Policy list has been read once nothing is decided (the reconcile
 //! looks again soon, see [`retry_later`]); a Policy that does not compile denies.
@@ -9,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use bosun_api::node_task::{NodeTask, NodeTaskPhase};
+use bosun_api::node_task::NodeTask;
 use bosun_api::operation::{Operation, OperationStatus, Plan};
 use bosun_cluster::events::Notice;
 use bosun_cluster::policies::{PolicyWatch, SYNC_WAIT};
@@ -38,8 +40,8 @@ const ACTION: &str = "PolicyGate";
 #[derive(Debug)]
 pub struct Verdict {
     pub decision: Decision,
-    /// The groups held back (empty before planning, where the whole Operation is).
-    pub held_groups: BTreeSet<String>,
+    /// The nodes held back (empty before planning, where the whole Operation is).
+    pub held_nodes: BTreeSet<String>,
 }
 
 impl Verdict {
@@ -83,23 +85,24 @@ impl Verdict {
     }
 }
 
-/// Asks the operation policies about `op` with `plan` (about to be frozen, or frozen) and
-/// `next_group`, with the Nodes as the controller's Node watch shows them (`caches`).
-/// Returns the decision; warnings and audits are logged (and Warn findings published as
-/// Events by the caller).
+/// Asks the operation policies about `op` with `plan` (about to be frozen, or frozen), once
+/// per question in `asks` (`nextGroup`, `nextNode`; `(None, None)` before planning), with
+/// the Nodes as the controller's Node watch shows them (`caches`). Returns the decisions in
+/// the order asked; warnings and audits are logged (and Warn findings published as Events
+/// by the caller).
 pub async fn decide(
     client: &Client,
     watch: &PolicyWatch,
     caches: &crate::cache::Caches,
     op: &Operation,
     plan: &Plan,
-    next_group: Option<&str>,
-) -> Result<Decision, bosun_cluster::Error> {
+    asks: &[(Option<String>, Option<String>)],
+) -> Result<Vec<Decision>, bosun_cluster::Error> {
     let generation = watch.generation(SYNC_WAIT).await?;
     let mut all: Vec<Node> = caches.nodes().iter().map(|n| Node::clone(n)).collect();
     all.sort_by_key(|n| n.name_any());
     let planned: BTreeSet<&str> = plan.node_names().collect();
-    let input = OperationInput {
+    let mut input = OperationInput {
         operation: operation_ref(op),
         plan: plan
             .groups
@@ -109,7 +112,8 @@ pub async fn decide(
                 nodes: g.nodes.clone(),
             })
             .collect(),
-        next_group: next_group.map(str::to_owned),
+        next_group: None,
+        next_node: None,
         nodes: all
             .iter()
             .filter(|n| planned.contains(n.name_any().as_str()))
@@ -122,6 +126,7 @@ pub async fn decide(
                     .as_ref()
                     .and_then(|s| s.node_info.as_ref())
                     .map(|i| i.kubelet_version.clone()),
+                annotations: n.annotations().clone(),
             })
             .collect(),
         cluster: ClusterState {
@@ -131,16 +136,22 @@ pub async fn decide(
         },
         now: Timestamp::now().to_string(),
     };
-    let clock = std::time::Instant::now();
-    let decision = generation.with_evaluator(|e| e.operation(&input));
-    bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Policy, clock.elapsed());
-    for w in &decision.warnings {
-        tracing::warn!(operation = %op.name_any(), policy = %w.policy, message = %w.message, "policy warning");
+    let mut out = Vec::with_capacity(asks.len());
+    for (next_group, next_node) in asks {
+        input.next_group = next_group.clone();
+        input.next_node = next_node.clone();
+        let clock = std::time::Instant::now();
+        let decision = generation.with_evaluator(|e| e.operation(&input));
+        bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Policy, clock.elapsed());
+        for w in &decision.warnings {
+            tracing::warn!(operation = %op.name_any(), node = next_node.as_deref().unwrap_or(""), policy = %w.policy, message = %w.message, "policy warning");
+        }
+        for a in &decision.audits {
+            tracing::info!(operation = %op.name_any(), node = next_node.as_deref().unwrap_or(""), policy = %a.policy, message = %a.message, "policy audit");
+        }
+        out.push(decision);
     }
-    for a in &decision.audits {
-        tracing::info!(operation = %op.name_any(), policy = %a.policy, message = %a.message, "policy audit");
-    }
-    Ok(decision)
+    Ok(out)
 }
 
 /// The operation gate before planning: `Some(verdict)` when the policies deny the
@@ -150,54 +161,63 @@ pub async fn before_planning(
     op: &Operation,
     plan: &Plan,
 ) -> Result<Option<Verdict>, bosun_cluster::Error> {
-    let decision = decide(&ctx.client, &ctx.policies, &ctx.caches, op, plan, None).await?;
+    let decisions = decide(
+        &ctx.client,
+        &ctx.policies,
+        &ctx.caches,
+        op,
+        plan,
+        &[(None, None)],
+    )
+    .await?;
+    let Some(decision) = decisions.into_iter().next() else {
+        return Ok(None);
+    };
     warn_events(&ctx.events, op, &decision).await;
     Ok((!decision.allowed).then(|| Verdict {
         decision,
-        held_groups: BTreeSet::new(),
+        held_nodes: BTreeSet::new(),
     }))
 }
 
-/// The operation gate before each group: for every group whose first task is about to
-/// start (no task of it has left Pending), asks the policies with `nextGroup` set. Returns
-/// the groups held back, with the first deny.
-pub async fn before_groups(
+/// The operation gate before each task starts: for every node of `starting`, asks the
+/// policies with `nextGroup` (its group) and `nextNode` (the node). Returns the nodes held
+/// back, with the first deny. Warn findings are published once per distinct set.
+pub async fn before_nodes(
     ctx: &Context,
     op: &Operation,
     plan: &Plan,
     tasks: &crate::reconcile::Tasks,
     starting: &[String],
 ) -> Result<Option<Verdict>, bosun_cluster::Error> {
-    let group_of = |node: &str| tasks.get(node).map(|t| t.spec.group.clone());
-    let mut groups: Vec<String> = starting.iter().filter_map(|n| group_of(n)).collect();
-    groups.dedup();
+    let mut nodes: Vec<&String> = starting.iter().filter(|n| tasks.contains_key(*n)).collect();
+    nodes.sort();
+    nodes.dedup();
+    let asks: Vec<(Option<String>, Option<String>)> = nodes
+        .iter()
+        .map(|n| (Some(tasks[*n].spec.group.clone()), Some((*n).clone())))
+        .collect();
+    let decisions = decide(&ctx.client, &ctx.policies, &ctx.caches, op, plan, &asks).await?;
     let mut held = BTreeSet::new();
     let mut first: Option<Decision> = None;
-    for group in groups {
-        let fresh = tasks.values().filter(|t| t.spec.group == group).all(|t| {
-            t.status.as_ref().map(|s| s.phase).unwrap_or_default() == NodeTaskPhase::Pending
-        });
-        if !fresh || held.contains(&group) {
-            continue;
+    let mut warned: BTreeSet<Vec<String>> = BTreeSet::new();
+    for (node, decision) in nodes.into_iter().zip(decisions) {
+        let warnings: Vec<String> = decision
+            .warnings
+            .iter()
+            .map(|w| w.message.clone())
+            .collect();
+        if warned.insert(warnings) {
+            warn_events(&ctx.events, op, &decision).await;
         }
-        let decision = decide(
-            &ctx.client,
-            &ctx.policies,
-            &ctx.caches,
-            op,
-            plan,
-            Some(&group),
-        )
-        .await?;
-        warn_events(&ctx.events, op, &decision).await;
         if !decision.allowed {
-            held.insert(group);
+            held.insert(node.clone());
             first.get_or_insert(decision);
         }
     }
     Ok(first.map(|decision| Verdict {
         decision,
-        held_groups: held,
+        held_nodes: held,
     }))
 }
 
@@ -252,16 +272,16 @@ pub async fn hold_before_planning(
     Ok(Some(status))
 }
 
-/// Groups the operation gate holds back in this reconcile.
+/// Nodes the operation gate holds back in this reconcile.
 #[derive(Debug, Default)]
 pub struct Hold(Option<Verdict>);
 
 impl Hold {
-    /// True when `task`'s group is held back: do not start it.
+    /// True when `task`'s node is held back: do not start it.
     pub fn holds(&self, task: &NodeTask) -> bool {
         self.0
             .as_ref()
-            .is_some_and(|v| v.held_groups.contains(&task.spec.group))
+            .is_some_and(|v| v.held_nodes.contains(&task.spec.node_name))
     }
 
     /// Marks `status` Blocked (reason PolicyDenied) when a group is held, publishing a
@@ -270,13 +290,13 @@ impl Hold {
         &self,
         events: &Events,
         op: &Operation,
+        tasks: &crate::reconcile::Tasks,
         stored: &OperationStatus,
         status: &mut OperationStatus,
         now: Timestamp,
     ) {
         let Some(verdict) = &self.0 else { return };
-        let groups: Vec<&str> = verdict.held_groups.iter().map(String::as_str).collect();
-        let message = verdict.message(&format!("before group {}", groups.join(", ")));
+        let message = verdict.message(&held_what(verdict, tasks));
         verdict.record(status, &message, op.metadata.generation, now);
         if stored.message.as_deref() != Some(message.as_str()) {
             tracing::warn!(operation = %op.name_any(), %message, "group held by policy");
@@ -287,9 +307,27 @@ impl Hold {
     }
 }
 
-/// The operation gate before each group, over the tasks the scheduler is about to start
-/// (or ask approval for).
-pub async fn hold_groups(
+/// `before group workers (nodes w-1, w-2)`: where the held nodes are, for the message.
+fn held_what(verdict: &Verdict, tasks: &crate::reconcile::Tasks) -> String {
+    let mut groups: Vec<&str> = verdict
+        .held_nodes
+        .iter()
+        .filter_map(|n| tasks.get(n).map(|t| t.spec.group.as_str()))
+        .collect();
+    groups.sort();
+    groups.dedup();
+    let nodes: Vec<&str> = verdict.held_nodes.iter().map(String::as_str).collect();
+    format!(
+        "before group {} (node{} {})",
+        groups.join(", "),
+        if nodes.len() == 1 { "" } else { "s" },
+        nodes.join(", ")
+    )
+}
+
+/// The operation gate before each task the scheduler is about to start (or ask approval
+/// for).
+pub async fn hold_nodes(
     ctx: &Context,
     op: &Operation,
     plan: &Plan,
@@ -301,5 +339,5 @@ pub async fn hold_groups(
     if nodes.is_empty() {
         return Ok(Hold(None));
     }
-    Ok(Hold(before_groups(ctx, op, plan, tasks, &nodes).await?))
+    Ok(Hold(before_nodes(ctx, op, plan, tasks, &nodes).await?))
 }

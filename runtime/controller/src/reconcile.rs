@@ -599,7 +599,8 @@ async fn summarise(
     }
     let mut status = current.clone();
     crate::summary::summarize(&mut status, summary);
-    hold.record(&ctx.events, op, stored, &mut status, now).await;
+    hold.record(&ctx.events, op, summary.tasks, stored, &mut status, now)
+        .await;
     if status.phase.is_finished() && status.completion_time.is_none() {
         status.completion_time = Some(Time(now));
     }

@@ -44,9 +44,14 @@ pub struct OperationInput {
     /// The plan: groups in order, each with its node names.
     #[serde(default)]
     pub plan: Vec<PlanGroup>,
-    /// The group about to start, when the decision is made before a group.
+    /// The group of the node about to start, when the decision is made before a node's task
+    /// starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_group: Option<String>,
+    /// The node whose task is about to start (its summary is in `nodes`). Absent before
+    /// planning. A deny holds this node's task, Pending, until the policies allow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_node: Option<String>,
     /// A summary of every node the operation selects.
     #[serde(default)]
     pub nodes: Vec<NodeSummary>,
@@ -272,6 +277,9 @@ pub struct NodeSummary {
     pub ready: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet_version: Option<String>,
+    /// The Node's annotations (per-node settings such as `bosun.dev/maintenance-windows`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// The JSON Schemas of the three input documents, as checked in under

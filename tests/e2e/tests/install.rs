@@ -912,6 +912,8 @@ async fn the_helm_chart_renders_what_kustomize_renders() -> Result<()> {
             "trustRoots.team\\.pub=PEM",
             "--set",
             "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "controller.prometheusPlainHttp={prometheus-operated.monitoring.svc:9090}",
         ],
     )?)?;
     let get = |kind: &str, name: &str, pointer: &str| -> Result<serde_json::Value> {
@@ -993,6 +995,17 @@ async fn the_helm_chart_renders_what_kustomize_renders() -> Result<()> {
             "{kind} {name} runs with --instance=blue: {args}"
         );
     }
+    let args = get(
+        "Deployment",
+        "bosun-controller",
+        "/spec/template/spec/containers/0/args",
+    )?;
+    ensure!(
+        args.as_array().is_some_and(|a| a.contains(&json!(
+            "--prometheus-plain-http=prometheus-operated.monitoring.svc:9090"
+        ))),
+        "the controller may ask that Prometheus over plain http: {args}"
+    );
 
     // Anywhere but bosun-system is refused, saying why.
     let wrong = Command::new(&bin)

@@ -1348,8 +1348,9 @@ async fn an_agent_may_write_only_its_own_nodes_report() -> Result<()> {
 }
 
 /// Generated Operations are ordinary Operations: an operation Policy that denies them
-/// blocks one exactly as it blocks a hand-written one, the ClusterLifecycle waits with
-/// `BlockedOperation`, and deleting the Policy lets the Operation be planned.
+/// holds one exactly as it holds a hand-written one, the ClusterLifecycle waits with
+/// `PolicyHold` (nobody needs to retry), and deleting the Policy lets the Operation be
+/// planned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn policies_gate_generated_operations_like_any_other() -> Result<()> {
     let _nodes = lock_lab_nodes().await;
@@ -1403,10 +1404,15 @@ async fn policies_gate_generated_operations_like_any_other() -> Result<()> {
         status.plan.is_none() && status.message.as_deref().unwrap_or("").contains(message),
         "held before planning with the policy's message: {status:?}"
     );
-    wait_lifecycle(&mut op, "waiting: BlockedOperation", |c| {
-        waiting_is(c, "BlockedOperation")
+    let held = wait_lifecycle(&mut op, "waiting: PolicyHold", |c| {
+        waiting_is(c, "PolicyHold")
     })
     .await?;
+    let why = condition_message(&held, "Progressing");
+    ensure!(
+        why.contains("goes on by itself once the policies allow") && why.contains(message),
+        "the ClusterLifecycle says the policy holds it, and that nobody needs to retry: {why}"
+    );
 
     policies
         .delete(&policy, &DeleteParams::default())

@@ -119,6 +119,9 @@ pub struct Generated {
     pub held: Option<String>,
     /// The node a generated reboot reboots (`spec.reboot.nodes`).
     pub reboot_node: Option<String>,
+    /// Its `Blocked` condition's message while a policy holds it (reason `PolicyDenied`: a
+    /// maintenance window closed, a change freeze): it proceeds by itself once allowed.
+    pub policy_hold: Option<String>,
     /// Why it was generated (its `bosun.dev/lifecycle-reason` annotation).
     pub reason: String,
 }
@@ -227,6 +230,9 @@ pub enum Waiting {
     /// The last reboot generated for a node succeeded, and the node reports the same need
     /// again: another reboot would not help, so none is generated until a person looks.
     RebootDidNotClear,
+    /// A generated Operation is held by policy (a maintenance window, a change freeze): it
+    /// proceeds by itself once the policies allow.
+    PolicyHold,
 }
 
 impl Waiting {
@@ -244,6 +250,7 @@ impl Waiting {
             Waiting::RenewBeforeTooLong => "RenewBeforeTooLong",
             Waiting::OperationSuperseded => "OperationSuperseded",
             Waiting::RebootDidNotClear => "RebootDidNotClear",
+            Waiting::PolicyHold => "PolicyHold",
         }
     }
 }
@@ -613,6 +620,19 @@ fn waiting_for_open(open: &Generated, desired: &str) -> (Waiting, String) {
             format!(
                 "Operation {} upgrades to {version}, but spec.kubernetesVersion is now {desired}: it goes on until it is deleted (nothing is deleted for you). To withdraw it, delete it (kubectl delete operation {}; pause it first with kubectl bosun pause {} if a node is under way); to go on, set spec.kubernetesVersion back to {version}",
                 open.name, open.name, open.name
+            ),
+        );
+    }
+    if let Some(why) = open
+        .policy_hold
+        .as_ref()
+        .filter(|_| open.phase == OperationPhase::Blocked)
+    {
+        return (
+            Waiting::PolicyHold,
+            format!(
+                "Operation {} is held by policy and goes on by itself once the policies allow: {why}",
+                open.name
             ),
         );
     }
@@ -1143,6 +1163,7 @@ mod tests {
             version: None,
             held: None,
             reboot_node: None,
+            policy_hold: None,
             reason: String::new(),
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &done);
@@ -1172,6 +1193,7 @@ mod tests {
                 version: Some("v1.35.0".into()),
                 held: None,
                 reboot_node: None,
+                policy_hold: None,
                 reason: String::new(),
             }];
             let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
@@ -1198,6 +1220,7 @@ mod tests {
             version: Some("v1.34.4".into()),
             held: None,
             reboot_node: None,
+            policy_hold: None,
             reason: String::new(),
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.3", 300), &open);
@@ -1219,6 +1242,7 @@ mod tests {
                     .into(),
             ),
             reboot_node: None,
+            policy_hold: None,
             reason: String::new(),
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
@@ -1265,6 +1289,7 @@ mod tests {
                 version: None,
                 held: None,
                 reboot_node: None,
+                policy_hold: None,
                 reason: String::new(),
             }];
             let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &open);
@@ -1287,6 +1312,7 @@ mod tests {
             version: None,
             held: None,
             reboot_node: None,
+            policy_hold: None,
             reason: String::new(),
         }];
         let d = decide_with(&s, 0, &cluster("v1.34.4", 300), &finished);
@@ -1331,6 +1357,7 @@ mod tests {
                 version: None,
                 held: None,
                 reboot_node: None,
+                policy_hold: None,
                 reason: String::new(),
             }];
             let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &open);
@@ -1351,6 +1378,7 @@ mod tests {
             version: None,
             held: None,
             reboot_node: None,
+            policy_hold: None,
             reason: String::new(),
         }];
         let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &skipped);
@@ -1377,6 +1405,7 @@ mod tests {
             version: None,
             held: None,
             reboot_node: None,
+            policy_hold: None,
             reason: String::new(),
         }];
         let d = decide_with(&s, 2, &cluster("v1.34.4", 300), &exists);
@@ -1565,6 +1594,7 @@ mod tests {
             version: None,
             held: None,
             reboot_node: None,
+            policy_hold: None,
             reason: String::new(),
         }];
         let d = decide_with(&spec("v1.34.4"), 0, &nodes, &done);
@@ -1757,6 +1787,7 @@ mod tests {
             version: None,
             held: None,
             reboot_node: Some(node.into()),
+            policy_hold: None,
             reason: reason.into(),
         };
         let w2_reason =
@@ -1875,5 +1906,36 @@ mod tests {
             long.len() <= 253 && long.starts_with("lifecycle-reboot-nnn"),
             "{long}"
         );
+    }
+
+    #[test]
+    fn a_generated_operation_held_by_policy_is_a_hold_not_a_block() {
+        let open = |policy_hold: Option<&str>| Generated {
+            name: "lifecycle-renew-r1".into(),
+            kind: Kind::RenewCertificates,
+            phase: OperationPhase::Blocked,
+            progress: None,
+            not_done: 0,
+            version: None,
+            held: None,
+            reboot_node: None,
+            policy_hold: policy_hold.map(Into::into),
+            reason: String::new(),
+        };
+        let window = "policy denied the operation before group workers (node w-1): no maintenance window is open";
+        let d = decide_with(
+            &spec("v1.34.4"),
+            0,
+            &cluster("v1.34.4", 300),
+            &[open(Some(window))],
+        );
+        let (w, why) = d.waiting.expect("waiting");
+        assert_eq!(w, Waiting::PolicyHold);
+        assert!(
+            why.contains("goes on by itself") && why.ends_with(window),
+            "{why}"
+        );
+        let d = decide_with(&spec("v1.34.4"), 0, &cluster("v1.34.4", 300), &[open(None)]);
+        assert_eq!(d.waiting.map(|w| w.0), Some(Waiting::BlockedOperation));
     }
 }

@@ -458,6 +458,15 @@ impl Lifecycle {
                         .iter()
                         .find(|c| c.type_ == crate::exclusion::CONDITION && c.status == "True")
                         .map(|c| c.message.clone()),
+                    policy_hold: status
+                        .conditions
+                        .iter()
+                        .find(|c| {
+                            c.type_ == "Blocked"
+                                && c.status == "True"
+                                && c.reason == crate::operation_gate::REASON_DENIED
+                        })
+                        .map(|c| c.message.clone()),
                     reboot_node: op
                         .spec
                         .reboot

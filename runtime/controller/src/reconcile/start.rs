@@ -65,8 +65,8 @@ pub(super) async fn gate_and_start(
         )
         .await?;
     }
-    // The operation gate before each group: a held group's tasks are not started.
-    let hold = match crate::operation_gate::hold_groups(
+    // The operation gate before each task: a held node's task is not started.
+    let hold = match crate::operation_gate::hold_nodes(
         ctx,
         op,
         frozen,
