@@ -88,8 +88,10 @@ deny contains msg if {
 	count(windows) > 0
 	count(open_windows) == 0
 	described := [sprintf("%s %s-%s %s", [concat(",", w.days), w.start, w.end, object.get(w, "timezone", default_timezone)]) | some w in windows]
+	# No time in the message: the controller asks on every pass while the node waits, and
+	# a message that changes each time would be a new Event each time.
 	msg := sprintf(
-		"no maintenance window is open at %s; node %s waits for the next one: %s",
-		[input.now, input.nextNode, concat("; ", described)],
+		"no maintenance window is open; node %s waits for the next one: %s",
+		[input.nextNode, concat("; ", described)],
 	)
 }

@@ -37,10 +37,12 @@
 #      server then serves the new certificate (the serial `openssl s_client` reads equals the
 #      file's, and differs from the old one) and `kubeadm certs check-expiration` agrees with
 #      the file's expiry;
-#   9. a reboot (BOSUN_TEST_REBOOT=1, the default, with BOSUN_TEST_VIA=lifecycle): a reboot
-#      Operation on the worker that needs one restarts its node container for real; its agent
-#      finishes the step with the new boot; the application is measured meanwhile; then `down`
-#      and `check-clean`.
+#   9. a reboot (BOSUN_TEST_REBOOT=1, the default, with BOSUN_TEST_VIA=lifecycle): the
+#      ClusterLifecycle, set to `reboots: {when: Required}` with a blocking-pod selector,
+#      generates one reboot Operation for the worker that needs one; a matching Pod on it holds
+#      the reboot until it is deleted; then its node container restarts for real and its agent
+#      finishes the step with the new boot; the application is measured meanwhile; then
+#      `down` and `check-clean`.
 # BOSUN_TEST_VIA=lifecycle (the default) asks for the upgrade and the renewal the declarative
 # way (docs/lifecycle.md): after the install the test requires the ClusterLifecycle `cluster`
 # the controller adopted from kubeadm-config (at FROM, autoRenew off, InSync) and no Operation
@@ -830,37 +832,67 @@ YAML
   phase "certificate renewal"
 fi
 
-# A real reboot (BOSUN_TEST_REBOOT=1, the default; with the lifecycle's sentinel): a reboot
-# Operation on the node that needs one. Its node container really restarts (systemd, its PID
-# 1, ends the container on reboot; podman's restart policy starts it again, as firmware
-# would), its agent comes back with a new boot identity and finishes the step, the node is
-# Ready and uncordoned, the tmpfs /run lost the sentinel, and the ClusterLifecycle counts no
-# reboot need. The application is measured through its load balancer meanwhile. After the
-# renewal: a reboot restarts the node's Pods, Bosun's agent among them, which the checks of
-# Bosun's restarts above would count.
+# A real reboot (BOSUN_TEST_REBOOT=1, the default; with the lifecycle's sentinel), the
+# declarative way: the ClusterLifecycle is set to `reboots: {when: Required}` with a
+# blocking-pod selector, and generates one reboot Operation for the node that needs one. A Pod
+# matching the selector runs on that node first: the reboot waits (the node is not even
+# cordoned) and says which Pod holds it, until the Pod is deleted. Then the node container
+# really restarts (systemd, its PID 1, ends the container on reboot; podman's restart policy
+# starts it again, as firmware would), its agent comes back with a new boot identity and
+# finishes the step, the node is Ready and uncordoned, the tmpfs /run lost the sentinel, and
+# the ClusterLifecycle counts no reboot need and generates nothing more. No other node gets a
+# task. The application is measured through its load balancer meanwhile. After the renewal: a
+# reboot restarts the node's Pods, Bosun's agent among them, which the checks of Bosun's
+# restarts above would count.
 if [ "${BOSUN_TEST_REBOOT:-1}" = 1 ] && [ -n "${REBOOT_NODE:-}" ]; then
   rn="$REBOOT_NODE"
-  RBOP="reboot-$rn"
   boot_before=$(kubectl get nodereport "$rn" -o jsonpath='{.spec.facts.bootId}')
   restarts_before=$(podman inspect "$rn" --format '{{.RestartCount}}')
   init_before=$(podman inspect "$rn" --format '{{.State.StartedAt}}')
+  kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the blocking Pod on $rn"
+apiVersion: v1
+kind: Pod
+metadata: {name: batch-job, namespace: default, labels: {bosun.dev/stage-blocks-reboot: "true"}}
+spec:
+  nodeName: $rn
+  terminationGracePeriodSeconds: 1
+  containers:
+    - {name: job, image: localhost/bosun/busybox:lab, imagePullPolicy: Never, command: [sleep, "3600"]}
+YAML
+  kubectl wait pod/batch-job --for=condition=Ready --timeout=120s >>"$LOG" 2>&1 || fail "the blocking Pod is not Running on $rn"
+  kubectl patch clusterlifecycle cluster --type=merge \
+    -p '{"spec":{"reboots":{"when":"Required","blockingPodSelector":{"matchLabels":{"bosun.dev/stage-blocks-reboot":"true"}}}}}' \
+    >>"$LOG" 2>&1 || fail "setting reboots.when: Required"
+  RBOP=$(generated_op reboot) || fail "no reboot Operation generated"
+  rb_task() { kubectl get nodetasks -l "bosun.dev/operation=$RBOP,bosun.dev/node=$rn" -o jsonpath="{.items[0]$1}" 2>/dev/null || true; }
   # (stop_probes left reboot-app.stop behind with the others' stop files)
   rm -f "$PROBES/reboot-app.stop"
   "$HERE/probe.sh" app "$PROBES/reboot-app" "$APP_URL" & rb_probe=$!
-  kubectl apply -f - >>"$LOG" 2>&1 <<YAML || fail "creating the reboot Operation"
-apiVersion: bosun.dev/v1alpha1
-kind: Operation
-metadata:
-  name: $RBOP
-spec:
-  reboot: {}
-  nodeSelector:
-    matchLabels:
-      kubernetes.io/hostname: $rn
-  stepTimeoutSeconds: 600
-YAML
+  [ "$(kubectl get operation "$RBOP" -o jsonpath='{.spec.reboot.nodes[*]}')" = "$rn" ] \
+    || fail "the generated reboot $RBOP names nodes '$(kubectl get operation "$RBOP" -o jsonpath='{.spec.reboot.nodes[*]}')', not $rn"
+  # Held by the Pod: the task waits, Pending, saying so; nothing is cordoned.
+  deadline=$(( $(date +%s) + 120 ))
+  until [ "$(rb_task '.status.conditions[?(@.type=="RebootGate")].reason')" = BlockingPod ]; do
+    [ "$(date +%s)" -lt "$deadline" ] || OP=$RBOP fail "the blocking Pod does not hold $rn's reboot within 120 s"
+    sleep 2
+  done
+  held_msg=$(rb_task '.status.message')
+  case "$held_msg" in
+    "pod default/batch-job on node $rn matches spec.reboot.blockingPodSelector"*) ;;
+    *) fail "the held task says: $held_msg" ;;
+  esac
+  sleep 10
+  [ "$(rb_task '.status.phase')" = Pending ] || fail "$rn's reboot task left Pending while the blocking Pod runs"
+  [ "$(kubectl get node "$rn" -o jsonpath='{.spec.unschedulable}')" != true ] || fail "$rn was cordoned while the blocking Pod runs"
+  kubectl get events --field-selector "involvedObject.name=$RBOP,reason=RebootHeld" -o name | grep -q . \
+    || fail "no RebootHeld Event about $RBOP"
+  echo "reboot: $RBOP generated for $rn, held: $held_msg"
+  held_at=$(date +%s)
+  kubectl delete pod batch-job --wait=true --timeout=60s >>"$LOG" 2>&1 || fail "deleting the blocking Pod"
   wait_succeeded "$RBOP" 900 "the reboot"
   touch "$PROBES/reboot-app.stop"; wait "$rb_probe" 2>/dev/null || true
+  rb_started=$(date -d "$(kubectl get nodetasks -l "bosun.dev/operation=$RBOP" -o jsonpath='{.items[0].status.steps[0].startedAt}')" +%s)
+  echo "reboot: the node's task started $(( rb_started - held_at )) s after the blocking Pod's deletion began"
   # The node container's init exited and podman started it again: once.
   restarts_after=$(podman inspect "$rn" --format '{{.RestartCount}}')
   init_after=$(podman inspect "$rn" --format '{{.State.StartedAt}}')
@@ -889,6 +921,12 @@ YAML
     sleep 3
   done
   podman exec "$rn" test ! -e /run/reboot-required || fail "/run/reboot-required is still on $rn after its reboot"
+  n_reboots=$(kubectl get operations -l bosun.dev/lifecycle=reboot -o name | wc -l)
+  [ "$n_reboots" = 1 ] || fail "the ClusterLifecycle generated $n_reboots reboot Operations"
+  for n in "${NODES[@]}"; do
+    [ "$n" = "$rn" ] && continue
+    [ "$(kubectl get node "$n" -o jsonpath='{.spec.unschedulable}')" != true ] || fail "$n, which needed no reboot, is cordoned"
+  done
   kubectl rollout status deploy/web --timeout=180s >>"$LOG" 2>&1 || fail "the workload is not Ready again after the reboot"
   kubectl -n bosun-system rollout status ds/bosun-agent --timeout=180s >>"$LOG" 2>&1 || fail "the agents are not all Ready after the reboot"
   kubectl-bosun status "$RBOP" | head -n 20

@@ -491,3 +491,523 @@ async fn a_reboot_finishes_with_the_nodes_new_boot_and_blocks_when_it_does_not_c
     std::fs::remove_file(&boot_file)?;
     Ok(())
 }
+
+/// A real Prometheus for the alert gate (tests/lab/build-prometheus.sh), on a free port of
+/// 127.0.0.1, evaluating its rule file every second. Stopped when dropped.
+struct LabPrometheus {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    url: String,
+    host_port: String,
+}
+
+impl LabPrometheus {
+    /// Starts Prometheus with `rules` (a rule file's YAML) and waits until it answers.
+    async fn start(rules: &str) -> Result<LabPrometheus> {
+        let bin = bosun_e2e::paths::go_tool_dir("build-prometheus.sh")?.join("prometheus");
+        let dir = bosun_e2e::target_dir().join(bosun_e2e::unique("prometheus"));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("rules.yaml"), rules)?;
+        std::fs::write(
+            dir.join("prometheus.yaml"),
+            "global: {evaluation_interval: 1s, scrape_interval: 1m}\nrule_files: [rules.yaml]\n",
+        )?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let host_port = format!("127.0.0.1:{port}");
+        let log = std::fs::File::create(dir.join("prometheus.log"))?;
+        let child = std::process::Command::new(&bin)
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yaml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={host_port}"))
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let me = LabPrometheus {
+            child,
+            dir,
+            url: format!("http://{host_port}"),
+            host_port,
+        };
+        let started = std::time::Instant::now();
+        while me.alerts().await.is_err() {
+            ensure!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "Prometheus did not answer within 60 s; its log: {}",
+                me.dir.join("prometheus.log").display()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        Ok(me)
+    }
+
+    /// The `alertname`s and states of `/api/v1/alerts`, asked with a plain HTTP/1.0 GET.
+    async fn alerts(&self) -> Result<Vec<(String, String)>> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut s = tokio::net::TcpStream::connect(&self.host_port).await?;
+        s.write_all(b"GET /api/v1/alerts HTTP/1.0\r\n\r\n").await?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await?;
+        let text = String::from_utf8(raw)?;
+        let body = text.split_once("\r\n\r\n").map(|b| b.1).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(body)?;
+        Ok(v["data"]["alerts"]
+            .as_array()
+            .context("no data.alerts")?
+            .iter()
+            .map(|a| {
+                (
+                    a["labels"]["alertname"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    a["state"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect())
+    }
+
+    /// Replaces the rule file and has Prometheus load it (SIGHUP).
+    fn set_rules(&self, rules: &str) -> Result<()> {
+        std::fs::write(self.dir.join("rules.yaml"), rules)?;
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()?;
+        ensure!(status.success(), "kill -HUP prometheus: {status}");
+        Ok(())
+    }
+}
+
+impl Drop for LabPrometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(self.dir.join("data"));
+    }
+}
+
+/// A rule file with alerts that always fire, named `names`.
+fn always_firing(names: &[&str]) -> String {
+    let rules: Vec<String> = names
+        .iter()
+        .map(|n| format!("      - alert: {n}\n        expr: vector(1)\n"))
+        .collect();
+    format!(
+        "groups:\n  - name: bosun-lab\n    rules:\n{}",
+        rules.concat()
+    )
+}
+
+/// Removes files made by a test when dropped (also when the test fails).
+struct RemoveFilesOnDrop(Vec<std::path::PathBuf>);
+
+impl Drop for RemoveFilesOnDrop {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// The declarative reboot and its gates, with the real controller and agents and a real
+/// Prometheus:
+/// 1. A worker whose root gets Debian's `/run/reboot-required`; the ClusterLifecycle with
+///    `reboots: {when: Required}` generates one reboot Operation for that node only, with
+///    the gates copied.
+/// 2. The shipped maintenance-window Policy, with no window open: the Operation is held by
+///    policy (the node is not cordoned), the ClusterLifecycle says PolicyHold. A window
+///    opening lets it go on by itself.
+/// 3. A pod matching `blockingPodSelector` on the node holds it: the task stays Pending
+///    with a `RebootGate` condition naming the pod, the Operation says so, with an Event.
+///    Deleting the pod lets it go on.
+/// 4. An alert firing in Prometheus holds it (an ignored one does not), naming the alert.
+///    The rule gone, the node is cordoned, drained and "rebooted" (a new boot identity; the
+///    sentinel gone, as a reboot clears /run), and uncordoned; the Operation succeeds and no
+///    other node got a task; the ClusterLifecycle counts no reboot and is InSync.
+/// 5. The node asking again for the same reason after that reboot is not rebooted again:
+///    `RebootDidNotClear`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_reboot_waits_for_its_window_blocking_pods_and_alerts() -> Result<()> {
+    use bosun_api::lifecycle::ClusterLifecycle;
+    use bosun_api::operation::{Operation, OperationPhase};
+    use bosun_e2e::lifecycle::{self, condition, current, wait_lifecycle, waiting_is};
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+
+    let lab = bosun_lab::ensure_lab().await?;
+    let _nodes = bosun_e2e::lock_lab_nodes().await;
+    lifecycle::reset(&lab).await?;
+    let worker = lab
+        .nodes
+        .iter()
+        .find(|n| n.role == bosun_lab::Role::Worker)
+        .context("the lab has a worker")?;
+    let name_of_worker = worker.name.clone();
+    let run = worker.host_root.join("run");
+    let (sentinel, pkgs) = (
+        run.join("reboot-required"),
+        run.join("reboot-required.pkgs"),
+    );
+    std::fs::create_dir_all(&run)?;
+    let _remove = RemoveFilesOnDrop(vec![sentinel.clone(), pkgs.clone()]);
+    bosun_e2e::publish_plugin(
+        &lab.client,
+        "reboot",
+        env!("CARGO_PKG_VERSION"),
+        plugins().reboot.clone(),
+        serde_json::to_value(example_grants("reboot.yaml"))?,
+    )
+    .await?;
+    let prometheus =
+        LabPrometheus::start(&always_firing(&["BosunLabNodeDown", "BosunLabWatchdog"])).await?;
+    let boot_file = bosun_e2e::target_dir().join(format!("{}.boot", bosun_e2e::unique("gates")));
+    std::fs::write(&boot_file, "lab-boot-1\n")?;
+    let mut operator = Operator::start_with_args(
+        &lab,
+        "reboot-gates",
+        &[
+            "--lifecycle".into(),
+            "true".into(),
+            "--prometheus-plain-http".into(),
+            prometheus.host_port.clone(),
+        ],
+        &[
+            "--node-report".into(),
+            "true".into(),
+            "--node-report-seconds".into(),
+            "1".into(),
+            "--service-backend".into(),
+            "simulated".into(),
+            "--boot-identity-file".into(),
+            boot_file.display().to_string(),
+        ],
+    )?;
+    let instance = operator.instance.clone();
+
+    // The shipped maintenance-window policy, every window closed: yesterday, one minute.
+    let policies: Api<bosun_api::Policy> = Api::all(lab.client.clone());
+    let window = format!("{instance}-window");
+    let rego = std::fs::read_to_string(
+        bosun_e2e::workspace_root().join("policies/maintenance-window/policy.rego"),
+    )?;
+    let yesterday = (k8s_openapi::jiff::Timestamp::now()
+        - k8s_openapi::jiff::SignedDuration::from_hours(24))
+    .strftime("%a")
+    .to_string();
+    let apply_window = |windows: serde_json::Value| {
+        let policies = policies.clone();
+        let (window, rego, instance) = (window.clone(), rego.clone(), instance.clone());
+        async move {
+            policies
+                .patch(
+                    &window,
+                    &PatchParams::apply(bosun_e2e::MANAGER).force(),
+                    &Patch::Apply(json!({
+                        "apiVersion": "bosun.dev/v1alpha1", "kind": "Policy",
+                        "metadata": { "name": window, "labels": { "bosun.dev/instance": instance } },
+                        "spec": { "enforcement": "Deny", "rego": rego,
+                                  "data": { "maintenance_windows": { "timezone": "UTC", "windows": windows } } },
+                    })),
+                )
+                .await
+                .context("applying the maintenance-window Policy")
+        }
+    };
+    apply_window(json!([{ "days": [yesterday], "start": "00:00", "end": "00:01" }])).await?;
+    let started = std::time::Instant::now();
+    while !policies
+        .get(&window)
+        .await?
+        .status
+        .is_some_and(|s| s.compiled)
+    {
+        ensure!(
+            started.elapsed() < bosun_e2e::DEADLINE,
+            "Policy {window} never compiled"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+
+    // 1. The need, and the setting: one reboot Operation, for that node.
+    std::fs::write(&pkgs, "linux-image-6.12.57+deb13-amd64\n")?;
+    std::fs::write(&sentinel, "*** System restart required ***\n")?;
+    let pod_label = format!("bosun-e2e-blocks-reboot-{instance}");
+    let lifecycles: Api<ClusterLifecycle> = Api::all(lab.client.clone());
+    wait_lifecycle(
+        &mut operator,
+        "adopted, counting the worker's reboot need",
+        |c| current(c) && c.status.as_ref().is_some_and(|s| s.reboots.required == 1),
+    )
+    .await?;
+    lifecycles
+        .patch(
+            "cluster",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "reboots": {
+                "when": "Required",
+                "blockingPodSelector": { "matchLabels": { "bosun.dev/e2e-blocks-reboot": pod_label } },
+                "alerts": { "prometheusUrl": prometheus.url, "ignoreAlerts": "BosunLabWatch.*" },
+            }}})),
+        )
+        .await
+        .context("setting reboots.when: Required")?;
+    let ops: Api<Operation> = Api::all(lab.client.clone());
+    let selector = format!("bosun.dev/instance={instance},bosun.dev/lifecycle");
+    let started = std::time::Instant::now();
+    let generated = loop {
+        operator.procs.check_alive()?;
+        let found = ops
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items;
+        ensure!(
+            found.len() <= 1,
+            "more than one Operation generated: {found:?}"
+        );
+        if let Some(o) = found.into_iter().next() {
+            break o;
+        }
+        ensure!(
+            started.elapsed() < bosun_e2e::DEADLINE,
+            "no reboot Operation generated"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    let name = generated.name_any();
+    let reboot = generated
+        .spec
+        .reboot
+        .clone()
+        .context("not a reboot Operation")?;
+    ensure!(
+        name.starts_with(&format!("lifecycle-reboot-{name_of_worker}-"))
+            && reboot.nodes == [name_of_worker.clone()]
+            && reboot.blocking_pod_selector.is_some()
+            && reboot
+                .alerts
+                .as_ref()
+                .is_some_and(|a| a.prometheus_url == prometheus.url),
+        "{name}: {reboot:?}"
+    );
+
+    // 2. No window open: held by policy, nothing cordoned.
+    let held = operator
+        .wait_operation(&name, "held by the maintenance window", |o| {
+            o.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|c| {
+                    c.type_ == "Blocked"
+                        && c.reason == "PolicyDenied"
+                        && c.message.contains("no maintenance window is open")
+                        && c.message.contains(&format!("node {name_of_worker} waits"))
+                })
+            })
+        })
+        .await?;
+    println!(
+        "{}",
+        held.status
+            .clone()
+            .unwrap_or_default()
+            .message
+            .unwrap_or_default()
+    );
+    let nodes: Api<Node> = Api::all(lab.client.clone());
+    let cordoned = |n: &Node| n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+    ensure!(
+        !cordoned(&nodes.get(&name_of_worker).await?),
+        "cordoned outside the window"
+    );
+    let pending = operator.task(&name, &name_of_worker).await?;
+    ensure!(
+        pending.status.as_ref().map(|s| s.phase).unwrap_or_default() == NodeTaskPhase::Pending,
+        "{:?}",
+        pending.status
+    );
+    wait_lifecycle(&mut operator, "waiting: PolicyHold", |c| {
+        waiting_is(c, "PolicyHold")
+    })
+    .await?;
+
+    // 3. A blocking pod on the node (the lab has no kubelet: it stays Pending, which counts).
+    let pods: Api<Pod> = Api::namespaced(lab.client.clone(), "default");
+    let pod_name = format!("batch-{instance}");
+    let mut pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": pod_name, "labels": { "bosun.dev/e2e-blocks-reboot": pod_label } },
+        "spec": { "nodeName": name_of_worker, "containers": [{ "name": "job", "image": "registry.k8s.io/pause:3.10" }] },
+    }))?;
+    pod = pods.create(&PostParams::default(), &pod).await?;
+    // The window opens (every day, all day): the policy lets the node go, the pod holds it.
+    apply_window(json!([{ "days": ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"], "start": "00:00", "end": "00:00" }])).await?;
+    let gate_of = |t: &bosun_api::node_task::NodeTask| {
+        t.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "RebootGate" && c.status == "True")
+                .map(|c| (c.reason.clone(), c.message.clone()))
+        })
+    };
+    let by_pod = operator
+        .wait_task(&name, &name_of_worker, "held by the blocking pod", |t| {
+            gate_of(t).is_some_and(|g| g.0 == "BlockingPod")
+        })
+        .await?;
+    let (_, message) = gate_of(&by_pod).unwrap_or_default();
+    println!("{message}");
+    ensure!(
+        message.starts_with(&format!(
+            "pod default/{pod_name} on node {name_of_worker} matches spec.reboot.blockingPodSelector"
+        )) && by_pod.status.as_ref().and_then(|s| s.message.clone()) == Some(message.clone()),
+        "{message}"
+    );
+    let op_now = ops.get(&name).await?;
+    let status = op_now.status.clone().unwrap_or_default();
+    ensure!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with(&message))
+            && status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "RebootGate" && c.status == "True" && c.message == message),
+        "the Operation says which gate holds which node: {status:?}"
+    );
+    let events = bosun_e2e::events_about(&lab.client, &name, Some("RebootHeld")).await?;
+    ensure!(
+        events
+            .iter()
+            .any(|e| e.note.as_deref() == Some(message.as_str())),
+        "no RebootHeld Event with the message: {events:?}"
+    );
+    ensure!(
+        !cordoned(&nodes.get(&name_of_worker).await?),
+        "cordoned while a blocking pod runs"
+    );
+    pods.delete(
+        &pod.name_any(),
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await?;
+
+    // 4. Then the alert: NodeDown counts, the Watchdog is ignored.
+    let firing = prometheus.alerts().await?;
+    ensure!(
+        firing
+            .iter()
+            .any(|(n, s)| n == "BosunLabNodeDown" && s == "firing"),
+        "Prometheus reports {firing:?}"
+    );
+    let by_alert = operator
+        .wait_task(&name, &name_of_worker, "held by the alert", |t| {
+            gate_of(t).is_some_and(|g| g.0 == "AlertsFiring")
+        })
+        .await?;
+    let (_, message) = gate_of(&by_alert).unwrap_or_default();
+    println!("{message}");
+    ensure!(
+        message.starts_with(&format!(
+            "Prometheus at {} reports alert BosunLabNodeDown (1 more ignored by ignoreAlerts): the reboot of node {name_of_worker} waits",
+            prometheus.url
+        )),
+        "{message}"
+    );
+    ensure!(
+        !cordoned(&nodes.get(&name_of_worker).await?),
+        "cordoned while an alert fires"
+    );
+    prometheus.set_rules(&always_firing(&["BosunLabWatchdog"]))?;
+    let asked = operator
+        .wait_task(&name, &name_of_worker, "the reboot asked for", |t| {
+            reboot_step(t).is_some_and(|s| s.reboot_requested_at.is_some())
+        })
+        .await?;
+    ensure!(
+        gate_of(&asked).is_none(),
+        "the gate's condition stays after the start: {:?}",
+        asked.status
+    );
+    ensure!(
+        cordoned(&nodes.get(&name_of_worker).await?),
+        "not cordoned during its reboot"
+    );
+    // The reboot: /run is cleared, the node comes back with a new boot.
+    std::fs::remove_file(&sentinel)?;
+    std::fs::remove_file(&pkgs)?;
+    reboot_lab_node(&mut operator, &name_of_worker, &boot_file, "lab-boot-2")?;
+    let done = operator.wait_succeeded(&name).await?;
+    ensure!(done.status.as_ref().map(|s| s.phase) == Some(OperationPhase::Succeeded));
+    let tasks = operator.tasks_each_run_once(&name, 1).await?;
+    ensure!(
+        tasks.keys().eq([&name_of_worker]),
+        "tasks on {:?}",
+        tasks.keys()
+    );
+    ensure!(
+        !cordoned(&nodes.get(&name_of_worker).await?),
+        "still cordoned after its reboot"
+    );
+    let gate = done
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "RebootGate"))
+        .map(|c| (c.status.clone(), c.reason.clone()));
+    ensure!(
+        gate == Some(("False".into(), "GatesClear".into())),
+        "{gate:?}"
+    );
+    let synced = wait_lifecycle(&mut operator, "InSync with no reboot needed", |c| {
+        current(c)
+            && condition(c, "InSync").as_deref() == Some("True")
+            && c.status.as_ref().is_some_and(|s| s.reboots.required == 0)
+    })
+    .await?;
+    let history = synced.status.clone().unwrap_or_default().history;
+    ensure!(
+        history.iter().any(|h| h.name == name && h.kind == "reboot"),
+        "{history:?}"
+    );
+
+    // 5. The same need again after that reboot: not rebooted again.
+    std::fs::write(&pkgs, "linux-image-6.12.57+deb13-amd64\n")?;
+    std::fs::write(&sentinel, "*** System restart required ***\n")?;
+    let again = wait_lifecycle(&mut operator, "waiting: RebootDidNotClear", |c| {
+        waiting_is(c, "RebootDidNotClear")
+    })
+    .await?;
+    let why = bosun_e2e::lifecycle::condition_message(&again, "Progressing");
+    println!("{why}");
+    ensure!(
+        why.contains(&format!(
+            "node {name_of_worker} was rebooted by Operation {name}"
+        )) && why.contains(&format!("kubectl delete operation {name}")),
+        "{why}"
+    );
+    let all = ops
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    ensure!(
+        all.len() == 1,
+        "generated again: {:?}",
+        all.iter().map(|o| o.name_any()).collect::<Vec<_>>()
+    );
+    std::fs::remove_file(&sentinel)?;
+    std::fs::remove_file(&pkgs)?;
+
+    policies.delete(&window, &DeleteParams::default()).await?;
+    lifecycle::remove(&lab).await?;
+    operator.finish().await?;
+    std::fs::remove_file(&boot_file)?;
+    Ok(())
+}
