@@ -155,6 +155,28 @@ async fn a_reboot_with_another_kind_is_refused() -> Result<()> {
 }
 
 #[tokio::test]
+async fn a_reboot_alert_gate_without_a_url_scheme_is_refused() -> Result<()> {
+    refused(
+        json!({ "reboot": { "alerts": { "prometheusUrl": "prometheus:9090" } } }),
+        &[
+            "spec.reboot.alerts.prometheusUrl",
+            "spec.reboot.alerts.prometheusUrl must start with http:// or https://, for example http://prometheus-operated.monitoring.svc:9090",
+        ],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_reboot_gate_changed_after_creation_is_refused() -> Result<()> {
+    change_refused(
+        json!({ "reboot": { "nodes": ["w-1"] } }),
+        json!({ "reboot": { "nodes": ["w-1"], "blockingPodSelector": { "matchLabels": { "a": "b" } } } }),
+        &["spec.reboot cannot change after creation"],
+    )
+    .await
+}
+
+#[tokio::test]
 async fn a_controller_step_that_awaits_a_new_boot_is_refused() -> Result<()> {
     refused(
         with_steps(json!([{ "name": "wait", "runsOn": "controller", "action": "waitNodeReady", "awaitNewBoot": true }])),

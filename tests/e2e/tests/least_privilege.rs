@@ -376,6 +376,37 @@ async fn the_controllers_identity_is_refused_what_drain_and_reconcile_do_not_nee
         Err(kube::Error::Api(e)) if e.code == 403 => {}
         other => bail!("a mislabelled generated Operation: {other:?}"),
     }
+    // A generated reboot names one node; a reboot of every node is not one the reconciler
+    // makes, and is refused.
+    let reboot = |name: String, nodes: serde_json::Value| -> Result<Operation> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "bosun.dev/v1alpha1", "kind": "Operation",
+            "metadata": { "name": name,
+                          "labels": { "bosun.dev/lifecycle": "reboot", "bosun.dev/instance": op } },
+            "spec": { "reboot": { "nodes": nodes }, "paused": true },
+        }))?)
+    };
+    ops.create(
+        &PostParams::default(),
+        &reboot(format!("lifecycle-reboot-{op}"), json!(["lab-worker-1"]))?,
+    )
+    .await
+    .context("the controller creating a generated reboot of one node")?;
+    Api::<Operation>::all(lab.client.clone())
+        .delete(&format!("lifecycle-reboot-{op}"), &DeleteParams::default())
+        .await?;
+    for nodes in [json!([]), json!(["lab-worker-1", "lab-worker-2"])] {
+        match ops
+            .create(
+                &PostParams::default(),
+                &reboot(format!("lifecycle-reboot-all-{op}"), nodes.clone())?,
+            )
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 403 => {}
+            other => bail!("a generated-looking reboot of nodes {nodes}: {other:?}"),
+        }
+    }
     let tasks: Api<NodeTask> = Api::all(controller.clone());
     refused(
         tasks.delete(&op, &DeleteParams::default()).await,
