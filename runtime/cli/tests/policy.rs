@@ -183,7 +183,7 @@ fn the_example_policies_pass_their_cases_and_read_the_time_from_the_input() {
     assert_eq!(
         out.matches("PASS case policies/deploy-examples/policy-maintenance-window.cases.yaml")
             .count(),
-        5,
+        6,
         "{out}"
     );
     for dir in ["deploy/examples", "policies"] {
