@@ -85,24 +85,71 @@ impl Verdict {
     }
 }
 
-/// Asks the operation policies about `op` with `plan` (about to be frozen, or frozen), once
-/// per question in `asks` (`nextGroup`, `nextNode`; `(None, None)` before planning), with
-/// the Nodes as the controller's Node watch shows them (`caches`). Returns the decisions in
-/// the order asked; warnings and audits are logged (and Warn findings published as Events
-/// by the caller).
-pub async fn decide(
+/// The operation policies, ready to be asked about one Operation: the compiled policies and
+/// the input document, read once ([`Asker::new`]) and asked once per node ([`Asker::ask`]).
+pub struct Asker {
+    generation: std::sync::Arc<bosun_cluster::policies::Generation>,
+    input: OperationInput,
+    operation: String,
+}
+
+impl std::fmt::Debug for Asker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Asker")
+            .field("operation", &self.operation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Asker {
+    /// The policies and the input about `op` with `plan` (about to be frozen, or frozen),
+    /// with the Nodes as the controller's Node watch shows them (`caches`).
+    pub async fn new(
+        client: &Client,
+        watch: &PolicyWatch,
+        caches: &crate::cache::Caches,
+        op: &Operation,
+        plan: &Plan,
+    ) -> Result<Asker, bosun_cluster::Error> {
+        let generation = watch.generation(SYNC_WAIT).await?;
+        let input = operation_input(client, caches, op, plan).await?;
+        Ok(Asker {
+            generation,
+            input,
+            operation: op.name_any(),
+        })
+    }
+
+    /// Asks the policies with `nextGroup` and `nextNode` (both `None` before planning).
+    /// Warnings and audits are logged (and Warn findings published as Events by the caller).
+    pub fn ask(&mut self, next_group: Option<&str>, next_node: Option<&str>) -> Decision {
+        self.input.next_group = next_group.map(str::to_owned);
+        self.input.next_node = next_node.map(str::to_owned);
+        let clock = std::time::Instant::now();
+        let decision = self.generation.with_evaluator(|e| e.operation(&self.input));
+        bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Policy, clock.elapsed());
+        let node = next_node.unwrap_or("");
+        for w in &decision.warnings {
+            tracing::warn!(operation = %self.operation, node, policy = %w.policy, message = %w.message, "policy warning");
+        }
+        for a in &decision.audits {
+            tracing::info!(operation = %self.operation, node, policy = %a.policy, message = %a.message, "policy audit");
+        }
+        decision
+    }
+}
+
+/// The operation point's input about `op` with `plan`, without `nextGroup` and `nextNode`.
+async fn operation_input(
     client: &Client,
-    watch: &PolicyWatch,
     caches: &crate::cache::Caches,
     op: &Operation,
     plan: &Plan,
-    asks: &[(Option<String>, Option<String>)],
-) -> Result<Vec<Decision>, bosun_cluster::Error> {
-    let generation = watch.generation(SYNC_WAIT).await?;
+) -> Result<OperationInput, bosun_cluster::Error> {
     let mut all: Vec<Node> = caches.nodes().iter().map(|n| Node::clone(n)).collect();
     all.sort_by_key(|n| n.name_any());
     let planned: BTreeSet<&str> = plan.node_names().collect();
-    let mut input = OperationInput {
+    Ok(OperationInput {
         operation: operation_ref(op),
         plan: plan
             .groups
@@ -135,23 +182,7 @@ pub async fn decide(
             control_plane: control_plane(client, &all, None).await?,
         },
         now: Timestamp::now().to_string(),
-    };
-    let mut out = Vec::with_capacity(asks.len());
-    for (next_group, next_node) in asks {
-        input.next_group = next_group.clone();
-        input.next_node = next_node.clone();
-        let clock = std::time::Instant::now();
-        let decision = generation.with_evaluator(|e| e.operation(&input));
-        bosun_telemetry::metrics().gate_finished(bosun_telemetry::Gate::Policy, clock.elapsed());
-        for w in &decision.warnings {
-            tracing::warn!(operation = %op.name_any(), node = next_node.as_deref().unwrap_or(""), policy = %w.policy, message = %w.message, "policy warning");
-        }
-        for a in &decision.audits {
-            tracing::info!(operation = %op.name_any(), node = next_node.as_deref().unwrap_or(""), policy = %a.policy, message = %a.message, "policy audit");
-        }
-        out.push(decision);
-    }
-    Ok(out)
+    })
 }
 
 /// The operation gate before planning: `Some(verdict)` when the policies deny the
@@ -161,18 +192,9 @@ pub async fn before_planning(
     op: &Operation,
     plan: &Plan,
 ) -> Result<Option<Verdict>, bosun_cluster::Error> {
-    let decisions = decide(
-        &ctx.client,
-        &ctx.policies,
-        &ctx.caches,
-        op,
-        plan,
-        &[(None, None)],
-    )
-    .await?;
-    let Some(decision) = decisions.into_iter().next() else {
-        return Ok(None);
-    };
+    let decision = Asker::new(&ctx.client, &ctx.policies, &ctx.caches, op, plan)
+        .await?
+        .ask(None, None);
     warn_events(&ctx.events, op, &decision).await;
     Ok((!decision.allowed).then(|| Verdict {
         decision,
@@ -193,15 +215,12 @@ pub async fn before_nodes(
     let mut nodes: Vec<&String> = starting.iter().filter(|n| tasks.contains_key(*n)).collect();
     nodes.sort();
     nodes.dedup();
-    let asks: Vec<(Option<String>, Option<String>)> = nodes
-        .iter()
-        .map(|n| (Some(tasks[*n].spec.group.clone()), Some((*n).clone())))
-        .collect();
-    let decisions = decide(&ctx.client, &ctx.policies, &ctx.caches, op, plan, &asks).await?;
+    let mut asker = Asker::new(&ctx.client, &ctx.policies, &ctx.caches, op, plan).await?;
     let mut held = BTreeSet::new();
     let mut first: Option<Decision> = None;
     let mut warned: BTreeSet<Vec<String>> = BTreeSet::new();
-    for (node, decision) in nodes.into_iter().zip(decisions) {
+    for node in nodes {
+        let decision = asker.ask(Some(&tasks[node].spec.group), Some(node));
         let warnings: Vec<String> = decision
             .warnings
             .iter()
@@ -284,7 +303,7 @@ impl Hold {
             .is_some_and(|v| v.held_nodes.contains(&task.spec.node_name))
     }
 
-    /// Marks `status` Blocked (reason PolicyDenied) when a group is held, publishing a
+    /// Marks `status` Blocked (reason PolicyDenied) when a node is held, publishing a
     /// Warning Event when the block is new or its message changed.
     pub async fn record(
         &self,
@@ -299,7 +318,7 @@ impl Hold {
         let message = verdict.message(&held_what(verdict, tasks));
         verdict.record(status, &message, op.metadata.generation, now);
         if stored.message.as_deref() != Some(message.as_str()) {
-            tracing::warn!(operation = %op.name_any(), %message, "group held by policy");
+            tracing::warn!(operation = %op.name_any(), %message, "node held by policy");
             events
                 .publish(op, Notice::warning(REASON_DENIED, ACTION, message))
                 .await;

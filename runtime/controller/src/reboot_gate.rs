@@ -58,16 +58,14 @@ pub struct Held {
 /// http only to the `HOST:PORT`s of `--prometheus-plain-http`.
 #[derive(Clone, Debug)]
 pub struct Gates {
-    fetcher: Option<bosun_fetch::Fetcher>,
-    /// Why there is no client, when there is none.
-    unavailable: Option<String>,
+    /// The client, or why there is none.
+    fetcher: Result<bosun_fetch::Fetcher, String>,
 }
 
 impl Default for Gates {
     fn default() -> Self {
         Gates::new(&[]).unwrap_or_else(|e| Gates {
-            fetcher: None,
-            unavailable: Some(e.to_string()),
+            fetcher: Err(e.to_string()),
         })
     }
 }
@@ -83,8 +81,7 @@ impl Gates {
             ..Default::default()
         };
         Ok(Gates {
-            fetcher: Some(bosun_fetch::Fetcher::new(&config)?),
-            unavailable: None,
+            fetcher: Ok(bosun_fetch::Fetcher::new(&config)?),
         })
     }
 }
@@ -117,12 +114,10 @@ pub async fn check(client: &Client, gates: &Gates, spec: &RebootSpec, node: &str
 
 /// The body of `GET <prometheusUrl>/api/v1/alerts`, or why there is none.
 async fn fetch_alerts(gates: &Gates, gate: &AlertGate) -> Result<Vec<u8>, String> {
-    let Some(fetcher) = &gates.fetcher else {
-        return Err(format!(
-            "the controller has no HTTP client: {}",
-            gates.unavailable.as_deref().unwrap_or("unknown")
-        ));
-    };
+    let fetcher = gates
+        .fetcher
+        .as_ref()
+        .map_err(|why| format!("the controller has no HTTP client: {why}"))?;
     let url = alerts_url(&gate.prometheus_url)?;
     match fetcher.get(&url, &[], MAX_ALERTS_BYTES, true).await {
         Ok(r) if r.status.is_success() => Ok(r.body.to_vec()),

@@ -1,5 +1,5 @@
 //! The **start** phase: the scheduler's moves applied. Tasks whose node left are blocked
-//! (Invalid); the operation gate holds groups back; a reboot's gates hold nodes back
+//! (Invalid); the operation gate holds nodes back; a reboot's gates hold nodes back
 //! ([`crate::reboot_gate`]); one Operation at a time works on a node (a task whose node
 //! another Operation holds waits, and says so); tasks whose turn came in Controlled mode
 //! wait for approval; the others start, with their first controller steps written together
