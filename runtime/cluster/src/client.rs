@@ -21,8 +21,13 @@ pub const ANSWER_DEADLINE: Duration = Duration::from_secs(20);
 /// lives. kube-client sets no read timeout by default. Cutting a request drops its
 /// connection, so the retry goes out on another.
 ///
-/// Watches (`watch=true`) are left alone: they wait for events by design, and a watch that
-/// stalls is found by `watch::keep_fresh` instead. The deadline ([`ANSWER_DEADLINE`]) is
+/// Watches (`watch=true`) are not cut: they wait for events by design, and a watch that
+/// stalls is found by `watch::keep_fresh` instead. A watch asks instead for its connection
+/// to be closed when it ends (`Connection: close`), so that the watch that follows it goes
+/// out on another connection: without this, the HTTP/1 pool hands the follower the same
+/// connection, and a process whose watch reached an API server that stopped delivering (its
+/// etcd member stopped) would watch through that server again each time its watch ends,
+/// for as long as the server lives. The deadline ([`ANSWER_DEADLINE`]) is
 /// far above what any request of Bosun's takes on a working API server (milliseconds; an
 /// eviction or a page of a list included) and under the API server's own 60 s request
 /// timeout.
@@ -85,8 +90,13 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let watch = is_watch(request.uri());
+        if watch {
+            request
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
         let (method, path) = (request.method().clone(), request.uri().path().to_owned());
         let deadline = self.deadline;
         let sent = self.inner.call(request);
@@ -178,6 +188,36 @@ mod tests {
         assert!(!watch("/api/v1/nodes?watch=false"));
         assert!(!watch("/api/v1/nodes?labelSelector=watch%3Dtrue"));
         assert!(!watch("/api/v1/nodes"));
+    }
+
+    #[tokio::test]
+    async fn a_watch_asks_for_its_connection_to_be_closed_when_it_ends_and_no_other_request_does() {
+        // Answers with the Connection header the request carried, as a response header.
+        let echo = tower::service_fn(|request: http::Request<()>| async move {
+            let mut response = http::Response::new(());
+            if let Some(v) = request.headers().get(http::header::CONNECTION) {
+                response
+                    .headers_mut()
+                    .insert(http::header::CONNECTION, v.clone());
+            }
+            Ok::<_, std::convert::Infallible>(response)
+        });
+        let service = AnswerDeadline(Duration::from_secs(5)).layer(echo);
+        let cases = [
+            ("/api/v1/nodes?watch=true&resourceVersion=7", Some("close")),
+            ("/apis/bosun.dev/v1alpha1/operations?watch=1", Some("close")),
+            ("/api/v1/nodes", None),
+            ("/api/v1/namespaces/a/configmaps/watch", None),
+        ];
+        for (uri, want) in cases {
+            let request = http::Request::get(uri).body(()).expect("a request");
+            let response = service.clone().oneshot(request).await.expect("an answer");
+            let got = response
+                .headers()
+                .get(http::header::CONNECTION)
+                .map(|v| v.to_str().expect("ascii"));
+            assert_eq!(got, want, "{uri}");
+        }
     }
 
     #[tokio::test]

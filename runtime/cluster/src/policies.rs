@@ -131,20 +131,26 @@ impl PolicyWatch {
         client: Client,
         selector: Option<String>,
     ) -> Option<impl Future<Output = ()> + Send + 'static> {
-        Some(self.changes(client, selector)?.for_each(|()| async {}))
+        Some(
+            self.changes(client, watcher::Config::default(), selector)?
+                .for_each(|()| async {}),
+        )
     }
 
     /// Keeps the watch current while polled, yielding once per change to the set of
     /// policies (for triggering reconciles). The first call of this or
     /// [`PolicyWatch::drive`] gets it; later calls get `None`.
-    /// Watches every Policy, or those matching `selector` (a label selector).
+    /// Watches every Policy, or those matching `selector` (a label selector), with `config`
+    /// (the agent's default, or the controller's shorter watches:
+    /// `watch::controller_config`).
     pub fn changes(
         &self,
         client: Client,
+        config: watcher::Config,
         selector: Option<String>,
     ) -> Option<impl futures::Stream<Item = ()> + Send + 'static> {
         let writer = self.writer.lock().ok()?.take()?;
-        let mut config = watcher::Config::default();
+        let mut config = config;
         if let Some(s) = &selector {
             config = config.labels(s);
         }

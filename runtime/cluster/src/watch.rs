@@ -400,6 +400,173 @@ pub async fn keep_fresh<K, A>(
     }
 }
 
+/// How long the API server keeps one of the controller's watches open before it ends it
+/// (`timeoutSeconds`; kube-runtime's default is 290 s). The watcher then watches again from
+/// its last `resourceVersion`, with no new list, and on a new connection (a watch's
+/// connection is closed when it ends: `client::AnswerDeadline`). So a watch that reached an
+/// API server that is up but no longer delivers (its etcd member stopped: the API server
+/// keeps its watches open and sends nothing) leaves it within this long, for every watch
+/// and every change, including objects created meanwhile, which no freshness check by
+/// object can notice. The cost is one watch request per watch per minute, a handful for the
+/// controller; the agents, a thousand of them, keep the default.
+pub const CONTROLLER_WATCH_SECONDS: u32 = 60;
+
+/// The watcher configuration of every controller watch ([`CONTROLLER_WATCH_SECONDS`]).
+pub fn controller_config() -> watcher::Config {
+    watcher::Config::default().timeout(CONTROLLER_WATCH_SECONDS)
+}
+
+/// The check [`keep_listed_fresh`] runs: a watch silent for 10 s is compared with a list
+/// every 10 s (`sample` is not used: the list is whole).
+pub const LISTED_FRESHNESS: FreshnessCheck = FreshnessCheck {
+    every: Duration::from_secs(10),
+    silent: Duration::from_secs(10),
+    sample: 0,
+    timeout: Duration::from_secs(2),
+    tries: 3,
+    grace: Duration::from_secs(2),
+};
+
+/// An object's place in a list or a store: `namespace/name` (`name` for a cluster-scoped
+/// one), and its `resourceVersion`.
+pub type Versions = std::collections::BTreeMap<String, String>;
+
+fn key_of(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_owned(),
+    }
+}
+
+/// The objects the store is behind the API server on: those a list taken at
+/// `list_version` shows at another version than `stored` has (unless the store's is
+/// newer), those the list shows and the store lacks (created), and those the store has and
+/// the list does not, unless the store's version is newer than the list (created after
+/// it). Versions are compared as integers (the etcd revision, see `cache.rs` in the
+/// controller); one that is not an integer counts as different.
+pub fn behind(listed: &Versions, list_version: &str, stored: &Versions) -> Vec<String> {
+    let newer = |a: &str, b: &str| match (a.parse::<u64>(), b.parse::<u64>()) {
+        (Ok(a), Ok(b)) => a > b,
+        _ => false,
+    };
+    let mut keys: Vec<&String> = listed.keys().chain(stored.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| match (listed.get(*k), stored.get(*k)) {
+            (Some(l), Some(s)) => l != s && !newer(s, l),
+            (Some(_), None) => true,
+            (None, Some(s)) => !newer(s, list_version),
+            (None, None) => false,
+        })
+        .cloned()
+        .collect()
+}
+
+/// Of the objects `behind` named while the store held `before`, those the watch has still
+/// brought nothing for (the store holds them as it did): the watch is not delivering.
+pub fn still_behind(behind: &[String], before: &Versions, after: &Versions) -> Vec<String> {
+    behind
+        .iter()
+        .filter(|k| before.get(*k) == after.get(*k))
+        .cloned()
+        .collect()
+}
+
+fn stored_versions<K>(store: &Store<K>) -> Versions
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store
+        .state()
+        .iter()
+        .map(|o| {
+            (
+                key_of(o.namespace().as_deref(), &o.name_any()),
+                o.resource_version().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Keeps a watch of objects that people and other processes create and edit honest (the
+/// Operations, the ClusterLifecycle): every `check.every`, if the watch behind `store` has
+/// been silent for `check.silent`, lists the same objects (`params`: the watch's
+/// selectors) by their metadata, with a quorum read, and compares. An object created,
+/// changed or deleted on the API server that the store does not show ([`behind`]), and
+/// still does not after `check.grace`, means the watch is not delivering: it is opened
+/// again through `liveness`, with a warning. Unlike [`keep_fresh`], this notices objects
+/// created while the watch stalled; the list is small (metadata only, a few objects).
+/// Never ends.
+pub async fn keep_listed_fresh<K>(
+    api: kube::Api<K>,
+    params: kube::api::ListParams,
+    store: Store<K>,
+    liveness: Liveness,
+    check: FreshnessCheck,
+) where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    loop {
+        tokio::time::sleep(check.every).await;
+        if liveness.silent_for() < check.silent {
+            continue;
+        }
+        let mut listed = None;
+        // A list cut at its timeout drops its connection, so the next try goes out on
+        // another (see `keep_fresh`).
+        for _ in 0..check.tries {
+            match tokio::time::timeout(check.timeout, api.list_metadata(&params)).await {
+                Ok(Ok(list)) => {
+                    listed = Some(list);
+                    break;
+                }
+                Ok(Err(_)) => break,
+                Err(_) => {}
+            }
+        }
+        let Some(list) = listed else { continue };
+        let list_version = list.metadata.resource_version.clone().unwrap_or_default();
+        let listed: Versions = list
+            .items
+            .iter()
+            .map(|o| {
+                (
+                    key_of(o.metadata.namespace.as_deref(), &o.name_any()),
+                    o.resource_version().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let before = stored_versions(&store);
+        let differ = behind(&listed, &list_version, &before);
+        if differ.is_empty() {
+            continue;
+        }
+        tokio::time::sleep(check.grace).await;
+        let still = still_behind(&differ, &before, &stored_versions(&store));
+        if let Some(first) = still.first() {
+            tracing::warn!(
+                watched = ?liveness.0.resource,
+                object = %first,
+                behind = still.len(),
+                watched_version = before.get(first).map_or("absent", String::as_str),
+                api_server_version = listed.get(first).map_or("deleted", String::as_str),
+                silent_for = ?liveness.silent_for(),
+                "the watch has brought nothing while the API server lists objects it does not show; watching again on a new connection"
+            );
+            liveness.reopen();
+        }
+    }
+}
+
 /// A seed for [`WatchBackoff::new`] from a name (FNV-1a).
 pub fn seed_of(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -495,6 +662,48 @@ mod tests {
         assert_eq!(names(4), ["e", "a"]);
         assert_eq!(sample_of(all.clone(), 0, 9).len(), 5);
         assert!(sample_of(Vec::<Arc<NodeTask>>::new(), 3, 2).is_empty());
+    }
+
+    #[test]
+    fn a_store_is_behind_a_list_on_what_it_lacks_or_holds_older_and_not_on_what_is_newer() {
+        let v = |pairs: &[(&str, &str)]| -> Versions {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        type Pairs<'a> = &'a [(&'a str, &'a str)];
+        // (listed, list version, stored, behind)
+        let cases: [(Pairs, &str, Pairs, &[&str]); 8] = [
+            (&[("a", "5")], "9", &[("a", "5")], &[]),
+            (&[], "9", &[], &[]),
+            // Changed on the API server, the store still at the old version.
+            (&[("a", "7")], "9", &[("a", "5")], &["a"]),
+            // The store already newer than the list (an event after the list's snapshot).
+            (&[("a", "7")], "9", &[("a", "11")], &[]),
+            // Created while the watch stalled.
+            (&[("a", "5"), ("b", "8")], "9", &[("a", "5")], &["b"]),
+            // Deleted on the API server.
+            (&[], "9", &[("a", "5")], &["a"]),
+            // Created after the list was taken: not behind.
+            (&[], "9", &[("a", "12")], &[]),
+            // A version that is not an integer counts as different.
+            (&[("a", "x")], "9", &[("a", "y")], &["a"]),
+        ];
+        for (listed, at, stored, want) in cases {
+            assert_eq!(
+                behind(&v(listed), at, &v(stored)),
+                want.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+                "listed {listed:?} at {at}, stored {stored:?}"
+            );
+        }
+        // After the grace: only what the watch still brought nothing for.
+        let before = v(&[("a", "5"), ("c", "3")]);
+        let after = v(&[("a", "7"), ("c", "3")]);
+        let behind_then = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        assert_eq!(still_behind(&behind_then, &before, &after), ["b", "c"]);
+        assert_eq!(key_of(Some("ns"), "n"), "ns/n");
+        assert_eq!(key_of(None, "n"), "n");
     }
 
     #[test]

@@ -241,7 +241,7 @@ impl Caches {
         let writer = self.node_writer.lock().ok()?.take()?;
         let api: Api<Node> = Api::all(client);
         Some(
-            watcher(api, watcher::Config::default())
+            watcher(api, bosun_cluster::watch::controller_config())
                 .inspect(bosun_cluster::watch::count_lists(Watched::Nodes))
                 .backoff(bosun_cluster::watch::WatchBackoff::new(
                     bosun_cluster::watch::seed_of("bosun-controller/nodes"),

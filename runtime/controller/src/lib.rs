@@ -62,7 +62,7 @@ use bosun_telemetry::Watched;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::Controller;
 
 pub use error::{Error, Result};
 pub use reconcile::{Context, error_policy, reconcile};
@@ -101,7 +101,11 @@ pub async fn run(
     // Policies of this instance: the operation gate, their status, and a reconcile of every
     // Operation whenever they change (a fixed policy unblocks without waiting for a resync).
     let policies = Arc::new(PolicyWatch::new());
-    let policy_changes = policies.changes(client.clone(), Some(selector.clone()));
+    let policy_changes = policies.changes(
+        client.clone(),
+        bosun_cluster::watch::controller_config(),
+        Some(selector.clone()),
+    );
     tokio::spawn(policy_status::run_status(
         client.clone(),
         manager.clone(),
@@ -114,7 +118,10 @@ pub async fn run(
     let caches = Arc::new(cache::Caches::new());
     let (Some(nodes_watch), Some(task_triggers)) = (
         caches.nodes_watch(client.clone()),
-        caches.task_triggers(client.clone(), watcher::Config::default().labels(&selector)),
+        caches.task_triggers(
+            client.clone(),
+            bosun_cluster::watch::controller_config().labels(&selector),
+        ),
     ) else {
         unreachable!("a new Caches gives its watches once");
     };
@@ -149,10 +156,20 @@ pub async fn run(
     let triggers = futures::stream::select(task_triggers, advanced);
     // The Operation watch, as `Controller::new` builds it, with its lists counted
     // (`bosun_watch_lists_total`).
+    // An Operation created or edited while that watch reached an API server that stopped
+    // delivering is found by a list (`bosun_cluster::watch::keep_listed_fresh`).
+    let operation_liveness = bosun_cluster::watch::Liveness::new(Watched::Operations);
     let (operation_triggers, operation_store) = bosun_cluster::watch::counted_controller_source(
+        operations.clone(),
+        bosun_cluster::watch::controller_config().labels(&selector),
+        operation_liveness.clone(),
+    );
+    let operations_fresh = bosun_cluster::watch::keep_listed_fresh(
         operations,
-        watcher::Config::default().labels(&selector),
-        bosun_cluster::watch::Liveness::new(Watched::Operations),
+        kube::api::ListParams::default().labels(&selector),
+        operation_store.clone(),
+        operation_liveness,
+        bosun_cluster::watch::LISTED_FRESHNESS,
     );
     let controller = Controller::for_stream(operation_triggers, operation_store)
         .watches_stream(triggers, wake)
@@ -168,12 +185,13 @@ pub async fn run(
                 Err(e) => tracing::debug!(error = %e, "reconcile error"),
             }
         });
-    // The Node watch and the freshness check never end; the controller ends on a shutdown
+    // The Node watch and the freshness checks never end; the controller ends on a shutdown
     // signal, and with it this.
     tokio::select! {
         () = controller => {}
         () = nodes_watch => {}
         () = tasks_fresh => {}
+        () = operations_fresh => {}
     }
 }
 

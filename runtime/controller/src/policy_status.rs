@@ -11,8 +11,8 @@ use bosun_policy::{Limits, PolicySet};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::Controller;
 use kube::runtime::controller::Action;
-use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
@@ -22,7 +22,7 @@ use crate::time::set_condition;
 /// message`), its digest, and the `Compiled` condition. Runs until shutdown.
 pub async fn run_status(client: Client, manager: String, selector: Option<String>) {
     let api: Api<Policy> = Api::all(client.clone());
-    let mut config = watcher::Config::default();
+    let mut config = bosun_cluster::watch::controller_config();
     if let Some(s) = &selector {
         config = config.labels(s);
     }

@@ -91,14 +91,16 @@ pub enum Watched {
     Operations,
     Nodes,
     Policies,
+    ClusterLifecycles,
 }
 
 /// Every [`Watched`], in the order they are exposed.
-const WATCHED: [Watched; 4] = [
+const WATCHED: [Watched; 5] = [
     Watched::NodeTasks,
     Watched::Operations,
     Watched::Nodes,
     Watched::Policies,
+    Watched::ClusterLifecycles,
 ];
 
 fn watched_str(w: Watched) -> &'static str {
@@ -107,6 +109,7 @@ fn watched_str(w: Watched) -> &'static str {
         Watched::Operations => "operations",
         Watched::Nodes => "nodes",
         Watched::Policies => "policies",
+        Watched::ClusterLifecycles => "clusterlifecycles",
     }
 }
 

@@ -123,6 +123,27 @@ pub fn start(lab: &LabHandle, test: &str) -> Result<Operator> {
     start_with_report_period(lab, test, 1)
 }
 
+/// As [`start`], the controller reaching the API server through `kubeconfig` (a relay's:
+/// [`crate::stall::StallingRelay::kubeconfig`]).
+pub fn start_through(
+    lab: &LabHandle,
+    test: &str,
+    kubeconfig: &std::path::Path,
+) -> Result<Operator> {
+    Operator::start_with(
+        lab,
+        test,
+        &["--lifecycle".into(), "true".into()],
+        &[
+            "--node-report".into(),
+            "true".into(),
+            "--node-report-seconds".into(),
+            "1".into(),
+        ],
+        Some(kubeconfig.to_path_buf()),
+    )
+}
+
 /// As [`start`], the agents reading their node's facts every `seconds` (besides on start
 /// and when a task of their node finishes).
 pub fn start_with_report_period(lab: &LabHandle, test: &str, seconds: u64) -> Result<Operator> {

@@ -87,7 +87,9 @@ impl Operator {
         Operator::start_with(lab, test, &[], &[], Some(kubeconfig.to_path_buf()))
     }
 
-    fn start_with(
+    /// [`start`](Self::start) with extra arguments for the controller and the agents, and
+    /// the controller reaching the API server through `controller_kubeconfig` when given.
+    pub fn start_with(
         lab: &LabHandle,
         test: &str,
         controller_args: &[String],

@@ -11,7 +11,9 @@
 //! - `autoRenew` with a `renewBefore` covering the lab's certificates generates a renewal,
 //!   but not with one as long as the validity a renewal gives (`RenewBeforeTooLong`).
 //! - A one-minor `kubernetesVersion` bump generates one upgrade Operation with the
-//!   ClusterLifecycle's defaults (DryRun here), which the controller plans.
+//!   ClusterLifecycle's defaults (DryRun here), which the controller plans; also when the
+//!   bump is made while every connection of the controller's is stalled (a relay in front
+//!   of the API server holds what comes back).
 //! - The API server refuses a downgrade, a skipped minor, a rotation decrease, a malformed
 //!   version and another name, with messages that say so.
 //! - `paused` generates nothing; deleting the ClusterLifecycle deletes no Operation.
@@ -856,6 +858,79 @@ async fn a_minor_version_bump_generates_one_planned_upgrade() -> Result<()> {
     ensure!(
         planned_nodes == lab.nodes.len(),
         "every node planned: {plan:?}"
+    );
+    ensure!(generated(&op).await?.len() == 1, "one upgrade at a time");
+    cleanup(&lab).await?;
+    op.finish().await
+}
+
+/// A person's edit is acted on even when every watch the controller has open reached an
+/// API server that stopped delivering (the etcd member behind it stopped, as the real-node
+/// stage's etcd gate does; there the controller once never saw a `kubernetesVersion` bump).
+/// The controller reaches the API server through a relay that stalls every connection open
+/// at the moment of the edit (bytes sent on, nothing returned, not even the end of
+/// stream). The ClusterLifecycle watch is found behind by a list and opened again, the
+/// upgrade is generated, and the Operation watch, which never brought the new Operation, is
+/// found behind the same way, so the Operation is planned. No process restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_made_while_the_controllers_api_server_stalls_is_acted_on() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let relay = bosun_e2e::stall::StallingRelay::start(lab.ports.apiserver).await?;
+    let dir = bosun_e2e::target_dir().join("e2e-lifecycle-stalled");
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig = dir.join(format!("controller-{}.kubeconfig", relay.port));
+    relay.kubeconfig(&lab, &kubeconfig)?;
+    let mut op = lifecycle::start_through(&lab, "lifecycle-stalled", &kubeconfig)?;
+    adopted_in_sync(&mut op, &lab).await?;
+    let before = op.procs.pids();
+    ensure!(
+        relay.stall_open_connections() > 0,
+        "the controller reaches the API server through the relay"
+    );
+    let (major, minor, _) = parse_version(&lab_version(&lab)).context("the lab's version")?;
+    let target = format!("v{major}.{}.0", minor + 1);
+    patch_spec(
+        &lab.client,
+        json!({ "kubernetesVersion": target, "operationDefaults": { "executionMode": "DryRun", "rollout": { "maxUnavailable": 2 } } }),
+    )
+    .await?;
+    let name = format!("lifecycle-upgrade-v{major}-{}-0", minor + 1);
+    wait_lifecycle(&mut op, "upgrade generated", |c| {
+        current(c)
+            && c.status
+                .as_ref()
+                .is_some_and(|s| s.current_operation.as_deref() == Some(name.as_str()))
+    })
+    .await?;
+    op.wait_operation(&name, "planned", |o| {
+        o.status.as_ref().is_some_and(|s| s.plan.is_some())
+    })
+    .await?;
+    op.procs.check_alive()?;
+    ensure!(
+        op.procs.pids() == before,
+        "every process kept its id: {before:?} -> {:?}",
+        op.procs.pids()
+    );
+    let log = std::fs::read_to_string(op.procs.log_of("controller"))?;
+    let reopened = |resource: &str, object: &str| {
+        log.lines().any(|l| {
+            l.contains("lists objects it does not show; watching again on a new connection")
+                && l.contains(resource)
+                && l.contains(object)
+        })
+    };
+    ensure!(
+        reopened("ClusterLifecycles", "cluster"),
+        "the controller said it watched the ClusterLifecycle again after a list showed the edit; see {}",
+        op.procs.log_of("controller").display()
+    );
+    ensure!(
+        reopened("Operations", &name),
+        "the controller said it watched Operations again after a list showed {name}; see {}",
+        op.procs.log_of("controller").display()
     );
     ensure!(generated(&op).await?.len() == 1, "one upgrade at a time");
     cleanup(&lab).await?;

@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bosun_telemetry::Watched;
 use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -85,11 +86,13 @@ pub async fn run(lifecycle: Lifecycle, resync: Duration) {
     let (nodes, node_writer) = reflector::store();
     let (reports, report_writer) = reflector::store();
     let observed = Observed { nodes, reports };
+    let (lifecycle_triggers, lifecycle_fresh) = lifecycle_changes(&lifecycle);
+    let (operation_triggers, operations_fresh) = operation_changes(&lifecycle);
     let triggers = futures::stream::select_all([
-        lifecycle_changes(&lifecycle).boxed(),
+        lifecycle_triggers.boxed(),
         node_changes(&lifecycle.client, node_writer).boxed(),
         report_changes(&lifecycle.client, report_writer).boxed(),
-        operation_changes(&lifecycle).boxed(),
+        operation_triggers.boxed(),
     ]);
     let notify = Arc::clone(&changed);
     // Driven apart from the reconciles so that the caches stay current while one runs;
@@ -99,6 +102,13 @@ pub async fn run(lifecycle: Lifecycle, resync: Duration) {
         notify.notify_one();
         async {}
     })));
+    // A person's edit of the ClusterLifecycle, or a generated Operation's progress, is
+    // seen even when the watch that should bring it reached an API server that stopped
+    // delivering (`bosun_cluster::watch::keep_listed_fresh`).
+    let _fresh = (
+        bosun_cluster::watch::AbortOnDrop(tokio::spawn(lifecycle_fresh)),
+        bosun_cluster::watch::AbortOnDrop(tokio::spawn(operations_fresh)),
+    );
     if observed.nodes.wait_until_ready().await.is_err()
         || observed.reports.wait_until_ready().await.is_err()
     {
@@ -143,18 +153,83 @@ pub async fn run(lifecycle: Lifecycle, resync: Duration) {
 }
 
 /// One item per change of the ClusterLifecycle `cluster` (any instance's: `pass` decides
-/// whether it is ours).
-fn lifecycle_changes(lifecycle: &Lifecycle) -> impl Stream<Item = ()> + Send + 'static {
+/// whether it is ours), and the check that keeps that watch honest.
+fn lifecycle_changes(
+    lifecycle: &Lifecycle,
+) -> (
+    impl Stream<Item = ()> + Send + 'static,
+    impl Future<Output = ()> + Send + 'static,
+) {
     let api: Api<ClusterLifecycle> = Api::all(lifecycle.client.clone());
-    let config = watcher::Config::default().fields(&format!("metadata.name={NAME}"));
-    triggers("ClusterLifecycle", watcher(api, config))
+    let field = format!("metadata.name={NAME}");
+    let config = bosun_cluster::watch::controller_config().fields(&field);
+    listed_fresh_triggers(
+        "ClusterLifecycle",
+        api,
+        config,
+        ListParams::default().fields(&field),
+        Watched::ClusterLifecycles,
+    )
 }
 
-/// One item per change of a generated Operation of this instance.
-fn operation_changes(lifecycle: &Lifecycle) -> impl Stream<Item = ()> + Send + 'static {
+/// One item per change of a generated Operation of this instance, and the check that
+/// keeps that watch honest.
+fn operation_changes(
+    lifecycle: &Lifecycle,
+) -> (
+    impl Stream<Item = ()> + Send + 'static,
+    impl Future<Output = ()> + Send + 'static,
+) {
     let api: Api<Operation> = Api::all(lifecycle.client.clone());
-    let config = watcher::Config::default().labels(&lifecycle.generated_selector());
-    triggers("generated Operations", watcher(api, config))
+    let selector = lifecycle.generated_selector();
+    let config = bosun_cluster::watch::controller_config().labels(&selector);
+    listed_fresh_triggers(
+        "generated Operations",
+        api,
+        config,
+        ListParams::default().labels(&selector),
+        Watched::Operations,
+    )
+}
+
+/// [`triggers`] of a watch of `api`'s objects that is opened again when a list (`params`,
+/// the watch's selectors) shows what it did not bring
+/// (`bosun_cluster::watch::keep_listed_fresh`); the second half runs that check.
+fn listed_fresh_triggers<K>(
+    what: &'static str,
+    api: Api<K>,
+    config: watcher::Config,
+    params: ListParams,
+    resource: Watched,
+) -> (
+    impl Stream<Item = ()> + Send + 'static,
+    impl Future<Output = ()> + Send + 'static,
+)
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let liveness = bosun_cluster::watch::Liveness::new(resource);
+    let writer = reflector::store::Writer::<K>::default();
+    let store = writer.as_reader();
+    let events = reflector::reflector(
+        writer,
+        bosun_cluster::watch::reopenable(api.clone(), config, liveness.clone()),
+    );
+    let fresh = bosun_cluster::watch::keep_listed_fresh(
+        api,
+        params,
+        store,
+        liveness,
+        bosun_cluster::watch::LISTED_FRESHNESS,
+    );
+    (triggers(what, events), fresh)
 }
 
 /// Keeps the NodeReport cache; one item per change of a NodeReport (agents write only
@@ -166,7 +241,10 @@ fn report_changes(
     let api: Api<NodeReport> = Api::all(client.clone());
     triggers(
         "NodeReports",
-        reflector::reflector(writer, watcher(api, watcher::Config::default())),
+        reflector::reflector(
+            writer,
+            watcher(api, bosun_cluster::watch::controller_config()),
+        ),
     )
 }
 
@@ -179,20 +257,23 @@ fn node_changes(
 ) -> impl Stream<Item = ()> + Send + 'static {
     let api: Api<Node> = Api::all(client.clone());
     let mut seen = NodeChanges::default();
-    reflector::reflector(writer, watcher(api, watcher::Config::default()))
-        .backoff(bosun_cluster::watch::WatchBackoff::new(
-            bosun_cluster::watch::seed_of("bosun.dev/lifecycle/Node"),
-        ))
-        .filter_map(move |event| {
-            let changed = match event {
-                Ok(event) => seen.changed(&event),
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching Nodes failed; retrying");
-                    false
-                }
-            };
-            std::future::ready(changed.then_some(()))
-        })
+    reflector::reflector(
+        writer,
+        watcher(api, bosun_cluster::watch::controller_config()),
+    )
+    .backoff(bosun_cluster::watch::WatchBackoff::new(
+        bosun_cluster::watch::seed_of("bosun.dev/lifecycle/Node"),
+    ))
+    .filter_map(move |event| {
+        let changed = match event {
+            Ok(event) => seen.changed(&event),
+            Err(e) => {
+                tracing::warn!(error = %e, "watching Nodes failed; retrying");
+                false
+            }
+        };
+        std::future::ready(changed.then_some(()))
+    })
 }
 
 /// What the decision read of each Node last seen: its control-plane label and kubelet
