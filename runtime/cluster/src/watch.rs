@@ -138,6 +138,31 @@ pub fn count_lists<K>(resource: Watched) -> impl FnMut(&Result<watcher::Event<K>
     }
 }
 
+/// The objects Bosun's watches keep: what kube-runtime's watcher, reflector and store ask
+/// of a resource type, under one name (every Bosun type and every `k8s-openapi` type is
+/// one: their `DynamicType` is `()`).
+pub trait Watchable:
+    kube::Resource<DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watchable for K where
+    K: kube::Resource<DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// The trigger stream and store of a kube-runtime `Controller` of `api`'s objects, built as
 /// `Controller::new` builds them (a reflector over a watcher), with the watch's lists counted
 /// as `liveness`'s resource ([`count_lists`]) and the watch opened again when `liveness` asks
@@ -151,14 +176,7 @@ pub fn counted_controller_source<K>(
     kube::runtime::reflector::Store<K>,
 )
 where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    K: Watchable,
 {
     use kube::runtime::WatchStreamExt as _;
     let writer = kube::runtime::reflector::store::Writer::<K>::default();
@@ -264,8 +282,7 @@ pub fn reopenable<K>(
     liveness: Liveness,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
+    K: Watchable,
 {
     let resource = liveness.0.resource;
     reopening(
@@ -334,14 +351,7 @@ pub async fn keep_fresh<K, A>(
     check: FreshnessCheck,
     awaited: A,
 ) where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    K: Watchable,
     A: Fn(&K) -> bool,
 {
     let mut turn = 0usize;
@@ -506,14 +516,7 @@ pub async fn keep_listed_fresh<K>(
     liveness: Liveness,
     check: FreshnessCheck,
 ) where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    K: Watchable,
 {
     loop {
         tokio::time::sleep(check.every).await;

@@ -130,6 +130,21 @@ pub fn start_through(
     test: &str,
     kubeconfig: &std::path::Path,
 ) -> Result<Operator> {
+    start_lifecycle(lab, test, 1, Some(kubeconfig))
+}
+
+/// As [`start`], the agents reading their node's facts every `seconds` (besides on start
+/// and when a task of their node finishes).
+pub fn start_with_report_period(lab: &LabHandle, test: &str, seconds: u64) -> Result<Operator> {
+    start_lifecycle(lab, test, seconds, None)
+}
+
+fn start_lifecycle(
+    lab: &LabHandle,
+    test: &str,
+    report_seconds: u64,
+    controller_kubeconfig: Option<&std::path::Path>,
+) -> Result<Operator> {
     Operator::start_with(
         lab,
         test,
@@ -138,25 +153,9 @@ pub fn start_through(
             "--node-report".into(),
             "true".into(),
             "--node-report-seconds".into(),
-            "1".into(),
+            report_seconds.to_string(),
         ],
-        Some(kubeconfig.to_path_buf()),
-    )
-}
-
-/// As [`start`], the agents reading their node's facts every `seconds` (besides on start
-/// and when a task of their node finishes).
-pub fn start_with_report_period(lab: &LabHandle, test: &str, seconds: u64) -> Result<Operator> {
-    Operator::start_with_args(
-        lab,
-        test,
-        &["--lifecycle".into(), "true".into()],
-        &[
-            "--node-report".into(),
-            "true".into(),
-            "--node-report-seconds".into(),
-            seconds.to_string(),
-        ],
+        controller_kubeconfig.map(std::path::Path::to_path_buf),
     )
 }
 

@@ -809,14 +809,14 @@ async fn only_the_controller_may_mark_an_operation_as_generated() -> Result<()> 
     cleanup(&lab).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_minor_version_bump_generates_one_planned_upgrade() -> Result<()> {
-    let _nodes = lock_lab_nodes().await;
-    let lab = bosun_lab::ensure_lab().await?;
-    fresh(&lab).await?;
-    let mut op = start(&lab, "lifecycle-upgrade")?;
-    adopted_in_sync(&mut op, &lab).await?;
-    let (major, minor, _) = parse_version(&lab_version(&lab)).context("the lab's version")?;
+/// Sets the ClusterLifecycle's `kubernetesVersion` one minor up, its Operations in DryRun
+/// (two nodes at a time), and waits until it generated the upgrade; returns the target
+/// version, the upgrade's name and the ClusterLifecycle then.
+async fn bump_minor_in_dry_run(
+    lab: &LabHandle,
+    op: &mut Operator,
+) -> Result<(String, String, ClusterLifecycle)> {
+    let (major, minor, _) = parse_version(&lab_version(lab)).context("the lab's version")?;
     let target = format!("v{major}.{}.0", minor + 1);
     patch_spec(
         &lab.client,
@@ -824,13 +824,24 @@ async fn a_minor_version_bump_generates_one_planned_upgrade() -> Result<()> {
     )
     .await?;
     let name = format!("lifecycle-upgrade-v{major}-{}-0", minor + 1);
-    let c = wait_lifecycle(&mut op, "upgrade generated", |c| {
+    let c = wait_lifecycle(op, "upgrade generated", |c| {
         current(c)
             && c.status
                 .as_ref()
                 .is_some_and(|s| s.current_operation.as_deref() == Some(name.as_str()))
     })
     .await?;
+    Ok((target, name, c))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minor_version_bump_generates_one_planned_upgrade() -> Result<()> {
+    let _nodes = lock_lab_nodes().await;
+    let lab = bosun_lab::ensure_lab().await?;
+    fresh(&lab).await?;
+    let mut op = start(&lab, "lifecycle-upgrade")?;
+    adopted_in_sync(&mut op, &lab).await?;
+    let (target, name, c) = bump_minor_in_dry_run(&lab, &mut op).await?;
     ensure!(
         condition(&c, "InSync").as_deref() == Some("False"),
         "behind the desired version: not in sync"
@@ -889,21 +900,7 @@ async fn an_edit_made_while_the_controllers_api_server_stalls_is_acted_on() -> R
         relay.stall_open_connections() > 0,
         "the controller reaches the API server through the relay"
     );
-    let (major, minor, _) = parse_version(&lab_version(&lab)).context("the lab's version")?;
-    let target = format!("v{major}.{}.0", minor + 1);
-    patch_spec(
-        &lab.client,
-        json!({ "kubernetesVersion": target, "operationDefaults": { "executionMode": "DryRun", "rollout": { "maxUnavailable": 2 } } }),
-    )
-    .await?;
-    let name = format!("lifecycle-upgrade-v{major}-{}-0", minor + 1);
-    wait_lifecycle(&mut op, "upgrade generated", |c| {
-        current(c)
-            && c.status
-                .as_ref()
-                .is_some_and(|s| s.current_operation.as_deref() == Some(name.as_str()))
-    })
-    .await?;
+    let (_, name, _) = bump_minor_in_dry_run(&lab, &mut op).await?;
     op.wait_operation(&name, "planned", |o| {
         o.status.as_ref().is_some_and(|s| s.plan.is_some())
     })

@@ -206,14 +206,7 @@ fn listed_fresh_triggers<K>(
     impl Future<Output = ()> + Send + 'static,
 )
 where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    K: bosun_cluster::watch::Watchable,
 {
     let liveness = bosun_cluster::watch::Liveness::new(resource);
     let writer = reflector::store::Writer::<K>::default();
