@@ -184,6 +184,42 @@ pub async fn wait_lifecycle(
     }
 }
 
+/// Waits until the ClusterLifecycle of `op`'s instance has generated exactly one Operation
+/// and returns it; fails when it generates more than one, or none within [`DEADLINE`]
+/// (`what` names the kind expected, for the message).
+pub async fn wait_one_generated(
+    op: &mut Operator,
+    what: &str,
+) -> Result<bosun_api::operation::Operation> {
+    let ops: Api<bosun_api::operation::Operation> = Api::all(op.client.clone());
+    let selector = format!("bosun.dev/instance={},bosun.dev/lifecycle", op.instance);
+    let started = Instant::now();
+    loop {
+        op.procs.check_alive()?;
+        let found = ops
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items;
+        ensure!(
+            found.len() <= 1,
+            "more than one Operation generated: {:?}",
+            found
+                .iter()
+                .map(|o| o.metadata.name.clone())
+                .collect::<Vec<_>>()
+        );
+        if let Some(o) = found.into_iter().next() {
+            return Ok(o);
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "no {what} generated within {DEADLINE:?}; logs in {}",
+            op.procs.logs().display()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// The status of condition `type_` (`"True"`, `"False"`), if the status has it.
 pub fn condition(c: &ClusterLifecycle, type_: &str) -> Option<String> {
     c.status

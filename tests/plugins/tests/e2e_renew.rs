@@ -331,31 +331,7 @@ async fn auto_renew_generates_a_renewal_that_runs_and_the_lifecycle_is_in_sync_a
     .context("turning autoRenew on")?;
 
     // One renewal is generated; it runs to Succeeded.
-    let started = std::time::Instant::now();
-    let renewal = loop {
-        op.procs.check_alive()?;
-        let found = ops
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items;
-        ensure!(
-            found.len() <= 1,
-            "more than one Operation generated: {:?}",
-            found
-                .iter()
-                .map(|o| o.metadata.name.clone())
-                .collect::<Vec<_>>()
-        );
-        if let Some(o) = found.into_iter().next() {
-            break o;
-        }
-        ensure!(
-            started.elapsed() < bosun_e2e::DEADLINE,
-            "no renewal generated; logs in {}",
-            op.procs.logs().display()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    };
+    let renewal = bosun_e2e::lifecycle::wait_one_generated(&mut op, "renewal").await?;
     let name = renewal
         .metadata
         .name

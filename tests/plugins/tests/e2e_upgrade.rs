@@ -761,26 +761,8 @@ async fn a_generated_reboot_waits_for_its_window_blocking_pods_and_alerts() -> R
         .context("setting reboots.when: Required")?;
     let ops: Api<Operation> = Api::all(lab.client.clone());
     let selector = format!("bosun.dev/instance={instance},bosun.dev/lifecycle");
-    let started = std::time::Instant::now();
-    let generated = loop {
-        operator.procs.check_alive()?;
-        let found = ops
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items;
-        ensure!(
-            found.len() <= 1,
-            "more than one Operation generated: {found:?}"
-        );
-        if let Some(o) = found.into_iter().next() {
-            break o;
-        }
-        ensure!(
-            started.elapsed() < bosun_e2e::DEADLINE,
-            "no reboot Operation generated"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-    };
+    let generated =
+        bosun_e2e::lifecycle::wait_one_generated(&mut operator, "reboot Operation").await?;
     let name = generated.name_any();
     let reboot = generated
         .spec
