@@ -8,7 +8,7 @@
 //! | `bosun_step_duration_seconds` | histogram | `side`, `outcome` |
 //! | `bosun_gate_duration_seconds` | histogram | `gate` (preflight, policy, health) |
 //! | `bosun_plugin_cache_total` | counter | `result` (hit, miss) |
-//! | `bosun_watch_lists_total` | counter | `resource` (nodetasks, operations, nodes, policies) |
+//! | `bosun_watch_lists_total` | counter | `resource` (nodetasks, operations, nodes, policies, clusterlifecycles) |
 //! | `bosun_watch_reopened_total` | counter | `resource` (watches opened again because they stalled) |
 //! | `bosun_leader` | gauge | none (1 while this controller replica leads) |
 //! | `bosun_leader_lost_total` | counter | none (leaderships lost, each stood down in-process) |

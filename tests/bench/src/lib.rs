@@ -1648,7 +1648,8 @@ mod tests {
         assert_eq!(lists.get("nodetasks"), Some(&2));
         assert_eq!(lists.get("operations"), Some(&1));
         assert_eq!(lists.get("nodes"), Some(&0));
-        assert_eq!(lists.len(), 4, "{lists:?}");
+        assert_eq!(lists.get("clusterlifecycles"), Some(&0));
+        assert_eq!(lists.len(), 5, "{lists:?}");
     }
 
     fn task(steps: &[(&str, i64, i64)]) -> NodeTask {
