@@ -128,6 +128,36 @@ fn failure(r: Result<RunReport, CallFailure>) -> CallFailure {
     }
 }
 
+/// Runs `action` of `p` with no grants, no parameters and `deadline`.
+fn run_with_deadline(
+    host: &Host,
+    p: &LoadedPlugin,
+    action: &str,
+    deadline: Duration,
+) -> Result<RunReport, CallFailure> {
+    host.run(
+        p,
+        &Grants::default(),
+        &node_ctx(),
+        action,
+        "{}",
+        RunOptions {
+            dry_run: false,
+            resumed: false,
+            deadline: Some(deadline),
+        },
+    )
+}
+
+/// The call failed as `deadline` exceeded, and said so.
+fn assert_deadline_exceeded(r: Result<RunReport, CallFailure>, deadline: Duration) {
+    let f = failure(r);
+    assert!(
+        matches!(f.error, Error::DeadlineExceeded { deadline: d } if d == deadline),
+        "{f}"
+    );
+}
+
 fn cached_entries(node: &Node) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(node.cache())
         .map(|d| {
@@ -717,22 +747,8 @@ fn an_infinite_loop_is_stopped_at_its_deadline() {
     let node = node();
     let host = node.host();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let f = failure(host.run(
-        &bad,
-        &Grants::default(),
-        &node_ctx(),
-        "spin",
-        "{}",
-        RunOptions {
-            dry_run: false,
-            resumed: false,
-            deadline: Some(Duration::from_millis(200)),
-        },
-    ));
-    assert!(
-        matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(200)),
-        "{f}"
-    );
+    let deadline = Duration::from_millis(200);
+    assert_deadline_exceeded(run_with_deadline(&host, &bad, "spin", deadline), deadline);
     assert_happy(&node, &host);
 }
 
@@ -829,29 +845,14 @@ fn a_sleep_in_the_host_is_cut_at_the_deadline() {
     let (tx, rx) = std::sync::mpsc::channel();
     let h = host.clone();
     std::thread::spawn(move || {
-        let r = h.run(
-            &bad,
-            &Grants::default(),
-            &node_ctx(),
-            "sleep-forever",
-            "{}",
-            RunOptions {
-                dry_run: false,
-                resumed: false,
-                deadline: Some(Duration::from_millis(300)),
-            },
-        );
+        let r = run_with_deadline(&h, &bad, "sleep-forever", Duration::from_millis(300));
         let _ = tx.send(r);
     });
     // A liveness bound, not a speed figure: without the cut the call never returns.
     let r = rx
         .recv_timeout(Duration::from_secs(60))
         .expect("the sleeping call was still blocked a minute after its 300 ms deadline");
-    let f = failure(r);
-    assert!(
-        matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(300)),
-        "{f}"
-    );
+    assert_deadline_exceeded(r, Duration::from_millis(300));
     assert_happy(&node, &host);
 
     // With an epoch tick far longer than the deadline (as when the ticker lags on a busy
@@ -861,21 +862,10 @@ fn a_sleep_in_the_host_is_cut_at_the_deadline() {
     config.epoch_tick = Duration::from_secs(30);
     let host = Host::new(config).unwrap();
     let bad = node.load(&host, &plugins().bad, "bad");
-    let f = failure(host.run(
-        &bad,
-        &Grants::default(),
-        &node_ctx(),
-        "sleep-forever",
-        "{}",
-        RunOptions {
-            dry_run: false,
-            resumed: false,
-            deadline: Some(Duration::from_millis(300)),
-        },
-    ));
-    assert!(
-        matches!(f.error, Error::DeadlineExceeded { deadline } if deadline == Duration::from_millis(300)),
-        "{f}"
+    let deadline = Duration::from_millis(300);
+    assert_deadline_exceeded(
+        run_with_deadline(&host, &bad, "sleep-forever", deadline),
+        deadline,
     );
     assert_happy(&node, &host);
 }
