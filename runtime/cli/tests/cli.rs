@@ -281,6 +281,49 @@ fn signed_hello(dir: &Path) -> (PathBuf, PathBuf) {
     (plugin, public)
 }
 
+/// A signed `hello`, the public key that verifies it, a host root and `hello`'s grants, in
+/// a directory of their own (removed when this is dropped).
+struct Hello {
+    _dir: tempfile::TempDir,
+    plugin: PathBuf,
+    public: PathBuf,
+    root: PathBuf,
+    grants: PathBuf,
+}
+
+impl Hello {
+    fn new() -> Hello {
+        let dir = tempfile::tempdir().unwrap();
+        let (plugin, public) = signed_hello(dir.path());
+        let root = host_root(dir.path());
+        let grants = dir.path().join("grants.yaml");
+        std::fs::write(&grants, HELLO_GRANTS).unwrap();
+        Hello {
+            _dir: dir,
+            plugin,
+            public,
+            root,
+            grants,
+        }
+    }
+
+    /// `kubectl-bosun plugin run <hello> greet <args> --grants <hello's> --host-root <root>
+    /// --trust-root <public>`.
+    fn greet(&self, args: &[&str]) -> Output {
+        run(bin()
+            .args(["plugin", "run"])
+            .arg(&self.plugin)
+            .arg("greet")
+            .args(args)
+            .arg("--grants")
+            .arg(&self.grants)
+            .arg("--host-root")
+            .arg(&self.root)
+            .arg("--trust-root")
+            .arg(&self.public))
+    }
+}
+
 const HELLO_GRANTS: &str = "filesystem:\n  - path: /etc\nexec:\n  - command: /usr/bin/uname\n    args: [[\"-r\"]]\n    dryRun: true\n";
 
 #[test]
@@ -312,11 +355,7 @@ fn inspect_shows_what_hello_declares() {
 
 #[test]
 fn run_hello_with_its_grants_prints_checks_logs_progress_and_outcome() {
-    let dir = tempfile::tempdir().unwrap();
-    let (plugin, public) = signed_hello(dir.path());
-    let root = host_root(dir.path());
-    let grants = dir.path().join("grants.yaml");
-    std::fs::write(&grants, HELLO_GRANTS).unwrap();
+    let hello = Hello::new();
     let kernel = String::from_utf8(
         Command::new("/usr/bin/uname")
             .arg("-r")
@@ -326,22 +365,12 @@ fn run_hello_with_its_grants_prints_checks_logs_progress_and_outcome() {
     )
     .unwrap();
 
-    let out = run(bin()
-        .args(["plugin", "run"])
-        .arg(&plugin)
-        .args([
-            "greet",
-            "--params",
-            r#"{"name":"tester"}"#,
-            "--exec-isolation",
-            "resolve-only",
-            "--grants",
-        ])
-        .arg(&grants)
-        .arg("--host-root")
-        .arg(&root)
-        .arg("--trust-root")
-        .arg(&public));
+    let out = hello.greet(&[
+        "--params",
+        r#"{"name":"tester"}"#,
+        "--exec-isolation",
+        "resolve-only",
+    ]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
     for expected in [
@@ -471,27 +500,13 @@ fn run_takes_the_grants_of_a_plugin_manifest() {
 
 #[test]
 fn run_with_a_file_outside_the_grants_stops_at_preflight_naming_the_grant() {
-    let dir = tempfile::tempdir().unwrap();
-    let (plugin, public) = signed_hello(dir.path());
-    let root = host_root(dir.path());
-    let grants = dir.path().join("grants.yaml");
-    std::fs::write(&grants, HELLO_GRANTS).unwrap();
-    let out = run(bin()
-        .args(["plugin", "run"])
-        .arg(&plugin)
-        .args([
-            "greet",
-            "--params",
-            r#"{"file":"/var/lib/motd"}"#,
-            "--exec-isolation",
-            "resolve-only",
-            "--grants",
-        ])
-        .arg(&grants)
-        .arg("--host-root")
-        .arg(&root)
-        .arg("--trust-root")
-        .arg(&public));
+    let hello = Hello::new();
+    let out = hello.greet(&[
+        "--params",
+        r#"{"file":"/var/lib/motd"}"#,
+        "--exec-isolation",
+        "resolve-only",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stdout(&out).contains("FAIL file-readable"),
@@ -535,20 +550,8 @@ fn run_refuses_a_plugin_changed_after_signing() {
 
 #[test]
 fn run_refuses_params_outside_the_declared_schema_naming_the_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let (plugin, public) = signed_hello(dir.path());
-    let root = host_root(dir.path());
-    let grants = dir.path().join("grants.yaml");
-    std::fs::write(&grants, HELLO_GRANTS).unwrap();
-    let out = run(bin()
-        .args(["plugin", "run"])
-        .arg(&plugin)
-        .args(["greet", "--params", r#"{"name": 7}"#, "--grants"])
-        .arg(&grants)
-        .arg("--host-root")
-        .arg(&root)
-        .arg("--trust-root")
-        .arg(&public));
+    let hello = Hello::new();
+    let out = hello.greet(&["--params", r#"{"name": 7}"#]);
     // The host checks params against the schema `greet` declares before the plugin runs:
     // a host refusal (exit 1), naming the action and the offending field.
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -725,26 +728,8 @@ fn an_external_p256_signature_over_the_statement_is_attached_and_verifies() {
 
 #[test]
 fn dry_run_is_passed_to_the_plugin_and_reported() {
-    let dir = tempfile::tempdir().unwrap();
-    let (plugin, public) = signed_hello(dir.path());
-    let root = host_root(dir.path());
-    let grants = dir.path().join("grants.yaml");
-    std::fs::write(&grants, HELLO_GRANTS).unwrap();
-    let out = run(bin()
-        .args(["plugin", "run"])
-        .arg(&plugin)
-        .args([
-            "greet",
-            "--dry-run",
-            "--exec-isolation",
-            "resolve-only",
-            "--grants",
-        ])
-        .arg(&grants)
-        .arg("--host-root")
-        .arg(&root)
-        .arg("--trust-root")
-        .arg(&public));
+    let hello = Hello::new();
+    let out = hello.greet(&["--dry-run", "--exec-isolation", "resolve-only"]);
     assert_eq!(out.status.code(), Some(0));
     let text = stdout(&out);
     assert!(text.contains("run greet (dry run):"), "{text}");
