@@ -163,27 +163,43 @@ impl<K> Watchable for K where
 {
 }
 
+/// A reflector over a watcher of `api` with `config`: its events, each applied to the
+/// returned store first, with the watch's lists counted as `liveness`'s resource
+/// ([`count_lists`]) and the watch opened again when `liveness` asks ([`reopenable`]).
+pub fn reflected<K>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    liveness: Liveness,
+) -> (
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    Store<K>,
+)
+where
+    K: Watchable,
+{
+    let writer = kube::runtime::reflector::store::Writer::<K>::default();
+    let store = writer.as_reader();
+    let events = kube::runtime::reflector::reflector(writer, reopenable(api, config, liveness));
+    (events, store)
+}
+
 /// The trigger stream and store of a kube-runtime `Controller` of `api`'s objects, built as
-/// `Controller::new` builds them (a reflector over a watcher), with the watch's lists counted
-/// as `liveness`'s resource ([`count_lists`]) and the watch opened again when `liveness` asks
-/// ([`reopenable`]). For `Controller::for_stream(triggers, store)`.
+/// `Controller::new` builds them (a reflector over a watcher: [`reflected`]). For
+/// `Controller::for_stream(triggers, store)`.
 pub fn counted_controller_source<K>(
     api: kube::Api<K>,
     config: watcher::Config,
     liveness: Liveness,
 ) -> (
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-    kube::runtime::reflector::Store<K>,
+    Store<K>,
 )
 where
     K: Watchable,
 {
     use kube::runtime::WatchStreamExt as _;
-    let writer = kube::runtime::reflector::store::Writer::<K>::default();
-    let store = writer.as_reader();
-    let triggers = kube::runtime::reflector::reflector(writer, reopenable(api, config, liveness))
-        .applied_objects();
-    (triggers, store)
+    let (events, store) = reflected(api, config, liveness);
+    (events.applied_objects(), store)
 }
 
 /// Whether a watch still delivers, and the handle that opens it again (see the module
@@ -310,6 +326,26 @@ pub struct FreshnessCheck {
     pub grace: Duration,
 }
 
+impl FreshnessCheck {
+    /// The answer of `request` (made anew for each try), or `None` when the API server
+    /// answered with an error (nothing learned this time) or did not answer within
+    /// `timeout`, `tries` times. A request cut at its timeout drops its connection (perhaps
+    /// to the same stalled API server as the watch), so the next try goes out on another.
+    async fn read<T, E, F, Fut>(&self, mut request: F) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        for _ in 0..self.tries {
+            // An answer, error or not, ends the tries; no answer in time: try again.
+            if let Ok(answer) = tokio::time::timeout(self.timeout, request()).await {
+                return answer.ok();
+            }
+        }
+        None
+    }
+}
+
 /// The check Bosun's controller and agents run: a silent watch is looked at within about
 /// 10 s and opened again about 2 s later.
 pub const FRESHNESS: FreshnessCheck = FreshnessCheck {
@@ -364,24 +400,12 @@ pub async fn keep_fresh<K, A>(
         turn = turn.wrapping_add(check.sample.max(1));
         let mut behind = Vec::new();
         for seen in candidates {
-            // A read cut at its timeout drops its connection (perhaps to the same stalled
-            // API server as the watch), so the next try goes out on another.
-            for _ in 0..check.tries {
-                let read = tokio::time::timeout(check.timeout, api.get_opt(&seen.name_any())).await;
-                match read {
-                    Ok(Ok(now)) => {
-                        if now.as_ref().map(ResourceExt::resource_version)
-                            != Some(seen.resource_version())
-                        {
-                            behind.push((seen, now.and_then(|n| n.resource_version())));
-                        }
-                        break;
-                    }
-                    // An error answer: nothing learned this time.
-                    Ok(Err(_)) => break,
-                    // No answer: try again on another connection.
-                    Err(_) => {}
-                }
+            let name = seen.name_any();
+            let Some(now) = check.read(|| api.get_opt(&name)).await else {
+                continue;
+            };
+            if now.as_ref().map(ResourceExt::resource_version) != Some(seen.resource_version()) {
+                behind.push((seen, now.and_then(|n| n.resource_version())));
             }
         }
         if behind.is_empty() {
@@ -502,8 +526,8 @@ where
 
 /// Keeps a watch of objects that people and other processes create and edit honest (the
 /// Operations, the ClusterLifecycle): every `check.every`, if the watch behind `store` has
-/// been silent for `check.silent`, lists the same objects (`params`: the watch's
-/// selectors) by their metadata, with a quorum read, and compares. An object created,
+/// been silent for `check.silent`, lists the same objects (the selectors of `config`, the
+/// watch's) by their metadata, with a quorum read, and compares. An object created,
 /// changed or deleted on the API server that the store does not show ([`behind`]), and
 /// still does not after `check.grace`, means the watch is not delivering: it is opened
 /// again through `liveness`, with a warning. Unlike [`keep_fresh`], this notices objects
@@ -511,32 +535,26 @@ where
 /// Never ends.
 pub async fn keep_listed_fresh<K>(
     api: kube::Api<K>,
-    params: kube::api::ListParams,
+    config: watcher::Config,
     store: Store<K>,
     liveness: Liveness,
     check: FreshnessCheck,
 ) where
     K: Watchable,
 {
+    let params = kube::api::ListParams {
+        label_selector: config.label_selector,
+        field_selector: config.field_selector,
+        ..Default::default()
+    };
     loop {
         tokio::time::sleep(check.every).await;
         if liveness.silent_for() < check.silent {
             continue;
         }
-        let mut listed = None;
-        // A list cut at its timeout drops its connection, so the next try goes out on
-        // another (see `keep_fresh`).
-        for _ in 0..check.tries {
-            match tokio::time::timeout(check.timeout, api.list_metadata(&params)).await {
-                Ok(Ok(list)) => {
-                    listed = Some(list);
-                    break;
-                }
-                Ok(Err(_)) => break,
-                Err(_) => {}
-            }
-        }
-        let Some(list) = listed else { continue };
+        let Some(list) = check.read(|| api.list_metadata(&params)).await else {
+            continue;
+        };
         let list_version = list.metadata.resource_version.clone().unwrap_or_default();
         let listed: Versions = list
             .items
@@ -665,6 +683,39 @@ mod tests {
         assert_eq!(names(4), ["e", "a"]);
         assert_eq!(sample_of(all.clone(), 0, 9).len(), 5);
         assert!(sample_of(Vec::<Arc<NodeTask>>::new(), 3, 2).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_read_is_tried_again_only_when_it_gets_no_answer() {
+        use futures::FutureExt as _;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let check = FreshnessCheck {
+            timeout: Duration::from_millis(20),
+            tries: 3,
+            ..FRESHNESS
+        };
+        // (what each try does, the read's result, how many tries were made)
+        let hang = || futures::future::pending::<Result<u32, String>>().boxed();
+        let cases: [(&str, Option<u32>, u32); 3] = [
+            ("answer", Some(7), 1),
+            ("error", None, 1),
+            ("hang", None, 3),
+        ];
+        for (how, want, tries) in cases {
+            let made = AtomicU32::new(0);
+            let got = check
+                .read(|| {
+                    made.fetch_add(1, Ordering::SeqCst);
+                    match how {
+                        "answer" => futures::future::ready(Ok(7)).boxed(),
+                        "error" => futures::future::ready(Err("refused".to_owned())).boxed(),
+                        _ => hang(),
+                    }
+                })
+                .await;
+            assert_eq!(got, want, "{how}");
+            assert_eq!(made.load(Ordering::SeqCst), tries, "{how}");
+        }
     }
 
     #[test]

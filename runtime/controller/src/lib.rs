@@ -159,14 +159,15 @@ pub async fn run(
     // An Operation created or edited while that watch reached an API server that stopped
     // delivering is found by a list (`bosun_cluster::watch::keep_listed_fresh`).
     let operation_liveness = bosun_cluster::watch::Liveness::new(Watched::Operations);
+    let operation_config = bosun_cluster::watch::controller_config().labels(&selector);
     let (operation_triggers, operation_store) = bosun_cluster::watch::counted_controller_source(
         operations.clone(),
-        bosun_cluster::watch::controller_config().labels(&selector),
+        operation_config.clone(),
         operation_liveness.clone(),
     );
     let operations_fresh = bosun_cluster::watch::keep_listed_fresh(
         operations,
-        kube::api::ListParams::default().labels(&selector),
+        operation_config,
         operation_store.clone(),
         operation_liveness,
         bosun_cluster::watch::LISTED_FRESHNESS,

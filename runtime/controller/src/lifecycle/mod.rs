@@ -161,15 +161,8 @@ fn lifecycle_changes(
     impl Future<Output = ()> + Send + 'static,
 ) {
     let api: Api<ClusterLifecycle> = Api::all(lifecycle.client.clone());
-    let field = format!("metadata.name={NAME}");
-    let config = bosun_cluster::watch::controller_config().fields(&field);
-    listed_fresh_triggers(
-        "ClusterLifecycle",
-        api,
-        config,
-        ListParams::default().fields(&field),
-        Watched::ClusterLifecycles,
-    )
+    let config = bosun_cluster::watch::controller_config().fields(&format!("metadata.name={NAME}"));
+    listed_fresh_triggers("ClusterLifecycle", api, config, Watched::ClusterLifecycles)
 }
 
 /// One item per change of a generated Operation of this instance, and the check that
@@ -181,25 +174,17 @@ fn operation_changes(
     impl Future<Output = ()> + Send + 'static,
 ) {
     let api: Api<Operation> = Api::all(lifecycle.client.clone());
-    let selector = lifecycle.generated_selector();
-    let config = bosun_cluster::watch::controller_config().labels(&selector);
-    listed_fresh_triggers(
-        "generated Operations",
-        api,
-        config,
-        ListParams::default().labels(&selector),
-        Watched::Operations,
-    )
+    let config = bosun_cluster::watch::controller_config().labels(&lifecycle.generated_selector());
+    listed_fresh_triggers("generated Operations", api, config, Watched::Operations)
 }
 
-/// [`triggers`] of a watch of `api`'s objects that is opened again when a list (`params`,
-/// the watch's selectors) shows what it did not bring
+/// [`triggers`] of a watch of `api`'s objects with `config` that is opened again when a
+/// list with the same selectors shows what it did not bring
 /// (`bosun_cluster::watch::keep_listed_fresh`); the second half runs that check.
 fn listed_fresh_triggers<K>(
     what: &'static str,
     api: Api<K>,
     config: watcher::Config,
-    params: ListParams,
     resource: Watched,
 ) -> (
     impl Stream<Item = ()> + Send + 'static,
@@ -209,15 +194,11 @@ where
     K: bosun_cluster::watch::Watchable,
 {
     let liveness = bosun_cluster::watch::Liveness::new(resource);
-    let writer = reflector::store::Writer::<K>::default();
-    let store = writer.as_reader();
-    let events = reflector::reflector(
-        writer,
-        bosun_cluster::watch::reopenable(api.clone(), config, liveness.clone()),
-    );
+    let (events, store) =
+        bosun_cluster::watch::reflected(api.clone(), config.clone(), liveness.clone());
     let fresh = bosun_cluster::watch::keep_listed_fresh(
         api,
-        params,
+        config,
         store,
         liveness,
         bosun_cluster::watch::LISTED_FRESHNESS,
