@@ -9,7 +9,7 @@
 //! relay normally. TLS passes through untouched (the lab's serving certificate names
 //! 127.0.0.1, whatever the port).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -68,6 +68,16 @@ impl StallingRelay {
         let open = self.next.load(Ordering::SeqCst);
         self.stalled_below.store(open, Ordering::SeqCst);
         open
+    }
+
+    /// A copy of the lab's kubeconfig whose server is this relay, written for a controller
+    /// in the target directory's `dir` (made if missing); returns its path.
+    pub fn controller_kubeconfig(&self, lab: &LabHandle, dir: &str) -> Result<PathBuf> {
+        let dir = crate::target_dir().join(dir);
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("controller-{}.kubeconfig", self.port));
+        self.kubeconfig(lab, &path)?;
+        Ok(path)
     }
 
     /// A copy of the lab's kubeconfig at `path` whose server is this relay.

@@ -889,10 +889,7 @@ async fn an_edit_made_while_the_controllers_api_server_stalls_is_acted_on() -> R
     let lab = bosun_lab::ensure_lab().await?;
     fresh(&lab).await?;
     let relay = bosun_e2e::stall::StallingRelay::start(lab.ports.apiserver).await?;
-    let dir = bosun_e2e::target_dir().join("e2e-lifecycle-stalled");
-    std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join(format!("controller-{}.kubeconfig", relay.port));
-    relay.kubeconfig(&lab, &kubeconfig)?;
+    let kubeconfig = relay.controller_kubeconfig(&lab, "e2e-lifecycle-stalled")?;
     let mut op = lifecycle::start_through(&lab, "lifecycle-stalled", &kubeconfig)?;
     adopted_in_sync(&mut op, &lab).await?;
     let before = op.procs.pids();

@@ -41,10 +41,7 @@ async fn a_watch_stalled_by_its_api_server_is_opened_again_and_the_operation_fin
     let first = workers.first().context("the lab has a worker")?.clone();
 
     let relay = StallingRelay::start(lab.ports.apiserver).await?;
-    let dir = bosun_e2e::target_dir().join("e2e-stalled-watch");
-    std::fs::create_dir_all(&dir)?;
-    let kubeconfig = dir.join(format!("controller-{}.kubeconfig", relay.port));
-    relay.kubeconfig(&lab, &kubeconfig)?;
+    let kubeconfig = relay.controller_kubeconfig(&lab, "e2e-stalled-watch")?;
     let mut operator = Operator::start_with_controller_kubeconfig(&lab, "stalled", &kubeconfig)?;
 
     let step = |name: &str, millis: u64| json!({ "name": name, "plugin": "e2e-steps", "action": "sleep", "params": { "millis": millis } });
