@@ -3,11 +3,12 @@
 //! error, and each then runs the well-behaved plugin on the same host to show the host
 //! keeps working.
 
-mod support;
+use crate::support;
 
 use bosun_api::grants::{Access, ExecGrant, Grants, HttpGrant, ServiceAction, ServiceGrant};
 use bosun_host::{
-    CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, RunOptions, RunReport,
+    CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, PluginPin, RunOptions,
+    RunReport,
 };
 use bosun_trust::{Digest, TrustError};
 use std::time::Duration;
@@ -429,27 +430,6 @@ fn http_reaches_a_granted_loopback_host_only() {
 // ---------------------------------------------------------------- load-time refusals
 
 #[test]
-fn tampered_bytes_are_refused_before_compiling() {
-    let node = node();
-    let host = node.host();
-    let bytes = &plugins().good;
-    let pin = node.signer.pin(bytes, "good", "1.0.0");
-    let mut tampered = bytes.clone();
-    let i = tampered.len() / 2;
-    tampered[i] ^= 0x01;
-    let e = host.load(&tampered, &pin).unwrap_err();
-    assert!(
-        matches!(&e, Error::Untrusted { source, .. } if matches!(**source, TrustError::DigestMismatch { .. })),
-        "{e}"
-    );
-    assert!(
-        cached_entries(&node).is_empty(),
-        "nothing may be compiled for refused bytes"
-    );
-    assert_happy(&node, &host);
-}
-
-#[test]
 fn only_the_exact_pin_a_load_verified_is_served_from_memory() {
     let node = node();
     let host = node.host();
@@ -493,83 +473,112 @@ fn only_the_exact_pin_a_load_verified_is_served_from_memory() {
     );
 }
 
-#[test]
-fn a_signature_by_an_untrusted_key_is_refused_before_compiling() {
-    let node = node();
-    let host = node.host();
-    let bytes = &plugins().good;
-    let stranger = support::Signer::new();
-    let e = host
-        .load(bytes, &stranger.pin(bytes, "good", "1.0.0"))
-        .unwrap_err();
-    assert!(
-        matches!(&e, Error::Untrusted { source, .. } if matches!(**source, TrustError::Untrusted { .. })),
-        "{e}"
-    );
-    assert!(
-        cached_entries(&node).is_empty(),
-        "nothing may be compiled for refused bytes"
-    );
-    assert_happy(&node, &host);
+/// A plugin `Host::load` refuses: what is presented (bytes and pin, made with the node's own
+/// signer unless the case says otherwise), the refusal expected, and whether it comes before
+/// anything is compiled.
+struct Refusal {
+    case: &'static str,
+    present: fn(&support::Node) -> (Vec<u8>, PluginPin),
+    refused: fn(&Error) -> bool,
+    before_compiling: bool,
 }
 
-#[test]
-fn a_signature_for_another_name_is_refused() {
-    let node = node();
-    let host = node.host();
-    let bytes = &plugins().good;
-    // Signed as "good", presented as "certs": the statement does not match.
-    let mut pin = node.signer.pin(bytes, "good", "1.0.0");
-    pin.name = "certs".into();
-    let e = host.load(bytes, &pin).unwrap_err();
-    assert!(
-        matches!(&e, Error::Untrusted { source, .. } if matches!(**source, TrustError::Untrusted { .. })),
-        "{e}"
-    );
-    // Signed honestly as "certs", but the plugin says it is "good".
-    let e = host
-        .load(bytes, &node.signer.pin(bytes, "certs", "1.0.0"))
-        .unwrap_err();
-    assert!(
-        matches!(&e, Error::MetadataMismatch { field: "name", .. }),
-        "{e}"
-    );
-    assert_happy(&node, &host);
+fn untrusted(e: &Error, check: fn(&TrustError) -> bool) -> bool {
+    matches!(e, Error::Untrusted { source, .. } if check(source))
 }
 
+const REFUSALS: &[Refusal] = &[
+    Refusal {
+        case: "tampered bytes (one bit of the signed bytes flipped)",
+        present: |node| {
+            let bytes = &plugins().good;
+            let pin = node.signer.pin(bytes, "good", "1.0.0");
+            let mut tampered = bytes.clone();
+            let i = tampered.len() / 2;
+            tampered[i] ^= 0x01;
+            (tampered, pin)
+        },
+        refused: |e| untrusted(e, |t| matches!(t, TrustError::DigestMismatch { .. })),
+        before_compiling: true,
+    },
+    Refusal {
+        case: "a signature by an untrusted key",
+        present: |_| {
+            let bytes = &plugins().good;
+            let stranger = support::Signer::new();
+            (bytes.clone(), stranger.pin(bytes, "good", "1.0.0"))
+        },
+        refused: |e| untrusted(e, |t| matches!(t, TrustError::Untrusted { .. })),
+        before_compiling: true,
+    },
+    Refusal {
+        case: "signed as good, presented as certs: the statement does not match",
+        present: |node| {
+            let bytes = &plugins().good;
+            let mut pin = node.signer.pin(bytes, "good", "1.0.0");
+            pin.name = "certs".into();
+            (bytes.clone(), pin)
+        },
+        refused: |e| untrusted(e, |t| matches!(t, TrustError::Untrusted { .. })),
+        before_compiling: true,
+    },
+    Refusal {
+        case: "signed honestly as certs, but the plugin says it is good",
+        present: |node| {
+            let bytes = &plugins().good;
+            (bytes.clone(), node.signer.pin(bytes, "certs", "1.0.0"))
+        },
+        refused: |e| matches!(e, Error::MetadataMismatch { field: "name", .. }),
+        before_compiling: false,
+    },
+    Refusal {
+        case: "built for another ABI version",
+        present: |node| {
+            let bytes = &plugins().wrong_abi;
+            (bytes.clone(), node.signer.pin(bytes, "wrong-abi", "1.0.0"))
+        },
+        refused: |e| {
+            matches!(e, Error::AbiMismatch { expected, found }
+                if *expected == "0.2.0" && found.contains("0.3.0"))
+        },
+        before_compiling: false,
+    },
+    Refusal {
+        case: "importing wasi:sockets",
+        present: |node| {
+            let bytes = &plugins().forbidden_import;
+            (
+                bytes.clone(),
+                node.signer.pin(bytes, "forbidden-import", "1.0.0"),
+            )
+        },
+        refused: |e| matches!(e, Error::ForbiddenImport { import, .. } if import.starts_with("wasi:sockets/")),
+        before_compiling: false,
+    },
+];
+
+/// Each refusal on a node of its own: the load fails with the expected error, nothing is
+/// compiled for bytes or signatures that fail verification, and the host works on after.
 #[test]
-fn a_plugin_built_for_another_abi_version_is_refused_at_load() {
-    let node = node();
-    let host = node.host();
-    let bytes = &plugins().wrong_abi;
-    let e = host
-        .load(bytes, &node.signer.pin(bytes, "wrong-abi", "1.0.0"))
-        .unwrap_err();
-    match &e {
-        Error::AbiMismatch { expected, found } => {
-            assert_eq!(*expected, "0.2.0");
-            assert!(found.contains("0.3.0"), "{found}");
+fn plugins_that_fail_verification_or_the_abi_are_refused_at_load() {
+    for r in REFUSALS {
+        let node = node();
+        let host = node.host();
+        let (bytes, pin) = (r.present)(&node);
+        let e = match host.load(&bytes, &pin) {
+            Err(e) => e,
+            Ok(_) => panic!("{}: loaded", r.case),
+        };
+        assert!((r.refused)(&e), "{}: refused with {e}", r.case);
+        if r.before_compiling {
+            assert!(
+                cached_entries(&node).is_empty(),
+                "{}: nothing may be compiled for refused bytes",
+                r.case
+            );
         }
-        other => panic!("expected AbiMismatch, got {other}"),
+        assert_happy(&node, &host);
     }
-    assert_happy(&node, &host);
-}
-
-#[test]
-fn a_plugin_importing_sockets_is_refused_at_load() {
-    let node = node();
-    let host = node.host();
-    let bytes = &plugins().forbidden_import;
-    let e = host
-        .load(bytes, &node.signer.pin(bytes, "forbidden-import", "1.0.0"))
-        .unwrap_err();
-    match &e {
-        Error::ForbiddenImport { import, .. } => {
-            assert!(import.starts_with("wasi:sockets/"), "{import}")
-        }
-        other => panic!("expected ForbiddenImport, got {other}"),
-    }
-    assert_happy(&node, &host);
 }
 
 #[test]
