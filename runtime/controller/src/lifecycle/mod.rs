@@ -472,68 +472,11 @@ impl Lifecycle {
         let now = Timestamp::now();
         let nodes = observe(&observed.nodes.state(), &observed.reports.state());
         let mut generated_ops = self.generated().await?;
-        // Newest first: the decision reads the last reboot of a node as the first it finds.
-        generated_ops.sort_by(|a, b| {
-            (
-                b.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                b.name_any(),
-            )
-                .cmp(&(
-                    a.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    a.name_any(),
-                ))
-        });
+        newest_first(&mut generated_ops);
         let generated: Vec<Generated> = generated_ops
             .iter()
             .filter(|op| is_own(op, object))
-            .filter_map(|op| {
-                let kind = if op.spec.upgrade.is_some() {
-                    Kind::Upgrade
-                } else if op.spec.renew_certificates.is_some() {
-                    Kind::RenewCertificates
-                } else if op.spec.reboot.is_some() {
-                    Kind::Reboot
-                } else {
-                    return None;
-                };
-                let status = op.status.clone().unwrap_or_default();
-                Some(Generated {
-                    name: op.name_any(),
-                    kind,
-                    phase: status.phase,
-                    progress: status.progress,
-                    not_done: status.counts.skipped + status.counts.invalid,
-                    version: op
-                        .spec
-                        .upgrade
-                        .as_ref()
-                        .map(|u| u.kubernetes_version.clone()),
-                    held: status
-                        .conditions
-                        .iter()
-                        .find(|c| c.type_ == crate::exclusion::CONDITION && c.status == "True")
-                        .map(|c| c.message.clone()),
-                    policy_hold: status
-                        .conditions
-                        .iter()
-                        .find(|c| {
-                            c.type_ == "Blocked"
-                                && c.status == "True"
-                                && c.reason == crate::operation_gate::REASON_DENIED
-                        })
-                        .map(|c| c.message.clone()),
-                    reboot_node: op
-                        .spec
-                        .reboot
-                        .as_ref()
-                        .and_then(|r| r.nodes.first().cloned()),
-                    reason: op
-                        .annotations()
-                        .get(labels::annotations::LIFECYCLE_REASON)
-                        .cloned()
-                        .unwrap_or_default(),
-                })
-            })
+            .filter_map(generated_of)
             .collect();
         let stored = object.status.clone().unwrap_or_default();
         let mut decision = decide(&Input {
@@ -555,19 +498,8 @@ impl Lifecycle {
             decision.certificates.handled_rotation = stored.certificates.handled_rotation;
             decision.waiting = Some((decide::Waiting::NameTaken, why));
         }
-        if let Some(g) = &decision.generate
-            && !history.iter().any(|h| h.name == g.name)
-        {
-            history.insert(
-                0,
-                GeneratedOperation {
-                    name: g.name.clone(),
-                    kind: g.kind.as_str().into(),
-                    reason: g.reason.clone(),
-                    created_at: Time(now),
-                },
-            );
-            history.truncate(MAX_HISTORY);
+        if let Some(g) = &decision.generate {
+            record(&mut history, g, now);
         }
         let status = status_of(object, &stored, &decision, history, now);
         if status != stored {
@@ -829,6 +761,85 @@ pub fn certificate_validity_of(
     bosun_api::lifecycle::sum_of_units(value, &[('h', 3_600), ('m', 60), ('s', 1)])
         .filter(|secs| *secs > 0)
         .map(k8s_openapi::jiff::SignedDuration::from_secs)
+}
+
+/// Sorts `ops` newest first (by creation time, then name): the decision reads the last
+/// reboot of a node as the first it finds.
+fn newest_first(ops: &mut [Operation]) {
+    let key = |op: &Operation| {
+        (
+            op.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            op.name_any(),
+        )
+    };
+    ops.sort_by_key(|op| std::cmp::Reverse(key(op)));
+}
+
+/// What the decision needs to know of one generated Operation: its kind (`None` for an
+/// Operation of none of the kinds the lifecycle generates), phase and progress, what holds
+/// it, and the reason it was generated for.
+fn generated_of(op: &Operation) -> Option<Generated> {
+    let kind = if op.spec.upgrade.is_some() {
+        Kind::Upgrade
+    } else if op.spec.renew_certificates.is_some() {
+        Kind::RenewCertificates
+    } else if op.spec.reboot.is_some() {
+        Kind::Reboot
+    } else {
+        return None;
+    };
+    let status = op.status.clone().unwrap_or_default();
+    let true_condition = |type_: &str, reason: Option<&str>| {
+        status
+            .conditions
+            .iter()
+            .find(|c| {
+                c.type_ == type_ && c.status == "True" && reason.is_none_or(|r| c.reason == r)
+            })
+            .map(|c| c.message.clone())
+    };
+    Some(Generated {
+        name: op.name_any(),
+        kind,
+        held: true_condition(crate::exclusion::CONDITION, None),
+        policy_hold: true_condition("Blocked", Some(crate::operation_gate::REASON_DENIED)),
+        phase: status.phase,
+        progress: status.progress,
+        not_done: status.counts.skipped + status.counts.invalid,
+        version: op
+            .spec
+            .upgrade
+            .as_ref()
+            .map(|u| u.kubernetes_version.clone()),
+        reboot_node: op
+            .spec
+            .reboot
+            .as_ref()
+            .and_then(|r| r.nodes.first().cloned()),
+        reason: op
+            .annotations()
+            .get(labels::annotations::LIFECYCLE_REASON)
+            .cloned()
+            .unwrap_or_default(),
+    })
+}
+
+/// Puts the Operation `g` first in the status's history (once), keeping the newest
+/// [`MAX_HISTORY`].
+fn record(history: &mut Vec<GeneratedOperation>, g: &decide::Generate, now: Timestamp) {
+    if history.iter().any(|h| h.name == g.name) {
+        return;
+    }
+    history.insert(
+        0,
+        GeneratedOperation {
+            name: g.name.clone(),
+            kind: g.kind.as_str().into(),
+            reason: g.reason.clone(),
+            created_at: Time(now),
+        },
+    );
+    history.truncate(MAX_HISTORY);
 }
 
 #[cfg(test)]
