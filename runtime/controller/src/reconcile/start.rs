@@ -53,18 +53,7 @@ pub(super) async fn gate_and_start(
     decision: &Schedule,
     now: Timestamp,
 ) -> Result<ControlFlow<Action, Started>> {
-    for node in &decision.invalidate {
-        move_task(
-            ctx,
-            &tasks[node],
-            TaskEvent::NodeGone,
-            Some((
-                BlockReason::NodeGone,
-                format!("node {node} left the cluster after the plan was frozen"),
-            )),
-        )
-        .await?;
-    }
+    block_gone(ctx, tasks, &decision.invalidate).await?;
     // The operation gate before each task: a held node's task is not started.
     let hold = match crate::operation_gate::hold_nodes(
         ctx,
@@ -81,8 +70,57 @@ pub(super) async fn gate_and_start(
     };
     // A reboot's gates before each node: a held node's task stays Pending, and says why.
     let gated = ask_reboot_gates(ctx, op, tasks, &decision.start, &hold).await;
-    let mut gated_lines = Vec::new();
-    for (node, held) in &gated {
+    let gated_lines = note_gated(ctx, op, tasks, &gated, now).await?;
+    let ungated;
+    let decision = if gated.is_empty() {
+        decision
+    } else {
+        let mut d = decision.clone();
+        d.start.retain(|n| !gated.contains_key(n));
+        ungated = d;
+        &ungated
+    };
+    let (waiting, mut recheck) = start_unheld(ctx, op, tasks, decision, &hold, now).await?;
+    if !gated.is_empty() {
+        recheck.at_most(Some(crate::reboot_gate::RECHECK));
+    }
+    Ok(ControlFlow::Continue(Started {
+        hold,
+        waiting,
+        gated: gated_lines,
+        recheck,
+    }))
+}
+
+/// Blocks (Invalid) the tasks of `nodes`, whose nodes left the cluster after the plan was
+/// frozen.
+async fn block_gone(ctx: &Context, tasks: &Tasks, nodes: &[String]) -> Result<()> {
+    for node in nodes {
+        move_task(
+            ctx,
+            &tasks[node],
+            TaskEvent::NodeGone,
+            Some((
+                BlockReason::NodeGone,
+                format!("node {node} left the cluster after the plan was frozen"),
+            )),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Writes on each task a reboot gate holds what holds it (and an Event when that is new or
+/// changed); one line per held task for the summary.
+async fn note_gated(
+    ctx: &Context,
+    op: &Operation,
+    tasks: &Tasks,
+    gated: &BTreeMap<String, crate::reboot_gate::Held>,
+    now: Timestamp,
+) -> Result<Vec<String>> {
+    let mut lines = Vec::new();
+    for (node, held) in gated {
         if note_waiting(
             ctx,
             &tasks[node],
@@ -101,20 +139,25 @@ pub(super) async fn gate_and_start(
                 )
                 .await;
         }
-        gated_lines.push(held.message.clone());
+        lines.push(held.message.clone());
     }
-    let ungated;
-    let decision = if gated.is_empty() {
-        decision
-    } else {
-        let mut d = decision.clone();
-        d.start.retain(|n| !gated.contains_key(n));
-        ungated = d;
-        &ungated
-    };
-    // One Operation at a time per node: the guard is held until the moves below are
-    // written, so that no other Operation's pass sees these nodes free meanwhile.
-    let wanted = wanting_their_node(decision, tasks, &hold);
+    Ok(lines)
+}
+
+/// One Operation at a time per node: claims the nodes `decision` moves, notes on each task
+/// whose node another Operation holds who holds it, and moves the others: to approval, or
+/// started. The exclusion guard is held until the moves are written, so that no other
+/// Operation's pass sees these nodes free meanwhile. Returns one line per waiting task, and
+/// when the started tasks' first steps asked to be looked at again.
+async fn start_unheld(
+    ctx: &Context,
+    op: &Operation,
+    tasks: &mut Tasks,
+    decision: &Schedule,
+    hold: &Hold,
+    now: Timestamp,
+) -> Result<(Vec<String>, Recheck)> {
+    let wanted = wanting_their_node(decision, tasks, hold);
     let exclusion_guard = if wanted.is_empty() {
         None
     } else {
@@ -128,7 +171,7 @@ pub(super) async fn gate_and_start(
         waiting.push(holder.message());
         tracing::info!(node = %node, holder = %holder.operation, task = %holder.task, phase = ?holder.phase, "node held by another Operation; task waits");
     }
-    for node in free(&decision.await_approval, tasks, &hold, &held) {
+    for node in free(&decision.await_approval, tasks, hold, &held) {
         move_task(
             ctx,
             &tasks[&node],
@@ -139,20 +182,12 @@ pub(super) async fn gate_and_start(
         )
         .await?;
     }
-    let starting: BTreeSet<String> = free(&decision.start, tasks, &hold, &held)
+    let starting: BTreeSet<String> = free(&decision.start, tasks, hold, &held)
         .into_iter()
         .collect();
-    let mut recheck = start_tasks(ctx, op, tasks, &starting).await?;
+    let recheck = start_tasks(ctx, op, tasks, &starting).await?;
     drop(exclusion_guard);
-    if !gated.is_empty() {
-        recheck.at_most(Some(crate::reboot_gate::RECHECK));
-    }
-    Ok(ControlFlow::Continue(Started {
-        hold,
-        waiting,
-        gated: gated_lines,
-        recheck,
-    }))
+    Ok((waiting, recheck))
 }
 
 /// The Event reason when a reboot gate holds a node (or what holds it changes).
