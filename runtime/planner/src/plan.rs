@@ -534,108 +534,10 @@ fn steps_for(
     control_plane: bool,
     was_cordoned: bool,
 ) -> Result<Vec<Step>, PlanError> {
-    use controller_actions::*;
     match kind {
-        Kind::Upgrade(upgrade) => {
-            let version = &upgrade.kubernetes_version;
-            let kubeadm_action = match group {
-                groups::CONTROL_PLANE_FIRST => "apply",
-                groups::CONTROL_PLANE | groups::WORKERS => "node",
-                other => {
-                    return Err(PlanError::FrozenGroupUnknown {
-                        group: other.into(),
-                    });
-                }
-            };
-            let mut steps = etcd_steps(upgrade, on, group, control_plane);
-            steps.push(controller_step("cordon", CORDON));
-            steps.push(controller_step("drain", DRAIN));
-            if upgrade.packages.contains(&KubePackage::Kubeadm) {
-                steps.push(agent_step(
-                    "upgrade-kubeadm",
-                    well_known::PACKAGES,
-                    "install",
-                    json!({"packages": ["kubeadm"], "kubernetesVersion": version}),
-                ));
-            }
-            steps.push(agent_step(
-                "kubeadm-upgrade",
-                well_known::KUBEADM_UPGRADE,
-                kubeadm_action,
-                json!({"kubernetesVersion": version}),
-            ));
-            let after: Vec<&str> = [KubePackage::Kubelet, KubePackage::Kubectl]
-                .into_iter()
-                .filter(|p| upgrade.packages.contains(p))
-                .map(KubePackage::as_str)
-                .collect();
-            if !after.is_empty() {
-                steps.push(agent_step(
-                    "upgrade-kubelet",
-                    well_known::PACKAGES,
-                    "install",
-                    json!({"packages": after, "kubernetesVersion": version}),
-                ));
-            }
-            steps.push(agent_step(
-                "restart-kubelet",
-                well_known::KUBELET,
-                "restart",
-                json!({}),
-            ));
-            steps.push(controller_step("wait-node-ready", WAIT_NODE_READY));
-            if !was_cordoned {
-                steps.push(controller_step("uncordon", UNCORDON));
-            }
-            if control_plane {
-                steps.push(controller_step("wait-api-server", WAIT_API_SERVER));
-            }
-            Ok(steps)
-        }
-        Kind::Renew(renew) => {
-            if group != groups::CONTROL_PLANE {
-                return Err(PlanError::FrozenGroupUnknown {
-                    group: group.into(),
-                });
-            }
-            let mut params = json!({"certificates": renew.certificates});
-            if let Some(before) = &renew.renew_before {
-                params["renewBefore"] = json!(before);
-            }
-            Ok(vec![
-                agent_step("renew-certificates", well_known::CERTS, "renew", params),
-                agent_step(
-                    "restart-control-plane",
-                    well_known::CERTS,
-                    "restart-control-plane",
-                    json!({}),
-                ),
-                controller_step("wait-api-server", WAIT_API_SERVER),
-            ])
-        }
-        Kind::Reboot(_) => {
-            if group != groups::CONTROL_PLANE && group != groups::WORKERS {
-                return Err(PlanError::FrozenGroupUnknown {
-                    group: group.into(),
-                });
-            }
-            let mut steps = vec![
-                controller_step("cordon", CORDON),
-                controller_step("drain", DRAIN),
-                Step {
-                    await_new_boot: true,
-                    ..agent_step("reboot", well_known::REBOOT, "reboot", json!({}))
-                },
-                controller_step("wait-node-ready", WAIT_NODE_READY),
-            ];
-            if !was_cordoned {
-                steps.push(controller_step("uncordon", UNCORDON));
-            }
-            if control_plane {
-                steps.push(controller_step("wait-api-server", WAIT_API_SERVER));
-            }
-            Ok(steps)
-        }
+        Kind::Upgrade(upgrade) => upgrade_steps(upgrade, on, group, control_plane, was_cordoned),
+        Kind::Renew(renew) => renew_steps(renew, group),
+        Kind::Reboot(_) => reboot_steps(group, control_plane, was_cordoned),
         Kind::Custom(custom) => custom
             .groups
             .iter()
@@ -645,6 +547,128 @@ fn steps_for(
                 group: group.into(),
             }),
     }
+}
+
+/// An upgrade's steps on one node: etcd's, cordon and drain, kubeadm, `kubeadm upgrade
+/// apply` (the first control plane) or `node`, the kubelet and kubectl packages, the
+/// kubelet's restart, and the waits.
+fn upgrade_steps(
+    upgrade: &UpgradeSpec,
+    on: &Cluster<'_>,
+    group: &str,
+    control_plane: bool,
+    was_cordoned: bool,
+) -> Result<Vec<Step>, PlanError> {
+    use controller_actions::*;
+    let version = &upgrade.kubernetes_version;
+    let kubeadm_action = match group {
+        groups::CONTROL_PLANE_FIRST => "apply",
+        groups::CONTROL_PLANE | groups::WORKERS => "node",
+        other => {
+            return Err(PlanError::FrozenGroupUnknown {
+                group: other.into(),
+            });
+        }
+    };
+    let mut steps = etcd_steps(upgrade, on, group, control_plane);
+    steps.push(controller_step("cordon", CORDON));
+    steps.push(controller_step("drain", DRAIN));
+    if upgrade.packages.contains(&KubePackage::Kubeadm) {
+        steps.push(agent_step(
+            "upgrade-kubeadm",
+            well_known::PACKAGES,
+            "install",
+            json!({"packages": ["kubeadm"], "kubernetesVersion": version}),
+        ));
+    }
+    steps.push(agent_step(
+        "kubeadm-upgrade",
+        well_known::KUBEADM_UPGRADE,
+        kubeadm_action,
+        json!({"kubernetesVersion": version}),
+    ));
+    let after: Vec<&str> = [KubePackage::Kubelet, KubePackage::Kubectl]
+        .into_iter()
+        .filter(|p| upgrade.packages.contains(p))
+        .map(KubePackage::as_str)
+        .collect();
+    if !after.is_empty() {
+        steps.push(agent_step(
+            "upgrade-kubelet",
+            well_known::PACKAGES,
+            "install",
+            json!({"packages": after, "kubernetesVersion": version}),
+        ));
+    }
+    steps.push(agent_step(
+        "restart-kubelet",
+        well_known::KUBELET,
+        "restart",
+        json!({}),
+    ));
+    steps.push(controller_step("wait-node-ready", WAIT_NODE_READY));
+    if !was_cordoned {
+        steps.push(controller_step("uncordon", UNCORDON));
+    }
+    if control_plane {
+        steps.push(controller_step("wait-api-server", WAIT_API_SERVER));
+    }
+    Ok(steps)
+}
+
+/// A renewal's steps on one control-plane node.
+fn renew_steps(renew: &RenewCertificatesSpec, group: &str) -> Result<Vec<Step>, PlanError> {
+    use controller_actions::*;
+    if group != groups::CONTROL_PLANE {
+        return Err(PlanError::FrozenGroupUnknown {
+            group: group.into(),
+        });
+    }
+    let mut params = json!({"certificates": renew.certificates});
+    if let Some(before) = &renew.renew_before {
+        params["renewBefore"] = json!(before);
+    }
+    Ok(vec![
+        agent_step("renew-certificates", well_known::CERTS, "renew", params),
+        agent_step(
+            "restart-control-plane",
+            well_known::CERTS,
+            "restart-control-plane",
+            json!({}),
+        ),
+        controller_step("wait-api-server", WAIT_API_SERVER),
+    ])
+}
+
+/// A reboot's steps on one node: cordon, drain, the reboot (awaiting the new boot), and the
+/// waits.
+fn reboot_steps(
+    group: &str,
+    control_plane: bool,
+    was_cordoned: bool,
+) -> Result<Vec<Step>, PlanError> {
+    use controller_actions::*;
+    if group != groups::CONTROL_PLANE && group != groups::WORKERS {
+        return Err(PlanError::FrozenGroupUnknown {
+            group: group.into(),
+        });
+    }
+    let mut steps = vec![
+        controller_step("cordon", CORDON),
+        controller_step("drain", DRAIN),
+        Step {
+            await_new_boot: true,
+            ..agent_step("reboot", well_known::REBOOT, "reboot", json!({}))
+        },
+        controller_step("wait-node-ready", WAIT_NODE_READY),
+    ];
+    if !was_cordoned {
+        steps.push(controller_step("uncordon", UNCORDON));
+    }
+    if control_plane {
+        steps.push(controller_step("wait-api-server", WAIT_API_SERVER));
+    }
+    Ok(steps)
 }
 
 /// The NodeTask object name for `node` in `operation`: `OPERATION-NODE` when that fits the
