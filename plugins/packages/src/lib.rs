@@ -19,6 +19,11 @@
 //! alone, and the step reports no change. The planner's upgrade steps call it as
 //! `install {"packages": ["kubeadm"], "kubernetesVersion": "v1.34.2"}`: the version is the
 //! newest one the repositories offer whose upstream part is `1.34.2`.
+//!
+//! `install` (about 150 lines) is kept whole on purpose: one install in the order it happens
+//! on the node (the wanted versions resolved, the holds that stand in the way released, the
+//! install, the holds set, each package read back from the package manager), the same for
+//! every backend, so that a reader follows what the package manager sees in one place.
 
 pub mod backend;
 pub mod binary;

@@ -28,6 +28,10 @@
 //! 20000); `ONLY=run_noop,...` measures only the named variants (for a profile);
 //! `SMALL_POOL=1` sizes every pool for one instance, which valgrind needs (it cannot map
 //! the default pool's address-space reservation).
+//!
+//! `main` (about 160 lines) is kept whole on purpose: it measures the variants one after
+//! another in one run and prints them side by side, and the order of the measurements is the
+//! fairness argument (each on the same warm machine, the pools sized once).
 
 #[path = "../tests/support/mod.rs"]
 mod support;

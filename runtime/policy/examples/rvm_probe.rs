@@ -6,6 +6,9 @@
 //! such as an unknown time zone, or an instruction's, such as adding a number to a string)
 //! must fail the evaluation, as the interpreter does with strict builtin errors, not yield
 //! an empty deny set. Run: `cargo run --release -p bosun-policy --example rvm_probe`.
+//!
+//! `main` (about 130 lines) is kept whole on purpose: a probe read top to bottom, each
+//! question asked and answered in the order the docs report them.
 use std::path::Path;
 use std::time::Instant;
 
