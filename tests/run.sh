@@ -5,7 +5,7 @@
 #
 # Works on a brand-new machine: it installs the host tools the tests drive (as root), adds
 # the wasm32-wasip2 target, builds the lab's Kubernetes binaries and Bosun's binaries, then
-# tests. Arguments go to `cargo test` (e.g. `-p bosun-host`, `--test sandbox`).
+# tests. Arguments go to `cargo test` (e.g. `-p bosun-host`, `--test host`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

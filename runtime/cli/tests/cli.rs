@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 /// Every command and error path, driven with a plugin whose every text is hostile.
+#[path = "hostile_output/mod.rs"]
 mod hostile_output;
 
 fn bin() -> Command {

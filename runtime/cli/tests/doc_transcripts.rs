@@ -13,7 +13,7 @@
 //! shared with the other CLI tests (`CARGO_TARGET_DIR`, shown as `disk-report/target`),
 //! offline, so only the first run compiles the plugin SDK's dependencies.
 
-mod transcript;
+use crate::transcript;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

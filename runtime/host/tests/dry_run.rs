@@ -4,7 +4,7 @@
 //! service action but `status` reaches the backend. The same grants in a normal run do
 //! all of it (so each refusal is the dry run's, not a missing grant's).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,8 +2,7 @@
 //! host: how argument patterns match, where granted commands start, and which unit
 //! names a service grant or request may use. Each test names the hole it closes.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use bosun_api::grants::{Grants, ServiceAction, ServiceGrant};
 use bosun_host::{CallFailure, Error, Host, LoadedPlugin, NodeContext, PluginError, RunReport};

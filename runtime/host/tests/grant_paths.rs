@@ -5,8 +5,7 @@
 //! root is refused with the real path to grant instead, so what is preopened is exactly
 //! what was granted and the read-only-inside-read-write check compares real paths.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::os::unix::fs::symlink;
 

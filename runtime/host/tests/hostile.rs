@@ -3,8 +3,7 @@
 //! it could have written, and every host call ends at the run's deadline. Each test
 //! names the review item it closes; see docs/security.md.
 
-#[path = "support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Documented limits of the host, exercised with the real `http` test plugin against a
 //! loopback server: the http grant's `maxBytes` caps the body a plugin may download.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -132,7 +132,7 @@ fn checked_in_schemas_match_the_input_types() {
         let have = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
             have == want,
-            "{} is out of date with the input types in runtime/policy/src/input.rs: regenerate it with `BOSUN_UPDATE_SCHEMAS=1 cargo test -p bosun-policy --test library`",
+            "{} is out of date with the input types in runtime/policy/src/input.rs: regenerate it with `BOSUN_UPDATE_SCHEMAS=1 cargo test -p bosun-policy --test policy library::`",
             path.display()
         );
     }

@@ -6,7 +6,7 @@
 //! `bosun_e2e::Operator`), and holds `bosun_e2e::lock_lab_nodes` because the lab's nodes
 //! (cordon state, host roots) are shared. The binaries are taken from the target
 //! directory and refused when older than their sources: run
-//! `cargo build -p bosun-controller -p bosun-agent` before `cargo test -p bosun-e2e --test operator`
+//! `cargo build -p bosun-controller -p bosun-agent` before `cargo test -p bosun-e2e --test lab operator::`
 //! (`cargo test --workspace` builds them first).
 
 use std::process::Command;
