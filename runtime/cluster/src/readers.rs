@@ -157,9 +157,9 @@ where
     }
 }
 
-/// The Operation as the policy input names it.
-pub fn operation_ref(op: &Operation) -> OperationRef {
-    let kind = if op.spec.upgrade.is_some() {
+/// Which kind of work an Operation's spec asks for.
+pub fn operation_kind(op: &Operation) -> OperationKind {
+    if op.spec.upgrade.is_some() {
         OperationKind::Upgrade
     } else if op.spec.renew_certificates.is_some() {
         OperationKind::RenewCertificates
@@ -167,7 +167,12 @@ pub fn operation_ref(op: &Operation) -> OperationRef {
         OperationKind::Reboot
     } else {
         OperationKind::Custom
-    };
+    }
+}
+
+/// The Operation as the policy input names it.
+pub fn operation_ref(op: &Operation) -> OperationRef {
+    let kind = operation_kind(op);
     let mut annotations = op.labels().clone();
     annotations.extend(op.annotations().iter().map(|(k, v)| (k.clone(), v.clone())));
     OperationRef {

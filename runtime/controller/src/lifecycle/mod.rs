@@ -779,14 +779,12 @@ fn newest_first(ops: &mut [Operation]) {
 /// Operation of none of the kinds the lifecycle generates), phase and progress, what holds
 /// it, and the reason it was generated for.
 fn generated_of(op: &Operation) -> Option<Generated> {
-    let kind = if op.spec.upgrade.is_some() {
-        Kind::Upgrade
-    } else if op.spec.renew_certificates.is_some() {
-        Kind::RenewCertificates
-    } else if op.spec.reboot.is_some() {
-        Kind::Reboot
-    } else {
-        return None;
+    use bosun_policy::input::OperationKind;
+    let kind = match bosun_cluster::readers::operation_kind(op) {
+        OperationKind::Upgrade => Kind::Upgrade,
+        OperationKind::RenewCertificates => Kind::RenewCertificates,
+        OperationKind::Reboot => Kind::Reboot,
+        OperationKind::Custom => return None,
     };
     let status = op.status.clone().unwrap_or_default();
     let true_condition = |type_: &str, reason: Option<&str>| {
