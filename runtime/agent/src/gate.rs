@@ -91,9 +91,12 @@ struct Decisions {
 /// Reads what the gates need. Errors (API unreachable, policies not listed yet) leave the
 /// step untouched; the reconcile is retried.
 pub async fn prepare(agent: &Agent, task: &NodeTask) -> Result<Prepared, Error> {
+    // The set as the API server holds it now (a quorum read of the Policies' metadata): a
+    // Policy created or deleted just before this step decides it, even when this agent's
+    // Policy watch reached an API server that stopped delivering.
     let generation = agent
         .policies
-        .generation(SYNC_WAIT)
+        .current(SYNC_WAIT)
         .await
         .map_err(|e| Error::Gate(e.to_string()))?;
     // This node and the control planes, not every Node: every agent reads these before

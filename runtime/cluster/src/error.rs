@@ -28,6 +28,16 @@ pub enum Error {
         "the cluster's Policy objects have not been listed yet (waited {waited:?}); no step or Operation proceeds until they are, so a policy is never skipped: check that the Policy CRD is installed and this process may list policies.bosun.dev"
     )]
     NotSynced { waited: Duration },
+    /// The Policy watch does not show what a quorum read lists, even after it was opened
+    /// again: no decision is made on an old set of policies.
+    #[error(
+        "this process's Policy watch is behind the API server: it does not show {} as the API server lists them, {waited:?} after it was opened again; no step or Operation proceeds on an older set of policies, and this is tried again",
+        objects.join(", ")
+    )]
+    PoliciesBehind {
+        objects: Vec<String>,
+        waited: Duration,
+    },
 }
 
 impl Error {
