@@ -260,6 +260,15 @@ impl Prepared {
         self.node.kubelet_version.clone()
     }
 
+    /// This node's os-release as the gate read it from the host root, for choosing a
+    /// backend ([`crate::backends`]).
+    pub fn os(&self) -> crate::backends::NodeOs {
+        crate::backends::NodeOs {
+            id: self.node.os.id.clone(),
+            id_like: self.node.os.id_like.clone(),
+        }
+    }
+
     /// This agent's Node's `spec.unschedulable` when the gate read it (from the API server,
     /// right before the step would start); `None` when the Node was not found.
     pub fn unschedulable(&self) -> Option<bool> {

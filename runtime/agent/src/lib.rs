@@ -39,6 +39,7 @@
 //! Pause: no new step of a task marked `bosun.dev/paused` (set by the controller while its
 //! Operation is paused) starts; a running step finishes.
 
+pub mod backends;
 pub mod boot;
 pub mod facts;
 pub mod fleet;
@@ -62,7 +63,7 @@ use bosun_planner::state::{
 use bosun_telemetry::Watched;
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
@@ -624,21 +625,98 @@ async fn run_plugin(
             format!("agent step {} names no plugin", step.name),
             false,
         ),
-        Some(plugin) => match resolve(&agent.client, &agent.store, &agent.fetcher, plugin).await {
-            Err(e) => StepResult::failed(
+        Some(named) => {
+            let choice = match choose_backend(agent, &prepared.os(), named).await {
+                Ok(choice) => choice,
+                Err(refused) => return Ok(*refused),
+            };
+            match resolve(&agent.client, &agent.store, &agent.fetcher, &choice.plugin).await {
+                Err(e) => StepResult::failed(
+                    BlockReason::PluginUnavailable,
+                    "plugin-unavailable",
+                    e.to_string(),
+                    true,
+                ),
+                Ok(resolved) => {
+                    let result = prepared
+                        .clone()
+                        .run(agent, task, index, resolved, resumed)
+                        .await?;
+                    backend_noted(result, &agent.node_name, &prepared.os(), named, &choice)
+                }
+            }
+        }
+    })
+}
+
+/// The Plugin that runs a step naming `named` on this node ([`backends::choose`]), from
+/// every Plugin of the cluster and this node's os-release. A refusal, or a failed list, is
+/// the step's failed result (PluginUnavailable; tried again on a retry).
+async fn choose_backend(
+    agent: &Agent,
+    os: &backends::NodeOs,
+    named: &str,
+) -> Result<backends::Choice, Box<StepResult>> {
+    let plugins: Api<bosun_api::plugin::Plugin> = Api::all(agent.client.clone());
+    let listed = plugins
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| {
+            Box::new(StepResult::failed(
                 BlockReason::PluginUnavailable,
                 "plugin-unavailable",
-                e.to_string(),
+                format!(
+                    "listing the Plugins, to choose the one that serves this node's OS family for `{named}` steps: {e}"
+                ),
                 true,
-            ),
-            Ok(resolved) => {
-                prepared
-                    .clone()
-                    .run(agent, task, index, resolved, resumed)
-                    .await?
-            }
-        },
+            ))
+        })?;
+    backends::choose(&agent.node_name, os, named, &listed.items).map_err(|e| {
+        let code = match e {
+            backends::BackendError::Ambiguous { .. } => "backend-ambiguous",
+            backends::BackendError::NoneServes { .. } => "no-backend",
+        };
+        tracing::warn!(step_plugin = named, error = %e, "no backend chosen");
+        Box::new(StepResult::failed(
+            BlockReason::PluginUnavailable,
+            code,
+            e.to_string(),
+            true,
+        ))
     })
+}
+
+/// `result` with the backend that ran it named: a step run by a backend says so in its
+/// message, and a backend whose preflight refused this node is named with the family it
+/// claimed and the plugins that were considered.
+fn backend_noted(
+    mut result: StepResult,
+    node: &str,
+    os: &backends::NodeOs,
+    named: &str,
+    choice: &backends::Choice,
+) -> StepResult {
+    let Some(family) = &choice.family else {
+        return result;
+    };
+    let plugin = &choice.plugin;
+    result.message = if result.block == Some(BlockReason::PreflightFailed) {
+        format!(
+            "node {node} ({}): Plugin {plugin} claims OS family {family} for `{named}` steps (spec.backend), and its preflight refused this node: {}; considered: {}; correct the claim (spec.backend.osFamilies) or the node, then retry",
+            os.describe(),
+            result.message,
+            choice.considered.join(", ")
+        )
+    } else {
+        format!(
+            "{} (run by Plugin {plugin}, the backend for `{named}` steps on OS family {family})",
+            result.message
+        )
+    };
+    if let Some(error) = result.error.as_mut() {
+        error.message.clone_from(&result.message);
+    }
+    result
 }
 
 /// The status write of a finished attempt: the step's end (and the task's block, on a
@@ -939,7 +1017,23 @@ async fn interrupted(task: &NodeTask, index: usize, agent: &Agent) -> Result<(),
     let step = &task.spec.steps[index];
     let name = task.name_any();
     let in_flight = InFlight::enter(agent);
-    let idempotent = match step.plugin.as_deref() {
+    // The plugin that ran it: the step's, or the backend chosen for this node's OS family
+    // (chosen again the same way; a refusal now counts as not idempotent).
+    let os = crate::facts::host_facts(agent)
+        .await
+        .map(|f| backends::NodeOs {
+            id: f.os.id,
+            id_like: f.os.id_like,
+        })
+        .unwrap_or_default();
+    let chosen = match step.plugin.as_deref() {
+        Some(named) => choose_backend(agent, &os, named)
+            .await
+            .ok()
+            .map(|c| c.plugin),
+        None => None,
+    };
+    let idempotent = match chosen.as_deref() {
         Some(plugin) => match resolve(&agent.client, &agent.store, &agent.fetcher, plugin).await {
             Ok(r) => {
                 let host = agent.host.clone();

@@ -373,6 +373,7 @@ mod tests {
                     },
                 ],
                 grants: Default::default(),
+                backend: None,
             },
         );
         if annotated {

@@ -5,10 +5,10 @@
 //! The fake (a `tower::service_fn` behind a real kube `Client`) keeps one NodeTask, applies
 //! the status writes it accepts (each step entry replaced whole, as the agent's per-step
 //! field manager owns it), answers the reads a step makes (Policies, Nodes, Operation,
-//! version, Plugin) and records every request. The step's Plugin does not exist, so a run
-//! ends at plugin resolution with a PluginUnavailable failure: each GET of the Plugin is
-//! one run of the step, and the result (task Blocked, reason PluginUnavailable) is a real
-//! result the agent must get written.
+//! version, the Plugin list and the Plugin) and records every request. The step's Plugin
+//! does not exist, so a run ends at plugin resolution with a PluginUnavailable failure:
+//! each GET of the Plugin is one run of the step, and the result (task Blocked, reason
+//! PluginUnavailable) is a real result the agent must get written.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -116,6 +116,11 @@ impl Fake {
                 self.apply(&request.body);
                 (200, self.task.lock().unwrap().clone())
             }
+            // No Plugin declares a backend: the step's own plugin, hello, is read next.
+            ("GET", "/apis/bosun.dev/v1alpha1/plugins") => (
+                200,
+                json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "PluginList", "metadata": { "resourceVersion": "1" }, "items": [] }),
+            ),
             ("GET", "/apis/bosun.dev/v1alpha1/policies") => (
                 200,
                 json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "PolicyList", "metadata": { "resourceVersion": "1" }, "items": [] }),

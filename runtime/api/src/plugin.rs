@@ -86,6 +86,42 @@ pub struct PluginSpec {
     /// The host capabilities the plugin gets. Everything not listed is denied.
     #[serde(default)]
     pub grants: Grants,
+
+    /// Run this plugin, instead of the one a step names, on the nodes of the OS families
+    /// listed: a community backend for a distribution the named plugin does not serve (a
+    /// `zypper` plugin for SUSE nodes in place of `packages`). The agent chooses on each
+    /// node, from its os-release, when the step runs (docs/plugins.md, "Backends for an OS
+    /// family"). Absent: the plugin runs only where a step names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+}
+
+/// What a backend plugin stands in for, and where.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Backend {
+    /// The plugin name steps give, which this plugin runs in place of on its families'
+    /// nodes: `packages` for the package installs of upgrades, or a name custom Operations'
+    /// steps use. A plugin may name itself (the first-party `packages` declaring the
+    /// families it serves).
+    #[serde(rename = "for")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub for_plugin: String,
+    /// The OS families served, as os-release spells them: an `ID` (`opensuse-leap`, `sles`,
+    /// `debian`) or an `ID_LIKE` entry (`suse`, `rhel`). A node matches on its `ID` first,
+    /// then on its `ID_LIKE` entries in their order.
+    #[schemars(length(min = 1, max = 32), inner(length(min = 1, max = 64)))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self.all(f, f.matches('^[a-z0-9][a-z0-9._-]*$'))",
+        "message": "spec.backend.osFamilies holds os-release IDs as os-release spells them: lowercase letters, digits, '.', '_' and '-' (for example opensuse-leap, sles, suse)",
+    }, {
+        "rule": "self.all(f, self.exists_one(g, g == f))",
+        "message": "spec.backend.osFamilies names a family twice",
+    }]))]
+    pub os_families: Vec<String>,
 }
 
 /// Where a plugin's bytes come from: exactly one of `oci`, `url`, `configMap`.

@@ -661,6 +661,45 @@ fn plugin_source_is_exactly_one_and_signatures_are_required() {
 }
 
 #[test]
+fn a_backend_names_os_families_as_os_release_spells_them_once_each() {
+    let file = "plugins.bosun.dev.yaml";
+    let plugin = |families: Value| {
+        json!({"apiVersion": "bosun.dev/v1alpha1", "kind": "Plugin", "metadata": {"name": "zypper"},
+               "spec": {"source": {"url": {"url": "https://example.test/z.wasm"}},
+                        "sha256": format!("sha256:{}", "a".repeat(64)),
+                        "signatures": [{"algorithm": "ed25519", "signature": "AAAA"}],
+                        "backend": {"for": "packages", "osFamilies": families}}})
+    };
+    validate(
+        file,
+        &plugin(json!(["opensuse-leap", "sles", "suse"])),
+        None,
+    )
+    .unwrap();
+    for (families, message) in [
+        (
+            json!(["openSUSE Leap"]),
+            "spec.backend.osFamilies holds os-release IDs",
+        ),
+        (
+            json!(["suse", "sles", "suse"]),
+            "spec.backend.osFamilies names a family twice",
+        ),
+    ] {
+        let errors = validate(file, &plugin(families.clone()), None).unwrap_err();
+        assert!(
+            errors.iter().any(|e| e.contains(message)),
+            "{families}: {errors:?}"
+        );
+    }
+    let schema = schema_of(file);
+    let backend = at(&schema, "spec.backend");
+    assert_eq!(at(backend, "osFamilies")["minItems"], json!(1));
+    assert_eq!(at(backend, "osFamilies")["maxItems"], json!(32));
+    assert!(at(backend, "for")["pattern"].is_string());
+}
+
+#[test]
 fn policy_needs_rego_source() {
     let file = "policies.bosun.dev.yaml";
     let policy = |rego: &str| json!({"apiVersion": "bosun.dev/v1alpha1", "kind": "Policy", "metadata": {"name": "p"}, "spec": {"rego": rego}});

@@ -119,7 +119,8 @@ pub struct TaskRef {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StepRef {
     pub name: String,
-    /// The Plugin resource's name.
+    /// The plugin name the step gives. On a node whose OS family a backend claims, that
+    /// backend runs instead (`plugin.name`; docs/plugins.md, "Backends for an OS family").
     pub plugin: String,
     pub action: String,
     /// The step's params as given in the NodeTask (a JSON object).

@@ -22,8 +22,8 @@ use std::path::PathBuf;
 use anyhow::{Context as _, Result, ensure};
 use bosun_api::grants::Grants;
 use bosun_api::plugin::{
-    ConfigMapSource, OciSource, Plugin, PluginSource, PluginSpec, Signature, SignatureAlgorithm,
-    UrlSource,
+    Backend, ConfigMapSource, OciSource, Plugin, PluginSource, PluginSpec, Signature,
+    SignatureAlgorithm, UrlSource,
 };
 use bosun_trust::{Algorithm, Digest, SignatureBundle};
 use clap::Args;
@@ -84,8 +84,54 @@ pub struct PublishArgs {
     /// first: `oras push REF FILE:application/vnd.wasm.content.layer.v1+wasm`).
     #[arg(long, value_name = "REF", conflicts_with_all = ["url", "configmap"])]
     pub oci: Option<String>,
+    /// Run this plugin in place of plugin NAME on the nodes of the OS families
+    /// `--os-families` lists (`spec.backend`; docs/plugins.md, "Backends for an OS family").
+    /// Publishing replaces the whole spec, so a backend is kept only when given here again.
+    #[arg(long, value_name = "NAME", requires = "os_families")]
+    pub backend_for: Option<String>,
+    /// The OS families the backend serves, as os-release IDs, comma-separated
+    /// (`opensuse-leap,sles,suse`).
+    #[arg(
+        long,
+        value_name = "IDS",
+        value_delimiter = ',',
+        requires = "backend_for"
+    )]
+    pub os_families: Vec<String>,
     #[command(flatten)]
     pub conn: Connection,
+}
+
+/// The `spec.backend` `--backend-for` and `--os-families` ask for, checked as the API server
+/// will check it (so the refusal comes before anything is written).
+pub fn backend_of(for_plugin: Option<&str>, families: &[String]) -> Result<Option<Backend>> {
+    let Some(for_plugin) = for_plugin else {
+        return Ok(None);
+    };
+    ensure!(
+        !families.is_empty() && families.len() <= 32,
+        "--os-families takes 1 to 32 os-release IDs (got {})",
+        families.len()
+    );
+    for (i, family) in families.iter().enumerate() {
+        ensure!(
+            !family.is_empty()
+                && family.len() <= 64
+                && family.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && family.chars().all(|c| c.is_ascii_lowercase()
+                    || c.is_ascii_digit()
+                    || matches!(c, '.' | '_' | '-')),
+            "--os-families: {family:?} is not an os-release ID: write it as os-release spells ID (lowercase letters, digits, '.', '_' and '-'; for example opensuse-leap, sles, suse)"
+        );
+        ensure!(
+            !families[..i].contains(family),
+            "--os-families names {family} twice"
+        );
+    }
+    Ok(Some(Backend {
+        for_plugin: for_plugin.to_owned(),
+        os_families: families.to_vec(),
+    }))
 }
 
 /// What gets written, computed without the cluster.
@@ -137,6 +183,7 @@ pub fn prepare(
             sha256: Digest::of(&bytes).to_string(),
             signatures,
             grants,
+            backend: None,
         },
         bytes,
     })
@@ -194,6 +241,7 @@ pub fn prepare_remote(
         sha256: Digest::of(bytes).to_string(),
         signatures,
         grants,
+        backend: None,
     };
     Ok((name, version, spec))
 }
@@ -260,6 +308,7 @@ async fn publish(args: PublishArgs) -> Result<Status> {
         )
     })?;
     let grants = read_grants(args.grants.as_ref())?;
+    let backend = backend_of(args.backend_for.as_deref(), &args.os_families)?;
     if args.grants.is_none() {
         errln!(
             "note: no --grants: the plugin is granted nothing (every host capability is denied)"
@@ -271,7 +320,7 @@ async fn publish(args: PublishArgs) -> Result<Status> {
         (None, None) => None,
     };
     if let Some(remote) = remote {
-        let (name, version, spec) = prepare_remote(
+        let (name, version, mut spec) = prepare_remote(
             &bytes,
             &bundle,
             args.name.as_deref(),
@@ -279,6 +328,7 @@ async fn publish(args: PublishArgs) -> Result<Status> {
             &remote,
             grants,
         )?;
+        spec.backend = backend;
         let client = args.conn.client().await?;
         let action = write_plugin(&client, &name, &version, &spec).await?;
         // Name and version are the bundle's, as its file says.
@@ -303,7 +353,7 @@ async fn publish(args: PublishArgs) -> Result<Status> {
         print_plugin_line(&name, action, &spec);
         return Ok(Status::Success);
     }
-    let p = prepare(
+    let mut p = prepare(
         bytes,
         &bundle,
         args.name.as_deref(),
@@ -312,6 +362,7 @@ async fn publish(args: PublishArgs) -> Result<Status> {
         args.configmap.as_deref(),
         grants,
     )?;
+    p.spec.backend = backend;
     let client = args.conn.client().await?;
 
     // Namespace: created when missing, left alone otherwise.
@@ -426,12 +477,41 @@ fn print_plugin_line(name: &str, action: &str, spec: &PluginSpec) {
         g.services.len(),
         g.http.len()
     );
+    if let Some(b) = &spec.backend {
+        outln!(
+            "  backend for `{}` steps on OS families {}",
+            clean(&b.for_plugin),
+            clean(&b.os_families.join(", "))
+        );
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use bosun_trust::{SigningKey, Statement};
+
+    #[test]
+    fn a_backend_is_checked_as_the_api_server_checks_it() {
+        let families = |f: &[&str]| f.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(backend_of(None, &[]).unwrap(), None);
+        let b = backend_of(Some("packages"), &families(&["opensuse-leap", "suse"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (b.for_plugin.as_str(), b.os_families),
+            ("packages", families(&["opensuse-leap", "suse"]))
+        );
+        for (bad, says) in [
+            (&[][..], "1 to 32 os-release IDs"),
+            (&["openSUSE Leap"][..], "is not an os-release ID"),
+            (&["-suse"][..], "is not an os-release ID"),
+            (&["suse", "sles", "suse"][..], "names suse twice"),
+        ] {
+            let e = backend_of(Some("packages"), &families(bad)).unwrap_err();
+            assert!(e.to_string().contains(says), "{bad:?}: {e}");
+        }
+    }
 
     fn signed(bytes: &[u8], name: &str, version: &str) -> SignatureBundle {
         let statement = Statement::new(name, version, Digest::of(bytes)).unwrap();
