@@ -34,7 +34,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::watch::{Liveness, Versions, behind};
+use crate::watch::{Liveness, behind, listed_versions, stored_versions};
 use crate::{Error, Result};
 
 /// The log target of the Policy watch's own lines ("policy set compiled", watch errors):
@@ -234,13 +234,8 @@ impl PolicyWatch {
             let list = api.list_metadata(&params).await.map_err(Error::kube(
                 "listing the Policy objects (to check that this process's Policy watch is current)",
             ))?;
-            let list_version = list.metadata.resource_version.clone().unwrap_or_default();
-            let on_server: Versions = list
-                .items
-                .iter()
-                .map(|p| (p.name_any(), p.resource_version().unwrap_or_default()))
-                .collect();
-            let mut missing = behind(&on_server, &list_version, &self.held());
+            let (on_server, list_version) = listed_versions(&list);
+            let mut missing = behind(&on_server, &list_version, &stored_versions(&self.store));
             if !missing.is_empty() {
                 tracing::warn!(target: POLICY_LOG_TARGET, behind = ?missing, silent_for = ?self.liveness.silent_for(), "the Policy watch does not show the Policy objects as the API server lists them; watching again on a new connection");
                 self.liveness.reopen();
@@ -253,7 +248,7 @@ impl PolicyWatch {
                         });
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
-                    missing = behind(&on_server, &list_version, &self.held());
+                    missing = behind(&on_server, &list_version, &stored_versions(&self.store));
                 }
             }
         }
@@ -270,15 +265,6 @@ impl PolicyWatch {
             return Err(Error::NotSynced { waited: wait });
         }
         Ok(())
-    }
-
-    /// The store's Policies by name and version.
-    fn held(&self) -> Versions {
-        self.store
-            .state()
-            .iter()
-            .map(|p| (p.name_any(), p.resource_version().unwrap_or_default()))
-            .collect()
     }
 
     /// The compiled set for the policies held now (compiled again only when they changed).

@@ -507,7 +507,29 @@ pub fn still_behind(behind: &[String], before: &Versions, after: &Versions) -> V
         .collect()
 }
 
-fn stored_versions<K>(store: &Store<K>) -> Versions
+/// The objects of a metadata list by [`key_of`] and version, and the list's own version.
+pub(crate) fn listed_versions<K>(
+    list: &kube::core::ObjectList<kube::core::PartialObjectMeta<K>>,
+) -> (Versions, String)
+where
+    K: Watchable,
+{
+    let versions = list
+        .items
+        .iter()
+        .map(|o| {
+            (
+                key_of(o.metadata.namespace.as_deref(), &o.name_any()),
+                o.resource_version().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let version = list.metadata.resource_version.clone().unwrap_or_default();
+    (versions, version)
+}
+
+/// The objects `store` holds by [`key_of`] and version.
+pub(crate) fn stored_versions<K>(store: &Store<K>) -> Versions
 where
     K: kube::Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
@@ -555,17 +577,7 @@ pub async fn keep_listed_fresh<K>(
         let Some(list) = check.read(|| api.list_metadata(&params)).await else {
             continue;
         };
-        let list_version = list.metadata.resource_version.clone().unwrap_or_default();
-        let listed: Versions = list
-            .items
-            .iter()
-            .map(|o| {
-                (
-                    key_of(o.metadata.namespace.as_deref(), &o.name_any()),
-                    o.resource_version().unwrap_or_default(),
-                )
-            })
-            .collect();
+        let (listed, list_version) = listed_versions(&list);
         let before = stored_versions(&store);
         let differ = behind(&listed, &list_version, &before);
         if differ.is_empty() {

@@ -19,13 +19,12 @@
 //! publishes `hello` again (without a backend) before it returns.
 
 use anyhow::{Context, Result, ensure};
-use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase, StepStatus};
+use bosun_api::node_task::{BlockReason, NodeTask, NodeTaskPhase, StepPhase};
 use bosun_api::operation::OperationPhase;
 use bosun_api::plugin::Plugin;
 use bosun_e2e::Operator;
 use bosun_e2e::operator::phase_of;
 use bosun_lab::LabHandle;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -93,17 +92,7 @@ async fn settled_greet(
     ))
 }
 
-/// The greet step's status in `task`.
-fn greet_of(task: &NodeTask) -> Result<StepStatus> {
-    task.status
-        .as_ref()
-        .and_then(|s| s.steps.iter().find(|s| s.name == "greet"))
-        .cloned()
-        .with_context(|| format!("no greet step status in {:?}", task.status))
-}
-
-/// Sets `recovery: Retry` on `node`'s Blocked task and waits until its greet step ran again
-/// and finished; returns the task then.
+/// `node`'s task, checked Blocked, retried: [`crate::trust_and_capabilities::retry`].
 async fn retry(operator: &mut Operator, op: &str, node: &str) -> Result<NodeTask> {
     let task = operator.task(op, node).await?;
     ensure!(
@@ -111,17 +100,7 @@ async fn retry(operator: &mut Operator, op: &str, node: &str) -> Result<NodeTask
         "the task of {node} is not Blocked: {:?}",
         task.status
     );
-    let before = greet_of(&task)?.attempts;
-    operator
-        .patch_task_spec(&task.name_any(), json!({ "recovery": "Retry" }))
-        .await?;
-    operator
-        .wait_task(op, node, "greet ran again and finished", |t| {
-            greet_of(t).is_ok_and(|s| {
-                s.attempts > before && matches!(s.phase, StepPhase::Succeeded | StepPhase::Failed)
-            })
-        })
-        .await
+    crate::trust_and_capabilities::retry(operator, op, node).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -193,7 +172,7 @@ async fn each_agent_runs_the_backend_its_os_family_is_claimed_by_and_names_refus
     claim(&lab, "hello", &["debian", "rhel"]).await?;
     claim(&lab, "good", &["rhel"]).await?;
     let task = retry(&mut operator, &op, &rocky).await?;
-    let step = greet_of(&task)?;
+    let step = crate::trust_and_capabilities::greet(&task)?;
     let message = step.message.clone().unwrap_or_default();
     let code = step.error.as_ref().map(|e| e.code.as_str());
     let both =
@@ -211,7 +190,7 @@ async fn each_agent_runs_the_backend_its_os_family_is_claimed_by_and_names_refus
         .await
         .context("deleting Plugin good")?;
     let task = retry(&mut operator, &op, &rocky).await?;
-    let step = greet_of(&task)?;
+    let step = crate::trust_and_capabilities::greet(&task)?;
     let message = step.message.clone().unwrap_or_default();
     ensure!(
         step.phase == StepPhase::Succeeded && message.contains("run by Plugin hello"),

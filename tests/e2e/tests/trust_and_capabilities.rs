@@ -78,8 +78,8 @@ fn operator_with_cache(lab: &LabHandle, test: &str, cache: &Path) -> Result<Oper
     )
 }
 
-/// The greet step's status in `task`.
-fn greet(task: &NodeTask) -> Result<StepStatus> {
+/// The greet step's status in `task` (also for `backends`).
+pub(crate) fn greet(task: &NodeTask) -> Result<StepStatus> {
     task.status
         .as_ref()
         .and_then(|s| s.steps.iter().find(|s| s.name == "greet"))
@@ -151,7 +151,7 @@ fn nothing_ran(step: &StepStatus) -> Result<()> {
 /// attempts went up) and finished; returns the task then. (Waiting on the step's attempts
 /// rather than on the Operation leaving Blocked: a retry refused again may leave and
 /// re-enter Blocked between two polls.)
-async fn retry(operator: &mut Operator, op: &str, node: &str) -> Result<NodeTask> {
+pub(crate) async fn retry(operator: &mut Operator, op: &str, node: &str) -> Result<NodeTask> {
     let task = operator.task(op, node).await?;
     let before = greet(&task)?.attempts;
     operator
