@@ -131,6 +131,11 @@ fn refusal_hints(args: &[String]) -> String {
     hints
 }
 
+/// Which of `grant`'s argument patterns admits `args` (`None` for a grant with no patterns).
+pub(crate) fn matching_pattern(grant: &ExecGrant, args: &[String]) -> Option<usize> {
+    grant.args.iter().position(|p| patterns_match(p, args))
+}
+
 /// Finds the grant that allows `command args`, or says why none does.
 pub(crate) fn authorize<'g>(
     grants: &'g [ExecGrant],

@@ -11,10 +11,16 @@
 //! only another process writing into the granted directory between them could swap the
 //! file (see docs/security.md).
 //!
-//! Every other function is wasmtime-wasi's own, called unchanged.
+//! It also records which filesystem grant each path operation used (`used`, for
+//! `kubectl bosun plugin test`): every descriptor is traced back to the preopen it
+//! descends from. Otherwise every function is wasmtime-wasi's own, called unchanged.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use wasmtime::component::{HasData, Resource};
 use wasmtime_wasi::filesystem::WasiFilesystemCtxView;
+use wasmtime_wasi::p2::bindings::filesystem::preopens;
 use wasmtime_wasi::p2::bindings::filesystem::types::ErrorCode;
 use wasmtime_wasi::p2::bindings::sync::filesystem::types as fs;
 use wasmtime_wasi::p2::bindings::sync::io::streams;
@@ -32,6 +38,9 @@ impl HasData for GuardedFilesystem {
 pub(crate) struct GuardedFs<'a> {
     pub fs: WasiFilesystemCtxView<'a>,
     pub denied: &'a mut Vec<crate::report::Denial>,
+    /// The grant (guest path) of each open descriptor, by resource index.
+    pub descriptors: &'a mut HashMap<u32, Arc<str>>,
+    pub used: &'a mut BTreeSet<crate::GrantUse>,
 }
 
 /// Whether a plugin may open a file of this type.
@@ -45,6 +54,14 @@ pub(crate) fn openable(t: fs::DescriptorType) -> bool {
 }
 
 impl GuardedFs<'_> {
+    /// Records a path operation through descriptor `rep` as a use of its grant.
+    fn touch(&mut self, rep: u32) {
+        if let Some(grant) = self.descriptors.get(&rep) {
+            self.used
+                .insert(crate::GrantUse::Filesystem(grant.to_string()));
+        }
+    }
+
     /// Why opening `path` beneath the directory `dir` was refused when a component of it is
     /// a symlink whose target leads out of the directory (an absolute target, or more `..`
     /// than the link is deep): wasmtime-wasi never follows such a link, and the plugin only
@@ -108,6 +125,16 @@ impl GuardedFs<'_> {
     }
 }
 
+impl preopens::Host for GuardedFs<'_> {
+    fn get_directories(&mut self) -> wasmtime::Result<Vec<(Resource<fs::Descriptor>, String)>> {
+        let dirs = preopens::Host::get_directories(&mut self.fs)?;
+        for (fd, guest) in &dirs {
+            self.descriptors.insert(fd.rep(), Arc::from(guest.as_str()));
+        }
+        Ok(dirs)
+    }
+}
+
 impl fs::Host for GuardedFs<'_> {
     fn convert_error_code(&mut self, err: FsError) -> wasmtime::Result<fs::ErrorCode> {
         fs::Host::convert_error_code(&mut self.fs, err)
@@ -137,9 +164,16 @@ impl fs::HostDescriptor for GuardedFs<'_> {
             tracing::info!(path = %path, kind = ?stat.type_, "plugin open refused: not a regular file or directory");
             return Err(FsError::from(ErrorCode::NotPermitted));
         }
-        let dir = Resource::<fs::Descriptor>::new_borrow(fd.rep());
+        let parent = fd.rep();
+        self.touch(parent);
+        let dir = Resource::<fs::Descriptor>::new_borrow(parent);
         let opened =
             fs::HostDescriptor::open_at(&mut self.fs, fd, path_flags, path.clone(), oflags, flags);
+        if let Ok(child) = &opened
+            && let Some(grant) = self.descriptors.get(&parent).cloned()
+        {
+            self.descriptors.insert(child.rep(), grant);
+        }
         if let Err(e) = &opened
             && matches!(
                 e.downcast_ref(),
@@ -201,12 +235,14 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         &mut self,
         fd: Resource<fs::Descriptor>,
     ) -> FsResult<Resource<fs::DirectoryEntryStream>> {
+        self.touch(fd.rep());
         fs::HostDescriptor::read_directory(&mut self.fs, fd)
     }
     fn sync(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<()> {
         fs::HostDescriptor::sync(&mut self.fs, fd)
     }
     fn create_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
+        self.touch(fd.rep());
         fs::HostDescriptor::create_directory_at(&mut self.fs, fd, path)
     }
     fn stat(&mut self, fd: Resource<fs::Descriptor>) -> FsResult<fs::DescriptorStat> {
@@ -218,6 +254,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         path_flags: fs::PathFlags,
         path: String,
     ) -> FsResult<fs::DescriptorStat> {
+        self.touch(fd.rep());
         fs::HostDescriptor::stat_at(&mut self.fs, fd, path_flags, path)
     }
     fn set_times_at(
@@ -228,6 +265,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         atim: fs::NewTimestamp,
         mtim: fs::NewTimestamp,
     ) -> FsResult<()> {
+        self.touch(fd.rep());
         fs::HostDescriptor::set_times_at(&mut self.fs, fd, path_flags, path, atim, mtim)
     }
     fn link_at(
@@ -238,6 +276,8 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         new_descriptor: Resource<fs::Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
+        self.touch(fd.rep());
+        self.touch(new_descriptor.rep());
         fs::HostDescriptor::link_at(
             &mut self.fs,
             fd,
@@ -248,12 +288,15 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         )
     }
     fn drop(&mut self, fd: Resource<fs::Descriptor>) -> wasmtime::Result<()> {
+        self.descriptors.remove(&fd.rep());
         fs::HostDescriptor::drop(&mut self.fs, fd)
     }
     fn readlink_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<String> {
+        self.touch(fd.rep());
         fs::HostDescriptor::readlink_at(&mut self.fs, fd, path)
     }
     fn remove_directory_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
+        self.touch(fd.rep());
         fs::HostDescriptor::remove_directory_at(&mut self.fs, fd, path)
     }
     fn rename_at(
@@ -263,6 +306,8 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         new_fd: Resource<fs::Descriptor>,
         new_path: String,
     ) -> FsResult<()> {
+        self.touch(fd.rep());
+        self.touch(new_fd.rep());
         fs::HostDescriptor::rename_at(&mut self.fs, fd, old_path, new_fd, new_path)
     }
     fn symlink_at(
@@ -271,9 +316,11 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         src_path: String,
         dest_path: String,
     ) -> FsResult<()> {
+        self.touch(fd.rep());
         fs::HostDescriptor::symlink_at(&mut self.fs, fd, src_path, dest_path)
     }
     fn unlink_file_at(&mut self, fd: Resource<fs::Descriptor>, path: String) -> FsResult<()> {
+        self.touch(fd.rep());
         fs::HostDescriptor::unlink_file_at(&mut self.fs, fd, path)
     }
     fn read_via_stream(
@@ -312,6 +359,7 @@ impl fs::HostDescriptor for GuardedFs<'_> {
         path_flags: fs::PathFlags,
         path: String,
     ) -> FsResult<fs::MetadataHashValue> {
+        self.touch(fd.rep());
         fs::HostDescriptor::metadata_hash_at(&mut self.fs, fd, path_flags, path)
     }
 }

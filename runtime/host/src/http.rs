@@ -24,6 +24,8 @@ pub(crate) enum HttpRefusal {
 }
 
 pub(crate) struct Response {
+    /// The index of the grant that admitted the GET.
+    pub grant: usize,
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -75,9 +77,10 @@ pub(crate) fn get(
     timeout: Duration,
 ) -> Result<Response, HttpRefusal> {
     let (scheme, with_port, host, port, path) = parse_url(url).map_err(HttpRefusal::Invalid)?;
-    let grant = grants
+    let (index, grant) = grants
         .iter()
-        .find(|g| {
+        .enumerate()
+        .find(|(_, g)| {
             g.host == with_port
                 || (g.host == host && port == if scheme == "https" { 443 } else { 80 })
         })
@@ -185,6 +188,7 @@ pub(crate) fn get(
         )));
     }
     Ok(Response {
+        grant: index,
         status,
         headers,
         body,

@@ -74,9 +74,11 @@ pub use confine::{
 };
 pub use error::Error;
 pub use facts::{NodeContext, NodeFacts, OsRelease};
+pub use params::validate_json;
 pub use report::{
-    ActionInfo, CallFailure, Capabilities, Captured, Check, CheckStatus, Denial, LogLevel, LogLine,
-    Metadata, Outcome, PluginError, PreflightReport, Progress, Report, RunReport,
+    ActionInfo, CallFailure, Capabilities, Captured, Check, CheckStatus, Denial, GrantUse,
+    LogLevel, LogLine, Metadata, Outcome, PluginError, PreflightReport, Progress, Report,
+    RunReport,
 };
 pub use self_test::{Probe as SelfTestProbe, SelfTest, confinement_self_test};
 pub use service::{RecordingBackend, ServiceBackend, ServiceError, SystemctlBackend, UnitStatus};
@@ -1072,6 +1074,8 @@ impl Host {
             denied: Vec::new(),
             facts: None,
             host_time: Duration::ZERO,
+            used: std::collections::BTreeSet::new(),
+            descriptors: std::collections::HashMap::new(),
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -1101,6 +1105,8 @@ impl Host {
             denied: state.denied,
             stderr: String::from_utf8_lossy(&stderr.contents()).into_owned(),
             host_time: state.host_time,
+            used: state.used,
+            memory_bytes: state.limiter.memory_used,
         };
         match result {
             Ok(r) => Ok((r, captured)),

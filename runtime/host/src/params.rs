@@ -259,6 +259,21 @@ impl ParamSchemas {
     }
 }
 
+/// Checks `value` against the JSON Schema `schema` with the same compiler and bounds as
+/// params schemas (no external references, bounded regular expressions). For tools that
+/// check a plugin's results, such as `kubectl bosun plugin test`'s outputs schemas.
+pub fn validate_json(schema: &str, value: &Value) -> Result<(), String> {
+    let action = ActionInfo {
+        name: "schema".into(),
+        description: String::new(),
+        params_schema: schema.to_owned(),
+        idempotent: false,
+    };
+    let compiled = ParamSchemas::compile(std::slice::from_ref(&action))
+        .map_err(|(_, message)| format!("the schema is not usable: {message}"))?;
+    compiled.check("schema", value)
+}
+
 /// The leaf errors of a validation error tree, as "at `/pointer`: what".
 fn collect(e: &boon::ValidationError<'_, '_>, out: &mut Vec<String>) {
     if e.causes.is_empty() {

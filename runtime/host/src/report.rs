@@ -51,6 +51,34 @@ pub struct Captured {
     /// node's own work (kubeadm, the package manager, systemd), as opposed to Bosun's
     /// (compiling, instantiating and running the plugin, checking its grants).
     pub host_time: std::time::Duration,
+    /// The grants the call exercised (what `kubectl bosun plugin test` checks every grant
+    /// against): host calls a grant admitted, and path operations inside a filesystem grant.
+    pub used: std::collections::BTreeSet<GrantUse>,
+    /// Bytes of the guest's linear memories at the end of the call: their peak, since
+    /// WebAssembly memories only grow. Compare with the host's `max_memory_bytes`.
+    pub memory_bytes: u64,
+}
+
+/// One grant a call exercised. Indexes are positions in the call's [`Grants`] lists.
+///
+/// [`Grants`]: bosun_api::grants::Grants
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GrantUse {
+    /// A path operation (open, stat, create, remove, rename, list ...) beneath the
+    /// filesystem grant with this path. What granted commands read or write there is the
+    /// kernel's to enforce and is not seen here.
+    Filesystem(String),
+    /// A command `exec[grant]` admitted, by its argument pattern `pattern` (`None` when the
+    /// grant lists no patterns and the command ran without arguments).
+    Exec {
+        grant: usize,
+        pattern: Option<usize>,
+    },
+    /// A service call the grant for `unit` admitted: `start`, `stop`, `restart`, `reload`
+    /// or `status`.
+    Service { unit: String, action: String },
+    /// A GET `http[grant]` admitted.
+    Http { grant: usize },
 }
 
 /// What the plugin says it is (from `describe`).

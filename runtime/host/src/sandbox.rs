@@ -10,7 +10,6 @@ use wasmtime::component::{HasData, HasSelf, Linker, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter};
 use wasmtime_wasi::cli::WasiCliView as _;
 use wasmtime_wasi::clocks::WasiClocksView as _;
-use wasmtime_wasi::filesystem::WasiFilesystemView as _;
 use wasmtime_wasi::p2::bindings::clocks::monotonic_clock;
 use wasmtime_wasi::random::WasiRandomView as _;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -150,6 +149,12 @@ pub(crate) struct RunState {
     pub facts: Option<crate::facts::NodeFacts>,
     /// Time spent inside granted host commands and service actions ([`Captured::host_time`]).
     pub host_time: Duration,
+    /// The grants this call exercised (see [`crate::GrantUse`]).
+    pub used: std::collections::BTreeSet<crate::GrantUse>,
+    /// The filesystem grant (its guest path) each open descriptor descends from, by the
+    /// descriptor's resource index: set when a preopen is handed out or a descriptor is
+    /// opened beneath one (guarded_fs.rs), to record which grants path operations used.
+    pub descriptors: std::collections::HashMap<u32, Arc<str>>,
 }
 
 /// Keeps a refusal for the call's report (at most [`MAX_DENIALS`], then one line saying
@@ -217,7 +222,6 @@ impl HasData for HasIo {
 pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linker<RunState>> {
     use wasmtime_wasi::cli::WasiCli;
     use wasmtime_wasi::clocks::WasiClocks;
-    use wasmtime_wasi::filesystem::WasiFilesystem;
     use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random, sync};
     use wasmtime_wasi::random::WasiRandom;
 
@@ -234,17 +238,15 @@ pub(crate) fn linker(engine: &Engine, with_http: bool) -> wasmtime::Result<Linke
             cut: &mut s.clock_cut,
         }
     })?;
-    filesystem::preopens::add_to_linker::<RunState, WasiFilesystem>(&mut l, RunState::filesystem)?;
-    // wasmtime-wasi's filesystem with one check in front of `open-at` (guarded_fs.rs).
+    // wasmtime-wasi's filesystem with one check in front of `open-at` and the grants'
+    // use recorded (guarded_fs.rs).
+    filesystem::preopens::add_to_linker::<RunState, crate::guarded_fs::GuardedFilesystem>(
+        &mut l,
+        RunState::guarded_fs,
+    )?;
     sync::filesystem::types::add_to_linker::<RunState, crate::guarded_fs::GuardedFilesystem>(
         &mut l,
-        |s| crate::guarded_fs::GuardedFs {
-            fs: wasmtime_wasi::filesystem::WasiFilesystemCtxView {
-                ctx: s.wasi.filesystem(),
-                table: &mut s.table,
-            },
-            denied: &mut s.denied,
-        },
+        RunState::guarded_fs,
     )?;
     random::random::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
     random::insecure::add_to_linker::<RunState, WasiRandom>(&mut l, RunState::random)?;
@@ -428,6 +430,18 @@ impl exec::Host for RunState {
 }
 
 impl RunState {
+    fn guarded_fs(&mut self) -> crate::guarded_fs::GuardedFs<'_> {
+        crate::guarded_fs::GuardedFs {
+            fs: wasmtime_wasi::filesystem::WasiFilesystemCtxView {
+                ctx: self.wasi.filesystem(),
+                table: &mut self.table,
+            },
+            denied: &mut self.denied,
+            descriptors: &mut self.descriptors,
+            used: &mut self.used,
+        }
+    }
+
     fn exec(
         &mut self,
         command: String,
@@ -493,6 +507,12 @@ impl RunState {
         if let Err(m) = crate::exec::check_paths(&self.env.root, &command, &args) {
             return Err(self.deny("exec", m));
         }
+        if let Some(index) = grants.exec.iter().position(|g| std::ptr::eq(g, grant)) {
+            self.used.insert(crate::GrantUse::Exec {
+                grant: index,
+                pattern: crate::exec::matching_pattern(grant, &args),
+            });
+        }
         let grant_timeout = grant
             .timeout_seconds
             .map_or(crate::exec::DEFAULT_TIMEOUT, |s| {
@@ -555,6 +575,10 @@ impl RunState {
                 .to_lowercase(),
             ));
         }
+        self.used.insert(crate::GrantUse::Service {
+            unit: unit.to_owned(),
+            action: action.map_or("status", ServiceAction::as_str).to_owned(),
+        });
         Ok(())
     }
 }
@@ -670,11 +694,14 @@ impl http::Host for RunState {
         let cap = max_bytes.min(self.env.limits.max_http_bytes);
         Ok(
             match crate::http::get(&grants.http, &url, cap, self.remaining()) {
-                Ok(r) => Ok(http::Response {
-                    status: r.status,
-                    headers: r.headers,
-                    body: r.body,
-                }),
+                Ok(r) => {
+                    self.used.insert(crate::GrantUse::Http { grant: r.grant });
+                    Ok(http::Response {
+                        status: r.status,
+                        headers: r.headers,
+                        body: r.body,
+                    })
+                }
                 Err(HttpRefusal::NotGranted(m)) => Err(self.deny("http", m)),
                 Err(HttpRefusal::Invalid(m)) => Err(types::HostError::InvalidArgument(m)),
                 Err(HttpRefusal::Failed(m)) => Err(types::HostError::Failed(m)),

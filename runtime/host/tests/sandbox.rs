@@ -186,6 +186,83 @@ fn happy_path_reads_a_granted_file_and_runs_a_granted_command() {
     assert_eq!(pre.result.unwrap()[0].name, "happy-ready");
 }
 
+/// A call records the grants it exercised (what `kubectl bosun plugin test` checks every
+/// grant against): the filesystem grant a path operation went through, the exec grant and
+/// argument pattern that admitted a command, the service grant and action. Grants the call
+/// did not touch are not recorded, and refused calls record nothing.
+#[test]
+fn a_call_records_the_grants_it_used_and_no_others() {
+    use bosun_host::GrantUse;
+    let node = node();
+    let host = node.host();
+    let good = node.load(&host, &plugins().good, "good");
+    let mut grants = split_grants();
+    grants.exec = vec![
+        greet_grant(&[&["never", "this"]]),
+        greet_grant(&[&["nor", "this"], &["*"]]),
+    ];
+    grants.services = vec![ServiceGrant {
+        unit: "kubelet.service".into(),
+        actions: vec![ServiceAction::Restart, ServiceAction::Stop],
+    }];
+    let report = run(
+        &host,
+        &good,
+        &grants,
+        "happy",
+        r#"{"file":"/data/input.txt","command":"/usr/bin/greet","args":["world"]}"#,
+    )
+    .unwrap();
+    assert!(report.result.is_ok(), "{:?}", report.result);
+    assert_eq!(
+        report.captured.used,
+        [
+            GrantUse::Filesystem("/data".into()),
+            GrantUse::Exec {
+                grant: 1,
+                pattern: Some(1)
+            },
+        ]
+        .into_iter()
+        .collect()
+    );
+    assert!(report.captured.memory_bytes > 0);
+    assert!(report.captured.memory_bytes <= host.config().limits.max_memory_bytes);
+
+    let restart = run(
+        &host,
+        &good,
+        &grants,
+        "service",
+        r#"{"unit":"kubelet.service","action":"restart"}"#,
+    )
+    .unwrap();
+    assert!(restart.result.is_ok(), "{:?}", restart.result);
+    let refused = run(
+        &host,
+        &good,
+        &grants,
+        "service",
+        r#"{"unit":"containerd.service","action":"restart"}"#,
+    )
+    .unwrap();
+    assert!(refused.result.is_err());
+    assert_eq!(
+        restart.captured.used,
+        [GrantUse::Service {
+            unit: "kubelet.service".into(),
+            action: "restart".into()
+        }]
+        .into_iter()
+        .collect()
+    );
+    assert!(
+        refused.captured.used.is_empty(),
+        "{:?}",
+        refused.captured.used
+    );
+}
+
 /// `RunOptions::resumed` and `dry_run` reach the plugin as `run-context.resumed` and
 /// `dry-run`, each on its own: the `good` plugin's `context` action echoes what it got.
 #[test]

@@ -29,6 +29,9 @@ pub struct Plugins {
     pub reboot: Vec<u8>,
     /// The `hello` example (plugins/hello), which the demo runs.
     pub hello: Vec<u8>,
+    /// The e2e steps test plugin (plugins/testing/steps), whose `append` lies about
+    /// idempotence for the conformance kit to catch.
+    pub steps: Vec<u8>,
 }
 
 /// The workspace root.
@@ -39,7 +42,8 @@ pub fn workspace_root() -> PathBuf {
         .unwrap()
 }
 
-/// Runs `cargo build --release --target wasm32-wasip2` for the seven plugins once per test
+/// Runs `cargo build --release --target wasm32-wasip2` for the seven plugins (and the
+/// steps test plugin) once per test
 /// binary, in the same target directory as the tests, and reads the components.
 pub fn plugins() -> &'static Plugins {
     static PLUGINS: OnceLock<Plugins> = OnceLock::new();
@@ -52,7 +56,7 @@ pub fn plugins() -> &'static Plugins {
             .args(["-p", "bosun-plugin-certs", "-p", "bosun-plugin-kubeadm-upgrade"])
             .args(["-p", "bosun-plugin-packages", "-p", "bosun-plugin-kubelet"])
             .args(["-p", "bosun-plugin-hello", "-p", "bosun-plugin-etcd"])
-            .args(["-p", "bosun-plugin-reboot"])
+            .args(["-p", "bosun-plugin-reboot", "-p", "bosun-test-steps"])
             .status()
             .expect("running cargo to build the plugins");
         assert!(
@@ -73,6 +77,7 @@ pub fn plugins() -> &'static Plugins {
             etcd: read("bosun_plugin_etcd"),
             reboot: read("bosun_plugin_reboot"),
             hello: read("bosun_plugin_hello"),
+            steps: read("bosun_test_steps"),
         }
     })
 }

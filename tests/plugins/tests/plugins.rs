@@ -4,6 +4,7 @@
 //! file's tests by its module, e.g. `cargo test -p bosun-plugins-tests --test plugins packages::`.
 
 mod certs;
+mod conformance;
 mod etcd;
 mod examples;
 mod hello;

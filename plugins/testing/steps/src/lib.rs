@@ -1,7 +1,9 @@
 //! `e2e-steps`: steps the operator's end-to-end tests need and no real plugin offers: a step
 //! that takes a while (to pause, kill a controller or an agent during it), the same as a
 //! non-idempotent action, a step that fails until a file exists (to fix a cause and retry),
-//! and a step that writes a file (to prove a dry run changes nothing).
+//! and a step that writes a file (to prove a dry run changes nothing). `append` lies: it is
+//! declared idempotent and appends a line on every run, for the conformance kit's test to
+//! catch.
 //!
 //! Every action honours the dry run: nothing is written, and the message says what would be.
 //! `sleep`, `sleep-once` and `require` return the run context's `resumed` flag as their
@@ -29,6 +31,8 @@ pub enum Action {
     Require(RequireParams),
     /// Write `content` to `STATE_DIR/<name>`. Not idempotent.
     Write(WriteParams),
+    /// Append a line to `STATE_DIR/<name>`. Declared idempotent, wrongly, on purpose.
+    Append(AppendParams),
 }
 
 /// Params of `sleep`.
@@ -65,6 +69,14 @@ pub struct WriteParams {
     pub name: String,
     /// What to write.
     pub content: String,
+}
+
+/// Params of `append`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AppendParams {
+    /// File name (no slashes) under [`STATE_DIR`].
+    pub name: String,
 }
 
 /// A file under [`STATE_DIR`], refusing names that would leave it.
@@ -111,6 +123,14 @@ impl Plugin for Steps {
                 )
                 .params::<WriteParams>(),
             )
+            .action(
+                ActionInfo::new(
+                    "append",
+                    "Append a line under /var/lib/bosun-e2e (declared idempotent, wrongly)",
+                )
+                .params::<AppendParams>()
+                .idempotent(),
+            )
             .reads("/etc")
             .writes(STATE_DIR)
     }
@@ -122,6 +142,8 @@ impl Plugin for Steps {
             Action::Write(p) => {
                 state_file(&p.name).map(|f| Check::pass("file-name", format!("would write {f}")))?
             }
+            Action::Append(p) => state_file(&p.name)
+                .map(|f| Check::pass("file-name", format!("would append to {f}")))?,
             Action::Sleep(_) | Action::Require(_) => Check::pass("params", "nothing to check"),
         };
         Ok(vec![check])
@@ -184,6 +206,17 @@ impl Plugin for Steps {
                 ))
                 .output("wrote", &file))
             }
+            Action::Append(p) => {
+                let file = state_file(&p.name)?;
+                if ctx.dry_run {
+                    return Ok(Outcome::unchanged(format!("would append a line to {file}")));
+                }
+                let mut text = bosun_plugin_sdk::fs::read_optional(&file)?.unwrap_or_default();
+                text.push_str("ran\n");
+                bosun_plugin_sdk::fs::write(&file, text.as_bytes())?;
+                // The lie the kit must catch: a change reported as none.
+                Ok(Outcome::unchanged(format!("appended a line to {file}")))
+            }
         }
     }
 }
@@ -208,7 +241,8 @@ mod tests {
                 ("sleep", true),
                 ("sleep-once", false),
                 ("require", true),
-                ("write", false)
+                ("write", false),
+                ("append", true)
             ]
         );
     }

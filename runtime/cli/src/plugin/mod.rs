@@ -11,6 +11,7 @@ use clap::Subcommand;
 
 use crate::Status;
 
+mod conformance;
 mod grants;
 mod inspect;
 pub mod publish;
@@ -33,6 +34,10 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Run one action of a signed plugin against a host-root directory with grants from a file.
     Run(run::RunArgs),
+    /// Test a signed plugin with the conformance kit over a matrix of node roots (a kit
+    /// file): dry runs change nothing, idempotent actions run twice, every grant is used,
+    /// outputs match, unsupported roots are refused, headroom. Exit 2 on any failure.
+    Test(conformance::TestArgs),
     /// Scaffold a new plugin crate that builds for wasm32-wasip2.
     New(scaffold::NewArgs),
     /// Publish a signed plugin to the cluster: a ConfigMap with its bytes and the Plugin
@@ -49,6 +54,7 @@ pub fn execute(cmd: Command) -> Result<Status> {
         Command::Statement(a) => signing::statement(&a),
         Command::Inspect(a) => inspect::inspect(&a),
         Command::Run(a) => run::run(&a),
+        Command::Test(a) => conformance::test(&a),
         Command::New(a) => scaffold::new(&a),
         Command::Publish(a) => publish::execute(a),
     }
