@@ -767,3 +767,78 @@ fn version_names_the_workspace_version_and_the_commit() {
         )
     );
 }
+
+/// `plugin test`: the conformance kit from a kit file whose paths are relative to it.
+/// hello passes on a root with its grants (exit 0, JUnit and JSON written); a grant it does
+/// not use makes the kit fail (exit 2) and name the grant.
+#[test]
+fn plugin_test_runs_the_kit_file_and_fails_on_an_unused_grant() {
+    let hello = Hello::new();
+    let dir = hello.plugin.parent().unwrap().to_owned();
+    std::fs::write(
+        dir.join("kit.yaml"),
+        "plugin: hello.wasm\ngrants: grants.yaml\ntrustRoots: [admin.pub]\ndeadlineSeconds: 30\n\
+         roots:\n  - name: testix\n    path: root\n\
+         cases:\n  - action: greet\n    params: {name: kit}\n    outputsSchema: {required: [os, kernel]}\n",
+    )
+    .unwrap();
+    let junit = dir.join("kit.xml");
+    let json = dir.join("kit.json");
+    let out = run(bin()
+        .args(["plugin", "test"])
+        .arg(dir.join("kit.yaml"))
+        .args(["--exec-isolation", "resolve-only", "--junit"])
+        .arg(&junit)
+        .arg("--json")
+        .arg(&json));
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    for expected in [
+        "root testix:",
+        "pass  dry-run-changes-nothing  root unchanged",
+        "pass  outputs-match-schema     2 output(s) match",
+        "pass  idempotent               the second run changed nothing: hello from kit to Testix 1.0",
+        "used    exec /usr/bin/uname -r (dryRun)",
+        "PASSED: 6 passed, 0 failed, 0 skipped; 2 of 2 grants used",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains("tests=\"8\" failures=\"0\""), "{xml}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["plugin"], "hello");
+    assert_eq!(report["runs"].as_array().unwrap().len(), 3);
+
+    let wider = format!("{HELLO_GRANTS}  - command: /usr/bin/uname\n    args: [[\"-a\"]]\n");
+    std::fs::write(&hello.grants, wider).unwrap();
+    let out = run(bin()
+        .args(["plugin", "test"])
+        .arg(dir.join("kit.yaml"))
+        .args(["--exec-isolation", "resolve-only"]));
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("UNUSED  exec /usr/bin/uname -a: wider than needed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAILED: 6 passed, 0 failed, 0 skipped; 2 of 3 grants used"),
+        "{text}"
+    );
+
+    // A kit naming a root it does not have is refused before anything runs.
+    std::fs::write(
+        dir.join("bad.yaml"),
+        "plugin: hello.wasm\ngrants: grants.yaml\ntrustRoots: [admin.pub]\n\
+         roots: [{name: testix, path: root}]\ncases: [{action: greet, roots: [suse]}]\n",
+    )
+    .unwrap();
+    let out = run(bin().args(["plugin", "test"]).arg(dir.join("bad.yaml")));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("case `greet` names root `suse`, which the kit does not have"),
+        "{}",
+        stderr(&out)
+    );
+}
