@@ -32,6 +32,8 @@ pub struct Plugins {
     /// The e2e steps test plugin (plugins/testing/steps), whose `append` lies about
     /// idempotence for the conformance kit to catch.
     pub steps: Vec<u8>,
+    /// The community zypper plugin (plugins/community/zypper).
+    pub zypper: Vec<u8>,
 }
 
 /// The workspace root.
@@ -57,6 +59,7 @@ pub fn plugins() -> &'static Plugins {
             .args(["-p", "bosun-plugin-packages", "-p", "bosun-plugin-kubelet"])
             .args(["-p", "bosun-plugin-hello", "-p", "bosun-plugin-etcd"])
             .args(["-p", "bosun-plugin-reboot", "-p", "bosun-test-steps"])
+            .args(["-p", "bosun-community-zypper"])
             .status()
             .expect("running cargo to build the plugins");
         assert!(
@@ -78,6 +81,7 @@ pub fn plugins() -> &'static Plugins {
             reboot: read("bosun_plugin_reboot"),
             hello: read("bosun_plugin_hello"),
             steps: read("bosun_test_steps"),
+            zypper: read("bosun_community_zypper"),
         }
     })
 }
@@ -819,9 +823,10 @@ pub fn simulated_package_manager(root: &Path, packages: &[(&str, &str, bool, &[&
                 "usr/bin/apt-cache",
                 format!(
                     r#"#!/bin/sh
-[ "$1" = madison ] && [ $# -eq 2 ] || {{ echo "apt-cache (simulated): only madison NAME" >&2; exit 100; }}
+[ "$1 $2 $3 $4 $5" = "-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= madison" ] && [ $# -eq 6 ] || {{ echo "apt-cache (simulated): only -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= madison NAME" >&2; exit 100; }}
+shift 5
 while IFS='|' read -r name installed held available; do
-  if [ "$name" = "$2" ]; then
+  if [ "$name" = "$1" ]; then
     for v in $available; do echo " $name | $v | https://pkgs.k8s.io/core:/stable:/v1.34/deb  Packages"; done
   fi
 done < {db}
@@ -1054,4 +1059,173 @@ impl Drop for SimulatedEtcd {
             let _ = std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir_all(&path));
         }
     }
+}
+
+/// The Debian packages of zypper and what it needs beyond this machine's libraries.
+/// Downloaded once (`apt-get download`, into `~/.cache/bosun/zypper-debs`) and unpacked,
+/// never installed: installing Debian's zypper would remove dnf-plugins-core, which the dnf
+/// tests need.
+const ZYPPER_DEBS: &[&str] = &[
+    "zypper",
+    "zypper-common",
+    "libzypp1722",
+    "libzypp-common",
+    "libzypp-config",
+    "libaugeas0",
+    "augeas-lenses",
+    "libboost-thread1.74.0",
+    "libproxy1v5",
+    "libsigc++-2.0-0v5",
+    "libsolv-tools",
+    "libyaml-cpp0.7",
+];
+
+/// zypper and its libraries unpacked (the directory holds `usr/bin/zypper`).
+fn zypper_stage() -> PathBuf {
+    static STAGE: OnceLock<PathBuf> = OnceLock::new();
+    STAGE
+        .get_or_init(|| {
+            let cache = std::env::var_os("BOSUN_ZYPPER_DEBS").map_or_else(
+                || {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                        .join(".cache/bosun/zypper-debs")
+                },
+                PathBuf::from,
+            );
+            let stage = cache.join("stage");
+            if stage.join("usr/bin/zypper").exists() {
+                return stage;
+            }
+            std::fs::create_dir_all(&cache).unwrap();
+            let out = Command::new("apt-get")
+                .current_dir(&cache)
+                .arg("download")
+                .args(ZYPPER_DEBS)
+                .output()
+                .expect("apt-get download");
+            assert!(
+                out.status.success(),
+                "apt-get download {}: {}",
+                ZYPPER_DEBS.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let partial = cache.join("stage.partial");
+            let _ = std::fs::remove_dir_all(&partial);
+            for deb in std::fs::read_dir(&cache).unwrap() {
+                let deb = deb.unwrap().path();
+                if deb.extension().is_some_and(|e| e == "deb") {
+                    let status = Command::new("dpkg-deb")
+                        .arg("-x")
+                        .arg(&deb)
+                        .arg(&partial)
+                        .status()
+                        .unwrap();
+                    assert!(status.success(), "dpkg-deb -x {}", deb.display());
+                }
+            }
+            std::fs::rename(&partial, &stage).unwrap();
+            stage
+        })
+        .clone()
+}
+
+/// An openSUSE Leap 15.6 node root: the real zypper (Debian's build of it, with libzypp),
+/// this machine's rpm, an rpm database in `/var/lib/rpm` holding `glibc` (zypper's system
+/// check requires it, as on a real node), and one repository, `file:///srv/repo`
+/// (`build_rpm` and `index_rpm_repo` fill it). Needs root.
+pub fn suse_root(root: &Path) {
+    let stage = zypper_stage();
+    std::fs::create_dir_all(root).unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", stage.display()))
+        .arg(root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Each program with the libraries it loads, the unpacked ones first.
+    let libs = stage.join("usr/lib/x86_64-linux-gnu");
+    for program in [
+        stage.join("usr/bin/zypper"),
+        PathBuf::from("/usr/bin/rpm"),
+        PathBuf::from("/usr/bin/rpmdb"),
+        PathBuf::from("/usr/bin/rpmkeys"),
+        PathBuf::from("/usr/bin/gpg"),
+        PathBuf::from("/bin/sh"),
+        // libzypp copies repository files with cp where it cannot hardlink them (across
+        // the kernel sandbox's rules, it cannot).
+        PathBuf::from("/usr/bin/cp"),
+        PathBuf::from("/bin/cp"),
+    ] {
+        if !program.starts_with(&stage) {
+            copy_into(root, &program);
+        }
+        let ldd = Command::new("ldd")
+            .arg(&program)
+            .env("LD_LIBRARY_PATH", &libs)
+            .output()
+            .expect("ldd");
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let path = line
+                .split("=>")
+                .last()
+                .unwrap_or(line)
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
+            if path.starts_with('/') && !Path::new(path).starts_with(&stage) {
+                copy_into(root, Path::new(path));
+            }
+        }
+    }
+    copy_tree(Path::new("/usr/lib/rpm"), &root.join("usr/lib/rpm"));
+    for dir in [
+        "etc/zypp/repos.d",
+        "var/lib/rpm",
+        "var/lib/zypp",
+        "var/cache/zypp",
+        "var/log",
+        "run",
+        "tmp",
+        "srv/repo",
+    ] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    write(root, "etc/rpm/macros", "%_dbpath /var/lib/rpm\n");
+    write(
+        root,
+        "etc/os-release",
+        "NAME=\"openSUSE Leap\"\nVERSION=\"15.6\"\nID=\"opensuse-leap\"\nID_LIKE=\"suse opensuse\"\nVERSION_ID=\"15.6\"\nPRETTY_NAME=\"openSUSE Leap 15.6\"\n",
+    );
+    write(
+        root,
+        "etc/zypp/repos.d/test.repo",
+        "[bosun-test]\nname=Bosun test repository\nbaseurl=file:///srv/repo\nenabled=1\ngpgcheck=0\nautorefresh=1\n",
+    );
+    let chroot = |args: &[&str]| {
+        let out = Command::new("/usr/sbin/chroot")
+            .arg(root)
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?} in the SUSE root: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    chroot(&["/usr/bin/rpm", "--initdb"]);
+    let glibc = tempfile::tempdir().unwrap();
+    build_rpm(glibc.path(), "glibc", "2.38", "150600.1");
+    std::fs::copy(
+        glibc
+            .path()
+            .join("srv/repo/noarch/glibc-2.38-150600.1.noarch.rpm"),
+        root.join("tmp/glibc.rpm"),
+    )
+    .unwrap();
+    chroot(&["/usr/bin/rpm", "-i", "--nodeps", "/tmp/glibc.rpm"]);
+    std::fs::remove_file(root.join("tmp/glibc.rpm")).unwrap();
 }

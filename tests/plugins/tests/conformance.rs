@@ -110,6 +110,7 @@ fn hello_passes_the_kit_with_the_grants_its_example_ships() {
         name: String::new(),
         action: "greet".into(),
         params: json!({"name": "kit"}),
+        changes_every_run: false,
         roots: Vec::new(),
         outputs_schema: Some(json!({
             "type": "object",
@@ -206,6 +207,7 @@ fn the_kit_catches_a_false_idempotence_claim_an_unused_grant_and_an_action_witho
             action: "append".into(),
             params: json!({"name": "log"}),
             outputs_schema: None,
+            changes_every_run: false,
             roots: Vec::new(),
         },
         Case {
@@ -213,6 +215,7 @@ fn the_kit_catches_a_false_idempotence_claim_an_unused_grant_and_an_action_witho
             action: "sleep".into(),
             params: json!({"millis": 1}),
             outputs_schema: None,
+            changes_every_run: false,
             roots: Vec::new(),
         },
         Case {
@@ -222,6 +225,7 @@ fn the_kit_catches_a_false_idempotence_claim_an_unused_grant_and_an_action_witho
             outputs_schema: Some(
                 json!({"required": ["wrote"], "properties": {"wrote": {"const": "/var/lib/bosun-e2e/other"}}}),
             ),
+            changes_every_run: false,
             roots: Vec::new(),
         },
     ];
@@ -289,19 +293,23 @@ fn packages_on_apt_and_an_unsupported_family() {
     bosun_plugins_tests::debian_root(&debian);
     bosun_plugins_tests::build_deb(&debian, PKG, "1.34.1-1.1");
     bosun_plugins_tests::index_repo(&debian);
-    // As on a node apt has been used on: its package caches built. Without them the dry
-    // run's `apt-cache madison` tries to build them, cannot write in a dry run, and fails
-    // (the kit found that: see the note in docs/plugins.md, "What the kit checks").
-    let update = std::process::Command::new("chroot")
-        .arg(&debian)
-        .args(["/usr/bin/apt-get", "-q", "update"])
-        .output()
-        .unwrap();
-    assert!(
-        update.status.success(),
-        "{}",
-        String::from_utf8_lossy(&update.stderr)
-    );
+    // As a node image's cleanup leaves apt: package lists present, its caches removed
+    // (`apt-get clean`). The dry run's `apt-cache madison` must not try to rebuild them on
+    // disk (a dry run writes nothing); the kit found that it did, and failed.
+    for args in [["-q", "update"], ["-q", "clean"]] {
+        let out = std::process::Command::new("chroot")
+            .arg(&debian)
+            .arg("/usr/bin/apt-get")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!debian.join("var/cache/apt/pkgcache.bin").exists());
     let flatcar = dir.path().join("flatcar");
     write(
         &flatcar,
@@ -358,6 +366,7 @@ fn packages_on_apt_and_an_unsupported_family() {
         action: action.into(),
         params,
         outputs_schema: None,
+        changes_every_run: false,
         roots: vec![root.into(), "flatcar".into()],
     };
     kit.cases = vec![
@@ -397,6 +406,12 @@ fn packages_on_apt_and_an_unsupported_family() {
         );
     }
     assert!(
+        check(&report, "debian", "install", "preflight")
+            .message
+            .contains("pass version-available: bosun-test-kubeadm 1.34.1-1.1 is available"),
+        "{text}"
+    );
+    assert!(
         check(&report, "debian", "install", "run")
             .message
             .starts_with("changed"),
@@ -430,4 +445,70 @@ fn packages_on_apt_and_an_unsupported_family() {
     );
     assert!(!report.passed());
     println!("{text}");
+}
+
+/// The first-party `kubelet` plugin passes the kit with the grants its example ships:
+/// `status` and `restart`, each on a Debian root. A restart changes something on every run
+/// by design (the case says so): the second run may report it, and must leave the root as
+/// the first did. The service calls go to the kit's recording stand-in for systemd.
+#[test]
+fn kubelet_passes_the_kit() {
+    let dir = tempfile::tempdir().unwrap();
+    let debian = dir.path().join("debian");
+    write(
+        &debian,
+        "etc/os-release",
+        "ID=debian\nVERSION_ID=12\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n",
+    );
+    let grants = bosun_plugins_tests::example_grants("kubelet.yaml");
+    let mut kit = kit(&plugins().kubelet, "kubelet", grants, dir.path());
+    kit.roots = vec![Root {
+        name: "debian".into(),
+        template: debian,
+        unsupported: false,
+    }];
+    let case = |action: &str, every: bool| Case {
+        name: String::new(),
+        action: action.into(),
+        params: if action == "restart" {
+            json!({"settleSeconds": 1})
+        } else {
+            json!({})
+        },
+        outputs_schema: Some(json!({
+            "required": ["activeState", "subState"],
+            "properties": {"activeState": {"enum": ["active", "inactive"]}}
+        })),
+        changes_every_run: every,
+        roots: Vec::new(),
+    };
+    kit.cases = vec![case("status", false), case("restart", true)];
+    let report = bosun_conformance::run(&kit).unwrap();
+    let text = bosun_conformance::text(&report);
+    assert!(report.passed(), "{text}");
+    let again = check(&report, "debian", "restart", "idempotent");
+    assert!(
+        again
+            .message
+            .contains("it reports a change on every run, as the case declares"),
+        "{text}"
+    );
+    assert_eq!(
+        check(&report, "debian", "status", "outputs-match-schema").status,
+        Status::Pass,
+        "{text}"
+    );
+
+    // Without the case's word for it, a restart's second run is a change, and the kit says so.
+    kit.cases = vec![case("status", false), case("restart", false)];
+    let report = bosun_conformance::run(&kit).unwrap();
+    let again = check(&report, "debian", "restart", "idempotent");
+    assert_eq!(again.status, Status::Fail);
+    assert!(
+        again
+            .message
+            .contains("declared idempotent, but the second run reported a change"),
+        "{}",
+        again.message
+    );
 }

@@ -77,4 +77,12 @@ fn examples_grant_exactly_what_each_plugin_requests() {
     assert_exact("kubelet", &p.kubelet, &example_grants("kubelet.yaml"));
     assert_exact("etcd", &p.etcd, &example_grants("etcd.yaml"));
     assert_exact("reboot", &p.reboot, &example_grants("reboot.yaml"));
+    // The community plugin's own manifest, the same way.
+    assert_exact(
+        "zypper",
+        &p.zypper,
+        &bosun_plugins_tests::grants_of(
+            &bosun_plugins_tests::workspace_root().join("plugins/community/zypper/zypper.yaml"),
+        ),
+    );
 }

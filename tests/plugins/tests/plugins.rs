@@ -12,3 +12,4 @@ mod kubeadm_upgrade;
 mod kubelet;
 mod packages;
 mod planner_steps;
+mod zypper;

@@ -105,6 +105,8 @@ struct CaseFile {
     params: serde_json::Value,
     outputs_schema: Option<serde_json::Value>,
     #[serde(default)]
+    changes_every_run: bool,
+    #[serde(default)]
     roots: Vec<String>,
 }
 
@@ -216,6 +218,7 @@ pub fn test(args: &TestArgs) -> Result<Status> {
                 action: c.action,
                 params: c.params,
                 outputs_schema: c.outputs_schema,
+                changes_every_run: c.changes_every_run,
                 roots: c.roots,
             })
             .collect(),
