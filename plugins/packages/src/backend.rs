@@ -71,16 +71,6 @@ pub fn check_name(package: &str) -> Result<(), PluginError> {
 pub const APT_GET: &str = "/usr/bin/apt-get";
 /// `apt-cache` (madison: versions in the repositories).
 pub const APT_CACHE: &str = "/usr/bin/apt-cache";
-/// What `apt-cache` is run with before `madison`: its package caches built in memory, never
-/// written. Run as root, apt otherwise rebuilds a missing or stale `/var/cache/apt/*.bin`
-/// on disk, which a dry run cannot write (every grant read-only), and fails: on a node
-/// whose caches `apt-get clean` removed, every dry run did (found by the conformance kit).
-pub const APT_CACHE_IN_MEMORY: [&str; 4] = [
-    "-o",
-    "Dir::Cache::pkgcache=",
-    "-o",
-    "Dir::Cache::srcpkgcache=",
-];
 /// `apt-mark` (hold, unhold).
 pub const APT_MARK: &str = "/usr/bin/apt-mark";
 /// `dpkg-query` (installed version and selection state).
@@ -130,10 +120,7 @@ impl Backend for Apt {
     }
 
     fn available(&self, package: &str) -> Result<Vec<String>, PluginError> {
-        let out = Command::new(APT_CACHE)
-            .args(APT_CACHE_IN_MEMORY)
-            .args(["madison", package])
-            .run()?;
+        let out = Command::new(APT_CACHE).args(["madison", package]).run()?;
         Ok(parse_madison(&out.stdout_text(), package))
     }
 

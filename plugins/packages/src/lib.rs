@@ -32,9 +32,8 @@ use bosun_plugin_sdk::prelude::*;
 use bosun_plugin_sdk::{facts, log};
 
 use backend::{
-    APT_CACHE, APT_CACHE_IN_MEMORY, APT_GET, APT_INSTALL_OPTS, APT_MARK, APT_PKG_PATTERN, Apt,
-    Backend, DNF, DNF_LINK, DPKG_FORMAT, DPKG_QUERY, Dnf, Installed, MAX_PACKAGES, NAME_PATTERN,
-    RPM, RPM_PKG_PATTERN, YUM,
+    APT_CACHE, APT_GET, APT_INSTALL_OPTS, APT_MARK, APT_PKG_PATTERN, Apt, Backend, DNF, DNF_LINK,
+    DPKG_FORMAT, DPKG_QUERY, Dnf, Installed, MAX_PACKAGES, NAME_PATTERN, RPM, RPM_PKG_PATTERN, YUM,
 };
 use binary::BinarySpec;
 
@@ -136,10 +135,7 @@ impl Plugin for Packages {
         // apt
         m = m
             .runs(APT_GET, ["-q", "update"])
-            .runs(
-                APT_CACHE,
-                [APT_CACHE_IN_MEMORY.as_slice(), &["madison", NAME_PATTERN]].concat(),
-            )
+            .runs(APT_CACHE, ["madison", NAME_PATTERN])
             .runs(APT_MARK, ["hold", NAME_PATTERN])
             .runs(APT_MARK, ["unhold", NAME_PATTERN])
             .runs(DPKG_QUERY, ["-W", DPKG_FORMAT, NAME_PATTERN]);

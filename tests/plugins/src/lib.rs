@@ -823,10 +823,9 @@ pub fn simulated_package_manager(root: &Path, packages: &[(&str, &str, bool, &[&
                 "usr/bin/apt-cache",
                 format!(
                     r#"#!/bin/sh
-[ "$1 $2 $3 $4 $5" = "-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= madison" ] && [ $# -eq 6 ] || {{ echo "apt-cache (simulated): only -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= madison NAME" >&2; exit 100; }}
-shift 5
+[ "$1" = madison ] && [ $# -eq 2 ] || {{ echo "apt-cache (simulated): only madison NAME" >&2; exit 100; }}
 while IFS='|' read -r name installed held available; do
-  if [ "$name" = "$1" ]; then
+  if [ "$name" = "$2" ]; then
     for v in $available; do echo " $name | $v | https://pkgs.k8s.io/core:/stable:/v1.34/deb  Packages"; done
   fi
 done < {db}

@@ -13,7 +13,16 @@
 //!   and changes nothing (`changed: false`); the control plane's etcd health check (which
 //!   reads in a dry run too) passes against a simulated etcdctl, and its snapshot step says
 //!   where it would save the snapshot;
-//! - the node roots are unchanged, byte for byte (every file hashed before and after).
+//! - the node roots are unchanged, byte for byte (every file hashed before and after);
+//! - backends per OS family: the last rpm-family worker says it is openSUSE Leap
+//!   (its os-release rewritten for the test, with a zypper lock file and a stand-in for the
+//!   zypper program, which no dry run starts). The community zypper plugin
+//!   (plugins/community/zypper), published with the grants of its own manifest and
+//!   `spec.backend {for: packages, osFamilies: [opensuse-leap, ...]}`, is signed by its own
+//!   publisher's key: the agents trust that key (one more `--trust-root`), and a
+//!   trusted-publishers Policy (the shipped policies/trusted-publishers module) allows it
+//!   for `zypper` only. That node's packages steps are run by zypper and say so; every
+//!   other node's by the first-party `packages`.
 //!
 //! The lab's roots have no package manager, so each gets a simulated one of its family
 //! that answers the plugin's queries from a small database (kubeadm, kubelet and kubectl
@@ -54,6 +63,13 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
             ],
         );
     }
+    let suse = SuseNode::new(
+        lab.nodes
+            .iter()
+            .rev()
+            .find(|n| n.role == bosun_lab::Role::Worker && package_family(&n.host_root) == "dnf")
+            .context("the lab has no rpm-family worker to make an openSUSE node of")?,
+    )?;
     // Each control plane's etcd, as etcdctl and etcdutl would show it (the lab's nodes run
     // no etcd of their own), and the snapshot directory an administrator creates. The lab's
     // own etcd certificates and kubeadm's etcd manifest are kept; what is added is removed
@@ -107,6 +123,8 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
         .await?;
     }
 
+    let community = Community::publish(&lab).await?;
+
     let before: Vec<_> = lab
         .nodes
         .iter()
@@ -116,7 +134,12 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
     let mut operator = Operator::start_with_agent_args(
         &lab,
         "upgrade-dry",
-        &["--service-backend".into(), "simulated".into()],
+        &[
+            "--service-backend".into(),
+            "simulated".into(),
+            "--trust-root".into(),
+            community.public_key.display().to_string(),
+        ],
     )?;
     let name = operator
         .create_operation(
@@ -211,21 +234,42 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
             ("dnf", "-150500.1.1")
         };
         let kubeadm = step("upgrade-kubeadm");
-        ensure!(
-            kubeadm
-                == format!(
-                    "would install kubeadm 1.34.4{release} → 1.34.5{release} with {backend}"
-                ),
-            "{}: {kubeadm}",
-            node.name
-        );
         let kubelet = step("upgrade-kubelet");
-        ensure!(
-            kubelet.contains(&format!("kubelet 1.34.4{release} → 1.34.5{release}"))
-                && kubelet.contains(&format!("kubectl 1.34.4{release} → 1.34.5{release}")),
-            "{}: {kubelet}",
-            node.name
-        );
+        if node.name == suse.name {
+            // The community backend, chosen by this node's os-release; the message says so.
+            let by_zypper = "(run by Plugin zypper, the backend for `packages` steps on OS family opensuse-leap)";
+            ensure!(
+                kubeadm
+                    == format!(
+                        "would refresh the repositories and install the newest 1.34.5-* of kubeadm with \
+                         zypper, locked (now kubeadm 1.34.4{release}) {by_zypper}"
+                    ),
+                "{}: {kubeadm}",
+                node.name
+            );
+            ensure!(
+                kubelet.contains("install the newest 1.34.5-* of kubelet, kubectl with zypper")
+                    && kubelet.ends_with(by_zypper),
+                "{}: {kubelet}",
+                node.name
+            );
+        } else {
+            ensure!(
+                kubeadm
+                    == format!(
+                        "would install kubeadm 1.34.4{release} → 1.34.5{release} with {backend}"
+                    ),
+                "{}: {kubeadm}",
+                node.name
+            );
+            ensure!(
+                kubelet.contains(&format!("kubelet 1.34.4{release} → 1.34.5{release}"))
+                    && kubelet.contains(&format!("kubectl 1.34.4{release} → 1.34.5{release}"))
+                    && !kubelet.contains("run by Plugin"),
+                "{}: {kubelet}",
+                node.name
+            );
+        }
         let upgrade = step("kubeadm-upgrade");
         let command = if node.role == bosun_lab::Role::ControlPlane {
             format!("kubeadm upgrade apply --yes {TARGET}")
@@ -266,7 +310,163 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
     }
     operator.procs.check_alive()?;
     operator.finish().await?;
+    community.withdraw(&lab).await?;
+    drop(suse);
     Ok(())
+}
+
+/// A lab worker made to say it is openSUSE Leap for one test: its os-release, a zypper lock
+/// file holding the three packages (held, as the simulated package database has them), and
+/// a stand-in for `/usr/bin/zypper` that refuses everything (the host checks that a granted
+/// command exists; a dry run never starts zypper). Put back as it was when dropped.
+struct SuseNode {
+    name: String,
+    root: std::path::PathBuf,
+    os_release: Vec<u8>,
+}
+
+impl SuseNode {
+    fn new(node: &bosun_lab::LabNode) -> Result<SuseNode> {
+        let root = node.host_root.clone();
+        let os_release = std::fs::read(root.join("etc/os-release"))
+            .with_context(|| format!("reading {}'s os-release", node.name))?;
+        let guard = SuseNode {
+            name: node.name.clone(),
+            root,
+            os_release,
+        };
+        let write = |rel: &str, text: &str| {
+            bosun_plugins_tests::write(&guard.root, rel, text);
+        };
+        write(
+            "etc/os-release",
+            "NAME=\"openSUSE Leap\"\nVERSION=\"15.6\"\nID=\"opensuse-leap\"\nID_LIKE=\"suse opensuse\"\nVERSION_ID=\"15.6\"\nPRETTY_NAME=\"openSUSE Leap 15.6\"\n",
+        );
+        let locks: String = ["kubeadm", "kubelet", "kubectl"]
+            .iter()
+            .map(|p| {
+                format!(
+                    "type: package\nmatch_type: glob\ncase_sensitive: on\nsolvable_name: {p}\n\n"
+                )
+            })
+            .collect();
+        write("etc/zypp/locks", &locks);
+        write(
+            "usr/bin/zypper",
+            "#!/bin/sh\necho \"zypper (a stand-in in this test) runs nothing: $*\" >&2\nexit 100\n",
+        );
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(
+            guard.root.join("usr/bin/zypper"),
+            std::fs::Permissions::from_mode(0o755),
+        )?;
+        Ok(guard)
+    }
+}
+
+impl Drop for SuseNode {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.root.join("etc/os-release"), &self.os_release);
+        let _ = std::fs::remove_dir_all(self.root.join("etc/zypp"));
+        let _ = std::fs::remove_file(self.root.join("usr/bin/zypper"));
+    }
+}
+
+/// The community zypper plugin in the cluster: published with its manifest's grants and
+/// backend claim, signed by a key of its own publisher (not the e2e key the other plugins
+/// carry), and a trusted-publishers Policy allowing the e2e key for every plugin and that
+/// key for `zypper` only.
+struct Community {
+    public_key: std::path::PathBuf,
+}
+
+const TRUSTED_PUBLISHERS: &str = "e2e-trusted-publishers";
+
+impl Community {
+    async fn publish(lab: &bosun_lab::LabHandle) -> Result<Community> {
+        use bosun_api::plugin::Plugin;
+        use bosun_api::policy::Policy;
+        use bosun_trust::{Digest, SigningKey, Statement};
+        use kube::api::{Api, PostParams};
+
+        let key = SigningKey::generate_ed25519();
+        let dir = tempfile::Builder::new()
+            .prefix("community-")
+            .tempdir()?
+            .keep();
+        let public_key = dir.join("community.pub");
+        std::fs::write(&public_key, key.public_key().to_pem())?;
+
+        let manifest =
+            bosun_plugins_tests::workspace_root().join("plugins/community/zypper/zypper.yaml");
+        let bytes = plugins().zypper.clone();
+        bosun_e2e::publish_plugin(
+            &lab.client,
+            "zypper",
+            "0.1.0",
+            bytes.clone(),
+            serde_json::to_value(bosun_plugins_tests::grants_of(&manifest))?,
+        )
+        .await?;
+        let api: Api<Plugin> = Api::all(lab.client.clone());
+        let mut plugin = api.get("zypper").await.context("reading Plugin zypper")?;
+        let signature = key.sign_statement(&Statement::new("zypper", "0.1.0", Digest::of(&bytes))?);
+        plugin.spec.signatures = serde_json::from_value(json!([{
+            "algorithm": "ed25519", "keyId": signature.key_id, "signature": signature.signature,
+        }]))?;
+        plugin.spec.backend = serde_json::from_value(json!({
+            "for": "packages",
+            "osFamilies": ["opensuse-leap", "opensuse-tumbleweed", "sles", "suse"],
+        }))?;
+        api.replace("zypper", &PostParams::default(), &plugin)
+            .await
+            .context("signing Plugin zypper with the community key and claiming packages")?;
+
+        let rego = std::fs::read_to_string(
+            bosun_plugins_tests::workspace_root().join("policies/trusted-publishers/policy.rego"),
+        )?;
+        let (e2e, _) = bosun_e2e::cluster::signing_key()?;
+        let policy: Policy = serde_json::from_value(json!({
+            "apiVersion": "bosun.dev/v1alpha1",
+            "kind": "Policy",
+            "metadata": { "name": TRUSTED_PUBLISHERS },
+            "spec": {
+                "rego": rego,
+                "data": { "trusted_publishers": {
+                    "signers": [format!("{:#}", e2e.public_key().key_id())],
+                    "plugins": { "zypper": [format!("{:#}", key.public_key().key_id())] },
+                } },
+            },
+        }))?;
+        let policies: Api<Policy> = Api::all(lab.client.clone());
+        let _ = policies
+            .delete(TRUSTED_PUBLISHERS, &Default::default())
+            .await;
+        policies
+            .create(&PostParams::default(), &policy)
+            .await
+            .context("creating the trusted-publishers Policy")?;
+        Ok(Community { public_key })
+    }
+
+    /// Deletes the Policy and the Plugin again (the lab is shared).
+    async fn withdraw(self, lab: &bosun_lab::LabHandle) -> Result<()> {
+        use kube::api::Api;
+        Api::<bosun_api::policy::Policy>::all(lab.client.clone())
+            .delete(TRUSTED_PUBLISHERS, &Default::default())
+            .await
+            .context("deleting the trusted-publishers Policy")?;
+        Api::<bosun_api::plugin::Plugin>::all(lab.client.clone())
+            .delete("zypper", &Default::default())
+            .await
+            .context("deleting Plugin zypper")?;
+        let _ = std::fs::remove_dir_all(
+            self.public_key
+                .parent()
+                .unwrap_or(std::path::Path::new("/nonexistent")),
+        );
+        Ok(())
+    }
 }
 
 /// The lab's simulated nodes share one kernel and one init, so a "reboot" there is a new
