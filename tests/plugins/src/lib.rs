@@ -339,13 +339,18 @@ fn serde_yaml_ng(text: &str, path: &Path) -> serde_json::Value {
     serde_json::to_value(v).unwrap()
 }
 
-/// Copies each program in `programs` (absolute paths on this machine) and every shared
-/// library `ldd` lists for it into `root` at the same paths, so it runs chrooted there.
-pub fn install_programs(root: &Path, programs: &[&str]) {
-    for program in programs {
-        let mut files = vec![PathBuf::from(program)];
-        let ldd = Command::new("ldd").arg(program).output().expect("ldd");
-        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+/// The shared libraries (and the loader) `ldd` lists for `program`, looked up in
+/// `lib_path` first when given.
+fn libraries_of(program: &Path, lib_path: Option<&Path>) -> Vec<PathBuf> {
+    let mut ldd = Command::new("ldd");
+    ldd.arg(program);
+    if let Some(dir) = lib_path {
+        ldd.env("LD_LIBRARY_PATH", dir);
+    }
+    let out = ldd.output().expect("ldd");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
             let path = line
                 .split("=>")
                 .last()
@@ -353,10 +358,17 @@ pub fn install_programs(root: &Path, programs: &[&str]) {
                 .split_whitespace()
                 .next()
                 .unwrap_or("");
-            if path.starts_with('/') {
-                files.push(PathBuf::from(path));
-            }
-        }
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// Copies each program in `programs` (absolute paths on this machine) and every shared
+/// library `ldd` lists for it into `root` at the same paths, so it runs chrooted there.
+pub fn install_programs(root: &Path, programs: &[&str]) {
+    for program in programs {
+        let mut files = vec![PathBuf::from(program)];
+        files.extend(libraries_of(Path::new(program), None));
         for f in files {
             copy_into(root, &f);
         }
@@ -628,18 +640,8 @@ pub fn rhel_root(root: &Path) {
         .output()
         .unwrap();
     for so in String::from_utf8(out.stdout).unwrap().lines() {
-        let ldd = Command::new("ldd").arg(so).output().unwrap();
-        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            let path = line
-                .split("=>")
-                .last()
-                .unwrap_or(line)
-                .split_whitespace()
-                .next()
-                .unwrap_or("");
-            if path.starts_with('/') {
-                copy_into(root, Path::new(path));
-            }
+        for lib in libraries_of(Path::new(so), None) {
+            copy_into(root, &lib);
         }
     }
     for dir in [
@@ -665,14 +667,8 @@ pub fn rhel_root(root: &Path) {
         "etc/yum.repos.d/test.repo",
         "[bosun-test]\nname=Bosun test repository\nbaseurl=file:///srv/repo\nenabled=1\ngpgcheck=0\n",
     );
-    let status = Command::new("/usr/sbin/chroot")
-        .arg(root)
-        .args(["/usr/bin/rpm", "--initdb"])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .status()
-        .unwrap();
-    assert!(status.success(), "rpm --initdb in the node root");
+    let out = in_root(root, &["/usr/bin/rpm", "--initdb"]);
+    assert!(out.status.success(), "rpm --initdb in the node root");
 }
 
 /// Builds `package` at `version`-`release` (noarch, one file `/usr/share/NAME/version`)
@@ -718,21 +714,29 @@ pub fn index_rpm_repo(root: &Path) {
     );
 }
 
+/// Runs `args` chrooted into `root`, with an empty environment but `PATH`.
+pub fn in_root(root: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("/usr/sbin/chroot")
+        .arg(root)
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap_or_else(|e| panic!("chroot {} {args:?}: {e}", root.display()))
+}
+
 /// What rpm says about `package` in the node root (chrooted, as the node would answer).
 pub fn rpm_version(root: &Path, package: &str) -> Option<String> {
-    let out = Command::new("/usr/sbin/chroot")
-        .arg(root)
-        .args([
+    let out = in_root(
+        root,
+        &[
             "/usr/bin/rpm",
             "-q",
             "--qf",
             "%{VERSION}-%{RELEASE}",
             package,
-        ])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .output()
-        .unwrap();
+        ],
+    );
     out.status
         .success()
         .then(|| String::from_utf8(out.stdout).unwrap())
@@ -1159,21 +1163,9 @@ pub fn suse_root(root: &Path) {
         if !program.starts_with(&stage) {
             copy_into(root, &program);
         }
-        let ldd = Command::new("ldd")
-            .arg(&program)
-            .env("LD_LIBRARY_PATH", &libs)
-            .output()
-            .expect("ldd");
-        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            let path = line
-                .split("=>")
-                .last()
-                .unwrap_or(line)
-                .split_whitespace()
-                .next()
-                .unwrap_or("");
-            if path.starts_with('/') && !Path::new(path).starts_with(&stage) {
-                copy_into(root, Path::new(path));
+        for lib in libraries_of(&program, Some(&libs)) {
+            if !lib.starts_with(&stage) {
+                copy_into(root, &lib);
             }
         }
     }
@@ -1202,13 +1194,7 @@ pub fn suse_root(root: &Path) {
         "[bosun-test]\nname=Bosun test repository\nbaseurl=file:///srv/repo\nenabled=1\ngpgcheck=0\nautorefresh=1\n",
     );
     let chroot = |args: &[&str]| {
-        let out = Command::new("/usr/sbin/chroot")
-            .arg(root)
-            .args(args)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .output()
-            .unwrap();
+        let out = in_root(root, args);
         assert!(
             out.status.success(),
             "{args:?} in the SUSE root: {}",

@@ -296,11 +296,7 @@ fn packages_on_apt_and_an_unsupported_family() {
     // As on a node apt has been used on: package lists and caches built. On a node whose
     // caches were cleaned (`apt-get clean`) the dry run fails: see the kit's findings in
     // docs/plugins.md.
-    let out = std::process::Command::new("chroot")
-        .arg(&debian)
-        .args(["/usr/bin/apt-get", "-q", "update"])
-        .output()
-        .unwrap();
+    let out = bosun_plugins_tests::in_root(&debian, &["/usr/bin/apt-get", "-q", "update"]);
     assert!(
         out.status.success(),
         "{}",
