@@ -423,6 +423,26 @@ impl Tester<'_> {
         called
     }
 
+    /// Preflight, then (when no check failed) the real run, as the agent does a step;
+    /// `refused` is the failure when a check fails.
+    fn preflight_then_run(
+        &mut self,
+        host: &Host,
+        root: &Root,
+        case: &Case,
+        which: &'static str,
+        refused: &str,
+    ) -> Called<bosun_host::Outcome> {
+        match self.preflight(host, case, false) {
+            Called::Ok(checks) if checks.iter().all(|c| c.status != CheckStatus::Fail) => {
+                self.run_once(host, root, case, which, false)
+            }
+            Called::Ok(_) => Called::PluginError(refused.to_owned()),
+            Called::PluginError(e) => Called::PluginError(e),
+            Called::HostStopped(e) => Called::HostStopped(e),
+        }
+    }
+
     fn unsupported(&mut self, root: &Root, case: &Case, dir: &Path) -> Result<()> {
         let name = case_name(case);
         let host = self.host_for(dir)?;
@@ -496,6 +516,7 @@ impl Tester<'_> {
         ];
 
         // Preflight (as before a dry run), then the dry run, on one snapshot.
+        let first_run = self.report.runs.len();
         let before = Snapshot::of(dir, ignore)?;
         let started = Instant::now();
         let pre = self.preflight(&host, case, true);
@@ -580,15 +601,13 @@ impl Tester<'_> {
 
         // The run, after its own preflight as the agent does it.
         let started = Instant::now();
-        let first = match self.preflight(&host, case, false) {
-            Called::Ok(checks) if checks.iter().all(|c| c.status != CheckStatus::Fail) => {
-                self.run_once(&host, root, case, "run", false)
-            }
-            Called::Ok(_) => {
-                Called::PluginError("preflight refused the run after accepting the dry run".into())
-            }
-            other => other_error(other),
-        };
+        let first = self.preflight_then_run(
+            &host,
+            root,
+            case,
+            "run",
+            "preflight refused the run after accepting the dry run",
+        );
         let seconds = started.elapsed().as_secs_f64();
         let after = Snapshot::of(dir, ignore)?;
         let changes = before.changes(&after);
@@ -665,15 +684,13 @@ impl Tester<'_> {
             .any(|a| a.name == case.action && a.idempotent);
         if idempotent {
             let started = Instant::now();
-            let again = match self.preflight(&host, case, false) {
-                Called::Ok(checks) if checks.iter().all(|c| c.status != CheckStatus::Fail) => {
-                    self.run_once(&host, root, case, "again", false)
-                }
-                Called::Ok(_) => Called::PluginError(
-                    "preflight refused the second run on the root the first left".into(),
-                ),
-                other => other_error(other),
-            };
+            let again = self.preflight_then_run(
+                &host,
+                root,
+                case,
+                "again",
+                "preflight refused the second run on the root the first left",
+            );
             let seconds = started.elapsed().as_secs_f64();
             let changes = after.changes(&Snapshot::of(dir, ignore)?);
             self.used_by_changes(&changes);
@@ -720,7 +737,7 @@ impl Tester<'_> {
             );
         }
 
-        self.headroom(root, &name);
+        self.headroom(root, &name, first_run);
         Ok(())
     }
 
@@ -736,13 +753,9 @@ impl Tester<'_> {
         }
     }
 
-    fn headroom(&mut self, root: &Root, case: &str) {
-        let runs: Vec<&RunFigures> = self
-            .report
-            .runs
-            .iter()
-            .filter(|r| r.root == root.name && r.case == case)
-            .collect();
+    /// Judges the runs of one case on one root: `self.report.runs[first..]`.
+    fn headroom(&mut self, root: &Root, case: &str, first: usize) {
+        let runs = &self.report.runs[first..];
         let time = runs.iter().map(|r| r.seconds).fold(0.0_f64, f64::max);
         let memory = runs.iter().map(|r| r.memory_bytes).max().unwrap_or(0);
         let deadline = self.kit.deadline.as_secs_f64();
@@ -824,14 +837,6 @@ impl Tester<'_> {
             });
         }
         self.report.grants = out;
-    }
-}
-
-fn other_error<T, U>(c: Called<T>) -> Called<U> {
-    match c {
-        Called::Ok(_) => Called::PluginError("unexpected".into()),
-        Called::PluginError(e) => Called::PluginError(e),
-        Called::HostStopped(e) => Called::HostStopped(e),
     }
 }
 
