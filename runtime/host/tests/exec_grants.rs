@@ -148,6 +148,49 @@ fn a_wildcard_operand_does_not_admit_options() {
     assert!(ok.contains("hello all"), "{ok}");
 }
 
+/// The package argument of an install grant (`[a-z0-9]*=[0-9]*`, as the shipped zypper and
+/// apt grants have it) admits `name=version` and nothing a package manager would fetch or
+/// read from elsewhere: no URL (zypper installs `http://host/x.rpm?v=1` from the network),
+/// no path, no hidden file, no option, no climb. `greet` stands in for zypper.
+#[test]
+fn a_package_pattern_admits_name_version_not_urls_paths_or_options() {
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    let grants = Grants {
+        exec: vec![exec_grant(
+            "/usr/bin/greet",
+            &[&["install", "--oldpackage", "[a-z0-9]*=[0-9]*"]],
+        )],
+        ..Grants::default()
+    };
+    fn install(arg: &str) -> [&str; 3] {
+        ["install", "--oldpackage", arg]
+    }
+    for hostile in [
+        "http://evil.example/kubeadm.rpm?v=1",
+        "ftp:/evil.example/k=1",
+        "/tmp/kubeadm=1.rpm",
+        "k/../../tmp/x=1.rpm",
+        ".hidden=1",
+        "-repo=1",
+        "kubeadm=v1.34.4",
+        "Kubeadm=1.34.4",
+    ] {
+        refused(&host, &bad, &grants, "/usr/bin/greet", &install(hostile));
+    }
+    let ok = exec(
+        &host,
+        &bad,
+        &grants,
+        "/usr/bin/greet",
+        &install("kubeadm=1.34.4-150500.1.1"),
+    )
+    .unwrap();
+    // greet says hello to its first argument: it ran.
+    assert!(ok.contains("exit 0: hello install"), "{ok}");
+}
+
 /// A host whose host root is the real `/` (the node fixture kept alive beside it), and the
 /// `bad` test plugin loaded into it.
 fn real_root_host() -> (support::Node, Host, LoadedPlugin) {
