@@ -377,6 +377,8 @@ impl Drop for SuseNode {
 /// carry), and a trusted-publishers Policy allowing the e2e key for every plugin and that
 /// key for `zypper` only.
 struct Community {
+    /// Holds the public key file; removed when dropped.
+    _keys: tempfile::TempDir,
     public_key: std::path::PathBuf,
 }
 
@@ -390,11 +392,8 @@ impl Community {
         use kube::api::{Api, PostParams};
 
         let key = SigningKey::generate_ed25519();
-        let dir = tempfile::Builder::new()
-            .prefix("community-")
-            .tempdir()?
-            .keep();
-        let public_key = dir.join("community.pub");
+        let keys = tempfile::Builder::new().prefix("community-").tempdir()?;
+        let public_key = keys.path().join("community.pub");
         std::fs::write(&public_key, key.public_key().to_pem())?;
 
         let manifest =
@@ -446,7 +445,10 @@ impl Community {
             .create(&PostParams::default(), &policy)
             .await
             .context("creating the trusted-publishers Policy")?;
-        Ok(Community { public_key })
+        Ok(Community {
+            _keys: keys,
+            public_key,
+        })
     }
 
     /// Deletes the Policy and the Plugin again (the lab is shared).
@@ -460,11 +462,6 @@ impl Community {
             .delete("zypper", &Default::default())
             .await
             .context("deleting Plugin zypper")?;
-        let _ = std::fs::remove_dir_all(
-            self.public_key
-                .parent()
-                .unwrap_or(std::path::Path::new("/nonexistent")),
-        );
         Ok(())
     }
 }
