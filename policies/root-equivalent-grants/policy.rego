@@ -87,6 +87,11 @@ table := [
 		"paths": ["/etc/systemd", "/run/systemd", "/lib/systemd", "/usr/lib/systemd", "/usr/local/lib/systemd", "/etc/init.d", "/etc/rc.local"]
 	},
 	{
+		"what": "OpenRC's init scripts, their configuration and OpenRC's own",
+		"why": "on an OpenRC node the agent's service actions run the service's init script as root, sourcing its conf.d file (the host refuses a service action to a plugin that can write them), and OpenRC runs them all at the next boot",
+		"paths": ["/etc/conf.d", "/etc/rc.conf", "/etc/runlevels", "/usr/local/etc/init.d", "/usr/local/etc/conf.d", "/run/openrc"]
+	},
+	{
 		"what": "cron's tables",
 		"why": "cron runs the jobs there as the user they name, root included, on their schedule (every minute if they say so)",
 		"paths": ["/etc/crontab", "/etc/cron.d", "/etc/cron.hourly", "/etc/cron.daily", "/etc/cron.weekly", "/etc/cron.monthly", "/etc/anacrontab", "/var/spool/cron"]

@@ -65,7 +65,7 @@ impl Fleet {
             );
             agent.instance = shared.instance.clone();
             agent.preflight.min_free_bytes = shared.min_free_bytes;
-            agent.preflight.simulated_services = true;
+            agent.preflight.service_program = None;
             agents.push(Arc::new(agent));
         }
         let tasks = agents

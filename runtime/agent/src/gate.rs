@@ -218,6 +218,7 @@ fn node_facts(
             seccomp: c.seccomp,
             missing: c.missing,
         },
+        service_manager: agent.host.config().service_backend.manager().to_owned(),
     }
 }
 

@@ -92,11 +92,14 @@ struct Args {
     /// "The agent after a step"); without --cache-dir nothing is given back either way.
     #[arg(long)]
     keep_compiled_plugins: bool,
-    /// How `service` grants reach systemd units: `systemd` runs the node's systemctl;
-    /// `simulated` acts on no unit and only remembers what was asked (a started or
-    /// restarted unit then reports active/running), for the lab's simulated nodes, which
-    /// have no systemd. `simulated` is refused when the host root is `/` (a real node).
-    #[arg(long, value_enum, default_value_t = ServiceBackendArg::Systemd)]
+    /// How `service` grants reach the node's services: `auto` (the default) uses OpenRC
+    /// when OpenRC booted the node (`/run/openrc/softlevel` under the host root) and systemd
+    /// did not, else systemd; `systemd` runs the node's systemctl; `openrc` runs its
+    /// `rc-service` (docs/security.md, "Services on OpenRC nodes"); `simulated` acts on no
+    /// unit and only remembers what was asked (a started or restarted unit then reports
+    /// active/running), for the lab's simulated nodes, which have no init system.
+    /// `simulated` is refused when the host root is `/` (a real node).
+    #[arg(long, value_enum, default_value_t = ServiceBackendArg::Auto)]
     service_backend: ServiceBackendArg,
     /// For the lab only: read the node's boot identity from the last line of this file
     /// instead of /proc (the lab's simulated nodes share one kernel and one init, so a test
@@ -117,7 +120,9 @@ const COMPILE_PLUGIN: &str = "compile-plugin";
 /// `--service-backend`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum ServiceBackendArg {
+    Auto,
     Systemd,
+    Openrc,
     Simulated,
 }
 
@@ -241,12 +246,25 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
         program: "/proc/self/exe".into(),
         args: vec![COMPILE_PLUGIN.into()],
     };
+    let manager = match args.service_backend {
+        ServiceBackendArg::Auto => bosun_host::openrc::detect(&args.host_root),
+        ServiceBackendArg::Systemd => bosun_host::ServiceManager::Systemd,
+        ServiceBackendArg::Openrc => bosun_host::ServiceManager::OpenRc,
+        ServiceBackendArg::Simulated => bosun_host::ServiceManager::Systemd,
+    };
     if simulated_services {
         tracing::warn!(
-            "services are simulated (--service-backend=simulated): no systemd unit is ever touched"
+            "services are simulated (--service-backend=simulated): no unit is ever touched"
         );
         config.service_backend = Arc::new(bosun_host::RecordingBackend::in_memory());
+    } else if manager == bosun_host::ServiceManager::OpenRc {
+        config.service_backend = Arc::new(bosun_host::OpenRcBackend::default());
     }
+    tracing::info!(
+        manager = config.service_backend.manager(),
+        "services of this node are driven through {}",
+        config.service_backend.manager()
+    );
     let host = Host::new(config).context("starting the plugin host")?;
     let store = Store::new(&args.plugin_dir).context("opening the plugin store")?;
     let fetcher = Fetcher::new(&FetchConfig {
@@ -310,7 +328,7 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     let node_report = args.node_report.unwrap_or(args.instance.is_none());
     agent.instance = args.instance;
     agent.preflight.min_free_bytes = args.min_free_disk_mib.saturating_mul(1024 * 1024);
-    agent.preflight.simulated_services = simulated_services;
+    agent.preflight.service_program = agent.host.config().service_backend.program();
     if let Some(file) = args.boot_identity_file {
         tracing::warn!(file = %file.display(), "the boot identity is read from a file (--boot-identity-file): for the lab only");
         agent.boot = bosun_agent::boot::BootSource::LabFile(file);

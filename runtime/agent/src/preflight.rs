@@ -7,8 +7,8 @@
 //!   host root as an executable file reached through no symlink (a plugin granted `/usr/bin/kubeadm` on a node
 //!   without kubeadm would fail half-way otherwise), except commands granted
 //!   `optional: true` (those of other OS families' package managers), which are only
-//!   listed; and `/usr/bin/systemctl` when the plugin has service grants and the agent
-//!   drives systemd;
+//!   listed; and the service manager's program (`/usr/bin/systemctl`, or OpenRC's
+//!   `/sbin/rc-service`) when the plugin has service grants and the agent drives a real one;
 //! - `agent/node-ready`: the Node's Ready condition is True;
 //! - `agent/kubelet-skew`: the kubelet is not newer than the API server and at most
 //!   [`MAX_KUBELET_MINOR_SKEW`] minor versions older (the Kubernetes version-skew policy).
@@ -35,16 +35,17 @@ pub const MAX_KUBELET_MINOR_SKEW: u64 = 3;
 pub struct Settings {
     /// Least free space under the host root for a step to start.
     pub min_free_bytes: u64,
-    /// The agent simulates systemd units (`--service-backend=simulated`, the lab): service
-    /// grants need no systemctl on the node.
-    pub simulated_services: bool,
+    /// The program service grants need on the node: the service backend's
+    /// ([`bosun_host::ServiceBackend::program`]); `None` when the agent simulates services
+    /// (`--service-backend=simulated`, the lab).
+    pub service_program: Option<&'static str>,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             min_free_bytes: 1024 * 1024 * 1024,
-            simulated_services: false,
+            service_program: Some(SYSTEMCTL),
         }
     }
 }
@@ -64,7 +65,7 @@ pub struct Facts<'a> {
 pub fn run_all(settings: Settings, facts: &Facts<'_>) -> Vec<PreflightResult> {
     vec![
         disk_space(facts.host_root, settings.min_free_bytes),
-        host_binaries(facts.host_root, facts.grants, settings.simulated_services),
+        host_binaries(facts.host_root, facts.grants, settings.service_program),
         node_ready(facts.node_ready),
         kubelet_skew(facts.kubelet_version, facts.api_server_version),
     ]
@@ -124,21 +125,25 @@ fn disk_verdict(root: &Path, free: u64, min: u64) -> PreflightResult {
     }
 }
 
-/// The command systemd units are driven with when the agent does not simulate them.
+/// The command systemd units are driven with.
 pub const SYSTEMCTL: &str = "/usr/bin/systemctl";
 
 /// Every exec-granted command that is not `optional` exists under `root` as an executable
-/// file, and so does systemctl when the plugin has service grants (unless the agent
-/// simulates services).
-pub fn host_binaries(root: &Path, grants: &Grants, simulated_services: bool) -> PreflightResult {
+/// file, and so does `service_program` when the plugin has service grants (`None`: the
+/// agent simulates services).
+pub fn host_binaries(
+    root: &Path,
+    grants: &Grants,
+    service_program: Option<&str>,
+) -> PreflightResult {
     // (command, why it is needed, optional)
     let mut needed: Vec<(&str, &str, bool)> = grants
         .exec
         .iter()
         .map(|g| (g.command.as_str(), "exec grant", g.optional))
         .collect();
-    if !grants.services.is_empty() && !simulated_services {
-        needed.push((SYSTEMCTL, "service grants", false));
+    if let Some(program) = service_program.filter(|_| !grants.services.is_empty()) {
+        needed.push((program, "service grants", false));
     }
     if needed.is_empty() {
         let services = if grants.services.is_empty() {
@@ -376,11 +381,11 @@ mod tests {
             ..Grants::default()
         };
         assert_eq!(
-            host_binaries(dir.path(), &Grants::default(), false).status,
+            host_binaries(dir.path(), &Grants::default(), Some(SYSTEMCTL)).status,
             CheckStatus::Pass
         );
         assert_eq!(
-            host_binaries(dir.path(), &grants(&["/usr/bin/kubeadm"]), false).status,
+            host_binaries(dir.path(), &grants(&["/usr/bin/kubeadm"]), Some(SYSTEMCTL)).status,
             CheckStatus::Pass
         );
         let r = host_binaries(
@@ -391,7 +396,7 @@ mod tests {
                 "/usr/bin/notes",
                 "/usr/../etc/passwd",
             ]),
-            false,
+            Some(SYSTEMCTL),
         );
         assert_eq!(r.status, CheckStatus::Fail);
         assert!(r.message.contains("/usr/bin/kubectl"), "{}", r.message);
@@ -428,7 +433,7 @@ mod tests {
             exec: vec![optional("/usr/bin/apt-get"), optional("/usr/bin/dnf")],
             ..Grants::default()
         };
-        let r = host_binaries(dir.path(), &packages, false);
+        let r = host_binaries(dir.path(), &packages, Some(SYSTEMCTL));
         assert_eq!(r.status, CheckStatus::Pass, "{}", r.message);
         assert!(
             r.message.contains("present: /usr/bin/apt-get")
@@ -443,7 +448,7 @@ mod tests {
             ..Grants::default()
         };
         assert_eq!(
-            host_binaries(dir.path(), &strict, false).status,
+            host_binaries(dir.path(), &strict, Some(SYSTEMCTL)).status,
             CheckStatus::Fail
         );
         // A granted command that is a symlink (RHEL's /usr/bin/dnf -> dnf-3) fails before
@@ -452,7 +457,7 @@ mod tests {
         std::fs::write(&dnf3, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&dnf3, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::os::unix::fs::symlink("dnf-3", dir.path().join("usr/bin/dnf")).unwrap();
-        let r = host_binaries(dir.path(), &strict, false);
+        let r = host_binaries(dir.path(), &strict, Some(SYSTEMCTL));
         assert_eq!(r.status, CheckStatus::Fail, "{}", r.message);
         assert!(
             r.message.contains(
@@ -465,7 +470,7 @@ mod tests {
             exec: vec![exec("/usr/bin/dnf-3")],
             ..Grants::default()
         };
-        let r = host_binaries(dir.path(), &real, false);
+        let r = host_binaries(dir.path(), &real, Some(SYSTEMCTL));
         assert_eq!(r.status, CheckStatus::Pass, "{}", r.message);
         std::fs::remove_file(dir.path().join("usr/bin/dnf")).unwrap();
         std::fs::remove_file(&dnf3).unwrap();
@@ -478,7 +483,7 @@ mod tests {
             }],
             ..Grants::default()
         };
-        let r = host_binaries(dir.path(), &kubelet, false);
+        let r = host_binaries(dir.path(), &kubelet, Some(SYSTEMCTL));
         assert_eq!(r.status, CheckStatus::Fail, "{}", r.message);
         assert!(
             r.message
@@ -491,7 +496,16 @@ mod tests {
             "{}",
             r.message
         );
-        let r = host_binaries(dir.path(), &kubelet, true);
+        // On an OpenRC node it is rc-service that is needed.
+        let r = host_binaries(dir.path(), &kubelet, Some("/sbin/rc-service"));
+        assert!(
+            r.message
+                .contains("/sbin/rc-service (needed for the service grants)")
+                && !r.message.contains("systemctl"),
+            "{}",
+            r.message
+        );
+        let r = host_binaries(dir.path(), &kubelet, None);
         assert_eq!(r.status, CheckStatus::Pass, "{}", r.message);
         assert!(
             r.message.contains("simulated by this agent"),

@@ -36,6 +36,7 @@ mod facts;
 mod fs;
 mod guarded_fs;
 mod http;
+pub mod openrc;
 mod params;
 pub mod reboot;
 mod report;
@@ -74,6 +75,7 @@ pub use confine::{
 };
 pub use error::Error;
 pub use facts::{NodeContext, NodeFacts, OsRelease};
+pub use openrc::{OpenRcBackend, ServiceManager};
 pub use params::validate_json;
 pub use report::{
     ActionInfo, CallFailure, Capabilities, Captured, Check, CheckStatus, Denial, GrantUse,

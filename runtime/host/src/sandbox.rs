@@ -614,6 +614,23 @@ impl service::Host for RunState {
                 ),
             )));
         }
+        let executed = self.env.service.executes();
+        if !executed.is_empty()
+            && let Some(hit) =
+                crate::openrc::writable_by_plugin(&self.grants, executed, &self.env.root)
+        {
+            let manager = self.env.service.manager();
+            return Ok(Err(self.deny(
+                "service",
+                format!(
+                    "service: {} {unit} on a node whose services are run by {manager}, which \
+                     executes the service's scripts and programs as root: {hit}, so this plugin \
+                     could change what runs; give service grants to a plugin without write \
+                     access there (docs/security.md, \"Services on OpenRC nodes\")",
+                    action.as_str()
+                ),
+            )));
+        }
         let started = Instant::now();
         let result = self
             .env

@@ -1,5 +1,6 @@
 //! systemd units: the [`ServiceBackend`] the `service` host interface drives after the
-//! grant check, with a systemctl backend for real nodes and a recording one for the lab.
+//! grant check, with a systemctl backend for real nodes and a recording one for the lab
+//! (OpenRC's is in openrc.rs).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -11,6 +12,9 @@ use bosun_api::grants::{ServiceAction, ServiceGrant};
 
 use crate::config::ExecIsolation;
 use crate::exec::{CommandError, CommandSpec};
+
+/// The program the systemd backend runs, under the host root.
+pub const SYSTEMCTL: &str = "/usr/bin/systemctl";
 
 /// Characters systemctl reads as a glob in a unit name (`stop 'kube*'` acts on every
 /// loaded unit that matches), plus `\`, its escape.
@@ -88,6 +92,20 @@ pub trait ServiceBackend: Send + Sync {
         unit: &str,
         time_left: Duration,
     ) -> Result<UnitStatus, ServiceError>;
+    /// The service manager this backend drives, as policies see it
+    /// (`input.node.serviceManager`): `systemd`, `openrc`, or `simulated` for a stand-in.
+    fn manager(&self) -> &'static str;
+    /// The program this backend runs under the host root (`None`: it runs none), which
+    /// the agent's `agent/host-binaries` preflight check requires for service grants.
+    fn program(&self) -> Option<&'static str>;
+    /// Paths the service manager itself executes (or sources) on the host's behalf when it
+    /// acts on a unit. A service action is refused when the calling plugin could write
+    /// under one of them (see [`crate::openrc::writable_by_plugin`]). Empty for a manager
+    /// that runs only what it already loaded (systemd: a changed unit file takes effect
+    /// only at a `daemon-reload`, which no grant can ask for).
+    fn executes(&self) -> &'static [&'static str] {
+        &[]
+    }
 }
 
 /// Drives the node's systemd with `systemctl`, started like a granted command (chrooted
@@ -132,7 +150,7 @@ impl SystemctlBackend {
             sandbox: &sandbox,
             root,
             isolation: self.isolation,
-            command: "/usr/bin/systemctl",
+            command: SYSTEMCTL,
             args,
             stdin: None,
             timeout: self
@@ -217,6 +235,14 @@ impl ServiceBackend for SystemctlBackend {
         time_left: Duration,
     ) -> Result<UnitStatus, ServiceError> {
         self.show(root, unit, self.deadline_in(time_left))
+    }
+
+    fn manager(&self) -> &'static str {
+        "systemd"
+    }
+
+    fn program(&self) -> Option<&'static str> {
+        Some(SYSTEMCTL)
     }
 }
 
@@ -374,6 +400,14 @@ impl ServiceBackend for RecordingBackend {
                 active_state: "inactive".into(),
                 sub_state: "dead".into(),
             }))
+    }
+
+    fn manager(&self) -> &'static str {
+        "simulated"
+    }
+
+    fn program(&self) -> Option<&'static str> {
+        None
     }
 }
 

@@ -173,6 +173,11 @@ pub struct NodeFacts {
     /// (`policies/command-confinement` refuses steps where part of it is missing).
     #[serde(default)]
     pub confinement: Confinement,
+    /// The init system the agent drives this node's services through (`service` grants):
+    /// `systemd`, `openrc`, or `simulated` on the lab's simulated nodes. Empty in inputs
+    /// written before agents reported it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub service_manager: String,
 }
 
 /// The kernel boundary of granted commands on one node (docs/security.md).

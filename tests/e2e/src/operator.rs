@@ -164,6 +164,13 @@ impl Operator {
         self.procs.spawn(&agent_name(node), &mut cmd)
     }
 
+    /// Starts an agent, like the others', for a node added after the start (for example a
+    /// fleet node whose root a test prepared).
+    pub fn add_node(&mut self, node: &str, host_root: &Path) -> Result<()> {
+        self.nodes.push((node.to_owned(), host_root.to_path_buf()));
+        self.start_agent(node)
+    }
+
     /// SIGKILLs a process: `controller` or `agent-<node>` (see [`agent_name`]).
     pub fn kill(&mut self, name: &str) -> Result<()> {
         self.procs.kill(name)

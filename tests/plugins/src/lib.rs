@@ -1087,49 +1087,238 @@ const ZYPPER_DEBS: &[&str] = &[
 fn zypper_stage() -> PathBuf {
     static STAGE: OnceLock<PathBuf> = OnceLock::new();
     STAGE
-        .get_or_init(|| {
-            let cache = std::env::var_os("BOSUN_ZYPPER_DEBS").map_or_else(
-                || {
-                    PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
-                        .join(".cache/bosun/zypper-debs")
-                },
-                PathBuf::from,
-            );
-            let stage = cache.join("stage");
-            if stage.join("usr/bin/zypper").exists() {
-                return stage;
-            }
-            std::fs::create_dir_all(&cache).unwrap();
-            let out = Command::new("apt-get")
-                .current_dir(&cache)
-                .arg("download")
-                .args(ZYPPER_DEBS)
-                .output()
-                .expect("apt-get download");
-            assert!(
-                out.status.success(),
-                "apt-get download {}: {}",
-                ZYPPER_DEBS.join(" "),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let partial = cache.join("stage.partial");
-            let _ = std::fs::remove_dir_all(&partial);
-            for deb in std::fs::read_dir(&cache).unwrap() {
-                let deb = deb.unwrap().path();
-                if deb.extension().is_some_and(|e| e == "deb") {
-                    let status = Command::new("dpkg-deb")
-                        .arg("-x")
-                        .arg(&deb)
-                        .arg(&partial)
-                        .status()
-                        .unwrap();
-                    assert!(status.success(), "dpkg-deb -x {}", deb.display());
-                }
-            }
-            std::fs::rename(&partial, &stage).unwrap();
-            stage
-        })
+        .get_or_init(|| unpacked_debs("BOSUN_ZYPPER_DEBS", "zypper-debs", ZYPPER_DEBS))
         .clone()
+}
+
+/// The Debian packages `debs`, downloaded once with `apt-get download` into
+/// `$<env>` or `~/.cache/bosun/<cache>`, and unpacked (never installed) into its `stage`
+/// directory, which is returned.
+fn unpacked_debs(env: &str, cache: &str, debs: &[&str]) -> PathBuf {
+    let cache = std::env::var_os(env).map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".cache/bosun")
+                .join(cache)
+        },
+        PathBuf::from,
+    );
+    let stage = cache.join("stage");
+    if stage.is_dir() {
+        return stage;
+    }
+    std::fs::create_dir_all(&cache).unwrap();
+    let out = Command::new("apt-get")
+        .current_dir(&cache)
+        .arg("download")
+        .args(debs)
+        .output()
+        .expect("apt-get download");
+    assert!(
+        out.status.success(),
+        "apt-get download {}: {}",
+        debs.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let partial = cache.join("stage.partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    for deb in std::fs::read_dir(&cache).unwrap() {
+        let deb = deb.unwrap().path();
+        if deb.extension().is_some_and(|e| e == "deb") {
+            let status = Command::new("dpkg-deb")
+                .arg("-x")
+                .arg(&deb)
+                .arg(&partial)
+                .status()
+                .unwrap();
+            assert!(status.success(), "dpkg-deb -x {}", deb.display());
+        }
+    }
+    std::fs::rename(&partial, &stage).unwrap();
+    stage
+}
+
+/// Debian's OpenRC: `openrc` and the two libraries it adds to this machine's.
+const OPENRC_DEBS: &[&str] = &["openrc", "librc1", "libeinfo1"];
+
+/// The programs OpenRC's scripts run (`openrc-run.sh`, `supervise-daemon.sh`), and `sleep`,
+/// the stand-in kubelet's daemon.
+const OPENRC_PROGRAMS: &[&str] = &[
+    "/bin/sh",
+    "/bin/grep",
+    "/bin/sed",
+    "/bin/cat",
+    "/bin/mkdir",
+    "/bin/rm",
+    "/bin/ln",
+    "/usr/bin/tr",
+    "/usr/bin/cut",
+    "/bin/sleep",
+];
+
+/// A node root whose init system is OpenRC: the real OpenRC 0.45 (Debian's build, as
+/// Debian installs it with `apt install openrc`), `/run/openrc` as `openrc` leaves it at
+/// boot (`softlevel` and its state directories; the agent chooses OpenRC by it), and a
+/// `kubelet` service, `/etc/init.d/kubelet`, supervised by OpenRC's `supervise-daemon`.
+/// Its daemon is a stand-in (`sleep`: the root has no container runtime for a real
+/// kubelet); each start of the service appends a line to `/var/log/kubelet-starts`. Use
+/// it through [`OpenRcNode`], which gives it the `/proc` OpenRC needs. Needs root.
+pub fn openrc_root(root: &Path) {
+    let stage = unpacked_debs("BOSUN_OPENRC_DEBS", "openrc-debs", OPENRC_DEBS);
+    std::fs::create_dir_all(root).unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", stage.display()))
+        .arg(root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let libs = stage.join("lib/x86_64-linux-gnu");
+    let mut programs: Vec<PathBuf> = [
+        "sbin/rc-service",
+        "sbin/openrc-run",
+        "sbin/supervise-daemon",
+    ]
+    .iter()
+    .map(|p| stage.join(p))
+    .collect();
+    programs.extend(OPENRC_PROGRAMS.iter().map(PathBuf::from));
+    for program in programs {
+        if !program.starts_with(&stage) {
+            copy_into(root, &program);
+        }
+        for lib in libraries_of(&program, Some(&libs)) {
+            if !lib.starts_with(&stage) {
+                copy_into(root, &lib);
+            }
+        }
+    }
+    for dir in [
+        "etc/conf.d",
+        "usr/local/etc/init.d",
+        "usr/local/etc/conf.d",
+        "var/log",
+        "tmp",
+    ] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    std::os::unix::fs::symlink("../run", root.join("var/run")).unwrap();
+    std::fs::create_dir_all(root.join("proc")).unwrap();
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    let null = Command::new("mknod")
+        .args(["-m", "666"])
+        .arg(root.join("dev/null"))
+        .args(["c", "1", "3"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(null, "mknod {}/dev/null", root.display());
+    for dir in [
+        "daemons",
+        "exclusive",
+        "failed",
+        "hotplugged",
+        "inactive",
+        "options",
+        "scheduled",
+        "started",
+        "starting",
+        "stopping",
+        "tmp",
+        "wasinactive",
+    ] {
+        std::fs::create_dir_all(root.join("run/openrc").join(dir)).unwrap();
+    }
+    write(root, "run/openrc/softlevel", "default");
+    // Debian's openrc reads insserv's configuration (its `insserv` package ships it).
+    write(root, "etc/insserv.conf", "");
+    write(
+        root,
+        "etc/os-release",
+        "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nID=debian\n",
+    );
+    write(
+        root,
+        "etc/init.d/kubelet",
+        "#!/sbin/openrc-run\n\
+         description=\"the kubelet (a stand-in daemon in this test root)\"\n\
+         command=/bin/sleep\n\
+         command_args=infinity\n\
+         supervisor=supervise-daemon\n\
+         start_pre() {\n\
+         \techo started >> /var/log/kubelet-starts\n\
+         }\n",
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        root.join("etc/init.d/kubelet"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+}
+
+/// Runs `rc-service args...` in an OpenRC node root (chrooted, with the environment the
+/// agent gives it).
+pub fn rc_service(root: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("/usr/sbin/chroot")
+        .arg(root)
+        .arg("/sbin/rc-service")
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .output()
+        .unwrap_or_else(|e| panic!("rc-service {args:?} in {}: {e}", root.display()))
+}
+
+/// An [`openrc_root`] in use: `/proc` is mounted in it (OpenRC's supervisors find their
+/// daemons there, as on a booted node). When dropped, every service OpenRC started there
+/// is stopped and `/proc` unmounted; drop it before the directory holding the root.
+pub struct OpenRcNode {
+    pub root: PathBuf,
+}
+
+impl OpenRcNode {
+    /// Builds an [`openrc_root`] at `root` and mounts `/proc` in it.
+    pub fn new(root: &Path) -> OpenRcNode {
+        openrc_root(root);
+        let node = OpenRcNode {
+            root: root.to_owned(),
+        };
+        let status = Command::new("mount")
+            .args(["-t", "proc", "proc"])
+            .arg(root.join("proc"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "mounting /proc in {}", root.display());
+        node
+    }
+}
+
+/// The processes whose `/` is `root` (in an [`OpenRcNode`]: the services' supervisors and
+/// daemons).
+pub fn processes_in(root: &Path) -> Vec<u32> {
+    let root = root.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/root")).is_ok_and(|r| r == root))
+        .collect()
+}
+
+impl Drop for OpenRcNode {
+    fn drop(&mut self) {
+        if let Ok(started) = std::fs::read_dir(self.root.join("run/openrc/started")) {
+            for s in started.flatten() {
+                let name = s.file_name().to_string_lossy().into_owned();
+                let _ = rc_service(&self.root, &[&name, "stop"]);
+            }
+        }
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.root.join("proc"))
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
 }
 
 /// An openSUSE Leap 15.6 node root: the real zypper (Debian's build of it, with libzypp),

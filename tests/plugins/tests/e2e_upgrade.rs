@@ -141,6 +141,9 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
             community.public_key.display().to_string(),
         ],
     )?;
+    // The Policy before the Operation: an agent lists the Policies of its instance before
+    // each step, so the first step already sees it.
+    community.trust(&lab, &operator.instance).await?;
     let name = operator
         .create_operation(
             "upgrade-dry",
@@ -308,6 +311,19 @@ async fn a_dry_run_upgrade_succeeds_on_every_node_saying_what_it_would_do_and_ch
             node.name
         );
     }
+    // Every agent judged its steps with the trusted-publishers Policy.
+    for node in &lab.nodes {
+        let log = std::fs::read_to_string(
+            operator
+                .procs
+                .log_of(&bosun_e2e::operator::agent_name(&node.name)),
+        )?;
+        ensure!(
+            log.contains("policies=1 healthy=true"),
+            "{}'s agent did not compile the trusted-publishers Policy",
+            node.name
+        );
+    }
     operator.procs.check_alive()?;
     operator.finish().await?;
     community.withdraw(&lab).await?;
@@ -380,6 +396,8 @@ struct Community {
     /// Holds the public key file; removed when dropped.
     _keys: tempfile::TempDir,
     public_key: std::path::PathBuf,
+    /// The community key's id, as policies name it.
+    key_id: String,
 }
 
 const TRUSTED_PUBLISHERS: &str = "e2e-trusted-publishers";
@@ -387,7 +405,6 @@ const TRUSTED_PUBLISHERS: &str = "e2e-trusted-publishers";
 impl Community {
     async fn publish(lab: &bosun_lab::LabHandle) -> Result<Community> {
         use bosun_api::plugin::Plugin;
-        use bosun_api::policy::Policy;
         use bosun_trust::{Digest, SigningKey, Statement};
         use kube::api::{Api, PostParams};
 
@@ -421,6 +438,18 @@ impl Community {
             .await
             .context("signing Plugin zypper with the community key and claiming packages")?;
 
+        Ok(Community {
+            _keys: keys,
+            public_key,
+            key_id: format!("{:#}", key.public_key().key_id()),
+        })
+    }
+
+    /// Creates the trusted-publishers Policy for the agents of `instance` (they read the
+    /// Policies labelled with it): the e2e key for every plugin, this key for `zypper` only.
+    async fn trust(&self, lab: &bosun_lab::LabHandle, instance: &str) -> Result<()> {
+        use bosun_api::policy::Policy;
+        use kube::api::{Api, PostParams};
         let rego = std::fs::read_to_string(
             bosun_plugins_tests::workspace_root().join("policies/trusted-publishers/policy.rego"),
         )?;
@@ -428,12 +457,15 @@ impl Community {
         let policy: Policy = serde_json::from_value(json!({
             "apiVersion": "bosun.dev/v1alpha1",
             "kind": "Policy",
-            "metadata": { "name": TRUSTED_PUBLISHERS },
+            "metadata": {
+                "name": TRUSTED_PUBLISHERS,
+                "labels": { bosun_e2e::operator::INSTANCE_LABEL: instance },
+            },
             "spec": {
                 "rego": rego,
                 "data": { "trusted_publishers": {
                     "signers": [format!("{:#}", e2e.public_key().key_id())],
-                    "plugins": { "zypper": [format!("{:#}", key.public_key().key_id())] },
+                    "plugins": { "zypper": [self.key_id.clone()] },
                 } },
             },
         }))?;
@@ -445,10 +477,7 @@ impl Community {
             .create(&PostParams::default(), &policy)
             .await
             .context("creating the trusted-publishers Policy")?;
-        Ok(Community {
-            _keys: keys,
-            public_key,
-        })
+        Ok(())
     }
 
     /// Deletes the Policy and the Plugin again (the lab is shared).
