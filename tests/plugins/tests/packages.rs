@@ -227,7 +227,7 @@ fn a_family_without_backend_fails_preflight_saying_so() {
 
 /// What the loopback server answers for a path.
 #[derive(Clone)]
-enum Reply {
+pub(crate) enum Reply {
     /// 200 with the whole body.
     Full(Vec<u8>),
     /// 200 announcing the whole body's length, then only `cut` bytes and a closed connection.
@@ -236,7 +236,7 @@ enum Reply {
 
 /// A one-thread HTTP/1.1 server on 127.0.0.1 answering GETs from a fixed table; counts
 /// requests. Runs until the test process ends (no state shared between tests).
-fn serve(routes: Vec<(&'static str, Reply)>) -> (String, Arc<AtomicUsize>) {
+pub(crate) fn serve(routes: Vec<(&'static str, Reply)>) -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let hits = Arc::new(AtomicUsize::new(0));
@@ -289,7 +289,7 @@ fn serve(routes: Vec<(&'static str, Reply)>) -> (String, Arc<AtomicUsize>) {
     (addr, hits)
 }
 
-fn sha256(bytes: &[u8]) -> String {
+pub(crate) fn sha256(bytes: &[u8]) -> String {
     use sha2::Digest as _;
     hex::encode(sha2::Sha256::digest(bytes))
 }

@@ -42,6 +42,9 @@ pub enum ServiceBackend {
     Systemctl,
     /// Record calls in HOST_ROOT/var/log/bosun-services.log instead of touching systemd.
     Record,
+    /// Drive OpenRC with HOST_ROOT's /sbin/rc-service, chrooted into it (needs root), as an
+    /// agent on an OpenRC node does.
+    Openrc,
 }
 
 #[derive(Debug, Args)]
@@ -134,8 +137,14 @@ pub fn run(args: &RunArgs) -> Result<Status> {
         Isolation::Chroot => ExecIsolation::Chroot,
         Isolation::ResolveOnly => ExecIsolation::ResolveOnly,
     };
-    if args.service_backend == ServiceBackend::Record {
-        config.service_backend = Arc::new(RecordingBackend::logging_to_host_root());
+    match args.service_backend {
+        ServiceBackend::Record => {
+            config.service_backend = Arc::new(RecordingBackend::logging_to_host_root());
+        }
+        ServiceBackend::Openrc => {
+            config.service_backend = Arc::new(bosun_host::OpenRcBackend::default());
+        }
+        ServiceBackend::Systemctl => {}
     }
     let host = Host::new(config).context("starting the plugin host")?;
     let plugin = host.load(&file.bytes, &PluginPin::from(&bundle))?;
