@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use bosun_api::grants::{Access, Grants, ServiceAction};
 
-use crate::service::{ServiceBackend, ServiceError, UnitStatus, check_unit_name};
+use crate::service::{ServiceBackend, ServiceError, UnitStatus, check_unit_name, deadline_in};
 
 /// Paths OpenRC executes or reads as shell when it acts on a service: init scripts and
 /// their `conf.d` files (which are sourced), OpenRC's own configuration, libraries and
@@ -283,13 +283,6 @@ impl OpenRcBackend {
         })
     }
 
-    fn deadline_in(&self, time_left: Duration) -> Instant {
-        let now = Instant::now();
-        now.checked_add(time_left)
-            .or_else(|| now.checked_add(self.timeout))
-            .unwrap_or(now)
-    }
-
     fn query(
         &self,
         root: &Path,
@@ -379,7 +372,7 @@ impl ServiceBackend for OpenRcBackend {
         time_left: Duration,
     ) -> Result<UnitStatus, ServiceError> {
         let name = service_name(unit).map_err(ServiceError::Failed)?;
-        let deadline = self.deadline_in(time_left);
+        let deadline = deadline_in(time_left, self.timeout);
         let ran = self.rc_service(root, &[name, action.as_str()], deadline)?;
         if ran.code != 0 {
             return Err(ServiceError::Failed(format!(
@@ -399,7 +392,7 @@ impl ServiceBackend for OpenRcBackend {
         time_left: Duration,
     ) -> Result<UnitStatus, ServiceError> {
         let name = service_name(unit).map_err(ServiceError::Failed)?;
-        self.query(root, name, self.deadline_in(time_left))
+        self.query(root, name, deadline_in(time_left, self.timeout))
     }
 
     fn manager(&self) -> &'static str {

@@ -128,6 +128,15 @@ impl Default for SystemctlBackend {
     }
 }
 
+/// The instant `time_left` from now; a duration too large to represent means no deadline
+/// beyond each run's own `timeout`.
+pub(crate) fn deadline_in(time_left: Duration, timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(time_left)
+        .or_else(|| now.checked_add(timeout))
+        .unwrap_or(now)
+}
+
 fn verb(action: ServiceAction) -> &'static str {
     match action {
         ServiceAction::Start => "start",
@@ -173,15 +182,6 @@ impl SystemctlBackend {
         Ok(out.stdout)
     }
 
-    /// The instant `time_left` from now; a duration too large to represent means no
-    /// deadline beyond each run's own `timeout`.
-    fn deadline_in(&self, time_left: Duration) -> Instant {
-        let now = Instant::now();
-        now.checked_add(time_left)
-            .or_else(|| now.checked_add(self.timeout))
-            .unwrap_or(now)
-    }
-
     fn show(&self, root: &Path, unit: &str, deadline: Instant) -> Result<UnitStatus, ServiceError> {
         check_unit_name(unit).map_err(ServiceError::Failed)?;
         let out = self.systemctl(
@@ -219,7 +219,7 @@ impl ServiceBackend for SystemctlBackend {
         // Defence in depth: the grant check refused such names already.
         check_unit_name(unit).map_err(ServiceError::Failed)?;
         // One deadline for both runs: the status query gets what the action left.
-        let deadline = self.deadline_in(time_left);
+        let deadline = deadline_in(time_left, self.timeout);
         self.systemctl(
             root,
             &[verb(action).to_owned(), "--".to_owned(), unit.to_owned()],
@@ -234,7 +234,7 @@ impl ServiceBackend for SystemctlBackend {
         unit: &str,
         time_left: Duration,
     ) -> Result<UnitStatus, ServiceError> {
-        self.show(root, unit, self.deadline_in(time_left))
+        self.show(root, unit, deadline_in(time_left, self.timeout))
     }
 
     fn manager(&self) -> &'static str {

@@ -1138,6 +1138,40 @@ fn unpacked_debs(env: &str, cache: &str, debs: &[&str]) -> PathBuf {
     stage
 }
 
+/// Copies an unpacked `stage` into `root`, then each of its `staged` programs and this
+/// machine's `programs` with the libraries they load (found in the stage's `libs` first;
+/// those are in the copy already) at the same paths.
+fn lay_out_stage(root: &Path, stage: &Path, libs: &str, staged: &[&str], programs: &[&str]) {
+    std::fs::create_dir_all(root).unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", stage.display()))
+        .arg(root)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "cp -a {}/. {}",
+        stage.display(),
+        root.display()
+    );
+    let libs = stage.join(libs);
+    let programs = staged
+        .iter()
+        .map(|p| stage.join(p))
+        .chain(programs.iter().map(PathBuf::from));
+    for program in programs {
+        if !program.starts_with(stage) {
+            copy_into(root, &program);
+        }
+        for lib in libraries_of(&program, Some(&libs)) {
+            if !lib.starts_with(stage) {
+                copy_into(root, &lib);
+            }
+        }
+    }
+}
+
 /// Debian's OpenRC: `openrc` and the two libraries it adds to this machine's.
 const OPENRC_DEBS: &[&str] = &["openrc", "librc1", "libeinfo1"];
 
@@ -1165,34 +1199,17 @@ const OPENRC_PROGRAMS: &[&str] = &[
 /// it through [`OpenRcNode`], which gives it the `/proc` OpenRC needs. Needs root.
 pub fn openrc_root(root: &Path) {
     let stage = unpacked_debs("BOSUN_OPENRC_DEBS", "openrc-debs", OPENRC_DEBS);
-    std::fs::create_dir_all(root).unwrap();
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", stage.display()))
-        .arg(root)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let libs = stage.join("lib/x86_64-linux-gnu");
-    let mut programs: Vec<PathBuf> = [
-        "sbin/rc-service",
-        "sbin/openrc-run",
-        "sbin/supervise-daemon",
-    ]
-    .iter()
-    .map(|p| stage.join(p))
-    .collect();
-    programs.extend(OPENRC_PROGRAMS.iter().map(PathBuf::from));
-    for program in programs {
-        if !program.starts_with(&stage) {
-            copy_into(root, &program);
-        }
-        for lib in libraries_of(&program, Some(&libs)) {
-            if !lib.starts_with(&stage) {
-                copy_into(root, &lib);
-            }
-        }
-    }
+    lay_out_stage(
+        root,
+        &stage,
+        "lib/x86_64-linux-gnu",
+        &[
+            "sbin/rc-service",
+            "sbin/openrc-run",
+            "sbin/supervise-daemon",
+        ],
+        OPENRC_PROGRAMS,
+    );
     for dir in [
         "etc/conf.d",
         "usr/local/etc/init.d",
@@ -1327,37 +1344,23 @@ impl Drop for OpenRcNode {
 /// (`build_rpm` and `index_rpm_repo` fill it). Needs root.
 pub fn suse_root(root: &Path) {
     let stage = zypper_stage();
-    std::fs::create_dir_all(root).unwrap();
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", stage.display()))
-        .arg(root)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    // Each program with the libraries it loads, the unpacked ones first.
-    let libs = stage.join("usr/lib/x86_64-linux-gnu");
-    for program in [
-        stage.join("usr/bin/zypper"),
-        PathBuf::from("/usr/bin/rpm"),
-        PathBuf::from("/usr/bin/rpmdb"),
-        PathBuf::from("/usr/bin/rpmkeys"),
-        PathBuf::from("/usr/bin/gpg"),
-        PathBuf::from("/bin/sh"),
-        // libzypp copies repository files with cp where it cannot hardlink them (across
-        // the kernel sandbox's rules, it cannot).
-        PathBuf::from("/usr/bin/cp"),
-        PathBuf::from("/bin/cp"),
-    ] {
-        if !program.starts_with(&stage) {
-            copy_into(root, &program);
-        }
-        for lib in libraries_of(&program, Some(&libs)) {
-            if !lib.starts_with(&stage) {
-                copy_into(root, &lib);
-            }
-        }
-    }
+    lay_out_stage(
+        root,
+        &stage,
+        "usr/lib/x86_64-linux-gnu",
+        &["usr/bin/zypper"],
+        &[
+            "/usr/bin/rpm",
+            "/usr/bin/rpmdb",
+            "/usr/bin/rpmkeys",
+            "/usr/bin/gpg",
+            "/bin/sh",
+            // libzypp copies repository files with cp where it cannot hardlink them
+            // (across the kernel sandbox's rules, it cannot).
+            "/usr/bin/cp",
+            "/bin/cp",
+        ],
+    );
     copy_tree(Path::new("/usr/lib/rpm"), &root.join("usr/lib/rpm"));
     for dir in [
         "etc/zypp/repos.d",
