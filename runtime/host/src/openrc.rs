@@ -271,10 +271,10 @@ impl OpenRcBackend {
         // Nothing is killed after a run that ended: what it left running is the service it
         // started (a daemonizing supervisor may not have left the group yet).
         let read = |f: &mut std::fs::File| {
-            let mut text = String::new();
+            let mut bytes = Vec::new();
             let _ = f.rewind();
-            let _ = f.take(MAX_OUTPUT).read_to_string(&mut text);
-            text
+            let _ = f.take(MAX_OUTPUT).read_to_end(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
         };
         Ok(Ran {
             code: status.code().unwrap_or(-1),
@@ -513,6 +513,76 @@ mod tests {
             r#"{"services": [{"unit": "kubelet.service", "actions": ["restart"]}]}"#,
         ] {
             assert_eq!(found(json), None, "{json}");
+        }
+    }
+
+    /// A host root whose `/sbin/rc-service` is the shell script `body`, with this machine's
+    /// `/bin/sh` and `/bin/sleep` and the libraries they load (the backend always chroots into the root).
+    fn rc_service_script(body: &str) -> tempfile::TempDir {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let copy = |from: &Path| {
+            let to = dir.path().join(from.strip_prefix("/").unwrap());
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(from.canonicalize().unwrap(), &to).unwrap();
+        };
+        for program in ["/bin/sh", "/bin/sleep"] {
+            copy(Path::new(program));
+            let ldd = Command::new("ldd").arg(program).output().unwrap();
+            for lib in String::from_utf8_lossy(&ldd.stdout).split_whitespace() {
+                if lib.starts_with('/') && !dir.path().join(&lib[1..]).exists() {
+                    copy(Path::new(lib));
+                }
+            }
+        }
+        let script = dir.path().join("sbin/rc-service");
+        std::fs::create_dir_all(script.parent().unwrap()).unwrap();
+        std::fs::write(&script, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn rc_service_gets_the_calls_time_and_its_failures_are_reported() {
+        crate::exec::tests::require_root("rc_service_gets_the_calls_time");
+        // Restart succeeds, status hangs: stopped within what the call had left.
+        let root = rc_service_script(
+            "case \"$2\" in restart) exit 0 ;; status) exec /bin/sleep 600 ;; *) exit 1 ;; esac",
+        );
+        let backend = OpenRcBackend::default();
+        let left = Duration::from_secs(1);
+        let started = Instant::now();
+        match backend.control(root.path(), "kubelet.service", ServiceAction::Restart, left) {
+            Err(ServiceError::Timeout(t)) => assert!(t <= left, "given {t:?} of {left:?}"),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(30));
+        // No time left: not started at all.
+        assert!(matches!(
+            backend.status(root.path(), "kubelet", Duration::ZERO),
+            Err(ServiceError::Timeout(t)) if t.is_zero()
+        ));
+        // A failed action names the service, the exit code and what it printed; the
+        // environment is empty but PATH, and the name is the service's, not the unit's.
+        let root = rc_service_script(
+            "echo \" * ERROR: $1 failed to $2 (HOME=$HOME PATH=$PATH)\" >&2; exit 1",
+        );
+        match backend.control(
+            root.path(),
+            "kubelet.service",
+            ServiceAction::Stop,
+            left * 10,
+        ) {
+            Err(ServiceError::Failed(m)) => assert_eq!(
+                m,
+                "rc-service kubelet stop exited with 1: * ERROR: kubelet failed to stop (HOME= PATH=/usr/sbin:/usr/bin:/sbin:/bin)"
+            ),
+            other => panic!("expected a failure, got {other:?}"),
+        }
+        // A status it cannot read is a failure, not a guess.
+        match backend.status(root.path(), "kubelet", left * 10) {
+            Err(ServiceError::Failed(m)) => assert!(m.contains("status exited with 1"), "{m}"),
+            other => panic!("expected a failure, got {other:?}"),
         }
     }
 
