@@ -14,8 +14,19 @@ use bosun_plugins_tests::{grants_of, install_programs, is_root, plugins, workspa
 use bosun_trust::{Digest, SigningKey, Statement, TrustRoots};
 use serde_json::json;
 
-/// A kit for `bytes`, signed as `name` by a fresh key its host trusts.
+/// A kit for `bytes`, signed as `name` by a fresh key its host trusts, for a worker.
 fn kit(bytes: &[u8], name: &str, grants: Grants, work: &Path) -> Kit {
+    kit_for(bytes, name, grants, &["worker"], work)
+}
+
+/// As [`kit`], for a node with `roles`.
+pub(crate) fn kit_for(
+    bytes: &[u8],
+    name: &str,
+    grants: Grants,
+    roles: &[&str],
+    work: &Path,
+) -> Kit {
     assert!(
         is_root(),
         "the kit chroots granted commands into the roots: run as root"
@@ -41,7 +52,7 @@ fn kit(bytes: &[u8], name: &str, grants: Grants, work: &Path) -> Kit {
         grants,
         node: NodeContext {
             node_name: "kit-node".into(),
-            roles: vec!["worker".into()],
+            roles: roles.iter().map(|r| (*r).to_owned()).collect(),
             kubelet_version: Some("v1.34.4".into()),
         },
         deadline: Duration::from_secs(60),
@@ -67,7 +78,7 @@ fn os_root(dir: &Path, pretty: &str, id: &str, symlink: bool) {
     install_programs(dir, &["/usr/bin/uname"]);
 }
 
-fn check<'r>(
+pub(crate) fn check<'r>(
     report: &'r Report,
     root: &str,
     case: &str,

@@ -5,6 +5,7 @@
 
 mod certs;
 mod conformance;
+mod conformance_first_party;
 mod etcd;
 mod examples;
 mod hello;
