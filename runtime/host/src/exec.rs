@@ -1015,7 +1015,7 @@ fn terminate(child: &mut std::process::Child, pid: u32) {
 /// Sends SIGKILL to the process group led by `pid` (the command and anything it forked).
 /// The group was created for this command by `process_group(0)`, so it holds only the
 /// command, its keeper and their descendants.
-fn kill_group(pid: u32) {
+pub(crate) fn kill_group(pid: u32) {
     if let Some(p) = as_pid(pid) {
         let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
     }

@@ -61,7 +61,7 @@ pub const EXECUTED: &[&str] = &[
 
 /// `PATH` of `rc-service`: the node's own system directories (OpenRC sets its own for the
 /// scripts from it).
-const PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+pub const PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The program, inside the host root.
 pub const RC_SERVICE: &str = "/sbin/rc-service";
@@ -145,13 +145,20 @@ pub fn writable_by_plugin(grants: &Grants, executed: &[&str], root: &Path) -> Op
     None
 }
 
-/// `path` without `.` components, repeated or trailing slashes; `..` is kept as written
-/// (grants with `..` are refused when grants are validated).
+/// `path` without `.` components and repeated or trailing slashes, each `..` taking away
+/// the component before it (never above `/`): the path it names when nothing on the way is
+/// a symlink, whatever the grant validation of the day refuses. ([`resolved`] covers links.)
 fn normalize(path: &str) -> String {
-    let parts: Vec<&str> = path
-        .split('/')
-        .filter(|p| !p.is_empty() && *p != ".")
-        .collect();
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
     format!("/{}", parts.join("/"))
 }
 
@@ -260,7 +267,7 @@ impl OpenRcBackend {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
                 Ok(None) if started.elapsed() >= timeout => {
-                    kill_group(child.id());
+                    crate::exec::kill_group(child.id());
                     let _ = child.wait();
                     return Err(ServiceError::Timeout(timeout));
                 }
@@ -352,15 +359,6 @@ fn strip_escapes(text: &str) -> String {
         }
     }
     out
-}
-
-fn kill_group(pid: u32) {
-    if let Some(p) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    {
-        let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
-    }
 }
 
 impl ServiceBackend for OpenRcBackend {
@@ -502,6 +500,31 @@ mod tests {
                 r#"{"exec": [{"command": "/usr/bin/tee", "args": [["x"]], "sandbox": {"filesystem": [{"path": "/etc/conf.d/kubelet", "access": "ReadWrite"}]}}]}"#,
                 "/etc/conf.d",
             ),
+            // Shapes a grant could take to name the same places another way.
+            (
+                r#"{"filesystem": [{"path": "/etc/kubernetes/../conf.d", "access": "ReadWrite"}]}"#,
+                "/etc/conf.d",
+            ),
+            (
+                r#"{"filesystem": [{"path": "/../../etc/init.d", "access": "ReadWrite"}]}"#,
+                "/etc/init.d",
+            ),
+            (
+                r#"{"filesystem": [{"path": "//etc//./conf.d//", "access": "ReadWrite"}]}"#,
+                "/etc/conf.d",
+            ),
+            (
+                r#"{"filesystem": [{"path": "/run", "access": "ReadWrite"}]}"#,
+                "/run/openrc",
+            ),
+            (
+                r#"{"exec": [{"command": "/usr/bin/tee", "args": [["x"]], "sandbox": {"filesystem": [{"path": "/", "access": "ReadWrite"}]}}]}"#,
+                "/etc/init.d",
+            ),
+            (
+                r#"{"filesystem": [{"path": "/var/lib/kubelet", "access": "ReadOnly"}, {"path": "/usr/local/etc/init.d/kubelet", "access": "ReadWrite"}]}"#,
+                "/usr/local/etc/init.d",
+            ),
         ] {
             let m = found(json).unwrap_or_else(|| panic!("{json}: not found"));
             assert!(m.ends_with(&format!("can write {hit}")), "{json}: {m}");
@@ -510,6 +533,8 @@ mod tests {
             r#"{"filesystem": [{"path": "/etc", "access": "ReadOnly"}]}"#,
             r#"{"filesystem": [{"path": "/var/lib/kubelet", "access": "ReadWrite"}]}"#,
             r#"{"filesystem": [{"path": "/etc/init.dx", "access": "ReadWrite"}]}"#,
+            r#"{"filesystem": [{"path": "/etc/init.d/../../var/lib/x", "access": "ReadWrite"}]}"#,
+            r#"{"exec": [{"command": "/usr/bin/tee", "args": [["x"]], "sandbox": {"filesystem": [{"path": "/etc", "access": "ReadOnly"}]}}]}"#,
             r#"{"services": [{"unit": "kubelet.service", "actions": ["restart"]}]}"#,
         ] {
             assert_eq!(found(json), None, "{json}");

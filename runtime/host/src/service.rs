@@ -137,15 +137,6 @@ pub(crate) fn deadline_in(time_left: Duration, timeout: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-fn verb(action: ServiceAction) -> &'static str {
-    match action {
-        ServiceAction::Start => "start",
-        ServiceAction::Stop => "stop",
-        ServiceAction::Restart => "restart",
-        ServiceAction::Reload => "reload",
-    }
-}
-
 impl SystemctlBackend {
     /// Runs systemctl with `args`, for at most `self.timeout` and never past `deadline`.
     fn systemctl(
@@ -222,7 +213,7 @@ impl ServiceBackend for SystemctlBackend {
         let deadline = deadline_in(time_left, self.timeout);
         self.systemctl(
             root,
-            &[verb(action).to_owned(), "--".to_owned(), unit.to_owned()],
+            &[action.as_str().to_owned(), "--".to_owned(), unit.to_owned()],
             deadline,
         )?;
         after_action(self.show(root, unit, deadline))
@@ -367,7 +358,7 @@ impl ServiceBackend for RecordingBackend {
         action: ServiceAction,
         _time_left: Duration,
     ) -> Result<UnitStatus, ServiceError> {
-        self.record(root, format!("{} {unit}", verb(action)))?;
+        self.record(root, format!("{} {unit}", action.as_str()))?;
         let status = match action {
             ServiceAction::Stop => UnitStatus {
                 active_state: "inactive".into(),
