@@ -716,11 +716,16 @@ pub fn index_rpm_repo(root: &Path) {
 
 /// Runs `args` chrooted into `root`, with an empty environment but `PATH`.
 pub fn in_root(root: &Path, args: &[&str]) -> std::process::Output {
+    in_root_with_path(root, args, "/usr/bin:/bin")
+}
+
+/// [`in_root`] with `path` for `PATH`.
+fn in_root_with_path(root: &Path, args: &[&str], path: &str) -> std::process::Output {
     Command::new("/usr/sbin/chroot")
         .arg(root)
         .args(args)
         .env_clear()
-        .env("PATH", "/usr/bin:/bin")
+        .env("PATH", path)
         .output()
         .unwrap_or_else(|e| panic!("chroot {} {args:?}: {e}", root.display()))
 }
@@ -1276,14 +1281,10 @@ pub fn openrc_root(root: &Path) {
 /// Runs `rc-service args...` in an OpenRC node root (chrooted, with the environment the
 /// agent gives it).
 pub fn rc_service(root: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("/usr/sbin/chroot")
-        .arg(root)
-        .arg("/sbin/rc-service")
-        .args(args)
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .output()
-        .unwrap_or_else(|e| panic!("rc-service {args:?} in {}: {e}", root.display()))
+    let args: Vec<&str> = std::iter::once("/sbin/rc-service")
+        .chain(args.iter().copied())
+        .collect();
+    in_root_with_path(root, &args, bosun_host::openrc::PATH)
 }
 
 /// An [`openrc_root`] in use: `/proc` is mounted in it (OpenRC's supervisors find their

@@ -4,7 +4,7 @@
 //! plugin's `append`, declared idempotent, appends a line on every run), a grant no case
 //! uses and an action with no case.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use bosun_api::grants::{Access, FilesystemGrant, Grants};
@@ -96,6 +96,57 @@ pub(crate) fn check<'r>(
         })
 }
 
+/// Asserts that each check in `names` of `case` on `root` passed, printing the report if not.
+pub(crate) fn assert_passed(report: &Report, root: &str, case: &str, names: &[&str]) {
+    for name in names {
+        assert_eq!(
+            check(report, root, case, name).status,
+            Status::Pass,
+            "{case} on {root}: {name}: {}",
+            bosun_conformance::text(report)
+        );
+    }
+}
+
+/// The checks that failed, as `root/case/check`, and the unused grants.
+pub(crate) fn failures(report: &Report) -> (Vec<String>, Vec<&str>) {
+    let checks = report
+        .checks
+        .iter()
+        .filter(|c| c.status == Status::Fail)
+        .map(|c| format!("{}/{}/{}", c.root, c.case, c.check))
+        .collect();
+    let grants = report
+        .grants
+        .iter()
+        .filter(|g| !g.used)
+        .map(|g| g.grant.as_str())
+        .collect();
+    (checks, grants)
+}
+
+/// A root of the matrix, made from `template`.
+pub(crate) fn root(name: &str, template: &Path, unsupported: bool) -> Root {
+    Root {
+        name: name.into(),
+        template: template.to_owned(),
+        unsupported,
+    }
+}
+
+/// A case of `action` on `roots` (every root when empty), named after the action, without an
+/// outputs schema.
+pub(crate) fn case(action: &str, params: serde_json::Value, roots: &[&str]) -> Case {
+    Case {
+        name: String::new(),
+        action: action.into(),
+        params,
+        outputs_schema: None,
+        changes_every_run: false,
+        roots: roots.iter().map(|r| (*r).to_owned()).collect(),
+    }
+}
+
 #[test]
 fn hello_passes_the_kit_with_the_grants_its_example_ships() {
     let dir = tempfile::tempdir().unwrap();
@@ -134,20 +185,19 @@ fn hello_passes_the_kit_with_the_grants_its_example_ships() {
     let text = bosun_conformance::text(&report);
     assert!(report.passed(), "{text}");
     for root in ["debian", "rocky"] {
-        for name in [
-            "preflight",
-            "dry-run-changes-nothing",
-            "run",
-            "outputs-match-schema",
-            "idempotent",
-            "headroom",
-        ] {
-            assert_eq!(
-                check(&report, root, "greet", name).status,
-                Status::Pass,
-                "{root} {name}: {text}"
-            );
-        }
+        assert_passed(
+            &report,
+            root,
+            "greet",
+            &[
+                "preflight",
+                "dry-run-changes-nothing",
+                "run",
+                "outputs-match-schema",
+                "idempotent",
+                "headroom",
+            ],
+        );
     }
     assert!(
         check(&report, "rocky", "greet", "run")
@@ -413,27 +463,18 @@ fn packages_over_apt_dnf_binary_and_rollback() {
         "/var/cache/dnf".into(),
         "/var/lib/dnf".into(),
     ];
-    let root = |name: &str, template: PathBuf, unsupported: bool| Root {
-        name: name.into(),
-        template,
-        unsupported,
-    };
     kit.roots = vec![
-        root("debian", debian, false),
-        root("debian-installed", debian_installed, false),
-        root("rocky", rocky, false),
-        root("rocky-installed", rocky_installed, false),
-        root("flatcar-binary", flatcar_binary, false),
-        root("flatcar-replaced", flatcar_replaced, false),
-        root("flatcar", flatcar, true),
+        root("debian", &debian, false),
+        root("debian-installed", &debian_installed, false),
+        root("rocky", &rocky, false),
+        root("rocky-installed", &rocky_installed, false),
+        root("flatcar-binary", &flatcar_binary, false),
+        root("flatcar-replaced", &flatcar_replaced, false),
+        root("flatcar", &flatcar, true),
     ];
     let case = |name: String, action: &str, params: serde_json::Value, roots: &[&str]| Case {
         name,
-        action: action.into(),
-        params,
-        outputs_schema: None,
-        changes_every_run: false,
-        roots: roots.iter().map(|r| (*r).to_owned()).collect(),
+        ..case(action, params, roots)
     };
     let names = json!({"packages": PKGS});
     let mut cases = Vec::new();
@@ -493,26 +534,23 @@ fn packages_over_apt_dnf_binary_and_rollback() {
     println!("{text}");
 
     // Every check passes but the dnf installs' dry runs, which fail on dnf's log.
-    let failed: Vec<(String, String, String)> = report
-        .checks
-        .iter()
-        .filter(|c| c.status == Status::Fail)
-        .map(|c| (c.root.clone(), c.case.clone(), c.check.clone()))
-        .collect();
-    let mut expected: Vec<(String, String, String)> = (1..=4)
+    let (mut failed, unused) = failures(&report);
+    let expected: Vec<(String, String)> = (1..=4)
         .flat_map(|n| {
             [
-                ("rocky", format!("install-dnf-{n}")),
-                ("rocky-installed", format!("downgrade-dnf-{n}")),
+                ("rocky".to_owned(), format!("install-dnf-{n}")),
+                ("rocky-installed".to_owned(), format!("downgrade-dnf-{n}")),
             ]
         })
-        .map(|(root, case)| (root.to_owned(), case, "dry-run-changes-nothing".to_owned()))
         .collect();
-    expected.sort();
-    let mut failed_sorted = failed.clone();
-    failed_sorted.sort();
-    assert_eq!(failed_sorted, expected, "{text}");
-    for (root, case, _) in &expected {
+    let mut want: Vec<String> = expected
+        .iter()
+        .map(|(root, case)| format!("{root}/{case}/dry-run-changes-nothing"))
+        .collect();
+    want.sort();
+    failed.sort();
+    assert_eq!(failed, want, "{text}");
+    for (root, case) in &expected {
         let dry = check(&report, root, case, "dry-run-changes-nothing");
         assert!(
             dry.message.contains("/var/log/dnf.log"),
@@ -526,13 +564,12 @@ fn packages_over_apt_dnf_binary_and_rollback() {
             (format!("install-dnf-{n}"), "rocky"),
             (format!("downgrade-dnf-{n}"), "rocky-installed"),
         ] {
-            for name in ["preflight", "run", "idempotent", "headroom"] {
-                assert_eq!(
-                    check(&report, root, &case, name).status,
-                    Status::Pass,
-                    "{case} on {root}: {name}: {text}"
-                );
-            }
+            assert_passed(
+                &report,
+                root,
+                &case,
+                &["preflight", "run", "idempotent", "headroom"],
+            );
         }
     }
     assert!(
@@ -548,25 +585,20 @@ fn packages_over_apt_dnf_binary_and_rollback() {
         ("unhold", "debian-installed"),
         ("unhold", "rocky-installed"),
     ] {
-        for name in [
-            "preflight",
-            "dry-run-changes-nothing",
-            "run",
-            "idempotent",
-            "headroom",
-        ] {
-            assert_eq!(
-                check(&report, root, case, name).status,
-                Status::Pass,
-                "{case} on {root}: {name}: {text}"
-            );
-        }
+        assert_passed(
+            &report,
+            root,
+            case,
+            &[
+                "preflight",
+                "dry-run-changes-nothing",
+                "run",
+                "idempotent",
+                "headroom",
+            ],
+        );
     }
-    assert_eq!(
-        check(&report, "flatcar-replaced", "rollback", "run").status,
-        Status::Pass,
-        "{text}"
-    );
+    assert_passed(&report, "flatcar-replaced", "rollback", &["run"]);
     for case in ["install-apt-1", "hold"] {
         let refused = check(&report, "flatcar", case, "preflight-refuses");
         assert!(
@@ -574,12 +606,6 @@ fn packages_over_apt_dnf_binary_and_rollback() {
             "{case}: {text}"
         );
     }
-    let unused: Vec<&str> = report
-        .grants
-        .iter()
-        .filter(|g| !g.used)
-        .map(|g| g.grant.as_str())
-        .collect();
     let yum = |g: &&str| g.starts_with("exec /usr/bin/yum ");
     assert!(
         unused

@@ -7,47 +7,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use bosun_conformance::{Case, Report, Root, Status};
+use bosun_conformance::{Case, Status};
 use bosun_plugins_tests::{example_grants, plugins, write};
 use serde_json::json;
 
-use crate::conformance::{check, kit_for};
-
-fn root(name: &str, template: &Path, unsupported: bool) -> Root {
-    Root {
-        name: name.into(),
-        template: template.to_owned(),
-        unsupported,
-    }
-}
-
-fn case(action: &str, params: serde_json::Value, roots: &[&str]) -> Case {
-    Case {
-        name: String::new(),
-        action: action.into(),
-        params,
-        outputs_schema: None,
-        changes_every_run: false,
-        roots: roots.iter().map(|r| (*r).to_owned()).collect(),
-    }
-}
-
-/// The checks that failed, as `root/case/check`, and the unused grants.
-fn failures(report: &Report) -> (Vec<String>, Vec<&str>) {
-    let checks = report
-        .checks
-        .iter()
-        .filter(|c| c.status == Status::Fail)
-        .map(|c| format!("{}/{}/{}", c.root, c.case, c.check))
-        .collect();
-    let grants = report
-        .grants
-        .iter()
-        .filter(|g| !g.used)
-        .map(|g| g.grant.as_str())
-        .collect();
-    (checks, grants)
-}
+use crate::conformance::{assert_passed, case, check, failures, kit_for, root};
 
 const DEBIAN_OS: &str = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nID=debian\n";
 
@@ -79,13 +43,12 @@ fn reboot_under_the_kit() {
     let report = bosun_conformance::run(&kit).unwrap();
     let text = bosun_conformance::text(&report);
     println!("{text}");
-    for name in ["preflight", "dry-run-changes-nothing", "run", "headroom"] {
-        assert_eq!(
-            check(&report, "debian", "reboot", name).status,
-            Status::Pass,
-            "{name}: {text}"
-        );
-    }
+    assert_passed(
+        &report,
+        "debian",
+        "reboot",
+        &["preflight", "dry-run-changes-nothing", "run", "headroom"],
+    );
     assert!(
         check(&report, "debian", "reboot", "run")
             .message
@@ -220,13 +183,7 @@ fn etcd_under_the_kit() {
             ][..],
         ),
     ] {
-        for name in checks {
-            assert_eq!(
-                check(&report, "control-plane", action, name).status,
-                Status::Pass,
-                "{action} {name}: {text}"
-            );
-        }
+        assert_passed(&report, "control-plane", action, checks);
         let refused = check(&report, "no-etcd", action, "preflight-refuses");
         assert_eq!(refused.status, Status::Pass, "{text}");
         assert!(
@@ -426,13 +383,7 @@ fn kubeadm_upgrade_under_the_kit() {
         ("no-static-pods", "plan", &all[..]),
         ("no-static-pods", "node", &all[..4]),
     ] {
-        for name in checks {
-            assert_eq!(
-                check(&report, root, action, name).status,
-                Status::Pass,
-                "{root} {action} {name}: {text}"
-            );
-        }
+        assert_passed(&report, root, action, checks);
     }
     assert!(
         check(&report, "control-plane", "apply", "run")
