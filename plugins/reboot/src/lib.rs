@@ -13,7 +13,10 @@
 //! reboot was still asked for and is under way, and the action says so instead of failing.
 //!
 //! Action `reboot` is idempotent: asking again after an attempt that was cut short (the
-//! agent restarted, the node did not reboot) asks for the same reboot.
+//! agent restarted, the node did not reboot) asks for the same reboot, and a run that finds
+//! `reboot.target` already active (the reboot under way) asks for nothing and reports no
+//! change. Before, preflight refused that node ("shutting down"), so the agent's re-run of
+//! an interrupted step blocked the task although the reboot it wanted was happening.
 
 use bosun_plugin_sdk::prelude::*;
 use bosun_plugin_sdk::service::{self, Action as ServiceAction};
@@ -56,19 +59,13 @@ impl Plugin for Reboot {
 
     fn preflight(_action: &Action) -> Result<Vec<Check>, PluginError> {
         Ok(vec![match service::status(UNIT) {
-            Ok(s) if s.is_active() => Check::fail(
-                "not-shutting-down",
-                format!(
-                    "{UNIT} is already {}/{}: the node is shutting down or rebooting; wait for it to come back",
-                    s.active_state, s.sub_state
-                ),
-            ),
+            // Already under way: `run` says so and asks nothing again.
             Ok(s) => Check::pass(
-                "not-shutting-down",
+                "knows-reboot-target",
                 format!("{UNIT} is {}/{}", s.active_state, s.sub_state),
             ),
             Err(e) => Check::fail(
-                "not-shutting-down",
+                "knows-reboot-target",
                 format!("{UNIT}: {e}; the node's systemd must know reboot.target"),
             ),
         }])
@@ -81,6 +78,16 @@ impl Plugin for Reboot {
             return Ok(Outcome::unchanged(format!(
                 "would reboot {} (start {UNIT}); the step would finish when the node is back with a new boot",
                 node.node_name
+            )));
+        }
+        // A second run in the same boot (the agent restarted while the node was going
+        // down) finds the reboot under way: it asks for nothing more and says so, and the
+        // step waits for the new boot as after the first run.
+        let now = service::status(UNIT)?;
+        if now.is_active() {
+            return Ok(Outcome::unchanged(format!(
+                "reboot of {} already under way: {UNIT} is {}/{}; nothing asked again",
+                node.node_name, now.active_state, now.sub_state
             )));
         }
         info!("asking systemd to reboot {} (start {UNIT})", node.node_name);
