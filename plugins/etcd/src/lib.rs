@@ -25,9 +25,14 @@
 //! writes [`SNAPSHOT_DIR`] (to hash and prune the snapshots), nothing else. It never runs a command inside the
 //! etcd container: that needs containerd's socket, which is root on the node.
 //!
-//! Both actions are idempotent: `health` only reads, and `snapshot` run again takes a new
-//! snapshot and prunes to `keep`. In a dry run `health` runs as usual (its commands only
-//! read, and their grants say `dryRun: true`) and `snapshot` says what it would save.
+//! Both actions are idempotent: `health` only reads, and `snapshot` with a `label` run
+//! again finds the snapshot it took (`etcd-<time>-<label>.db`, verified again with
+//! `etcdutl`) and reports it unchanged, instead of taking another whose pruning would remove
+//! the first: the planner's label names one Operation (its name and the start of its UID),
+//! so an upgrade's safety net stays the state before that upgrade however often the step
+//! runs. Without a label every run takes a new snapshot. In a dry run `health` runs as
+//! usual (its commands only read, and their grants say `dryRun: true`) and `snapshot` says
+//! what it would save or reuse.
 
 use std::io::Read;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -114,8 +119,10 @@ pub struct SnapshotParams {
     /// 100, default 3.
     #[serde(default = "default_keep")]
     pub keep: u32,
-    /// Put in the file name after the time (the planner passes the Operation's name):
-    /// lowercase letters, digits, `-` and `.`, at most 63 characters.
+    /// Put in the file name after the time (the planner passes the Operation's name and
+    /// the start of its UID): lowercase letters, digits, `-` and `.`, at most 63
+    /// characters. A verified snapshot with this label already in the directory is
+    /// reported unchanged instead of taking another.
     #[serde(default)]
     pub label: Option<String>,
 }
@@ -711,6 +718,30 @@ pub fn file_name(unix: u64, label: Option<&str>) -> String {
     }
 }
 
+/// The newest of `names` taken with `label` (`etcd-<YYYYMMDDTHHMMSSZ>-<label>.db`, the
+/// label matched whole, so `a` does not match a snapshot labelled `b-a`).
+#[must_use]
+pub fn labelled<'a>(names: &'a [String], label: &str) -> Option<&'a String> {
+    names
+        .iter()
+        .filter(|n| {
+            n.strip_prefix(SNAPSHOT_PREFIX)
+                .and_then(|rest| rest.strip_suffix(SNAPSHOT_SUFFIX))
+                .and_then(|rest| rest.split_at_checked(TIMESTAMP_LEN))
+                .is_some_and(|(time, rest)| {
+                    time.bytes().enumerate().all(|(i, b)| match i {
+                        8 => b == b'T',
+                        15 => b == b'Z',
+                        _ => b.is_ascii_digit(),
+                    }) && rest.strip_prefix('-') == Some(label)
+                })
+        })
+        .max()
+}
+
+/// The length of [`timestamp`]'s `YYYYMMDDTHHMMSSZ`.
+const TIMESTAMP_LEN: usize = 16;
+
 /// Which of `names` (the directory's entries) to remove to keep the newest `keep`
 /// snapshots: only `etcd-*.db` names count and are removed, oldest first by name (the
 /// name starts with the time), plus the `.part` files an interrupted save left.
@@ -788,6 +819,43 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
         .map_or(0, |d| d.as_secs());
     let name = file_name(now, p.label.as_deref());
     let path = format!("{SNAPSHOT_DIR}/{name}");
+    let taken = match p.label.as_deref() {
+        Some(l) => labelled(&snapshots_in_dir()?, l).cloned(),
+        None => None,
+    };
+    if let Some(taken) = taken {
+        let path = format!("{SNAPSHOT_DIR}/{taken}");
+        if ctx.dry_run {
+            // etcdutl's grant is not a dry-run one: the real run verifies it again.
+            return Ok(Outcome::unchanged(format!(
+                "would keep the etcd snapshot {path} this label already has once etcdutl verifies it again, and save none"
+            )));
+        }
+        match verify(&path) {
+            Ok(status) => {
+                let (sha256, size) = sha256_of(&path)?;
+                let kept = snapshots_of(&snapshots_in_dir()?);
+                return Ok(described(
+                    Outcome::unchanged(format!(
+                        "etcd snapshot {path} was already taken with label `{}`: {size} bytes, revision {}, {} keys, verified again by etcdutl (hash {:08x}); sha256 {sha256}; nothing saved or removed",
+                        p.label.as_deref().unwrap_or_default(),
+                        status.revision,
+                        status.total_key,
+                        status.hash,
+                    )),
+                    &path,
+                    size,
+                    &status,
+                    &sha256,
+                    &kept,
+                ));
+            }
+            Err(e) => warn!(
+                "the snapshot {path} with this label does not verify ({}); saving a new one",
+                e.message
+            ),
+        }
+    }
     if ctx.dry_run {
         let mut after = snapshots_in_dir()?;
         after.push(name.clone());
@@ -809,21 +877,7 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
         .run()
         .map_err(|e| PluginError::new("snapshot-failed", format!("{e}")))?;
     bosun_plugin_sdk::log::progress(1, 3, "verifying it with etcdutl");
-    let out = Command::new(ETCDUTL)
-        .args(status_args(&path))
-        .run()
-        .map_err(|e| PluginError::new("snapshot-unverified", format!("{path}: {e}")))?;
-    let status: SnapshotStatus = serde_json::from_slice(&out.stdout).map_err(|e| {
-        PluginError::new(
-            "snapshot-unverified",
-            format!(
-                "`etcdutl snapshot status {path}` printed no status ({e}): {}",
-                tail(&out.stdout_text(), 400)
-            ),
-        )
-    })?;
-    verified(&status)
-        .map_err(|m| PluginError::new("snapshot-unverified", format!("{path}: {m}")))?;
+    let status = verify(&path)?;
     let (sha256, size) = sha256_of(&path)?;
     bosun_plugin_sdk::log::progress(2, 3, "keeping the newest");
     let after = snapshots_in_dir()?;
@@ -841,25 +895,64 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
     bosun_plugin_sdk::log::progress(3, 3, "snapshot kept");
     let mut kept = snapshots_of(&after);
     kept.retain(|n| !removed.contains(n));
-    Ok(Outcome::changed(format!(
-        "etcd snapshot {path}: {size} bytes, revision {}, {} keys, verified by etcdutl (hash {:08x}); sha256 {sha256}; {} kept{}",
-        status.revision,
-        status.total_key,
-        status.hash,
-        kept.len(),
-        if removed.is_empty() {
-            String::new()
-        } else {
-            format!(", removed {}", removed.join(", "))
-        }
+    Ok(described(
+        Outcome::changed(format!(
+            "etcd snapshot {path}: {size} bytes, revision {}, {} keys, verified by etcdutl (hash {:08x}); sha256 {sha256}; {} kept{}",
+            status.revision,
+            status.total_key,
+            status.hash,
+            kept.len(),
+            if removed.is_empty() {
+                String::new()
+            } else {
+                format!(", removed {}", removed.join(", "))
+            }
+        )),
+        &path,
+        size,
+        &status,
+        &sha256,
+        &kept,
     ))
-    .output("path", &path)
-    .output("sizeBytes", size)
-    .output("revision", status.revision)
-    .output("totalKeys", status.total_key)
-    .output("etcdHash", format!("{:08x}", status.hash))
-    .output("sha256", &sha256)
-    .output("kept", kept.join(",")))
+}
+
+/// `etcdutl snapshot status` of `path`, checked.
+fn verify(path: &str) -> Result<SnapshotStatus, PluginError> {
+    let out = Command::new(ETCDUTL)
+        .args(status_args(path))
+        .run()
+        .map_err(|e| PluginError::new("snapshot-unverified", format!("{path}: {e}")))?;
+    let status: SnapshotStatus = serde_json::from_slice(&out.stdout).map_err(|e| {
+        PluginError::new(
+            "snapshot-unverified",
+            format!(
+                "`etcdutl snapshot status {path}` printed no status ({e}): {}",
+                tail(&out.stdout_text(), 400)
+            ),
+        )
+    })?;
+    verified(&status)
+        .map_err(|m| PluginError::new("snapshot-unverified", format!("{path}: {m}")))?;
+    Ok(status)
+}
+
+/// A snapshot's outputs on `outcome`.
+fn described(
+    outcome: Outcome,
+    path: &str,
+    size: u64,
+    status: &SnapshotStatus,
+    sha256: &str,
+    kept: &[String],
+) -> Outcome {
+    outcome
+        .output("path", path)
+        .output("sizeBytes", size)
+        .output("revision", status.revision)
+        .output("totalKeys", status.total_key)
+        .output("etcdHash", format!("{:08x}", status.hash))
+        .output("sha256", sha256)
+        .output("kept", kept.join(","))
 }
 
 bosun_plugin_sdk::export_plugin!(Etcd);

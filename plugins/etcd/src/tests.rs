@@ -343,3 +343,33 @@ fn the_local_member_is_read_from_kubeadms_annotation() {
             .contains("has no kubeadm.kubernetes.io/etcd.advertise-client-urls annotation")
     );
 }
+
+#[test]
+fn a_labelled_snapshot_is_found_by_its_whole_label_only() {
+    let names: Vec<String> = [
+        "etcd-20250101T000000Z-up-a1b2c3d4.db",
+        "etcd-20250102T000000Z-up-a1b2c3d4.db",
+        "etcd-20250103T000000Z-other-up-a1b2c3d4.db",
+        "etcd-20250104T000000Z-up-a1b2c3d4.db.part",
+        "etcd-2025010XT000000Z-up-a1b2c3d4.db",
+        "etcd-20250105T000000Z.db",
+        "kubeadm-backup-up-a1b2c3d4.db",
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(
+        labelled(&names, "up-a1b2c3d4").map(String::as_str),
+        Some("etcd-20250102T000000Z-up-a1b2c3d4.db"),
+        "the newest whole match; not a longer label ending in it, a .part, a malformed time or another file"
+    );
+    assert_eq!(
+        labelled(&names, "other-up-a1b2c3d4").map(String::as_str),
+        Some("etcd-20250103T000000Z-other-up-a1b2c3d4.db")
+    );
+    assert_eq!(labelled(&names, "a1b2c3d4"), None);
+    assert_eq!(labelled(&names, "up"), None);
+    assert_eq!(labelled(&names, ""), None);
+    // Every name the plugin makes is found by its label.
+    let made = file_name(1_767_225_600, Some("op.1-x"));
+    assert_eq!(labelled(std::slice::from_ref(&made), "op.1-x"), Some(&made));
+}

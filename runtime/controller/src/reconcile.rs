@@ -43,7 +43,7 @@ use bosun_api::operation::{
 };
 use bosun_planner::state::{TaskEvent, task_transition};
 use bosun_planner::{
-    NodeInfo, PlanError, PlanOutput, PlannedTask, Schedule, TaskView, plan, schedule,
+    NodeInfo, PlanError, PlanOutput, PlannedTask, Schedule, TaskView, plan_identified, schedule,
 };
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Node;
@@ -264,7 +264,8 @@ async fn plan_phase(
     now: Timestamp,
 ) -> Result<ControlFlow<Action, (PlanOutput, Option<String>)>> {
     let name = op.name_any();
-    match plan_or_keep_frozen(&name, &op.spec, nodes, stored.plan.as_ref()) {
+    let uid = op.metadata.uid.as_deref();
+    match plan_or_keep_frozen(&name, uid, &op.spec, nodes, stored.plan.as_ref()) {
         Ok(planned) => Ok(ControlFlow::Continue(planned)),
         Err(e) => {
             let status = plan_failed(stored, &e, op.metadata.generation, now);
@@ -649,17 +650,18 @@ pub fn being_deleted(op: &Operation) -> bool {
 /// immutable); every other error is returned as it is, as is any error before freezing.
 fn plan_or_keep_frozen(
     name: &str,
+    uid: Option<&str>,
     spec: &OperationSpec,
     nodes: &[NodeInfo],
     frozen: Option<&Plan>,
 ) -> std::result::Result<(PlanOutput, Option<String>), PlanError> {
-    match plan(name, spec, nodes, frozen) {
+    match plan_identified(name, uid, spec, nodes, frozen) {
         Err(PlanError::MaxUnavailable(e)) if frozen.is_some() => {
             let readable = OperationSpec {
                 rollout: Rollout::default(),
                 ..spec.clone()
             };
-            let planned = plan(name, &readable, nodes, frozen)?;
+            let planned = plan_identified(name, uid, &readable, nodes, frozen)?;
             let note = format!(
                 "spec.rollout.maxUnavailable is ignored, the plan is already frozen with its own limits ({e})"
             );
@@ -870,12 +872,14 @@ mod tests {
     #[test]
     fn an_unreadable_max_unavailable_after_freezing_keeps_the_frozen_plan() {
         let nodes = [worker("w1"), worker("w2"), worker("w3")];
-        let (first, note) = plan_or_keep_frozen("op", &custom_op(json!(2)), &nodes, None).unwrap();
+        let (first, note) =
+            plan_or_keep_frozen("op", None, &custom_op(json!(2)), &nodes, None).unwrap();
         assert_eq!(note, None);
         assert_eq!(first.plan.groups[0].max_parallel, 2);
 
         let edited = custom_op(json!("99999999999"));
-        let (again, note) = plan_or_keep_frozen("op", &edited, &nodes, Some(&first.plan)).unwrap();
+        let (again, note) =
+            plan_or_keep_frozen("op", None, &edited, &nodes, Some(&first.plan)).unwrap();
         assert_eq!(
             again.plan, first.plan,
             "the frozen plan, limits included, is unchanged"
@@ -888,7 +892,7 @@ mod tests {
         );
 
         assert!(matches!(
-            plan_or_keep_frozen("op", &edited, &nodes, None),
+            plan_or_keep_frozen("op", None, &edited, &nodes, None),
             Err(PlanError::MaxUnavailable(_))
         ));
     }
@@ -919,7 +923,7 @@ mod tests {
     async fn tasks_removed_by_a_deletion_are_not_recreated_from_a_stale_cache() {
         let nodes = [worker("w1"), worker("w2")];
         let (planned, _) =
-            plan_or_keep_frozen("going", &custom_op(json!(1)), &nodes, None).unwrap();
+            plan_or_keep_frozen("going", None, &custom_op(json!(1)), &nodes, None).unwrap();
         let mut cached = Operation::new("going", custom_op(json!(1)));
         cached.status = Some(OperationStatus {
             plan: Some(planned.plan),
@@ -970,7 +974,8 @@ mod tests {
     #[tokio::test]
     async fn a_status_the_watch_has_not_shown_yet_is_not_written_again() {
         let nodes = [worker("w1"), worker("w2")];
-        let (planned, _) = plan_or_keep_frozen("done", &custom_op(json!(1)), &nodes, None).unwrap();
+        let (planned, _) =
+            plan_or_keep_frozen("done", None, &custom_op(json!(1)), &nodes, None).unwrap();
         let mut cached = Operation::new("done", custom_op(json!(1)));
         cached.metadata.uid = Some("u1".into());
         cached.metadata.resource_version = Some("10".into());
@@ -1216,7 +1221,7 @@ mod tests {
             "healthGates": {"nodeReady": false, "apiServer": false, "controlPlanePods": false},
         }))
         .unwrap();
-        let (planned, _) = plan_or_keep_frozen("slow", &spec, &[worker("w1")], None).unwrap();
+        let (planned, _) = plan_or_keep_frozen("slow", None, &spec, &[worker("w1")], None).unwrap();
         let mut op = Operation::new("slow", spec.clone());
         op.metadata.uid = Some("u1".into());
         op.status = Some(OperationStatus {

@@ -162,6 +162,19 @@ pub fn plan(
     nodes: &[NodeInfo],
     frozen: Option<&Plan>,
 ) -> Result<PlanOutput, PlanError> {
+    plan_identified(operation, None, spec, nodes, frozen)
+}
+
+/// [`plan()`] for the Operation with this UID (the controller's call): what must name one
+/// Operation and not another of the same name created later (the etcd snapshot's label)
+/// carries the start of the UID.
+pub fn plan_identified(
+    operation: &str,
+    uid: Option<&str>,
+    spec: &OperationSpec,
+    nodes: &[NodeInfo],
+    frozen: Option<&Plan>,
+) -> Result<PlanOutput, PlanError> {
     let kind = kind_of(spec)?;
     let max_unavailable = MaxUnavailable::parse(&spec.rollout.max_unavailable)?;
     let by_name: BTreeMap<&str, &NodeInfo> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
@@ -211,7 +224,7 @@ pub fn plan(
     // The etcd health check expects one member per control-plane Node of the cluster (not
     // only the selected ones): a stacked etcd has a member on each.
     let on = Cluster {
-        operation,
+        snapshot_label: snapshot_label(operation, uid),
         control_planes: nodes.iter().filter(|n| n.is_control_plane()).count(),
     };
     let mut tasks = Vec::new();
@@ -492,20 +505,16 @@ fn agent_step(name: &str, plugin: &str, action: &str, params: serde_json::Value)
 }
 
 /// What the steps of a task need to know about the Operation and the cluster.
-struct Cluster<'a> {
-    operation: &'a str,
+struct Cluster {
+    /// See [`snapshot_label`].
+    snapshot_label: String,
     control_planes: usize,
 }
 
 /// The etcd steps at the start of a control-plane node's upgrade, before it is cordoned:
 /// the health check on every control plane and the snapshot on the first, each turned off
 /// by `spec.upgrade.etcd`.
-fn etcd_steps(
-    upgrade: &UpgradeSpec,
-    on: &Cluster<'_>,
-    group: &str,
-    control_plane: bool,
-) -> Vec<Step> {
+fn etcd_steps(upgrade: &UpgradeSpec, on: &Cluster, group: &str, control_plane: bool) -> Vec<Step> {
     let mut steps = Vec::new();
     if control_plane && upgrade.etcd.health_check {
         steps.push(agent_step(
@@ -520,7 +529,7 @@ fn etcd_steps(
             "etcd-snapshot",
             well_known::ETCD,
             "snapshot",
-            json!({"keep": upgrade.etcd.keep_snapshots, "label": label_value(on.operation)}),
+            json!({"keep": upgrade.etcd.keep_snapshots, "label": on.snapshot_label}),
         ));
     }
     steps
@@ -529,7 +538,7 @@ fn etcd_steps(
 /// The steps of one node's task.
 fn steps_for(
     kind: &Kind<'_>,
-    on: &Cluster<'_>,
+    on: &Cluster,
     group: &str,
     control_plane: bool,
     was_cordoned: bool,
@@ -554,7 +563,7 @@ fn steps_for(
 /// kubelet's restart, and the waits.
 fn upgrade_steps(
     upgrade: &UpgradeSpec,
-    on: &Cluster<'_>,
+    on: &Cluster,
     group: &str,
     control_plane: bool,
     was_cordoned: bool,
@@ -676,6 +685,26 @@ fn reboot_steps(
 /// so distinct pairs keep distinct names.
 pub fn task_name(operation: &str, node: &str) -> String {
     shorten(&format!("{operation}-{node}"), 253)
+}
+
+/// The label of the etcd snapshot an upgrade takes: the Operation's name and the first 8
+/// characters of its UID, so a snapshot step run again (an agent restart) finds the
+/// snapshot it took, and an Operation created later under the same name does not take the
+/// earlier one's for its own. Without a UID (plans outside a cluster), the name alone.
+#[must_use]
+pub fn snapshot_label(operation: &str, uid: Option<&str>) -> String {
+    match uid {
+        Some(uid) => {
+            let short: String = uid
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(8)
+                .collect::<String>()
+                .to_ascii_lowercase();
+            label_value(&format!("{operation}-{short}"))
+        }
+        None => label_value(operation),
+    }
 }
 
 /// A label value: at most 63 characters, starting and ending with an alphanumeric (for a

@@ -11,7 +11,9 @@ use bosun_api::operation::{
 use bosun_planner::nodes::NodeInfo;
 use bosun_planner::plan::groups;
 use bosun_planner::state::{TaskEvent, task_transition};
-use bosun_planner::{PlanError, TaskView, plan, schedule, task_name};
+use bosun_planner::{
+    PlanError, TaskView, plan, plan_identified, schedule, snapshot_label, task_name,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -1147,4 +1149,31 @@ fn the_etcd_steps_follow_spec_upgrade_etcd() {
             assert_eq!(step.params.as_ref().unwrap()["keep"], 5);
         }
     }
+}
+
+/// The etcd snapshot's label names one Operation: its name and the start of its UID, so a
+/// later Operation of the same name does not find the earlier one's snapshot as its own.
+#[test]
+fn the_snapshot_label_carries_the_start_of_the_uid() {
+    let spec = upgrade_spec(IntOrString::Int(1));
+    let label_of = |uid: Option<&str>| {
+        let out = plan_identified("up", uid, &spec, &cluster(1, 0), None).unwrap();
+        let steps = &out.tasks[0].spec.steps;
+        let snapshot = steps.iter().find(|s| s.name == "etcd-snapshot").unwrap();
+        snapshot.params.as_ref().unwrap()["label"].clone()
+    };
+    assert_eq!(
+        label_of(Some("0F1e2d3c-4b5a-6978-8695-a4b3c2d1e0f9")),
+        "up-0f1e2d3c"
+    );
+    assert_eq!(
+        label_of(Some("aaaaaaaa-0000-0000-0000-000000000000")),
+        "up-aaaaaaaa"
+    );
+    assert_eq!(label_of(None), "up");
+    // Long names still give a label value (at most 63 characters), distinct per UID.
+    let long = "u".repeat(80);
+    let a = snapshot_label(&long, Some("11111111-x"));
+    let b = snapshot_label(&long, Some("22222222-x"));
+    assert!(a.len() <= 63 && b.len() <= 63 && a != b, "{a} {b}");
 }

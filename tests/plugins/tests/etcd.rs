@@ -178,6 +178,75 @@ fn a_snapshot_is_saved_by_etcdctl_verified_hashed_and_pruned_to_keep() {
         "{}",
         o.message
     );
+
+    // The same label again (the agent re-runs an interrupted step): the snapshot taken is
+    // verified again and reported, nothing is saved or removed.
+    let before = snapshots(&root);
+    let dry = node.run(
+        &etcd,
+        &grants,
+        "snapshot",
+        &json!({"keep": 2, "label": "upgrade-a"}),
+        true,
+    );
+    assert!(!dry.outcome().changed);
+    assert_eq!(
+        dry.outcome().message,
+        format!(
+            "would keep the etcd snapshot {path} this label already has once etcdutl verifies it again, and save none"
+        )
+    );
+    let again = node.run(
+        &etcd,
+        &grants,
+        "snapshot",
+        &json!({"keep": 2, "label": "upgrade-a"}),
+        false,
+    );
+    let o = again.outcome();
+    assert!(!o.changed, "{}", o.message);
+    assert!(
+        o.message.starts_with(&format!(
+            "etcd snapshot {path} was already taken with label `upgrade-a`: "
+        )) && o.message.ends_with("nothing saved or removed"),
+        "{}",
+        o.message
+    );
+    for key in [
+        "path",
+        "sha256",
+        "sizeBytes",
+        "revision",
+        "totalKeys",
+        "etcdHash",
+        "kept",
+    ] {
+        assert_eq!(again.output(key), ran.output(key), "{key}");
+    }
+    assert_eq!(snapshots(&root), before);
+
+    // Another label (another Operation) takes its own, and the keep count prunes.
+    let other = node.run(
+        &etcd,
+        &grants,
+        "snapshot",
+        &json!({"keep": 2, "label": "upgrade-b"}),
+        false,
+    );
+    assert!(other.outcome().changed, "{}", other.outcome().message);
+    let other_path = other.output("path").unwrap();
+    assert!(other_path.ends_with("-upgrade-b.db"), "{other_path}");
+    assert_eq!(
+        snapshots(&root),
+        [
+            name.to_string(),
+            other_path
+                .strip_prefix("/var/lib/etcd-snapshots/")
+                .unwrap()
+                .to_string(),
+            "kubeadm-backup.db".to_string()
+        ]
+    );
 }
 
 #[test]
