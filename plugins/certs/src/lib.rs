@@ -7,7 +7,9 @@
 //!   inside the plugin (x509-parser, compiled into the component) and reports NotAfter per
 //!   certificate. Reads only.
 //! - `renew`: renews all certificates or a named list with `kubeadm certs renew` (run through
-//!   the exec grant), optionally only those expiring within `renewBefore`; reads every
+//!   the exec grant), only those expiring within `renewBefore`, or issued before
+//!   `issuedBefore` (the Operation's creation time, so the step run again renews nothing
+//!   more), or both; one of the two is required; reads every
 //!   certificate before and after and reports both expiries; fails if a renewed certificate's
 //!   NotAfter did not move forward. With `restartControlPlane: true` it also restarts the
 //!   static pods (otherwise that is the separate `restart-control-plane` step).
@@ -36,6 +38,11 @@ use bosun_plugin_sdk::{facts, fs, log};
 
 use inventory::{Cert, Location, MANIFESTS_DIR, PKI_DIR};
 use x509::{CertInfo, ClientCert};
+
+/// How far back kubeadm dates the certificates it issues (`CertificateBackdate` in
+/// kubeadm's constants, 5 minutes since v1.31): a certificate kubeadm renews at time T has
+/// NotBefore T minus this.
+pub const KUBEADM_BACKDATE_SECONDS: i64 = 300;
 
 /// The kubeadm binary on the node.
 pub const KUBEADM: &str = "/usr/bin/kubeadm";
@@ -81,10 +88,19 @@ pub struct RenewParams {
     /// kubeadm's certificate names (`apiserver`, `admin.conf`, ...) or `["all"]`.
     #[serde(default = "all")]
     pub certificates: Vec<String>,
-    /// Renew only certificates expiring within this duration (`720h`, `90h30m`). Absent:
-    /// renew every selected certificate.
+    /// Renew only certificates expiring within this duration (`720h`, `90h30m`).
     #[serde(default)]
     pub renew_before: Option<String>,
+    /// Renew only certificates issued before this UTC time (`2026-12-06T15:04:05Z`): one
+    /// issued at or after it was renewed already (by this request, when the planner passes
+    /// its Operation's creation time) and is left alone, so running `renew` again renews
+    /// nothing more. kubeadm backdates what it issues by [`KUBEADM_BACKDATE_SECONDS`], and
+    /// that is allowed for.
+    ///
+    /// At least one of `renewBefore` and `issuedBefore` must be given: without either a
+    /// second run would renew everything again, and the action is declared idempotent.
+    #[serde(default)]
+    pub issued_before: Option<String>,
     /// A kubeadm configuration file on the node passed as `--config` (under
     /// /etc/kubernetes). Absent: kubeadm reads the cluster's `kubeadm-config` ConfigMap and
     /// falls back to its defaults.
@@ -388,6 +404,14 @@ fn renew_preflight(p: &RenewParams) -> Result<Vec<Check>, PluginError> {
     {
         checks.push(Check::fail("params", format!("renewBefore: {m}")));
     }
+    if let Some(issued) = &p.issued_before
+        && let Err(m) = x509::parse_rfc3339(issued)
+    {
+        checks.push(Check::fail("params", format!("issuedBefore: {m}")));
+    }
+    if p.renew_before.is_none() && p.issued_before.is_none() {
+        checks.push(Check::fail("params", NEITHER.to_owned()));
+    }
     if p.wait_seconds > MAX_WAIT_SECONDS {
         checks.push(Check::fail(
             "params",
@@ -465,6 +489,9 @@ fn cert_file_exists(cert: &Cert) -> bool {
     std::fs::metadata(cert.path()).is_ok()
 }
 
+/// Why `renew` with neither filter is refused.
+const NEITHER: &str = "give `renewBefore` (renew what expires within it, `720h`) or `issuedBefore` (renew what was issued before that UTC time, `2026-12-06T15:04:05Z`; a renewCertificates Operation passes its creation time), or both: without either a second run would renew every certificate again";
+
 fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
     let selected = select(&p.certificates)?;
     let before_window = p
@@ -473,11 +500,21 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
         .map(x509::parse_duration)
         .transpose()
         .map_err(|m| PluginError::new("bad-params", format!("renewBefore: {m}")))?;
+    let issued_before = p
+        .issued_before
+        .as_deref()
+        .map(x509::parse_rfc3339)
+        .transpose()
+        .map_err(|m| PluginError::new("bad-params", format!("issuedBefore: {m}")))?;
+    if before_window.is_none() && issued_before.is_none() {
+        return Err(PluginError::new("bad-params", NEITHER));
+    }
     let now = now();
 
     // Before: what each selected certificate holds now; missing ones are skipped (kubeadm
     // would fail on them, and `all` skips them too).
     let mut targets: Vec<(&Cert, CertInfo)> = Vec::new();
+    let mut left_alone = 0;
     for cert in selected {
         match read_cert(cert)? {
             Some(info) => {
@@ -490,6 +527,20 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
                         x509::rfc3339(info.not_after),
                         p.renew_before.as_deref().unwrap_or_default()
                     );
+                    left_alone += 1;
+                    continue;
+                }
+                if let Some(issued) = issued_before
+                    && info.not_before + KUBEADM_BACKDATE_SECONDS >= issued
+                {
+                    info!(
+                        "{} was issued at {} (NotBefore {} plus kubeadm's backdate), not before {}: renewed already, left alone",
+                        cert.name,
+                        x509::rfc3339(info.not_before + KUBEADM_BACKDATE_SECONDS),
+                        x509::rfc3339(info.not_before),
+                        p.issued_before.as_deref().unwrap_or_default()
+                    );
+                    left_alone += 1;
                     continue;
                 }
                 targets.push((cert, info));
@@ -498,12 +549,24 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
         }
     }
     if targets.is_empty() {
-        return Ok(Outcome::unchanged(match &p.renew_before {
-            Some(w) => format!("no selected certificate expires within {w}; nothing to renew"),
-            None => {
-                "none of the selected certificates exists on this node; nothing to renew".to_owned()
-            }
-        }));
+        return Ok(Outcome::unchanged(
+            match (&p.renew_before, &p.issued_before) {
+                _ if left_alone == 0 => {
+                    "none of the selected certificates exists on this node; nothing to renew"
+                        .to_owned()
+                }
+                (Some(w), None) => {
+                    format!("no selected certificate expires within {w}; nothing to renew")
+                }
+                (None, Some(t)) => format!(
+                    "every selected certificate was issued at or after {t} (renewed already); nothing to renew"
+                ),
+                (Some(w), Some(t)) => format!(
+                    "no selected certificate issued before {t} expires within {w}; nothing to renew"
+                ),
+                (None, None) => "nothing to renew".to_owned(),
+            },
+        ));
     }
     let names: Vec<&str> = targets.iter().map(|(c, _)| c.name).collect();
     if ctx.dry_run {
@@ -525,7 +588,7 @@ fn renew(p: &RenewParams, ctx: &RunContext) -> Result<Outcome, PluginError> {
 
     // `renew all` when every renewable certificate present is due; one call per name
     // otherwise (kubeadm takes one name per call).
-    let everything = p.certificates.iter().any(|n| n == "all") && before_window.is_none();
+    let everything = p.certificates.iter().any(|n| n == "all") && left_alone == 0;
     let batches: Vec<&str> = if everything {
         vec!["all"]
     } else {

@@ -146,6 +146,57 @@ pub fn rfc3339(ts: i64) -> String {
     )
 }
 
+/// Parses RFC 3339 UTC as [`rfc3339`] writes it (`2027-11-30T02:35:12Z`, optionally with a
+/// fraction of a second, which is dropped) into seconds since the epoch.
+///
+/// # Errors
+/// A message naming the form expected.
+pub fn parse_rfc3339(text: &str) -> Result<i64, String> {
+    let bad = || format!("`{text}` is not a UTC time such as `2026-12-06T15:04:05Z`");
+    let body = text.strip_suffix('Z').ok_or_else(bad)?;
+    let body = body.split_once('.').map_or(body, |(whole, fraction)| {
+        if !fraction.is_empty() && fraction.bytes().all(|b| b.is_ascii_digit()) {
+            whole
+        } else {
+            "invalid"
+        }
+    });
+    let b = body.as_bytes();
+    let shape_ok = b.len() == 19
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            10 => *c == b'T',
+            13 | 16 => *c == b':',
+            _ => c.is_ascii_digit(),
+        });
+    if !shape_ok {
+        return Err(bad());
+    }
+    let num = |r: std::ops::Range<usize>| body[r].parse::<i64>().map_err(|_| bad());
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let days = days_from_civil(y, m, d);
+    if !(1..=12).contains(&m) || civil_from_days(days) != (y, m as u32, d as u32) {
+        return Err(bad());
+    }
+    if hh > 23 || mm > 59 || ss > 60 {
+        return Err(bad());
+    }
+    Ok(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
+/// A proleptic Gregorian (year, month, day) to days since 1970-01-01: the inverse of
+/// [`civil_from_days`] (the same algorithm, the other way).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day). Howard Hinnant's
 /// well-known algorithm, written out here to avoid a date crate in the component.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {
@@ -205,6 +256,31 @@ pub fn parse_duration(text: &str) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_parses_back_what_it_writes_and_refuses_other_shapes() {
+        for ts in [0, 951_782_400, 1_796_956_512, 4_102_444_799, -86_400] {
+            assert_eq!(parse_rfc3339(&rfc3339(ts)), Ok(ts), "{}", rfc3339(ts));
+        }
+        assert_eq!(
+            parse_rfc3339("2026-12-06T15:04:05.123456Z"),
+            Ok(1_796_569_445)
+        );
+        for bad in [
+            "",
+            "2026-12-06T15:04:05",
+            "2026-12-06T15:04:05+01:00",
+            "2026-12-06 15:04:05Z",
+            "2026-02-30T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-12-06T24:00:00Z",
+            "2026-12-06T15:04:05.Z",
+            "2026-12-06T15:04:05.1xZ",
+            "+026-12-06T15:04:05Z",
+        ] {
+            assert!(parse_rfc3339(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn rfc3339_formats_known_instants() {

@@ -43,7 +43,8 @@ use bosun_api::operation::{
 };
 use bosun_planner::state::{TaskEvent, task_transition};
 use bosun_planner::{
-    NodeInfo, PlanError, PlanOutput, PlannedTask, Schedule, TaskView, plan_identified, schedule,
+    NodeInfo, OperationIdentity, PlanError, PlanOutput, PlannedTask, Schedule, TaskView,
+    plan_identified, schedule,
 };
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Node;
@@ -264,8 +265,14 @@ async fn plan_phase(
     now: Timestamp,
 ) -> Result<ControlFlow<Action, (PlanOutput, Option<String>)>> {
     let name = op.name_any();
-    let uid = op.metadata.uid.as_deref();
-    match plan_or_keep_frozen(&name, uid, &op.spec, nodes, stored.plan.as_ref()) {
+    let identity = identity_of(op);
+    match plan_or_keep_frozen(
+        &name,
+        identity.as_ref(),
+        &op.spec,
+        nodes,
+        stored.plan.as_ref(),
+    ) {
         Ok(planned) => Ok(ControlFlow::Continue(planned)),
         Err(e) => {
             let status = plan_failed(stored, &e, op.metadata.generation, now);
@@ -639,6 +646,21 @@ pub fn being_deleted(op: &Operation) -> bool {
     op.metadata.deletion_timestamp.is_some()
 }
 
+/// The stored Operation's UID and creation time, which the planner puts in the steps that
+/// must name this Operation alone. A stored object has both; `None` otherwise.
+fn identity_of(op: &Operation) -> Option<OperationIdentity> {
+    Some(OperationIdentity {
+        uid: op.metadata.uid.clone()?,
+        created: op
+            .metadata
+            .creation_timestamp
+            .as_ref()?
+            .0
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string(),
+    })
+}
+
 /// Plans the Operation, or, once its plan is frozen, rebuilds the task specs of that plan.
 ///
 /// After freezing, `rollout.maxUnavailable` decides nothing (each group's limit was resolved
@@ -650,18 +672,18 @@ pub fn being_deleted(op: &Operation) -> bool {
 /// immutable); every other error is returned as it is, as is any error before freezing.
 fn plan_or_keep_frozen(
     name: &str,
-    uid: Option<&str>,
+    identity: Option<&OperationIdentity>,
     spec: &OperationSpec,
     nodes: &[NodeInfo],
     frozen: Option<&Plan>,
 ) -> std::result::Result<(PlanOutput, Option<String>), PlanError> {
-    match plan_identified(name, uid, spec, nodes, frozen) {
+    match plan_identified(name, identity, spec, nodes, frozen) {
         Err(PlanError::MaxUnavailable(e)) if frozen.is_some() => {
             let readable = OperationSpec {
                 rollout: Rollout::default(),
                 ..spec.clone()
             };
-            let planned = plan_identified(name, uid, &readable, nodes, frozen)?;
+            let planned = plan_identified(name, identity, &readable, nodes, frozen)?;
             let note = format!(
                 "spec.rollout.maxUnavailable is ignored, the plan is already frozen with its own limits ({e})"
             );
@@ -1079,6 +1101,32 @@ mod tests {
             json!({ "apiVersion": "bosun.dev/v1alpha1", "kind": "NodeTask", "metadata": { "name": "second-w1" },
                 "spec": { "operation": "second", "nodeName": "w1", "group": "g", "steps": [] } })
         }
+    }
+
+    /// A renewal planned for a stored Operation renews only what was issued before the
+    /// Operation was created (so its step run again renews nothing more), and an object
+    /// without a UID or creation time (never stored) gets neither.
+    #[test]
+    fn a_renewal_renews_only_what_was_issued_before_its_operation() {
+        let spec: OperationSpec = serde_json::from_value(json!({
+            "renewCertificates": {"certificates": ["all"]}
+        }))
+        .unwrap();
+        let mut op = Operation::new("renew", spec);
+        assert!(identity_of(&op).is_none());
+        op.metadata.uid = Some("9C1D2e3f-0000-4000-8000-000000000000".into());
+        op.metadata.creation_timestamp = Some(Time("2026-12-06T15:04:05.25Z".parse().unwrap()));
+        let identity = identity_of(&op).unwrap();
+        assert_eq!(identity.created, "2026-12-06T15:04:05Z");
+        let nodes = [NodeInfo::control_plane("cp1")];
+        let (planned, _) =
+            plan_or_keep_frozen("renew", Some(&identity), &op.spec, &nodes, None).unwrap();
+        let renew = &planned.tasks[0].spec.steps[0];
+        assert_eq!(renew.name, "renew-certificates");
+        assert_eq!(
+            renew.params,
+            Some(json!({"certificates": ["all"], "issuedBefore": "2026-12-06T15:04:05Z"}))
+        );
     }
 
     fn op_without_api_gate() -> Operation {

@@ -19,7 +19,7 @@ pub mod state;
 
 pub use nodes::NodeInfo;
 pub use plan::{
-    PlanError, PlanOutput, PlannedTask, label_value, plan, plan_identified, snapshot_label,
-    stable_hash, task_name,
+    OperationIdentity, PlanError, PlanOutput, PlannedTask, label_value, plan, plan_identified,
+    snapshot_label, stable_hash, task_name,
 };
 pub use schedule::{Schedule, TaskView, schedule};

@@ -165,12 +165,23 @@ pub fn plan(
     plan_identified(operation, None, spec, nodes, frozen)
 }
 
-/// [`plan()`] for the Operation with this UID (the controller's call): what must name one
-/// Operation and not another of the same name created later (the etcd snapshot's label)
-/// carries the start of the UID.
+/// Which Operation a plan is for, beyond its name: what the controller reads from the stored
+/// object.
+#[derive(Clone, Debug)]
+pub struct OperationIdentity {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.creationTimestamp`, RFC 3339 (`2026-12-06T15:00:00Z`).
+    pub created: String,
+}
+
+/// [`plan()`] for one Operation (the controller's call): what must name this Operation and
+/// not another of the same name created later (the etcd snapshot's label) carries the start
+/// of its UID, and a renewal renews only certificates issued before the Operation was
+/// created, so its step run again renews nothing more.
 pub fn plan_identified(
     operation: &str,
-    uid: Option<&str>,
+    identity: Option<&OperationIdentity>,
     spec: &OperationSpec,
     nodes: &[NodeInfo],
     frozen: Option<&Plan>,
@@ -224,7 +235,8 @@ pub fn plan_identified(
     // The etcd health check expects one member per control-plane Node of the cluster (not
     // only the selected ones): a stacked etcd has a member on each.
     let on = Cluster {
-        snapshot_label: snapshot_label(operation, uid),
+        snapshot_label: snapshot_label(operation, identity.map(|i| i.uid.as_str())),
+        created: identity.map(|i| i.created.clone()),
         control_planes: nodes.iter().filter(|n| n.is_control_plane()).count(),
     };
     let mut tasks = Vec::new();
@@ -508,6 +520,8 @@ fn agent_step(name: &str, plugin: &str, action: &str, params: serde_json::Value)
 struct Cluster {
     /// See [`snapshot_label`].
     snapshot_label: String,
+    /// The Operation's creation time: a renewal's `issuedBefore`.
+    created: Option<String>,
     control_planes: usize,
 }
 
@@ -545,7 +559,7 @@ fn steps_for(
 ) -> Result<Vec<Step>, PlanError> {
     match kind {
         Kind::Upgrade(upgrade) => upgrade_steps(upgrade, on, group, control_plane, was_cordoned),
-        Kind::Renew(renew) => renew_steps(renew, group),
+        Kind::Renew(renew) => renew_steps(renew, on, group),
         Kind::Reboot(_) => reboot_steps(group, control_plane, was_cordoned),
         Kind::Custom(custom) => custom
             .groups
@@ -626,7 +640,11 @@ fn upgrade_steps(
 }
 
 /// A renewal's steps on one control-plane node.
-fn renew_steps(renew: &RenewCertificatesSpec, group: &str) -> Result<Vec<Step>, PlanError> {
+fn renew_steps(
+    renew: &RenewCertificatesSpec,
+    on: &Cluster,
+    group: &str,
+) -> Result<Vec<Step>, PlanError> {
     use controller_actions::*;
     if group != groups::CONTROL_PLANE {
         return Err(PlanError::FrozenGroupUnknown {
@@ -636,6 +654,10 @@ fn renew_steps(renew: &RenewCertificatesSpec, group: &str) -> Result<Vec<Step>, 
     let mut params = json!({"certificates": renew.certificates});
     if let Some(before) = &renew.renew_before {
         params["renewBefore"] = json!(before);
+    }
+    // Certificates renewed by this Operation are not renewed again when the step runs again.
+    if let Some(created) = &on.created {
+        params["issuedBefore"] = json!(created);
     }
     Ok(vec![
         agent_step("renew-certificates", well_known::CERTS, "renew", params),

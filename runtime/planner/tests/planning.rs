@@ -12,7 +12,8 @@ use bosun_planner::nodes::NodeInfo;
 use bosun_planner::plan::groups;
 use bosun_planner::state::{TaskEvent, task_transition};
 use bosun_planner::{
-    PlanError, TaskView, plan, plan_identified, schedule, snapshot_label, task_name,
+    OperationIdentity, PlanError, TaskView, plan, plan_identified, schedule, snapshot_label,
+    task_name,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -1157,7 +1158,11 @@ fn the_etcd_steps_follow_spec_upgrade_etcd() {
 fn the_snapshot_label_carries_the_start_of_the_uid() {
     let spec = upgrade_spec(IntOrString::Int(1));
     let label_of = |uid: Option<&str>| {
-        let out = plan_identified("up", uid, &spec, &cluster(1, 0), None).unwrap();
+        let identity = uid.map(|uid| OperationIdentity {
+            uid: uid.into(),
+            created: "2026-12-06T15:04:05Z".into(),
+        });
+        let out = plan_identified("up", identity.as_ref(), &spec, &cluster(1, 0), None).unwrap();
         let steps = &out.tasks[0].spec.steps;
         let snapshot = steps.iter().find(|s| s.name == "etcd-snapshot").unwrap();
         snapshot.params.as_ref().unwrap()["label"].clone()

@@ -1407,3 +1407,12 @@ pub fn suse_root(root: &Path) {
     chroot(&["/usr/bin/rpm", "-i", "--nodeps", "/tmp/glibc.rpm"]);
     std::fs::remove_file(root.join("tmp/glibc.rpm")).unwrap();
 }
+
+/// Now as RFC 3339 UTC to the second (`2026-12-06T15:04:05Z`): a `renew` step's
+/// `issuedBefore` when everything issued until now is to be renewed.
+#[must_use]
+pub fn utc_now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use bosun_plugins_tests::{Node, copy_tree, example_grants_for_lab, install_programs, plugins};
+use bosun_plugins_tests::{
+    Node, copy_tree, example_grants_for_lab, install_programs, plugins, utc_now,
+};
 use x509_parser::prelude::*;
 
 /// What the test itself reads from a certificate file (independently of the plugin).
@@ -244,7 +246,7 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
         &certs,
         &grants,
         "renew",
-        &serde_json::json!({"certificates": ["all"]}),
+        &serde_json::json!({"certificates": ["all"], "issuedBefore": utc_now()}),
         true,
     );
     let o = dry.outcome();
@@ -262,7 +264,7 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
         &certs,
         &grants,
         "renew",
-        &serde_json::json!({"certificates": ["apiserver", "admin.conf"]}),
+        &serde_json::json!({"certificates": ["apiserver", "admin.conf"], "issuedBefore": utc_now()}),
         false,
     );
     assert!(named.outcome().changed, "{}", named.outcome().message);
@@ -298,15 +300,30 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
     );
     assert_eq!(snapshot(&root), mid);
 
-    // All, as the planner asks: later NotAfter, same CA, SANs kept, CAs untouched.
-    next_second();
-    let all = node.run(
+    // Neither filter: refused, saying what to give.
+    let neither = node.run(
         &certs,
         &grants,
         "renew",
         &serde_json::json!({"certificates": ["all"]}),
         false,
     );
+    let failed = neither.failed_checks();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, "params");
+    assert!(
+        failed[0].1.starts_with(
+            "give `renewBefore` (renew what expires within it, `720h`) or `issuedBefore`"
+        ),
+        "{failed:?}"
+    );
+    assert_eq!(snapshot(&root), mid);
+
+    // All, as the planner asks (everything issued before the Operation, here now): later
+    // NotAfter, same CA, SANs kept, CAs untouched.
+    next_second();
+    let params = serde_json::json!({"certificates": ["all"], "issuedBefore": utc_now()});
+    let all = node.run(&certs, &grants, "renew", &params, false);
     let o = all.outcome();
     assert!(o.changed);
     assert!(
@@ -373,6 +390,20 @@ fn renews_the_lab_pki_through_the_sandbox_and_kubeadm_agrees() {
     for ca in ["ca", "etcd-ca", "front-proxy-ca"] {
         assert_eq!(kubeadm_after[ca], kubeadm_before[ca], "{ca} unchanged");
     }
+
+    // The same step again (an agent restart, a retry): everything was issued after
+    // `issuedBefore`, so nothing is renewed and no byte changes.
+    let again = node.run(&certs, &grants, "renew", &params, false);
+    let o = again.outcome();
+    assert!(!o.changed, "{}", o.message);
+    assert_eq!(
+        o.message,
+        format!(
+            "every selected certificate was issued at or after {} (renewed already); nothing to renew",
+            params["issuedBefore"].as_str().unwrap()
+        )
+    );
+    assert_eq!(snapshot(&root), after);
 }
 
 #[test]
