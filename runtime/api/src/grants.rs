@@ -197,6 +197,14 @@ pub struct CommandPath {
     /// the command before it starts. Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// A `ReadWrite` path that stays writable when the grant's command runs in a dry run
+    /// (only on a `dryRun: true` grant). For a tool's own logs, lock files and caches and
+    /// nothing else: dnf 4 opens `/var/log/dnf.log` and takes lock files in
+    /// `/var/cache/dnf` and `/var/lib/dnf` before it does anything, even to list, and fails
+    /// where they are read-only. What the command writes there is its dry run's change to
+    /// the node. Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub writable_in_dry_run: bool,
 }
 
 /// A systemd unit and the actions allowed on it.

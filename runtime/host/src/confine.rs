@@ -137,7 +137,8 @@ impl Sandbox {
     /// The sandbox of a plugin's granted command: the plugin's filesystem grants with
     /// their access, the grant's own `sandbox`, and the command file itself (read and
     /// execute, for a command outside the base directories). In a dry run nothing is
-    /// writable.
+    /// writable but the grant's own paths marked `writableInDryRun` (a tool's log
+    /// directory).
     pub(crate) fn for_command(
         plugin_fs: &[FilesystemGrant],
         grant: &ExecGrant,
@@ -155,7 +156,8 @@ impl Sandbox {
             .collect();
         paths.extend(grant.sandbox.filesystem.iter().map(|p| SandboxPath {
             path: p.path.clone(),
-            write: p.access == Access::ReadWrite && !dry_run,
+            // `writableInDryRun` is accepted on dry-run grants only (exec::validate_grant).
+            write: p.access == Access::ReadWrite && (!dry_run || p.writable_in_dry_run),
             execute: p.execute,
             optional: p.optional,
             origin: "the exec grant's sandbox",

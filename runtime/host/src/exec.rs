@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bosun_api::grants::ExecGrant;
+use bosun_api::grants::{Access, ExecGrant};
 
 use crate::config::ExecIsolation;
 use crate::confine::Sandbox;
@@ -194,6 +194,12 @@ pub(crate) fn validate_grant(grant: &ExecGrant) -> Result<(), String> {
     }
     for p in &grant.sandbox.filesystem {
         normalized_absolute(&p.path).map_err(|e| format!("sandbox filesystem: {e}"))?;
+        if p.writable_in_dry_run && (p.access != Access::ReadWrite || !grant.dry_run) {
+            return Err(format!(
+                "sandbox filesystem {}: writableInDryRun needs `access: ReadWrite` on a grant with `dryRun: true`",
+                p.path
+            ));
+        }
     }
     for socket in &grant.sandbox.unix_sockets {
         normalized_absolute(socket).map_err(|e| format!("sandbox unixSockets: {e}"))?;
@@ -1168,12 +1174,37 @@ pub(crate) mod tests {
             access: bosun_api::grants::Access::ReadWrite,
             execute: false,
             optional: false,
+            writable_in_dry_run: false,
         });
         let e = validate_grant(&g).unwrap_err();
         assert!(
             e.contains("sandbox filesystem") && e.contains("absolute"),
             "{e}"
         );
+        // writableInDryRun: only a ReadWrite path of a dry-run grant.
+        for (access, dry_run, ok) in [
+            (bosun_api::grants::Access::ReadWrite, true, true),
+            (bosun_api::grants::Access::ReadOnly, true, false),
+            (bosun_api::grants::Access::ReadWrite, false, false),
+        ] {
+            let mut g = grant("/bin/x", &[]);
+            g.dry_run = dry_run;
+            g.sandbox.filesystem.push(bosun_api::grants::CommandPath {
+                path: "/var/log".into(),
+                access,
+                execute: false,
+                optional: false,
+                writable_in_dry_run: true,
+            });
+            match validate_grant(&g) {
+                Ok(()) => assert!(ok, "{access:?} dryRun={dry_run} accepted"),
+                Err(e) => assert!(
+                    !ok && e
+                        == "sandbox filesystem /var/log: writableInDryRun needs `access: ReadWrite` on a grant with `dryRun: true`",
+                    "{e}"
+                ),
+            }
+        }
         let mut g = grant("/bin/x", &[]);
         g.sandbox.unix_sockets.push("/run/../x.sock".into());
         assert!(

@@ -275,3 +275,72 @@ fn a_dry_run_preflight_is_held_to_the_same_rules() {
     assert!(wet.result.unwrap()[0].message.starts_with("ESCAPED"));
     assert!(node.root().join("rw/x").exists());
 }
+
+/// A dry-run-safe command's `ReadWrite` sandbox path is read-only in a dry run, unless the
+/// grant marks it `writableInDryRun` (dnf's log directory): then that path alone is
+/// writable, and only for that grant's command. The kernel enforces it (Landlock), so the
+/// command's own write is what is refused or let through.
+#[test]
+fn a_dry_run_command_writes_only_where_its_grant_says_writable_in_dry_run() {
+    support::require_root("a_dry_run_command_writes_only_where_its_grant_says_writable_in_dry_run");
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    std::fs::create_dir_all(node.root().join("logs")).unwrap();
+    let script = "echo logged >> /logs/tool.log && echo changed >> /rw/state";
+    let grants_with = |writable_in_dry_run: bool| {
+        let mut g = exec_grant("/bin/sh", &[&["-c", script]]);
+        g.dry_run = true;
+        for (path, writable_in_dry_run) in [("/logs", writable_in_dry_run), ("/rw", false)] {
+            g.sandbox.filesystem.push(bosun_api::grants::CommandPath {
+                path: path.into(),
+                access: Access::ReadWrite,
+                execute: false,
+                optional: false,
+                writable_in_dry_run,
+            });
+        }
+        Grants {
+            exec: vec![g],
+            ..Grants::default()
+        }
+    };
+    let params = serde_json::json!({"command": "/bin/sh", "args": ["-c", script]}).to_string();
+    let read = |p: &str| std::fs::read_to_string(node.root().join(p)).unwrap_or_default();
+
+    // Unmarked: the log write is refused by the kernel, and nothing after it runs.
+    let report = call(&host, &bad, &grants_with(false), "exec", &params, true);
+    let message = format!("{:?}", report.result);
+    assert!(
+        message.contains("exit 1") || message.contains("exit 2"),
+        "{message}"
+    );
+    assert_eq!(
+        (read("logs/tool.log"), read("rw/state")),
+        (String::new(), String::new())
+    );
+
+    // Marked: the log is written; the other ReadWrite path stays read-only.
+    let report = call(&host, &bad, &grants_with(true), "exec", &params, true);
+    let message = format!("{:?}", report.result);
+    assert!(
+        message.contains("exit 1") || message.contains("exit 2"),
+        "{message}"
+    );
+    assert_eq!(
+        (read("logs/tool.log"), read("rw/state")),
+        ("logged\n".into(), String::new())
+    );
+
+    // Not a dry run: both are written.
+    let report = call(&host, &bad, &grants_with(true), "exec", &params, false);
+    assert!(
+        format!("{:?}", report.result).contains("exit 0"),
+        "{:?}",
+        report.result
+    );
+    assert_eq!(
+        (read("logs/tool.log"), read("rw/state")),
+        ("logged\nlogged\n".into(), "changed\n".into())
+    );
+}

@@ -429,6 +429,7 @@ fn also_seen_a_daemon_started_by_a_granted_command_dies_with_it() {
             access: Access::ReadWrite,
             execute: false,
             optional: false,
+            writable_in_dry_run: false,
         });
     let grants = Grants {
         exec: vec![grant],

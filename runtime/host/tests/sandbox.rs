@@ -1513,6 +1513,7 @@ fn exec_that_outlives_its_grant_timeout_is_killed() {
                     access: Access::ReadWrite,
                     execute: false,
                     optional: false,
+                    writable_in_dry_run: false,
                 }],
                 ..Default::default()
             },

@@ -739,6 +739,7 @@ mod tests {
             access,
             execute,
             optional: false,
+            writable_in_dry_run: false,
         }
     }
 

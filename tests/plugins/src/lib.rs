@@ -327,6 +327,7 @@ pub fn packages_grants_with_local_repository() -> Grants {
                 access: bosun_api::grants::Access::ReadOnly,
                 execute: false,
                 optional: false,
+                writable_in_dry_run: false,
             });
         }
     }

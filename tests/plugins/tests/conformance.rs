@@ -349,12 +349,13 @@ fn the_kit_catches_a_false_idempotence_claim_an_unused_grant_and_an_action_witho
 /// backend replaced before; and a Flatcar root the apt and dnf cases are refused on in
 /// preflight. Installs of one to four packages use each argument pattern the grants give.
 ///
-/// What the kit finds, and the test asserts exactly: every dnf install's dry run fails
-/// (dnf opens `/var/log/dnf.log` for writing even to list, and a dry run's grants are
-/// read-only: a defect of the plugin on real RHEL nodes, written down in
-/// docs/plugins-first-party.md), and two grants are unused, as they must be here:
-/// `/usr/bin/yum` (RHEL 7's yum 3, which this machine cannot run; each of its argument
-/// patterns) and the http grant for `dl.k8s.io` (no network). So the kit does not pass
+/// Every check passes. dnf's dry runs pass because their grant keeps `/var/log` writable
+/// in a dry run (`writableInDryRun`): dnf opens `/var/log/dnf.log` for writing even to
+/// list, and before that every dnf install's dry run failed here (the kit's finding, and a
+/// defect on real RHEL nodes). What the kit still finds, and the test asserts exactly: two
+/// grants are unused, as they must be here: `/usr/bin/yum` (RHEL 7's yum 3, which this
+/// machine cannot run; each of its argument patterns) and the http grant for `dl.k8s.io`
+/// (no network, and the host does not speak HTTPS yet). So the kit does not pass
 /// `packages`, and the test says why.
 #[test]
 fn packages_over_apt_dnf_binary_and_rollback() {
@@ -533,31 +534,9 @@ fn packages_over_apt_dnf_binary_and_rollback() {
     let text = bosun_conformance::text(&report);
     println!("{text}");
 
-    // Every check passes but the dnf installs' dry runs, which fail on dnf's log.
-    let (mut failed, unused) = failures(&report);
-    let expected: Vec<(String, String)> = (1..=4)
-        .flat_map(|n| {
-            [
-                ("rocky".to_owned(), format!("install-dnf-{n}")),
-                ("rocky-installed".to_owned(), format!("downgrade-dnf-{n}")),
-            ]
-        })
-        .collect();
-    let mut want: Vec<String> = expected
-        .iter()
-        .map(|(root, case)| format!("{root}/{case}/dry-run-changes-nothing"))
-        .collect();
-    want.sort();
-    failed.sort();
-    assert_eq!(failed, want, "{text}");
-    for (root, case) in &expected {
-        let dry = check(&report, root, case, "dry-run-changes-nothing");
-        assert!(
-            dry.message.contains("/var/log/dnf.log"),
-            "{root} {case}: {}",
-            dry.message
-        );
-    }
+    // Every check passes.
+    let (failed, unused) = failures(&report);
+    assert!(failed.is_empty(), "{failed:#?}\n{text}");
     for n in 1..=4 {
         for (case, root) in [
             (format!("install-apt-{n}"), "debian"),
@@ -568,7 +547,13 @@ fn packages_over_apt_dnf_binary_and_rollback() {
                 &report,
                 root,
                 &case,
-                &["preflight", "run", "idempotent", "headroom"],
+                &[
+                    "preflight",
+                    "dry-run-changes-nothing",
+                    "run",
+                    "idempotent",
+                    "headroom",
+                ],
             );
         }
     }

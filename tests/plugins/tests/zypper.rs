@@ -42,6 +42,7 @@ fn grants() -> Grants {
                 access: Access::ReadOnly,
                 execute: false,
                 optional: false,
+                writable_in_dry_run: false,
             });
         }
     }
