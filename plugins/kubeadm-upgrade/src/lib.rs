@@ -13,6 +13,14 @@
 //! `apply` runs the plan when kubeadm is already at the target, and otherwise reports the
 //! command it would run; `node` reports the command it would run.
 //!
+//! On a node without static Pods (a worker), `node` hashes what kubeadm writes there (the
+//! kubelet's configuration, instance configuration and flags in `/var/lib/kubelet`, through
+//! a granted `sha256sum` that can read those files only) before and after kubeadm, and
+//! reports no change when kubeadm left them as they were:
+//! before, a second run said "node upgraded" though nothing changed (the conformance kit
+//! found it). kubeadm itself keeps a backup of the file in `/etc/kubernetes/tmp` on every
+//! run; the message says so.
+//!
 //! `apply` and `node` are idempotent: a control-plane node whose kube-apiserver,
 //! kube-controller-manager and kube-scheduler manifests are all at the target reports no
 //! change without running kubeadm, and kubeadm converges when re-run. All three are read
@@ -45,6 +53,20 @@ pub const OTHER_MANIFESTS: [&str; 2] = [
     "/etc/kubernetes/manifests/kube-controller-manager.yaml",
     "/etc/kubernetes/manifests/kube-scheduler.yaml",
 ];
+
+/// What `kubeadm upgrade node` writes on a node without static Pods (its kubelet-config
+/// phase): the kubelet's configuration on every run, and, where the node has no instance
+/// configuration yet (kubeadm's `NodeLocalCRISocket`, beta and on by default in v1.34),
+/// that file and the kubelet's flags.
+pub const KUBELET_FILES: [&str; 3] = [
+    "/var/lib/kubelet/config.yaml",
+    "/var/lib/kubelet/instance-config.yaml",
+    "/var/lib/kubelet/kubeadm-flags.env",
+];
+/// Hashes [`KUBELET_FILES`] before and after `kubeadm upgrade node`, so the step says
+/// whether it changed the node. The plugin reads nothing else of `/var/lib/kubelet` (the
+/// kubelet's private key is there): its grant's sandbox is those three files.
+pub const SHA256SUM: &str = "/usr/bin/sha256sum";
 
 /// The actions with their params.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -150,6 +172,7 @@ impl Plugin for KubeadmUpgrade {
             .runs(KUBEADM, ["upgrade", "plan", "v*"])
             .runs(KUBEADM, ["upgrade", "apply", "--yes", "v*"])
             .runs(KUBEADM, ["upgrade", "node"])
+            .runs(SHA256SUM, KUBELET_FILES)
     }
 
     fn preflight(action: &Action) -> Result<Vec<Check>, PluginError> {
@@ -275,8 +298,23 @@ impl Plugin for KubeadmUpgrade {
                         ),
                     }));
                 }
+                let static_pods = control_plane_version()?.is_some();
+                let before = kubelet_files_digest();
                 let out = Command::new(KUBEADM).args(["upgrade", "node"]).run()?;
                 info!("{}", tail(&out.stdout_text(), 4096));
+                // On a node without static Pods (a worker) kubeadm's one change is the
+                // kubelet's configuration: the step says whether it changed.
+                if !static_pods
+                    && !rerun
+                    && let (Some(before), Some(after)) = (before, kubelet_files_digest())
+                    && !before.is_empty()
+                    && before == after
+                {
+                    return Ok(Outcome::unchanged(format!(
+                        "node at {target}: `kubeadm upgrade node` left the kubelet's configuration and flags as they were (kubeadm keeps a backup of the configuration in /etc/kubernetes/tmp on every run)"
+                    ))
+                    .output("version", target));
+                }
                 Ok(Outcome::changed(if rerun {
                     format!(
                         "node at {target}: `kubeadm upgrade node` ran again after an interrupted attempt"
@@ -288,6 +326,39 @@ impl Plugin for KubeadmUpgrade {
             }
         }
     }
+}
+
+/// The sha256 of each of [`KUBELET_FILES`] that exists, by path; `None` when they cannot be
+/// hashed (then the step reports a change, as it always did: it cannot tell).
+fn kubelet_files_digest() -> Option<std::collections::BTreeMap<String, String>> {
+    // sha256sum exits 1 when a file is missing and still hashes the others.
+    match Command::new(SHA256SUM).args(KUBELET_FILES).output() {
+        Ok(out) if out.exit_code <= 1 => Some(parse_sha256sum(&out.stdout_text())),
+        Ok(out) => {
+            warn!(
+                "{SHA256SUM} exited with {}: {}; the step reports a change",
+                out.exit_code,
+                tail(&out.stderr_text(), 300)
+            );
+            None
+        }
+        Err(e) => {
+            warn!("cannot hash the kubelet's files ({e}); the step reports a change");
+            None
+        }
+    }
+}
+
+/// `sha256sum`'s lines (`HASH  PATH`) as path → hash; other lines are left out.
+#[must_use]
+pub fn parse_sha256sum(text: &str) -> std::collections::BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let (hash, path) = l.split_once("  ")?;
+            (hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+                .then(|| (path.to_owned(), hash.to_owned()))
+        })
+        .collect()
 }
 
 /// `Ok(version)` when the node's kubeadm is at `target`, otherwise what it is instead.
@@ -442,6 +513,19 @@ bosun_plugin_sdk::export_plugin!(KubeadmUpgrade);
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sha256sum_lines_are_read_by_path_and_errors_left_out() {
+        let a = "a".repeat(64);
+        let b = "0123456789abcdef".repeat(4);
+        let text = format!(
+            "{a}  /var/lib/kubelet/config.yaml\n{b}  /var/lib/kubelet/kubeadm-flags.env\nsha256sum: /var/lib/kubelet/instance-config.yaml: No such file or directory\nshort  /x\n"
+        );
+        let m = super::parse_sha256sum(&text);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m["/var/lib/kubelet/config.yaml"], a);
+        assert_eq!(m["/var/lib/kubelet/kubeadm-flags.env"], b);
+    }
+
     use super::*;
 
     fn v(s: &str) -> Version {
@@ -494,6 +578,16 @@ mod tests {
         assert_eq!(m.name, "kubeadm-upgrade");
         let names: Vec<_> = m.actions.iter().map(|a| a.name.as_str()).collect();
         assert_eq!(names, ["plan", "apply", "node"]);
-        assert!(m.capabilities.exec.iter().all(|c| c.command == KUBEADM));
+        // kubeadm, and sha256sum over the kubelet's three files only.
+        assert!(m.capabilities.exec.iter().all(|c| c.command == KUBEADM
+            || (c.command == SHA256SUM && c.args == KUBELET_FILES.map(String::from).to_vec())));
+        assert_eq!(
+            m.capabilities
+                .exec
+                .iter()
+                .filter(|c| c.command == SHA256SUM)
+                .count(),
+            1
+        );
     }
 }
