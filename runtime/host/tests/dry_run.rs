@@ -308,25 +308,32 @@ fn a_dry_run_command_writes_only_where_its_grant_says_writable_in_dry_run() {
     let params = serde_json::json!({"command": "/bin/sh", "args": ["-c", script]}).to_string();
     let read = |p: &str| std::fs::read_to_string(node.root().join(p)).unwrap_or_default();
 
+    // The shell's exit code after a refused redirection: 2 for dash, 1 for bash.
+    let refused_write = |writable_in_dry_run: bool| {
+        let report = call(
+            &host,
+            &bad,
+            &grants_with(writable_in_dry_run),
+            "exec",
+            &params,
+            true,
+        );
+        let message = format!("{:?}", report.result);
+        assert!(
+            message.contains("exit 1") || message.contains("exit 2"),
+            "{message}"
+        );
+    };
+
     // Unmarked: the log write is refused by the kernel, and nothing after it runs.
-    let report = call(&host, &bad, &grants_with(false), "exec", &params, true);
-    let message = format!("{:?}", report.result);
-    assert!(
-        message.contains("exit 1") || message.contains("exit 2"),
-        "{message}"
-    );
+    refused_write(false);
     assert_eq!(
         (read("logs/tool.log"), read("rw/state")),
         (String::new(), String::new())
     );
 
     // Marked: the log is written; the other ReadWrite path stays read-only.
-    let report = call(&host, &bad, &grants_with(true), "exec", &params, true);
-    let message = format!("{:?}", report.result);
-    assert!(
-        message.contains("exit 1") || message.contains("exit 2"),
-        "{message}"
-    );
+    refused_write(true);
     assert_eq!(
         (read("logs/tool.log"), read("rw/state")),
         ("logged\n".into(), String::new())
