@@ -1326,18 +1326,24 @@ pub fn processes_in(root: &Path) -> Vec<u32> {
 
 impl Drop for OpenRcNode {
     fn drop(&mut self) {
-        if let Ok(started) = std::fs::read_dir(self.root.join("run/openrc/started")) {
-            for s in started.flatten() {
-                let name = s.file_name().to_string_lossy().into_owned();
-                let _ = rc_service(&self.root, &[&name, "stop"]);
-            }
-        }
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.root.join("proc"))
-            .stderr(std::process::Stdio::null())
-            .status();
+        stop_openrc(&self.root);
     }
+}
+
+/// Stops every service OpenRC started in an [`openrc_root`] and unmounts its `/proc`: what
+/// dropping an [`OpenRcNode`] does, for a root an earlier run left behind.
+pub fn stop_openrc(root: &Path) {
+    if let Ok(started) = std::fs::read_dir(root.join("run/openrc/started")) {
+        for s in started.flatten() {
+            let name = s.file_name().to_string_lossy().into_owned();
+            let _ = rc_service(root, &[&name, "stop"]);
+        }
+    }
+    let _ = Command::new("umount")
+        .arg("-l")
+        .arg(root.join("proc"))
+        .stderr(std::process::Stdio::null())
+        .status();
 }
 
 /// An openSUSE Leap 15.6 node root: the real zypper (Debian's build of it, with libzypp),

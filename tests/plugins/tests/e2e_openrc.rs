@@ -8,7 +8,9 @@
 use anyhow::{Context, Result, ensure};
 use bosun_api::node_task::{NodeTaskPhase, StepPhase};
 use bosun_e2e::operator::Operator;
-use bosun_plugins_tests::{OpenRcNode, example_grants, plugins, processes_in, rc_service};
+use bosun_plugins_tests::{
+    OpenRcNode, example_grants, plugins, processes_in, rc_service, stop_openrc,
+};
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -20,7 +22,7 @@ const POLICY: &str = "e2e-openrc-hold";
 async fn clean(lab: &bosun_lab::LabHandle) -> Result<()> {
     let root = lab.state_dir.join("nodes").join(format!("{PREFIX}0001"));
     if root.join("run/openrc").exists() {
-        drop(OpenRcNode { root: root.clone() });
+        stop_openrc(&root);
     }
     let _ = kube::Api::<bosun_api::policy::Policy>::all(lab.client.clone())
         .delete(POLICY, &Default::default())
