@@ -819,11 +819,13 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
         .map_or(0, |d| d.as_secs());
     let name = file_name(now, p.label.as_deref());
     let path = format!("{SNAPSHOT_DIR}/{name}");
-    let taken = match p.label.as_deref() {
-        Some(l) => labelled(&snapshots_in_dir()?, l).cloned(),
-        None => None,
-    };
-    if let Some(taken) = taken {
+    // The directory as it is before this run: one listing for the reuse and the dry run.
+    let before = snapshots_in_dir()?;
+    if let Some((label, taken)) = p
+        .label
+        .as_deref()
+        .and_then(|l| labelled(&before, l).map(|t| (l, t)))
+    {
         let path = format!("{SNAPSHOT_DIR}/{taken}");
         if ctx.dry_run {
             // etcdutl's grant is not a dry-run one: the real run verifies it again.
@@ -834,14 +836,11 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
         match verify(&path) {
             Ok(status) => {
                 let (sha256, size) = sha256_of(&path)?;
-                let kept = snapshots_of(&snapshots_in_dir()?);
+                let kept = snapshots_of(&before);
                 return Ok(described(
                     Outcome::unchanged(format!(
-                        "etcd snapshot {path} was already taken with label `{}`: {size} bytes, revision {}, {} keys, verified again by etcdutl (hash {:08x}); sha256 {sha256}; nothing saved or removed",
-                        p.label.as_deref().unwrap_or_default(),
-                        status.revision,
-                        status.total_key,
-                        status.hash,
+                        "etcd snapshot {path} was already taken with label `{label}`: {size} bytes, revision {}, {} keys, verified again by etcdutl (hash {:08x}); sha256 {sha256}; nothing saved or removed",
+                        status.revision, status.total_key, status.hash,
                     )),
                     &path,
                     size,
@@ -857,7 +856,7 @@ fn snapshot(p: &SnapshotParams, ctx: &RunContext) -> Result<Outcome, PluginError
         }
     }
     if ctx.dry_run {
-        let mut after = snapshots_in_dir()?;
+        let mut after = before;
         after.push(name.clone());
         let removed = to_remove(&after, p.keep as usize);
         return Ok(Outcome::unchanged(format!(

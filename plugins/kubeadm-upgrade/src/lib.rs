@@ -245,7 +245,12 @@ impl Plugin for KubeadmUpgrade {
                 .output("plan", tail(&text, 8192)))
             }
             "apply" => {
-                let rerun = match at_target(target, ctx, "kubeadm upgrade apply")? {
+                let rerun = match at_target(
+                    target,
+                    control_plane_version()?,
+                    ctx,
+                    "kubeadm upgrade apply",
+                )? {
                     AtTarget::Done => {
                         return Ok(Outcome::unchanged(format!(
                             "the control plane already runs {target}; nothing to apply"
@@ -281,7 +286,8 @@ impl Plugin for KubeadmUpgrade {
                 }
             }
             _ => {
-                let rerun = match at_target(target, ctx, "kubeadm upgrade node")? {
+                let current = control_plane_version()?;
+                let rerun = match at_target(target, current, ctx, "kubeadm upgrade node")? {
                     AtTarget::Done => {
                         return Ok(Outcome::unchanged(format!(
                             "this control-plane node already runs {target}"
@@ -298,7 +304,7 @@ impl Plugin for KubeadmUpgrade {
                         ),
                     }));
                 }
-                let static_pods = control_plane_version()?.is_some();
+                let static_pods = current.is_some();
                 let before = kubelet_files_digest();
                 let out = Command::new(KUBEADM).args(["upgrade", "node"]).run()?;
                 info!("{}", tail(&out.stdout_text(), 4096));
@@ -428,12 +434,18 @@ enum AtTarget {
     No,
 }
 
-/// Where this node stands for `apply` or `node` (which runs `command`). When every static
+/// Where this node stands for `apply` or `node` (which runs `command`), its control plane at
+/// `current` ([`control_plane_version`], read once by the caller). When every static
 /// Pod runs `target` and the run is resumed, says in the log why kubeadm runs again:
 /// kubeadm may have stopped after the static Pods and before its later phases (kubelet
 /// configuration, uploaded configuration, the kube-proxy and CoreDNS addons).
-fn at_target(target: Version, ctx: &RunContext, command: &str) -> Result<AtTarget, PluginError> {
-    if !fully_at(target)? {
+fn at_target(
+    target: Version,
+    current: Option<Version>,
+    ctx: &RunContext,
+    command: &str,
+) -> Result<AtTarget, PluginError> {
+    if !fully_at(target, current)? {
         return Ok(AtTarget::No);
     }
     if ctx.resumed {
@@ -445,11 +457,11 @@ fn at_target(target: Version, ctx: &RunContext, command: &str) -> Result<AtTarge
     Ok(AtTarget::Done)
 }
 
-/// True when this node's control plane runs `target` in full: kube-apiserver and the other
-/// static Pods. When only the API server does (a run stopped part-way), says so and returns
+/// True when this node's control plane runs `target` in full: kube-apiserver (at `current`)
+/// and the other static Pods. When only the API server does (a run stopped part-way), says so and returns
 /// false, so kubeadm runs again.
-fn fully_at(target: Version) -> Result<bool, PluginError> {
-    if control_plane_version()? != Some(target) {
+fn fully_at(target: Version, current: Option<Version>) -> Result<bool, PluginError> {
+    if current != Some(target) {
         return Ok(false);
     }
     let behind = components_behind(target)?;
@@ -513,6 +525,8 @@ bosun_plugin_sdk::export_plugin!(KubeadmUpgrade);
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn sha256sum_lines_are_read_by_path_and_errors_left_out() {
         let a = "a".repeat(64);
@@ -520,13 +534,11 @@ mod tests {
         let text = format!(
             "{a}  /var/lib/kubelet/config.yaml\n{b}  /var/lib/kubelet/kubeadm-flags.env\nsha256sum: /var/lib/kubelet/instance-config.yaml: No such file or directory\nshort  /x\n"
         );
-        let m = super::parse_sha256sum(&text);
+        let m = parse_sha256sum(&text);
         assert_eq!(m.len(), 2, "{m:?}");
         assert_eq!(m["/var/lib/kubelet/config.yaml"], a);
         assert_eq!(m["/var/lib/kubelet/kubeadm-flags.env"], b);
     }
-
-    use super::*;
 
     fn v(s: &str) -> Version {
         Version::parse(s).unwrap()

@@ -137,8 +137,8 @@ impl Sandbox {
     /// The sandbox of a plugin's granted command: the plugin's filesystem grants with
     /// their access, the grant's own `sandbox`, and the command file itself (read and
     /// execute, for a command outside the base directories). In a dry run nothing is
-    /// writable but the grant's own paths marked `writableInDryRun` (a tool's log
-    /// directory).
+    /// writable but the grant's own paths marked `writableInDryRun` (a tool's logs, locks
+    /// and caches).
     pub(crate) fn for_command(
         plugin_fs: &[FilesystemGrant],
         grant: &ExecGrant,
