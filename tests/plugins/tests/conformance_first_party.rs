@@ -11,7 +11,9 @@ use bosun_conformance::{Case, Status};
 use bosun_plugins_tests::{example_grants, plugins, utc_now, write};
 use serde_json::json;
 
-use crate::conformance::{assert_passed, case, check, failures, kit_for, root};
+use crate::conformance::{
+    EVERY_CHECK, EVERY_CHECK_BUT_OUTPUTS, assert_passed, case, check, failures, kit_for, root,
+};
 
 const DEBIAN_OS: &str = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nID=debian\n";
 
@@ -36,18 +38,7 @@ fn reboot_under_the_kit() {
     let report = bosun_conformance::run(&kit).unwrap();
     let text = bosun_conformance::text(&report);
     println!("{text}");
-    assert_passed(
-        &report,
-        "debian",
-        "reboot",
-        &[
-            "preflight",
-            "dry-run-changes-nothing",
-            "run",
-            "idempotent",
-            "headroom",
-        ],
-    );
+    assert_passed(&report, "debian", "reboot", &EVERY_CHECK_BUT_OUTPUTS);
     assert!(
         check(&report, "debian", "reboot", "run")
             .message
@@ -155,31 +146,8 @@ fn etcd_under_the_kit() {
     let report = bosun_conformance::run(&kit).unwrap();
     let text = bosun_conformance::text(&report);
     println!("{text}");
-    for (action, checks) in [
-        (
-            "health",
-            &[
-                "preflight",
-                "dry-run-changes-nothing",
-                "run",
-                "outputs-match-schema",
-                "idempotent",
-                "headroom",
-            ][..],
-        ),
-        (
-            "snapshot",
-            &[
-                "preflight",
-                "dry-run-changes-nothing",
-                "run",
-                "outputs-match-schema",
-                "idempotent",
-                "headroom",
-            ][..],
-        ),
-    ] {
-        assert_passed(&report, "control-plane", action, checks);
+    for action in ["health", "snapshot"] {
+        assert_passed(&report, "control-plane", action, &EVERY_CHECK);
         let refused = check(&report, "no-etcd", action, "preflight-refuses");
         assert_eq!(refused.status, Status::Pass, "{text}");
         assert!(
@@ -365,22 +333,14 @@ fn kubeadm_upgrade_under_the_kit() {
     let report = bosun_conformance::run(&kit).unwrap();
     let text = bosun_conformance::text(&report);
     println!("{text}");
-    let all = [
-        "preflight",
-        "dry-run-changes-nothing",
-        "run",
-        "outputs-match-schema",
-        "idempotent",
-        "headroom",
-    ];
-    for (root, action, checks) in [
-        ("control-plane", "plan", &all[..]),
-        ("control-plane", "apply", &all[..]),
-        ("control-plane", "node", &all[..]),
-        ("no-static-pods", "plan", &all[..]),
-        ("no-static-pods", "node", &all[..]),
+    for (root, action) in [
+        ("control-plane", "plan"),
+        ("control-plane", "apply"),
+        ("control-plane", "node"),
+        ("no-static-pods", "plan"),
+        ("no-static-pods", "node"),
     ] {
-        assert_passed(&report, root, action, checks);
+        assert_passed(&report, root, action, &EVERY_CHECK);
     }
     assert!(
         check(&report, "control-plane", "apply", "run")
@@ -545,14 +505,6 @@ fn certs_under_the_kit() {
     let report = bosun_conformance::run(&kit).unwrap();
     let text = bosun_conformance::text(&report);
     println!("{text}");
-    let all = [
-        "preflight",
-        "dry-run-changes-nothing",
-        "run",
-        "outputs-match-schema",
-        "idempotent",
-        "headroom",
-    ];
     for case in [
         "check",
         "renew-all",
@@ -560,7 +512,7 @@ fn certs_under_the_kit() {
         "renew-with-config",
         "restart-control-plane",
     ] {
-        for name in all {
+        for name in EVERY_CHECK {
             let c = check(&report, "control-plane", case, name);
             // renew-if-due and renew-all declare no outputs schema.
             let want = if name == "outputs-match-schema"

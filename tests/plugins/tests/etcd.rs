@@ -113,13 +113,17 @@ fn a_snapshot_is_saved_by_etcdctl_verified_hashed_and_pruned_to_keep() {
     ] {
         std::fs::write(dir.join(name), "x").unwrap();
     }
-    let dry = node.run(
-        &etcd,
-        &grants,
-        "snapshot",
-        &json!({"keep": 2, "label": "upgrade-a"}),
-        true,
-    );
+    // A snapshot with `keep: 2` and `label`, dry or not.
+    let snapshot = |label: &str, dry_run: bool| {
+        node.run(
+            &etcd,
+            &grants,
+            "snapshot",
+            &json!({"keep": 2, "label": label}),
+            dry_run,
+        )
+    };
+    let dry = snapshot("upgrade-a", true);
     let o = dry.outcome();
     assert!(!o.changed);
     assert!(
@@ -133,13 +137,7 @@ fn a_snapshot_is_saved_by_etcdctl_verified_hashed_and_pruned_to_keep() {
     );
     assert_eq!(snapshots(&root).len(), 4, "a dry run writes nothing");
 
-    let ran = node.run(
-        &etcd,
-        &grants,
-        "snapshot",
-        &json!({"keep": 2, "label": "upgrade-a"}),
-        false,
-    );
+    let ran = snapshot("upgrade-a", false);
     let o = ran.outcome();
     assert!(o.changed, "{}", o.message);
     let path = ran.output("path").unwrap();
@@ -182,13 +180,7 @@ fn a_snapshot_is_saved_by_etcdctl_verified_hashed_and_pruned_to_keep() {
     // The same label again (the agent re-runs an interrupted step): the snapshot taken is
     // verified again and reported, nothing is saved or removed.
     let before = snapshots(&root);
-    let dry = node.run(
-        &etcd,
-        &grants,
-        "snapshot",
-        &json!({"keep": 2, "label": "upgrade-a"}),
-        true,
-    );
+    let dry = snapshot("upgrade-a", true);
     assert!(!dry.outcome().changed);
     assert_eq!(
         dry.outcome().message,
@@ -196,13 +188,7 @@ fn a_snapshot_is_saved_by_etcdctl_verified_hashed_and_pruned_to_keep() {
             "would keep the etcd snapshot {path} this label already has once etcdutl verifies it again, and save none"
         )
     );
-    let again = node.run(
-        &etcd,
-        &grants,
-        "snapshot",
-        &json!({"keep": 2, "label": "upgrade-a"}),
-        false,
-    );
+    let again = snapshot("upgrade-a", false);
     let o = again.outcome();
     assert!(!o.changed, "{}", o.message);
     assert!(
@@ -226,13 +212,7 @@ fn a_snapshot_is_saved_by_etcdctl_verified_hashed_and_pruned_to_keep() {
     assert_eq!(snapshots(&root), before);
 
     // Another label (another Operation) takes its own, and the keep count prunes.
-    let other = node.run(
-        &etcd,
-        &grants,
-        "snapshot",
-        &json!({"keep": 2, "label": "upgrade-b"}),
-        false,
-    );
+    let other = snapshot("upgrade-b", false);
     assert!(other.outcome().changed, "{}", other.outcome().message);
     let other_path = other.output("path").unwrap();
     assert!(other_path.ends_with("-upgrade-b.db"), "{other_path}");
