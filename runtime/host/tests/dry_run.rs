@@ -351,3 +351,84 @@ fn a_dry_run_command_writes_only_where_its_grant_says_writable_in_dry_run() {
         ("logged\nlogged\n".into(), "changed\n".into())
     );
 }
+
+/// Hostile shapes of a `writableInDryRun` path: a marked path that is a symlink to another
+/// directory (the rule lands on the link itself, so the kernel lets nothing be written
+/// through it: the command runs and its writes fail), a marked path that climbs out with
+/// `..` (refused as a grant), and a marked path on a grant without `dryRun` (refused as a
+/// grant). In each, the directory the shape aims at is left unchanged.
+#[test]
+fn writable_in_dry_run_paths_do_not_reach_past_themselves() {
+    support::require_root("writable_in_dry_run_paths_do_not_reach_past_themselves");
+    let node = node();
+    let host = node.host();
+    let bad = node.load(&host, &plugins().bad, "bad");
+    std::os::unix::fs::symlink("rw", node.root().join("logs")).unwrap();
+    let script = "echo pwned >> /logs/x; echo pwned >> /rw/x";
+    let params = serde_json::json!({"command": "/bin/sh", "args": ["-c", script]}).to_string();
+    let with_path = |path: &str, dry_run: bool| {
+        let mut g = exec_grant("/bin/sh", &[&["-c", script]]);
+        g.dry_run = dry_run;
+        g.sandbox.filesystem.push(bosun_api::grants::CommandPath {
+            path: path.into(),
+            access: Access::ReadWrite,
+            execute: false,
+            optional: false,
+            writable_in_dry_run: true,
+        });
+        Grants {
+            exec: vec![g],
+            ..Grants::default()
+        }
+    };
+    // The symlink: both writes refused by the kernel (the shell's last exit code: 2 for
+    // dash, 1 for bash).
+    let report = call(
+        &host,
+        &bad,
+        &with_path("/logs", true),
+        "exec",
+        &params,
+        true,
+    );
+    let message = format!("{:?}", report.result);
+    assert!(
+        message.contains("exit 1") || message.contains("exit 2"),
+        "{message}"
+    );
+    assert!(
+        !node.root().join("rw/x").exists(),
+        "the command wrote through a symlinked writableInDryRun path"
+    );
+    for (path, dry_run, refusal) in [
+        ("/logs/../rw", true, "has `.` or `..` components"),
+        (
+            "/rw",
+            false,
+            "writableInDryRun needs `access: ReadWrite` on a grant with `dryRun: true`",
+        ),
+    ] {
+        // An invalid grant fails the whole call, before the plugin runs.
+        let failure = host
+            .run(
+                &bad,
+                &with_path(path, dry_run),
+                &ctx(),
+                "exec",
+                &params,
+                RunOptions {
+                    dry_run: true,
+                    resumed: false,
+                    deadline: Some(Duration::from_secs(60)),
+                },
+            )
+            .err()
+            .unwrap_or_else(|| panic!("{path}: the grant was accepted"))
+            .to_string();
+        assert!(failure.contains(refusal), "{path}: {failure}");
+        assert!(
+            !node.root().join("rw/x").exists(),
+            "{path}: the command wrote through the shape"
+        );
+    }
+}
