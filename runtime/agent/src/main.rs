@@ -46,6 +46,11 @@ struct Args {
     /// besides the platform's roots. Repeatable.
     #[arg(long = "plugin-ca-file")]
     plugin_ca_files: Vec<PathBuf>,
+    /// Extra CA certificates (PEM files) trusted for the https GETs plugins make through
+    /// their `http` grants (a mirror of dl.k8s.io behind the site's own CA), besides the
+    /// Mozilla roots built into the agent. Never the node's CA bundle. Repeatable.
+    #[arg(long = "http-ca-file")]
+    http_ca_files: Vec<PathBuf>,
     /// Largest plugin accepted from a url or oci source, in MiB; larger bodies are refused.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
     plugin_max_mib: u64,
@@ -238,6 +243,15 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     let roots = TrustRoots::load(&args.trust_roots).context("loading the trust roots")?;
     let mut config = HostConfig::new(&args.host_root, roots);
     config.cache_dir = args.cache_dir.clone();
+    for path in &args.http_ca_files {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("reading --http-ca-file {}", path.display()))?;
+        let n = config
+            .http
+            .add_ca_pem(&pem, &format!("--http-ca-file {}", path.display()))
+            .map_err(anyhow::Error::msg)?;
+        tracing::info!(file = %path.display(), certificates = n, "trusted for plugins' https GETs");
+    }
     // Plugins are compiled by a child process of this same binary: the compiler's code,
     // threads and caches never become part of the agent's resident memory, which a node
     // keeps for months between steps (docs/benchmarks.md, "The agent after a step").

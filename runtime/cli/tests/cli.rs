@@ -841,4 +841,29 @@ fn plugin_test_runs_the_kit_file_and_fails_on_an_unused_grant() {
         "{}",
         stderr(&out)
     );
+
+    // The kit's `http` section: an address that is not ip:port, and a CA file that is not
+    // PEM, are refused naming the entry.
+    let base = "plugin: hello.wasm\ngrants: grants.yaml\ntrustRoots: [admin.pub]\n\
+         roots: [{name: testix, path: root}]\ncases: [{action: greet}]\n";
+    std::fs::write(dir.join("not-pem.crt"), "not a certificate").unwrap();
+    for (http, expected) in [
+        (
+            "http: {resolve: {dl.k8s.io:443: localhost}}\n",
+            "http.resolve: `localhost` (for dl.k8s.io:443) is not an ip:port address",
+        ),
+        (
+            "http: {resolve: {dl.k8s.io: 127.0.0.1:8443}}\n",
+            "http.resolve: `dl.k8s.io` is not host:port",
+        ),
+        (
+            "http: {caFiles: [not-pem.crt]}\n",
+            "not-pem.crt: no CERTIFICATE block in it",
+        ),
+    ] {
+        std::fs::write(dir.join("http.yaml"), format!("{base}{http}")).unwrap();
+        let out = run(bin().args(["plugin", "test"]).arg(dir.join("http.yaml")));
+        assert_eq!(out.status.code(), Some(1), "{http}");
+        assert!(stderr(&out).contains(expected), "{http}: {}", stderr(&out));
+    }
 }

@@ -145,6 +145,9 @@ pub struct HostConfig {
     pub service_backend: Arc<dyn ServiceBackend>,
     /// Where plugins are compiled (in this process by default).
     pub compiler: crate::Compiler,
+    /// What the `http` import trusts for https and where it connects (default: the
+    /// compiled-in Mozilla roots, DNS).
+    pub http: crate::HttpConfig,
 }
 
 impl std::fmt::Debug for HostConfig {
@@ -158,6 +161,7 @@ impl std::fmt::Debug for HostConfig {
             .field("epoch_tick", &self.epoch_tick)
             .field("exec_isolation", &self.exec_isolation)
             .field("compiler", &self.compiler)
+            .field("http", &self.http)
             .finish_non_exhaustive()
     }
 }
@@ -177,6 +181,7 @@ impl HostConfig {
             exec_isolation: ExecIsolation::Chroot,
             service_backend: Arc::new(SystemctlBackend::default()),
             compiler: crate::Compiler::default(),
+            http: crate::HttpConfig::default(),
         }
     }
 }

@@ -75,6 +75,7 @@ pub use confine::{
 };
 pub use error::Error;
 pub use facts::{NodeContext, NodeFacts, OsRelease};
+pub use http::HttpConfig;
 pub use openrc::{OpenRcBackend, ServiceManager};
 pub use params::validate_json;
 pub use report::{
@@ -365,6 +366,8 @@ pub struct Host {
     verified: Arc<Mutex<HashMap<PluginPin, LoadedPlugin>>>,
     /// The kubeadm version fact, by the identity of the files it was read from.
     facts_cache: Arc<facts::FactsCache>,
+    /// The `http` import's TLS configuration, built once from [`HostConfig::http`].
+    http: Arc<http::Client>,
     _ticker: Arc<Ticker>,
 }
 
@@ -388,6 +391,7 @@ impl Host {
         // Where granted commands get a cgroup each, found once per process (the report of
         // the node's confinement says what it found).
         let _ = cgroup::cgroups(&config.host_root);
+        let http = Arc::new(http::Client::new(&config.http).map_err(Error::setup)?);
         let mut pool = wasmtime::PoolingAllocationConfig::default();
         let n = config.pool.max_instances.max(1);
         let per = config.pool.max_core_instances_per_plugin.max(1);
@@ -435,6 +439,7 @@ impl Host {
             compiling: Arc::default(),
             verified: Arc::default(),
             facts_cache: Arc::new(facts::FactsCache::default()),
+            http,
             _ticker: Arc::new(ticker),
         })
     }
@@ -470,6 +475,7 @@ impl Host {
             verified: Arc::clone(&self.verified),
             // Facts are read from the host root: each root has its own.
             facts_cache: Arc::new(facts::FactsCache::default()),
+            http: Arc::clone(&self.http),
             _ticker: Arc::clone(&self._ticker),
         })
     }
@@ -1051,6 +1057,7 @@ impl Host {
             node: node.clone(),
             limits: limits.clone(),
             facts_cache: Arc::clone(&self.facts_cache),
+            http: Arc::clone(&self.http),
             describing,
         });
         let started = Instant::now();

@@ -123,6 +123,8 @@ pub(crate) struct CallEnv {
     pub limits: Limits,
     /// Shared by the host's calls: the kubeadm version by the identity of its files.
     pub facts_cache: Arc<crate::facts::FactsCache>,
+    /// The `http` import's TLS configuration and fixed addresses.
+    pub http: Arc<crate::http::Client>,
     /// The call is `describe`, made on bytes that may not be verified yet: no node facts.
     pub describing: bool,
 }
@@ -710,7 +712,7 @@ impl http::Host for RunState {
         let grants = Arc::clone(&self.grants);
         let cap = max_bytes.min(self.env.limits.max_http_bytes);
         Ok(
-            match crate::http::get(&grants.http, &url, cap, self.remaining()) {
+            match crate::http::get(&self.env.http, &grants.http, &url, cap, self.remaining()) {
                 Ok(r) => {
                     self.used.insert(crate::GrantUse::Http { grant: r.grant });
                     Ok(http::Response {

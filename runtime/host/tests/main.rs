@@ -8,5 +8,6 @@ mod dry_run;
 mod exec_grants;
 mod grant_paths;
 mod hostile;
+mod https;
 mod limits;
 mod sandbox;

@@ -62,6 +62,8 @@ struct KitFile {
     ignore: Vec<String>,
     #[serde(default)]
     node: NodeFile,
+    #[serde(default)]
+    http: HttpFile,
     roots: Vec<RootFile>,
     cases: Vec<CaseFile>,
 }
@@ -84,6 +86,19 @@ impl Default for NodeFile {
             kubelet_version: None,
         }
     }
+}
+
+/// Where the plugin's https GETs go in the kit: a granted host served from a local
+/// server (`resolve`), with the CA that server's certificate comes from (`caFiles`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct HttpFile {
+    /// `host:port` to `ip:port`, as curl's `--resolve`: `dl.k8s.io:443: 127.0.0.1:8443`.
+    #[serde(default)]
+    resolve: std::collections::BTreeMap<String, String>,
+    /// PEM files of CAs trusted besides the compiled-in Mozilla roots.
+    #[serde(default)]
+    ca_files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,6 +199,28 @@ pub fn test(args: &TestArgs) -> Result<Status> {
         }
     };
     let mut host = HostConfig::new(&work_dir, TrustRoots::load(&trust)?);
+    for (name, to) in &file.http.resolve {
+        if name
+            .rsplit_once(':')
+            .is_none_or(|(h, p)| h.is_empty() || p.parse::<u16>().is_err())
+        {
+            bail!("http.resolve: `{name}` is not host:port (for example `dl.k8s.io:443`)");
+        }
+        let addr = to.parse().with_context(|| {
+            format!(
+                "http.resolve: `{to}` (for {name}) is not an ip:port address such as 127.0.0.1:8443"
+            )
+        })?;
+        host.http.resolve.push((name.clone(), addr));
+    }
+    for ca in &file.http.ca_files {
+        let path = at(ca);
+        let pem = std::fs::read(&path)
+            .with_context(|| format!("reading http.caFiles entry {}", path.display()))?;
+        host.http
+            .add_ca_pem(&pem, &format!("http.caFiles entry {}", path.display()))
+            .map_err(anyhow::Error::msg)?;
+    }
     host.exec_isolation = match args.exec_isolation {
         Isolation::Chroot => ExecIsolation::Chroot,
         Isolation::ResolveOnly => ExecIsolation::ResolveOnly,
