@@ -1,5 +1,5 @@
 //! The package-manager side of the plugin: one [`Backend`] per family (apt for Debian and
-//! Ubuntu, dnf/yum for the RHEL family), each a thin layer of granted commands. The install
+//! Ubuntu, dnf for the RHEL family), each a thin layer of granted commands. The install
 //! logic in `lib.rs` is written once against this trait; adding a family means writing one
 //! more implementation (see docs/plugins-first-party.md, "Write a package backend").
 
@@ -17,7 +17,7 @@ pub struct Installed {
 
 /// What the install logic needs from a package manager.
 pub trait Backend {
-    /// Short name for messages: `apt`, `dnf`, `yum`.
+    /// Short name for messages: `apt`, `dnf`.
     fn name(&self) -> &'static str;
     /// Refresh the repository metadata (`apt-get update`, `dnf makecache`).
     fn refresh(&self) -> Result<(), PluginError>;
@@ -176,15 +176,13 @@ pub fn parse_madison(text: &str, package: &str) -> Vec<String> {
 }
 
 // ---------------------------------------------------------------------------------------
-// dnf / yum
+// dnf
 
 /// dnf 4 at its real path. On RHEL 8–10, Rocky, Alma, CentOS Stream and Fedora up to 40,
 /// `/usr/bin/dnf` and `/usr/bin/yum` are both symlinks to `dnf-3`, and the host runs a
 /// granted command only at a path with no symlink in it (a plugin may have made one), so
 /// the grant and the backend name `dnf-3` itself.
 pub const DNF: &str = "/usr/bin/dnf-3";
-/// `yum` 3 (RHEL/CentOS 7), where `/usr/bin/yum` is the program itself.
-pub const YUM: &str = "/usr/bin/yum";
 /// Where the RHEL family's `dnf` command lives; a symlink to `dnf-3` (dnf 4) or, from
 /// Fedora 41, to `dnf5`. Read only to explain a missing backend, never run.
 pub const DNF_LINK: &str = "/usr/bin/dnf";
@@ -193,20 +191,19 @@ pub const RPM: &str = "/usr/bin/rpm";
 /// Pattern for one `name-version` argument of `dnf install`.
 pub const RPM_PKG_PATTERN: &str = "[a-z0-9]*-[0-9]*";
 
-/// RHEL, Rocky, Alma, CentOS, Fedora: dnf, or yum where dnf is absent.
+/// RHEL, Rocky, Alma, CentOS Stream, Fedora (8 and later; Fedora up to 40, or with dnf 4
+/// installed beside dnf5): dnf 4.
 ///
 /// Holding uses the versionlock plugin when it is installed. The Kubernetes repositories
 /// (pkgs.k8s.io) instead hold the packages by an `exclude=` line in the repository file;
 /// installs therefore pass `--disableexcludes=all`, and a node without versionlock keeps
 /// relying on that `exclude=` (the plugin says so in its log).
 #[derive(Debug)]
-pub struct Dnf {
-    pub program: &'static str,
-}
+pub struct Dnf;
 
 impl Dnf {
     fn versionlock_available(&self) -> bool {
-        Command::new(self.program)
+        Command::new(DNF)
             .args(["-q", "versionlock", "list"])
             .output()
             .is_ok_and(|o| o.success())
@@ -215,11 +212,11 @@ impl Dnf {
 
 impl Backend for Dnf {
     fn name(&self) -> &'static str {
-        if self.program == YUM { "yum" } else { "dnf" }
+        "dnf"
     }
 
     fn refresh(&self) -> Result<(), PluginError> {
-        Command::new(self.program).args(["-q", "makecache"]).run()?;
+        Command::new(DNF).args(["-q", "makecache"]).run()?;
         Ok(())
     }
 
@@ -232,7 +229,7 @@ impl Backend for Dnf {
         }
         let version = out.stdout_text().trim().to_owned();
         let held = self.versionlock_available() && {
-            let list = Command::new(self.program)
+            let list = Command::new(DNF)
                 .args(["-q", "versionlock", "list"])
                 .run()?;
             list.stdout_text().lines().any(|l| locks(l.trim(), package))
@@ -241,7 +238,7 @@ impl Backend for Dnf {
     }
 
     fn available(&self, package: &str) -> Result<Vec<String>, PluginError> {
-        let out = Command::new(self.program)
+        let out = Command::new(DNF)
             .args([
                 "-q",
                 "list",
@@ -271,7 +268,7 @@ impl Backend for Dnf {
             if set.is_empty() {
                 continue;
             }
-            let mut cmd = Command::new(self.program).args(["-y", "--disableexcludes=all", verb]);
+            let mut cmd = Command::new(DNF).args(["-y", "--disableexcludes=all", verb]);
             for ((name, version), _) in set {
                 cmd = cmd.arg(format!("{name}-{version}"));
             }
@@ -288,7 +285,7 @@ impl Backend for Dnf {
             );
             return Ok(());
         }
-        Command::new(self.program)
+        Command::new(DNF)
             .args(["-q", "versionlock", "add"])
             .arg(format!("{package}-{version}"))
             .run()?;
@@ -299,7 +296,7 @@ impl Backend for Dnf {
         if !self.versionlock_available() {
             return Ok(());
         }
-        Command::new(self.program)
+        Command::new(DNF)
             .args(["-q", "versionlock", "delete", package])
             .run()?;
         Ok(())

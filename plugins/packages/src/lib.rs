@@ -3,7 +3,7 @@
 //! Backends (module [`backend`] and [`binary`]):
 //! - **apt** (Debian, Ubuntu): `apt-get install NAME=VERSION`, held with `apt-mark hold`,
 //!   state read with `dpkg-query`, versions with `apt-cache madison`;
-//! - **dnf** / **yum** (RHEL family): `dnf install NAME-VERSION --disableexcludes=all`
+//! - **dnf** (RHEL family 8 and later, Fedora; yum 3 is refused, [`NO_YUM`]): `dnf install NAME-VERSION --disableexcludes=all`
 //!   (`downgrade` for older versions), held with the versionlock plugin when installed,
 //!   otherwise by the repository's `exclude=` line, as pkgs.k8s.io sets it up;
 //! - **binary**: download from a granted URL, check SHA-256, atomic replace, previous kept
@@ -33,7 +33,7 @@ use bosun_plugin_sdk::{facts, log};
 
 use backend::{
     APT_CACHE, APT_GET, APT_INSTALL_OPTS, APT_MARK, APT_PKG_PATTERN, Apt, Backend, DNF, DNF_LINK,
-    DPKG_FORMAT, DPKG_QUERY, Dnf, Installed, MAX_PACKAGES, NAME_PATTERN, RPM, RPM_PKG_PATTERN, YUM,
+    DPKG_FORMAT, DPKG_QUERY, Dnf, Installed, MAX_PACKAGES, NAME_PATTERN, RPM, RPM_PKG_PATTERN,
 };
 use binary::BinarySpec;
 
@@ -43,9 +43,18 @@ use binary::BinarySpec;
 pub enum BackendName {
     Apt,
     Dnf,
+    /// Refused, saying why: on RHEL 8 and later yum is dnf, and yum 3 is not driven
+    /// ([`NO_YUM`]). Kept so that a step written for yum gets that reason, not a schema error.
     Yum,
     Binary,
 }
+
+/// Why this plugin does not drive yum 3, for the refusals that meet it.
+pub const NO_YUM: &str = "yum 3 (RHEL and CentOS 7, Oracle Linux 7, Amazon Linux 2) is not driven by this plugin: \
+     each of those releases is past the end of its maintenance support (June 2024; Amazon Linux 2 June 2026), boots \
+     with cgroup v1, on which the kubelet refuses to start from Kubernetes v1.35 (failCgroupV1), and has a kernel \
+     without Landlock for the boundary of granted commands. Set `backend: binary` to install the Kubernetes \
+     binaries from dl.k8s.io instead (docs/plugins-first-party.md, \"No yum 3\")";
 
 /// The actions with their params.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -128,7 +137,7 @@ impl Plugin for Packages {
     fn metadata() -> Metadata {
         let mut m = bosun_plugin_sdk::metadata!()
             .name("packages")
-            .action(ActionInfo::new("install", "Install packages at an exact version with apt, dnf/yum or as downloaded binaries, and hold them").params::<InstallParams>().idempotent())
+            .action(ActionInfo::new("install", "Install packages at an exact version with apt, dnf or as downloaded binaries, and hold them").params::<InstallParams>().idempotent())
             .action(ActionInfo::new("hold", "Hold packages at their installed version").params::<NamesParams>().idempotent())
             .action(ActionInfo::new("unhold", "Release held packages").params::<NamesParams>().idempotent())
             .action(ActionInfo::new("rollback", "Put back the binaries the binary backend replaced").params::<RollbackParams>());
@@ -145,8 +154,9 @@ impl Plugin for Packages {
             args.extend(std::iter::repeat_n(APT_PKG_PATTERN, n));
             m = m.runs(APT_GET, args);
         }
-        // dnf and yum
-        for prog in [DNF, YUM] {
+        // dnf
+        {
+            let prog = DNF;
             m = m
                 .runs(prog, ["-q", "makecache"])
                 .runs(prog, ["-q", "versionlock", "list"])
@@ -185,7 +195,7 @@ impl Plugin for Packages {
                 Ok(vec![match choose(p.backend, false, &facts.os) {
                     Ok(Chosen::Binary) => Check::fail(
                         "backend",
-                        "hold/unhold apply to apt and dnf/yum packages; a binary is never changed except by install",
+                        "hold/unhold apply to apt and dnf packages; a binary is never changed except by install",
                     ),
                     Ok(c) => {
                         return Ok(vec![
@@ -245,7 +255,6 @@ impl Plugin for Packages {
 pub enum Chosen {
     Apt,
     Dnf,
-    Yum,
     Binary,
 }
 
@@ -256,7 +265,6 @@ impl Chosen {
         match self {
             Chosen::Apt => &[APT_GET, APT_CACHE, APT_MARK, DPKG_QUERY],
             Chosen::Dnf => &[DNF, RPM],
-            Chosen::Yum => &[YUM, RPM],
             Chosen::Binary => &[binary::CHMOD],
         }
     }
@@ -265,7 +273,6 @@ impl Chosen {
         match self {
             Chosen::Apt => "apt",
             Chosen::Dnf => "dnf",
-            Chosen::Yum => "yum",
             Chosen::Binary => "binary",
         }
     }
@@ -273,8 +280,7 @@ impl Chosen {
     fn backend(&self) -> Option<Box<dyn Backend>> {
         match self {
             Chosen::Apt => Some(Box::new(Apt)),
-            Chosen::Dnf => Some(Box::new(Dnf { program: DNF })),
-            Chosen::Yum => Some(Box::new(Dnf { program: YUM })),
+            Chosen::Dnf => Some(Box::new(Dnf)),
             Chosen::Binary => None,
         }
     }
@@ -292,7 +298,11 @@ pub fn choose(
     match forced {
         Some(BackendName::Apt) => return Ok(Chosen::Apt),
         Some(BackendName::Dnf) => return Ok(Chosen::Dnf),
-        Some(BackendName::Yum) => return Ok(Chosen::Yum),
+        Some(BackendName::Yum) => {
+            return Err(format!(
+                "`backend: yum`: on RHEL 8 and later yum is dnf, so leave `backend` unset or set it to `dnf`. {NO_YUM}"
+            ));
+        }
         Some(BackendName::Binary) => return Ok(Chosen::Binary),
         None if has_binaries => return Ok(Chosen::Binary),
         None => {}
@@ -307,25 +317,31 @@ pub fn choose(
             .next()
             .and_then(|m| m.parse().ok())
             .unwrap_or(0);
-        return Ok(
-            if os.is_like("fedora") && !os.is_like("rhel") || major >= 8 {
-                Chosen::Dnf
-            } else {
-                Chosen::Yum
-            },
-        );
+        if os.is_like("fedora") && !os.is_like("rhel") || major >= 8 {
+            return Ok(Chosen::Dnf);
+        }
+        return Err(format!(
+            "no package backend for {} (ID={}, VERSION_ID={}): {NO_YUM}",
+            pretty(os),
+            os.id,
+            os.version_id
+        ));
     }
     Err(format!(
-        "no package backend for {} (ID={}, ID_LIKE={}): this plugin handles apt (Debian, Ubuntu) and dnf/yum (RHEL family). \
+        "no package backend for {} (ID={}, ID_LIKE={}): this plugin handles apt (Debian, Ubuntu) and dnf (RHEL family 8 and later, Fedora). \
          Use `backend: binary` with `binaries`, or install a package plugin for this family (docs/plugins-first-party.md, \"Write a package backend\")",
-        if os.pretty_name.is_empty() {
-            "this node"
-        } else {
-            &os.pretty_name
-        },
+        pretty(os),
         os.id,
         os.id_like.join(" ")
     ))
+}
+
+fn pretty(os: &facts::OsRelease) -> &str {
+    if os.pretty_name.is_empty() {
+        "this node"
+    } else {
+        &os.pretty_name
+    }
 }
 
 fn bad(message: impl Into<String>) -> PluginError {
@@ -474,7 +490,7 @@ fn backend_commands(chosen: &Chosen) -> Check {
     let problems: Vec<String> = chosen
         .commands()
         .iter()
-        .filter_map(|c| command_problem(chosen, c))
+        .filter_map(|c| command_problem(c))
         .collect();
     if problems.is_empty() {
         Check::pass(
@@ -493,24 +509,20 @@ fn backend_commands(chosen: &Chosen) -> Check {
     }
 }
 
-/// Why the node cannot run `command` for `chosen`, or `None` when it is a regular file.
+/// Why the node cannot run `command`, or `None` when it is a regular file.
 ///
 /// The host runs a granted command only at a path with no symlink in it, so a command that
 /// is a symlink on this node is as good as missing; the message names the link and what to
 /// do instead.
-fn command_problem(chosen: &Chosen, command: &str) -> Option<String> {
+fn command_problem(command: &str) -> Option<String> {
     match std::fs::symlink_metadata(command) {
         Ok(m) if m.is_file() => None,
         Ok(m) if m.file_type().is_symlink() => {
             let target = std::fs::read_link(command)
                 .map_or_else(|_| "?".into(), |t| t.display().to_string());
-            let advice = if *chosen == Chosen::Yum {
-                "this node's yum is dnf: leave `backend` unset or set it to `dnf`".to_owned()
-            } else {
-                format!(
-                    "set `backend` to one whose command is a regular file on the node, or ask for {command} to be supported at its real path"
-                )
-            };
+            let advice = format!(
+                "set `backend` to one whose command is a regular file on the node, or ask for {command} to be supported at its real path"
+            );
             Some(format!(
                 "{command} is a symlink to {target} here, and Bosun runs a granted command only at its real path (docs/security.md, \"Granted commands name real files\"): {advice}"
             ))
@@ -740,7 +752,7 @@ fn set_hold(
         choose(p.backend, false, &facts.os).map_err(|m| PluginError::new("no-backend", m))?;
     let b = chosen
         .backend()
-        .ok_or_else(|| bad("hold/unhold apply to apt and dnf/yum packages"))?;
+        .ok_or_else(|| bad("hold/unhold apply to apt and dnf packages"))?;
     let verb = if hold { "hold" } else { "unhold" };
     let mut todo = Vec::new();
     for name in &p.packages {
@@ -820,9 +832,34 @@ mod tests {
             ),
             Ok(Chosen::Dnf)
         );
+        // yum 3 releases are refused with the reason and what to do, whether detected or
+        // asked for; Amazon Linux 2023 (ID_LIKE=fedora, dnf) is not one of them.
+        for (id, like, version) in [
+            ("centos", &["rhel", "fedora"][..], "7"),
+            ("amzn", &["centos", "rhel", "fedora"][..], "2"),
+        ] {
+            let e = choose(None, false, &os(id, like, version)).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "(ID={id}, VERSION_ID={version}): yum 3 (RHEL and CentOS 7"
+                )),
+                "{e}"
+            );
+            assert!(e.contains("Set `backend: binary`"), "{e}");
+        }
         assert_eq!(
-            choose(None, false, &os("centos", &["rhel", "fedora"], "7")),
-            Ok(Chosen::Yum)
+            choose(None, false, &os("amzn", &["fedora"], "2023")),
+            Ok(Chosen::Dnf)
+        );
+        let e = choose(
+            Some(BackendName::Yum),
+            false,
+            &os("rocky", &["rhel", "centos", "fedora"], "9.4"),
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with("`backend: yum`: on RHEL 8 and later yum is dnf, so leave `backend` unset or set it to `dnf`. yum 3"),
+            "{e}"
         );
         assert_eq!(
             choose(None, true, &os("flatcar", &[], "4081")),

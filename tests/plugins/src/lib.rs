@@ -318,7 +318,7 @@ pub fn example_grants_for_lab(file: &str, ports: bosun_lab::Ports) -> Grants {
 pub fn packages_grants_with_local_repository() -> Grants {
     let mut grants = example_grants("packages.yaml");
     for g in &mut grants.exec {
-        if ["apt-get", "apt-cache", "dnf-3", "yum"]
+        if ["apt-get", "apt-cache", "dnf-3"]
             .iter()
             .any(|c| g.command == format!("/usr/bin/{c}"))
         {

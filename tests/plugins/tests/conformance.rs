@@ -352,22 +352,21 @@ fn the_kit_catches_a_false_idempotence_claim_an_unused_grant_and_an_action_witho
 /// this machine can build: real apt and dpkg in a Debian root and real dnf 4 and rpm in a
 /// Rocky root, each with a local repository of four packages; copies of each with the four
 /// installed and held, for `hold`, `unhold` and (dnf) installs that downgrade; the binary
-/// backend on a Flatcar root fed by a loopback HTTP server (its host added to the grants,
-/// as an administrator adds a mirror), and `rollback` on a Flatcar root whose binary the
-/// backend replaced before; and a Flatcar root the apt and dnf cases are refused on in
-/// preflight. Installs of one to four packages use each argument pattern the grants give.
+/// backend on a Flatcar root downloading from `dl.k8s.io` through the shipped grant (a TLS
+/// server on loopback with a certificate for dl.k8s.io from a CA the kit's host is given,
+/// as a kit file's `http` section does), and `rollback` on a Flatcar root whose binary the
+/// backend replaced before; a Flatcar root the apt and dnf cases are refused on in
+/// preflight, and an Amazon Linux 2 root (yum 3) the dnf case is refused on, saying why
+/// and what to use. Installs of one to four packages use each argument pattern the grants
+/// give.
 ///
-/// Every check passes. dnf's dry runs pass because their grant keeps `/var/log` writable
-/// in a dry run (`writableInDryRun`): dnf opens `/var/log/dnf.log` for writing even to
-/// list, and before that every dnf install's dry run failed here (the kit's finding, and a
-/// defect on real RHEL nodes). What the kit still finds, and the test asserts exactly: two
-/// grants are unused, as they must be here: `/usr/bin/yum` (RHEL 7's yum 3, which this
-/// machine cannot run; each of its argument patterns) and the http grant for `dl.k8s.io`
-/// (no network, and the host does not speak HTTPS yet). So the kit does not pass
-/// `packages`, and the test says why.
+/// The kit passes: every check, and every grant used. dnf's dry runs pass because their
+/// grant keeps `/var/log` writable in a dry run (`writableInDryRun`): dnf opens
+/// `/var/log/dnf.log` for writing even to list, and before that every dnf install's dry run
+/// failed here (the kit's finding, and a defect on real RHEL nodes).
 #[test]
 fn packages_over_apt_dnf_binary_and_rollback() {
-    use crate::packages::{Reply, serve, sha256};
+    use crate::packages::{Reply, serve, serve_tls, sha256};
     use bosun_plugins_tests::{build_deb, build_rpm, in_root, index_repo, index_rpm_repo};
     const PKGS: [&str; 4] = [
         "bosun-test-kubeadm",
@@ -416,6 +415,13 @@ fn packages_over_apt_dnf_binary_and_rollback() {
     }
     index_rpm_repo(&rocky);
 
+    let amazon2 = dir.path().join("amazon-linux-2");
+    write(
+        &amazon2,
+        "etc/os-release",
+        "NAME=\"Amazon Linux\"\nVERSION=\"2\"\nID=\"amzn\"\nID_LIKE=\"centos rhel fedora\"\nVERSION_ID=\"2\"\nPRETTY_NAME=\"Amazon Linux 2\"\n",
+    );
+    std::fs::create_dir_all(amazon2.join("usr/bin")).unwrap();
     let flatcar = dir.path().join("flatcar");
     write(
         &flatcar,
@@ -439,9 +445,37 @@ fn packages_over_apt_dnf_binary_and_rollback() {
         ),
     ]);
     let binary = json!({"backend": "binary", "binaries": [{"name": "kubeadm", "url": format!("http://{addr}/v1.34.2/kubeadm")}]});
+    // dl.k8s.io as the shipped grant names it: served over TLS from loopback, with a
+    // certificate for dl.k8s.io from a CA the kit's host is given (the kit file's `http`).
+    let (kubeadm, digest) = match std::env::consts::ARCH {
+        "aarch64" => (
+            "/release/v1.34.2/bin/linux/arm64/kubeadm",
+            "/release/v1.34.2/bin/linux/arm64/kubeadm.sha256",
+        ),
+        _ => (
+            "/release/v1.34.2/bin/linux/amd64/kubeadm",
+            "/release/v1.34.2/bin/linux/amd64/kubeadm.sha256",
+        ),
+    };
+    let (dl, _dl_hits, dl_ca) = serve_tls(
+        vec![
+            (kubeadm, Reply::Full(new.clone())),
+            (
+                digest,
+                Reply::Full(format!("{}\n", sha256(&new)).into_bytes()),
+            ),
+        ],
+        &["dl.k8s.io"],
+    );
+    let from_dl_k8s_io =
+        json!({"backend": "binary", "packages": ["kubeadm"], "kubernetesVersion": "v1.34.2"});
 
-    let mut grants = bosun_plugins_tests::packages_grants_with_local_repository();
-    grants.http.push(bosun_api::grants::HttpGrant {
+    // The shipped grants, with the local repositories' directory: what the kit checks.
+    let grants = bosun_plugins_tests::packages_grants_with_local_repository();
+    // The same with the plain loopback server added, as an administrator adds a mirror:
+    // only to make the `flatcar-replaced` root below, outside the kit.
+    let mut with_mirror = grants.clone();
+    with_mirror.http.push(bosun_api::grants::HttpGrant {
         host: addr.clone(),
         max_bytes: Some(16 << 20),
     });
@@ -452,17 +486,25 @@ fn packages_over_apt_dnf_binary_and_rollback() {
         let root = copy(from, name);
         let node = bosun_plugins_tests::Node::new(&root, &["worker"]);
         let loaded = node.load(&plugins().packages, "packages");
-        let ran = node.run(&loaded, &grants, "install", &params, false);
+        let ran = node.run(&loaded, &with_mirror, "install", &params, false);
         assert!(ran.outcome().changed, "{name}: {}", ran.outcome().message);
         root
     };
     let at = |n: usize, version: &str| json!({"packages": PKGS[..n], "version": version});
     let debian_installed = installed(&debian, "debian-installed", at(4, "1.34.1-1.1"));
     let rocky_installed = installed(&rocky, "rocky-installed", at(4, "1.34.2-150500.1.1"));
-    let flatcar_replaced = installed(&flatcar, "flatcar-replaced", binary.clone());
+    let flatcar_replaced = installed(&flatcar, "flatcar-replaced", binary);
     let flatcar_binary = copy(&flatcar, "flatcar-binary");
 
     let mut kit = kit(&plugins().packages, "packages", grants, dir.path());
+    kit.host
+        .http
+        .resolve
+        .push(("dl.k8s.io:443".into(), dl.parse().unwrap()));
+    kit.host
+        .http
+        .add_ca_pem(dl_ca.as_bytes(), "the kit's CA")
+        .unwrap();
     // What apt and dnf rewrite on every run that asks them anything (logs, apt's binary
     // caches rebuilt by `apt-get update`, dnf's metadata cache and history): not the node's
     // packages, which the snapshots keep (/var/lib/dpkg, /var/lib/rpm, the locks).
@@ -480,6 +522,7 @@ fn packages_over_apt_dnf_binary_and_rollback() {
         root("flatcar-binary", &flatcar_binary, false),
         root("flatcar-replaced", &flatcar_replaced, false),
         root("flatcar", &flatcar, true),
+        root("amazon-linux-2", &amazon2, true),
     ];
     let case = |name: String, action: &str, params: serde_json::Value, roots: &[&str]| Case {
         name,
@@ -502,7 +545,11 @@ fn packages_over_apt_dnf_binary_and_rollback() {
             format!("install-dnf-{n}"),
             "install",
             at(n, "1.34.1-150500.1.1"),
-            &["rocky"],
+            if n == 1 {
+                &["rocky", "amazon-linux-2"]
+            } else {
+                &["rocky"]
+            },
         ));
         cases.push(case(
             format!("downgrade-dnf-{n}"),
@@ -515,7 +562,7 @@ fn packages_over_apt_dnf_binary_and_rollback() {
         case(
             "install-binary".into(),
             "install",
-            binary,
+            from_dl_k8s_io,
             &["flatcar-binary"],
         ),
         case(
@@ -577,16 +624,24 @@ fn packages_over_apt_dnf_binary_and_rollback() {
             "{case}: {text}"
         );
     }
-    let yum = |g: &&str| g.starts_with("exec /usr/bin/yum ");
-    assert!(
-        unused
-            .iter()
-            .all(|g| yum(g) || g.starts_with("http dl.k8s.io"))
-            && unused.iter().any(yum)
-            && unused.iter().any(|g| g.starts_with("http dl.k8s.io")),
-        "{unused:#?}\n{text}"
+    let refused = check(
+        &report,
+        "amazon-linux-2",
+        "install-dnf-1",
+        "preflight-refuses",
     );
-    assert!(!report.passed());
+    assert!(
+        refused
+            .message
+            .contains("no package backend for Amazon Linux 2 (ID=amzn, VERSION_ID=2): yum 3"),
+        "{text}"
+    );
+    assert!(unused.is_empty(), "{unused:#?}\n{text}");
+    assert!(report.passed(), "{text}");
+    assert!(
+        text.contains("used    http dl.k8s.io"),
+        "the binary case did not download from dl.k8s.io:\n{text}"
+    );
 }
 
 /// The first-party `kubelet` plugin passes the kit with the grants its example ships:

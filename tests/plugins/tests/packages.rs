@@ -237,56 +237,122 @@ pub(crate) enum Reply {
 /// A one-thread HTTP/1.1 server on 127.0.0.1 answering GETs from a fixed table; counts
 /// requests. Runs until the test process ends (no state shared between tests).
 pub(crate) fn serve(routes: Vec<(&'static str, Reply)>) -> (String, Arc<AtomicUsize>) {
+    serve_over(routes, None)
+}
+
+/// [`serve`] over TLS, with a certificate for `names` from a CA made here: the address, the
+/// request count and the CA's certificate in PEM, which the host must be given to trust it
+/// (with the names resolved to the address). A [`Reply::Cut`] ends without close_notify.
+pub(crate) fn serve_tls(
+    routes: Vec<(&'static str, Reply)>,
+    names: &[&str],
+) -> (String, Arc<AtomicUsize>, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "bosun kit test CA");
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let leaf = rcgen::CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .unwrap();
+    let (addr, hits) = serve_over(routes, Some(Arc::new(config)));
+    (addr, hits, ca.pem())
+}
+
+fn serve_over(
+    routes: Vec<(&'static str, Reply)>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> (String, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
+            let Ok(conn) = conn else { continue };
             counter.fetch_add(1, Ordering::SeqCst);
-            // Read the whole request head before answering.
-            let mut head = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&buf[..n]),
-                }
-            }
-            let text = String::from_utf8_lossy(&head);
-            let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
-            match routes
-                .iter()
-                .find(|(p, _)| *p == path)
-                .map(|(_, r)| r.clone())
-            {
-                Some(Reply::Full(body)) => {
-                    let _ = write!(
-                        conn,
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = conn.write_all(&body);
-                }
-                Some(Reply::Cut(body, cut)) => {
-                    let _ = write!(
-                        conn,
-                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = conn.write_all(&body[..cut]);
-                }
+            let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(30)));
+            match &tls {
                 None => {
-                    let _ = write!(
-                        conn,
-                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                    );
+                    let mut conn = conn;
+                    answer(&mut conn, &routes);
+                }
+                Some(config) => {
+                    let Ok(server) = rustls::ServerConnection::new(Arc::clone(config)) else {
+                        continue;
+                    };
+                    let mut stream = rustls::StreamOwned::new(server, conn);
+                    if answer(&mut stream, &routes) {
+                        stream.conn.send_close_notify();
+                    }
+                    let _ = stream.flush();
                 }
             }
         }
     });
     (addr, hits)
+}
+
+/// Reads one request head and answers it from `routes`; false when the answer was cut
+/// short on purpose.
+fn answer(conn: &mut (impl Read + Write), routes: &[(&'static str, Reply)]) -> bool {
+    // Read the whole request head before answering.
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    match routes
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, r)| r.clone())
+    {
+        Some(Reply::Full(body)) => {
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(&body);
+            true
+        }
+        Some(Reply::Cut(body, cut)) => {
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(&body[..cut]);
+            false
+        }
+        None => {
+            let _ = write!(
+                conn,
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            true
+        }
+    }
 }
 
 pub(crate) fn sha256(bytes: &[u8]) -> String {
@@ -583,8 +649,8 @@ fn dnf_installs_an_exact_version_versionlocks_upgrades_and_unlocks() {
         Some("1.34.2-150500.1.1")
     );
 
-    // `backend: yum` on this node means /usr/bin/yum, Rocky's symlink to dnf-3, which the
-    // host would refuse to run: preflight says so, and what to set instead.
+    // `backend: yum`: on this node yum is Rocky's symlink to dnf-3, and yum 3 is not driven
+    // at all: preflight says so, and what to set instead.
     let yum = node.run(
         &packages,
         &grants,
@@ -592,12 +658,15 @@ fn dnf_installs_an_exact_version_versionlocks_upgrades_and_unlocks() {
         &json!({"packages": [PKG], "backend": "yum"}),
         false,
     );
-    assert_eq!(
-        yum.failed_checks(),
-        vec![(
-            "backend-commands".to_owned(),
-            "the yum backend chosen for this node cannot run: /usr/bin/yum is a symlink to dnf-3 here, and Bosun runs a granted command only at its real path (docs/security.md, \"Granted commands name real files\"): this node's yum is dnf: leave `backend` unset or set it to `dnf`".to_owned()
-        )]
+    let failed = yum.failed_checks();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].0, "backend");
+    assert!(
+        failed[0].1.starts_with(
+            "`backend: yum`: on RHEL 8 and later yum is dnf, so leave `backend` unset or set it to `dnf`. yum 3 (RHEL and CentOS 7"
+        ),
+        "{}",
+        failed[0].1
     );
 
     // A Fedora 41+ layout: dnf is dnf5 and dnf 4 is not installed.
