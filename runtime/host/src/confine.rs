@@ -67,6 +67,14 @@ const BASE_READABLE: &[&str] = &[
     "/etc/hosts",
     "/etc/host.conf",
     "/etc/resolv.conf",
+    // Where /etc/resolv.conf links to when a resolver manages it: systemd-resolved (Ubuntu's
+    // default), resolvconf and NetworkManager. The files only, not their directories
+    // (systemd-resolved's has its varlink socket).
+    "/run/systemd/resolve/stub-resolv.conf",
+    "/run/systemd/resolve/resolv.conf",
+    "/run/resolvconf/resolv.conf",
+    "/run/NetworkManager/resolv.conf",
+    "/run/NetworkManager/no-stub-resolv.conf",
     "/etc/gai.conf",
     "/etc/localtime",
     "/etc/timezone",
@@ -483,6 +491,9 @@ fn write_rights(abi: ABI) -> landlock::BitFlags<AccessFs> {
 
 /// Opens `path` (absolute, normalized) beneath `root` as an `O_PATH` descriptor without
 /// following any symlink, magic link or `..` out of it. `Ok(None)`: it does not exist.
+/// A path whose last component is itself a symlink is an error too: `O_NOFOLLOW` would
+/// open the link, and a Landlock rule on a link grants nothing through it, so the path
+/// would be silently inert instead of refused like a symlink earlier in the path.
 fn open_beneath(root: &OwnedFd, path: &str) -> Result<Option<OwnedFd>, String> {
     use rustix::fs::{Mode, OFlags, ResolveFlags};
     let rel = path.trim_start_matches('/');
@@ -494,6 +505,14 @@ fn open_beneath(root: &OwnedFd, path: &str) -> Result<Option<OwnedFd>, String> {
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
     ) {
+        Ok(fd) if is_symlink(&fd) => {
+            let target = rustix::fs::readlinkat(&fd, "", Vec::new())
+                .map_or_else(|_| "?".into(), |t| t.to_string_lossy().into_owned());
+            Err(format!(
+                "{path} is a symlink (to {target}); name the real path (paths given to a command's sandbox are never \
+                 resolved through symlinks)"
+            ))
+        }
         Ok(fd) => Ok(Some(fd)),
         Err(rustix::io::Errno::NOENT) => Ok(None),
         Err(rustix::io::Errno::LOOP) => Err(format!(
@@ -502,6 +521,12 @@ fn open_beneath(root: &OwnedFd, path: &str) -> Result<Option<OwnedFd>, String> {
         )),
         Err(e) => Err(format!("{path}: {e}")),
     }
+}
+
+fn is_symlink(fd: &OwnedFd) -> bool {
+    rustix::fs::fstat(fd).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
+    })
 }
 
 fn is_dir(fd: &OwnedFd) -> bool {
@@ -550,8 +575,11 @@ fn ruleset(base_root: &Path, root: &Path, sandbox: &Sandbox, abi: u32) -> Result
         (BASE_WRITABLE, read_rights(abi) | AccessFs::WriteFile),
     ] {
         for path in list {
-            // The base is best effort: what this node lacks, or has as a symlink, it
-            // does not need (the symlink's target is covered where it is in the base).
+            // The base is best effort: what this node lacks, or has as a symlink, gets no
+            // rule. A link's target is never followed (a plugin with a write grant may
+            // have made the link); where distributions link a base file somewhere else,
+            // the usual targets are in the base themselves (`/etc/resolv.conf` into
+            // `/run`, `/etc/localtime` into `/usr`).
             if let Ok(Some(fd)) = open_beneath(&base_fd, path) {
                 add(fd, rights);
             }
@@ -1281,6 +1309,55 @@ mod boundary {
         assert_eq!(mode(), 0o4755);
     }
 
+    /// A base file that is a symlink gives no access through it, with one exception made in
+    /// the base itself: /etc/resolv.conf linked into /run by a resolver (Ubuntu's
+    /// systemd-resolved), whose target files are base entries of their own. Before they
+    /// were, a granted command on such a node could not read its resolver configuration
+    /// (so could not resolve a mirror's name). A base file linked elsewhere (a plugin with
+    /// a write grant under /etc could make /etc/hosts point at a secret) stays unreadable.
+    #[test]
+    fn a_base_file_linked_to_its_resolver_is_read_and_one_linked_elsewhere_is_not() {
+        require_kernel("base symlinks");
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        install_shell(root);
+        for (file, text) in [
+            (
+                "run/systemd/resolve/stub-resolv.conf",
+                "nameserver 127.0.0.53\n",
+            ),
+            ("secret/hosts", "secret\n"),
+        ] {
+            std::fs::create_dir_all(root.join(file).parent().unwrap()).unwrap();
+            std::fs::write(root.join(file), text).unwrap();
+        }
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::os::unix::fs::symlink(
+            "../run/systemd/resolve/stub-resolv.conf",
+            root.join("etc/resolv.conf"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("../secret/hosts", root.join("etc/hosts")).unwrap();
+        let out = run_as(
+            root,
+            "/bin/sh",
+            &[
+                "-c",
+                "read r < /etc/resolv.conf && echo \"resolv: $r\"; read h < /etc/hosts && echo \"hosts: $h\"; true",
+            ],
+            Sandbox::default(),
+            false,
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("resolv: nameserver 127.0.0.53"),
+            "{}",
+            text(&out)
+        );
+        assert!(!stdout.contains("hosts:"), "{}", text(&out));
+        assert!(!stdout.contains("secret"), "{}", text(&out));
+    }
+
     /// A sandbox path that goes through a symlink or is missing fails the command before
     /// it starts, naming the path.
     #[test]
@@ -1311,6 +1388,15 @@ mod boundary {
         assert!(with("/real", false).is_ok());
         let e = with("/link/x", false).unwrap_err();
         assert!(e.contains("/link/x goes through a symlink"), "{e}");
+        // The link itself, optional or not: refused naming it and its target, not made a
+        // rule that grants nothing.
+        for optional in [false, true] {
+            let e = with("/link", optional).unwrap_err();
+            assert!(
+                e.contains("the exec grant's sandbox names /link is a symlink (to real); name the real path"),
+                "{e}"
+            );
+        }
         let e = with("/missing", false).unwrap_err();
         assert!(e.contains("does not exist on this node"), "{e}");
         assert!(with("/missing", true).is_ok());

@@ -353,8 +353,9 @@ fn a_dry_run_command_writes_only_where_its_grant_says_writable_in_dry_run() {
 }
 
 /// Hostile shapes of a `writableInDryRun` path: a marked path that is a symlink to another
-/// directory (the rule lands on the link itself, so the kernel lets nothing be written
-/// through it: the command runs and its writes fail), a marked path that climbs out with
+/// directory (refused before the command starts, naming the link and its target; before,
+/// the rule landed on the link itself and the kernel let nothing be written through it,
+/// but nothing said why), a marked path that climbs out with
 /// `..` (refused as a grant), and a marked path on a grant without `dryRun` (refused as a
 /// grant). In each, the directory the shape aims at is left unchanged.
 #[test]
@@ -381,8 +382,7 @@ fn writable_in_dry_run_paths_do_not_reach_past_themselves() {
             ..Grants::default()
         }
     };
-    // The symlink: both writes refused by the kernel (the shell's last exit code: 2 for
-    // dash, 1 for bash).
+    // The symlink: the command does not start.
     let report = call(
         &host,
         &bad,
@@ -393,7 +393,9 @@ fn writable_in_dry_run_paths_do_not_reach_past_themselves() {
     );
     let message = format!("{:?}", report.result);
     assert!(
-        message.contains("exit 1") || message.contains("exit 2"),
+        message.contains(
+            "the exec grant's sandbox names /logs is a symlink (to rw); name the real path"
+        ),
         "{message}"
     );
     assert!(
