@@ -105,37 +105,96 @@ pub fn validate(spec: &BinarySpec) -> Result<(), PluginError> {
     Ok(())
 }
 
-/// GETs `url` and checks the status and, when the server declared one, the length.
+/// Redirects followed per download.
+const MAX_REDIRECTS: usize = 5;
+
+/// GETs `url`, following up to [`MAX_REDIRECTS`] redirects, and checks the status and,
+/// when the server declared one, the length. The host follows no redirect itself: each hop
+/// is a GET of its own, admitted only if an `http` grant names its host, and a redirect
+/// from https to plain http is refused here.
 fn download(url: &str, max: u64) -> Result<Vec<u8>, PluginError> {
-    let r = bosun_plugin_sdk::http::get(url, max).map_err(|e| {
-        let retryable = matches!(e, HostError::Timeout(_) | HostError::Failed(_));
-        let mut pe = PluginError::from(e);
-        pe.retryable = retryable;
-        pe.context(format!("downloading {url}"))
-    })?;
-    if r.status != 200 {
-        return Err(PluginError::retryable(
+    let mut at = url.to_owned();
+    for hop in 0..=MAX_REDIRECTS {
+        let r = bosun_plugin_sdk::http::get(&at, max).map_err(|e| {
+            let retryable = matches!(e, HostError::Timeout(_) | HostError::Failed(_));
+            let not_granted = matches!(e, HostError::NotGranted(_));
+            let mut pe = PluginError::from(e);
+            pe.retryable = retryable;
+            if hop > 0 && not_granted {
+                pe.context(format!(
+                    "downloading {url}, which redirected to {at}: grant that host (an `http` grant), or set the URL to it"
+                ))
+            } else {
+                pe.context(format!("downloading {at}"))
+            }
+        })?;
+        if matches!(r.status, 301 | 302 | 303 | 307 | 308) {
+            let location = r
+                .headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("location"))
+                .map(|(_, v)| v.trim().to_owned())
+                .ok_or_else(|| {
+                    PluginError::retryable(
+                        "download-failed",
+                        format!("GET {at}: HTTP {} without a Location", r.status),
+                    )
+                })?;
+            at = redirect_target(&at, &location)?;
+            continue;
+        }
+        if r.status != 200 {
+            return Err(PluginError::retryable(
+                "download-failed",
+                format!("GET {at}: HTTP {}, expected 200", r.status),
+            ));
+        }
+        let declared = r
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.trim().parse::<u64>().ok());
+        if let Some(len) = declared
+            && len != r.body.len() as u64
+        {
+            return Err(PluginError::retryable(
+                "download-incomplete",
+                format!(
+                    "GET {at}: received {} of the {len} bytes the server announced (connection cut?); nothing was changed, retry",
+                    r.body.len()
+                ),
+            ));
+        }
+        return Ok(r.body);
+    }
+    Err(PluginError::new(
+        "download-failed",
+        format!("GET {url}: more than {MAX_REDIRECTS} redirects"),
+    ))
+}
+
+/// Where a redirect from `from` to `location` leads: an absolute http(s) URL, or a path
+/// on the same scheme and host. Never from https to http.
+fn redirect_target(from: &str, location: &str) -> Result<String, PluginError> {
+    let refuse = |why: &str| {
+        PluginError::new(
             "download-failed",
-            format!("GET {url}: HTTP {}, expected 200", r.status),
-        ));
+            format!("GET {from}: redirected to `{location}`, {why}"),
+        )
+    };
+    let target = if location.starts_with("https://") || location.starts_with("http://") {
+        location.to_owned()
+    } else if location.starts_with('/') && !location.starts_with("//") {
+        let (scheme, rest) = from.split_once("://").unwrap_or(("https", from));
+        let authority = rest.split('/').next().unwrap_or(rest);
+        format!("{scheme}://{authority}{location}")
+    } else {
+        return Err(refuse("which is not an absolute URL or path"));
+    };
+    if from.starts_with("https://") && !target.starts_with("https://") {
+        return Err(refuse("which leaves https: refused"));
     }
-    let declared = r
-        .headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse::<u64>().ok());
-    if let Some(len) = declared
-        && len != r.body.len() as u64
-    {
-        return Err(PluginError::retryable(
-            "download-incomplete",
-            format!(
-                "GET {url}: received {} of the {len} bytes the server announced (connection cut?); nothing was changed, retry",
-                r.body.len()
-            ),
-        ));
-    }
-    Ok(r.body)
+    Ok(target)
 }
 
 /// The expected digest: given, or the first word of `URL.sha256`.
@@ -265,6 +324,32 @@ fn write_error(path: &str, e: &std::io::Error) -> PluginError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redirects_stay_on_https_and_resolve_paths_on_the_same_host() {
+        let from = "https://dl.k8s.io/release/v1.34.2/bin/linux/amd64/kubeadm";
+        assert_eq!(
+            redirect_target(from, "https://cdn.example/k").unwrap(),
+            "https://cdn.example/k"
+        );
+        assert_eq!(
+            redirect_target(from, "/other/kubeadm").unwrap(),
+            "https://dl.k8s.io/other/kubeadm"
+        );
+        assert_eq!(
+            redirect_target("http://127.0.0.1:8080/a", "/b").unwrap(),
+            "http://127.0.0.1:8080/b"
+        );
+        for (location, why) in [
+            ("http://dl.k8s.io/k", "which leaves https: refused"),
+            ("//evil.example/k", "not an absolute URL or path"),
+            ("kubeadm", "not an absolute URL or path"),
+            ("ftp://x/k", "not an absolute URL or path"),
+        ] {
+            let e = redirect_target(from, location).unwrap_err();
+            assert!(e.message.contains(why), "{location}: {}", e.message);
+        }
+    }
 
     #[test]
     fn siblings_are_hidden_in_the_same_directory() {

@@ -232,6 +232,8 @@ pub(crate) enum Reply {
     Full(Vec<u8>),
     /// 200 announcing the whole body's length, then only `cut` bytes and a closed connection.
     Cut(Vec<u8>, usize),
+    /// 302 to this location.
+    Redirect(&'static str),
 }
 
 /// A one-thread HTTP/1.1 server on 127.0.0.1 answering GETs from a fixed table; counts
@@ -345,6 +347,13 @@ fn answer(conn: &mut (impl Read + Write), routes: &[(&'static str, Reply)]) -> b
             let _ = conn.write_all(&body[..cut]);
             false
         }
+        Some(Reply::Redirect(location)) => {
+            let _ = write!(
+                conn,
+                "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            true
+        }
         None => {
             let _ = write!(
                 conn,
@@ -389,6 +398,14 @@ fn binary_download_checks_the_digest_replaces_atomically_and_rolls_back() {
         ),
         ("/tampered/kubeadm", Reply::Full(wrong)),
         ("/cut/kubeadm", Reply::Cut(new.clone(), 300_000)),
+        (
+            "/moved/kubeadm.sha256",
+            Reply::Redirect("/v1.34.2/kubeadm.sha256"),
+        ),
+        (
+            "/away/kubeadm",
+            Reply::Redirect("http://127.0.0.1:1/kubeadm"),
+        ),
     ]);
     let mut grants: Grants = example_grants("packages.yaml");
     grants.http.push(HttpGrant {
@@ -433,6 +450,24 @@ fn binary_download_checks_the_digest_replaces_atomically_and_rolls_back() {
         e.message.contains("received 300000 of the 800000 bytes"),
         "{}",
         e.message
+    );
+    assert_eq!(std::fs::read(&kubeadm).unwrap(), old);
+
+    // A redirect to a host no grant names: the host refuses that hop, and the message says
+    // where the download was sent and what to grant.
+    let away = node.run(
+        &packages,
+        &grants,
+        "install",
+        &spec("/away/kubeadm", Some(sha256(&new))),
+        false,
+    );
+    assert!(
+        away.error().message.contains(&format!(
+            "downloading http://{addr}/away/kubeadm, which redirected to http://127.0.0.1:1/kubeadm: grant that host"
+        )),
+        "{}",
+        away.error().message
     );
     assert_eq!(std::fs::read(&kubeadm).unwrap(), old);
 
@@ -486,6 +521,20 @@ fn binary_download_checks_the_digest_replaces_atomically_and_rolls_back() {
         false,
     );
     assert!(!again.outcome().changed);
+
+    // The digest file behind a redirect on the same host: followed (two GETs), the binary
+    // already at that digest, nothing changed.
+    let before_hits = hits.load(Ordering::SeqCst);
+    let moved = node.run(
+        &packages,
+        &grants,
+        "install",
+        &spec("/moved/kubeadm", None),
+        false,
+    );
+    assert!(!moved.outcome().changed, "{}", moved.outcome().message);
+    assert_eq!(moved.output("kubeadm.sha256").unwrap(), sha256(&new));
+    assert_eq!(hits.load(Ordering::SeqCst) - before_hits, 2);
 
     // Rollback puts the previous binary back.
     let rb = node.run(
