@@ -12,8 +12,8 @@ use std::time::Duration;
 use bosun_agent::plugins::{ResolveError, Store, fetch_url};
 use bosun_fetch::oci::{self, OciError, WASM_LAYER};
 use bosun_fetch::{FetchConfig, FetchError, Fetcher};
+use bosun_test_pki::TestPki as Pki;
 use bosun_trust::Digest;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -68,29 +68,8 @@ impl Reply {
 type Handler = Arc<dyn Fn(&Req) -> Reply + Send + Sync>;
 
 /// A test CA and a server certificate for 127.0.0.1 and localhost signed by it.
-struct Pki {
-    ca_pem: String,
-    cert: CertificateDer<'static>,
-    key: Vec<u8>,
-}
-
 fn pki() -> Pki {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, "bosun test CA");
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf =
-        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-            .unwrap();
-    let cert = leaf.signed_by(&key, &ca_cert, &ca_key).unwrap();
-    Pki {
-        ca_pem: ca_cert.pem(),
-        cert: cert.der().clone(),
-        key: key.serialize_der(),
-    }
+    Pki::new("bosun test CA", &["127.0.0.1", "localhost"])
 }
 
 /// Serves `handler` on a loopback port (TLS with `pki` when given) until the test ends.
@@ -99,20 +78,7 @@ async fn serve(pki: Option<&Pki>, handler: Handler) -> (String, Arc<Mutex<Vec<Re
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let acceptor = pki.map(|p| {
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![p.cert.clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(p.key.clone())),
-        )
-        .unwrap();
-        tokio_rustls::TlsAcceptor::from(Arc::new(config))
-    });
+    let acceptor = pki.map(|p| tokio_rustls::TlsAcceptor::from(p.server_config()));
     let log = seen.clone();
     tokio::spawn(async move {
         loop {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bosun_api::grants::{Grants, HttpGrant};
 use bosun_host::{CallFailure, LoadedPlugin, NodeContext, RunOptions, RunReport};
 use bosun_host::{Host, HttpConfig};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use bosun_test_pki::TestPki;
 use support::{Node, node, plugins};
 
 fn run_for(
@@ -51,43 +51,8 @@ fn run(
     run_for(host, p, grants, params, Duration::from_secs(60))
 }
 
-/// A CA, and a server certificate it signed for `names`.
-struct Pki {
-    ca: CertificateDer<'static>,
-    ca_pem: String,
-    server: Arc<rustls::ServerConfig>,
-}
-
-fn pki(names: &[&str]) -> Pki {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "bosun https test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf =
-        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-            .unwrap()
-            .signed_by(&key, &ca, &ca_key)
-            .unwrap();
-    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    )
-    .unwrap();
-    Pki {
-        ca: ca.der().clone(),
-        ca_pem: ca.pem(),
-        server: Arc::new(server),
-    }
+fn pki(names: &[&str]) -> TestPki {
+    TestPki::new("bosun https test CA", names)
 }
 
 /// How the server ends each answer.
@@ -101,10 +66,10 @@ enum End {
 
 /// Serves `answers` (raw HTTP responses) in order, one connection each, over TLS.
 /// Connections whose handshake fails (the client refused the certificate) count too.
-fn serve(pki: &Pki, answers: Vec<(Vec<u8>, End)>) -> (SocketAddr, std::thread::JoinHandle<()>) {
+fn serve(pki: &TestPki, answers: Vec<(Vec<u8>, End)>) -> (SocketAddr, std::thread::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let config = Arc::clone(&pki.server);
+    let config = pki.server_config();
     let server = std::thread::spawn(move || {
         for (answer, end) in answers {
             let (tcp, _) = listener.accept().unwrap();
@@ -146,6 +111,19 @@ fn host_with(node: &Node, http: HttpConfig) -> Host {
     Host::new(config).unwrap()
 }
 
+/// A host that sends dl.k8s.io to `addr` and trusts `pki`'s CA (and only it with
+/// `only_it`), with the http test plugin loaded.
+fn trusting(node: &Node, pki: &TestPki, addr: SocketAddr, only_it: bool) -> (Host, LoadedPlugin) {
+    let http = HttpConfig {
+        resolve: resolve_to(addr),
+        ca_certificates: vec![pki.ca.clone()],
+        no_web_roots: only_it,
+    };
+    let host = host_with(node, http);
+    let p = node.load(&host, &plugins().http, "http");
+    (host, p)
+}
+
 fn dl_grants() -> Grants {
     Grants {
         http: vec![HttpGrant {
@@ -177,13 +155,7 @@ fn https_to_a_granted_name_is_verified_against_the_hosts_roots_only() {
         ],
     );
     let node = node();
-    let mut trusted = HttpConfig {
-        resolve: resolve_to(addr),
-        ..HttpConfig::default()
-    };
-    trusted.ca_certificates.push(pki.ca.clone());
-    let host = host_with(&node, trusted);
-    let p = node.load(&host, &plugins().http, "http");
+    let (host, p) = trusting(&node, &pki, addr, false);
     let o = run(&host, &p, &dl_grants(), "get", URL)
         .unwrap()
         .result
@@ -232,14 +204,7 @@ fn a_certificate_for_another_name_is_refused_though_its_ca_is_trusted() {
     let pki = pki(&["mirror.example.com"]);
     let (addr, server) = serve(&pki, vec![(ok("x"), End::CloseNotify)]);
     let node = node();
-    let mut http = HttpConfig {
-        resolve: resolve_to(addr),
-        no_web_roots: true,
-        ..HttpConfig::default()
-    };
-    http.ca_certificates.push(pki.ca.clone());
-    let host = host_with(&node, http);
-    let p = node.load(&host, &plugins().http, "http");
+    let (host, p) = trusting(&node, &pki, addr, true);
     let e = run(&host, &p, &dl_grants(), "get", URL)
         .unwrap()
         .result
@@ -263,13 +228,7 @@ fn a_tls_body_cut_short_without_close_notify_is_refused_and_a_whole_one_is_not()
         b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\nonly part".to_vec();
     let (addr, server) = serve(&pki, vec![(cut, End::Drop), (ok("whole body"), End::Drop)]);
     let node = node();
-    let mut http = HttpConfig {
-        resolve: resolve_to(addr),
-        ..HttpConfig::default()
-    };
-    http.ca_certificates.push(pki.ca.clone());
-    let host = host_with(&node, http);
-    let p = node.load(&host, &plugins().http, "http");
+    let (host, p) = trusting(&node, &pki, addr, false);
     let e = run(&host, &p, &dl_grants(), "get", URL)
         .unwrap()
         .result

@@ -249,31 +249,9 @@ pub(crate) fn serve_tls(
     routes: Vec<(&'static str, Reply)>,
     names: &[&str],
 ) -> (String, Arc<AtomicUsize>, String) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, "bosun kit test CA");
-    let ca = ca.self_signed(&ca_key).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    let leaf = rcgen::CertificateParams::new(names)
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-    )
-    .unwrap();
-    let (addr, hits) = serve_over(routes, Some(Arc::new(config)));
-    (addr, hits, ca.pem())
+    let pki = bosun_test_pki::TestPki::new("bosun kit test CA", names);
+    let (addr, hits) = serve_over(routes, Some(pki.server_config()));
+    (addr, hits, pki.ca_pem)
 }
 
 fn serve_over(
