@@ -58,7 +58,10 @@ pub struct Limits {
     pub max_exec_args: usize,
     /// Bytes of stdin a plugin may pass to a command. Default 1 MiB.
     pub max_exec_stdin_bytes: usize,
-    /// Largest HTTP body, whatever the grant says. Default 64 MiB.
+    /// Largest HTTP body, whatever the grant says. Default 128 MiB: the Kubernetes node
+    /// binaries the `packages` plugin's binary backend downloads are 60–85 MB (v1.34's
+    /// kubeadm 74 MB, kubelet 84 MB as built here), over the 64 MiB this once was. The body
+    /// is held by the host, then copied into the plugin's memory (its own limit).
     pub max_http_bytes: u64,
     /// Bytes of the guest's stderr kept (panic messages). Default 16 KiB.
     pub max_stderr_bytes: usize,
@@ -83,7 +86,7 @@ impl Default for Limits {
             max_string_bytes: 4 << 10,
             max_exec_args: 256,
             max_exec_stdin_bytes: 1 << 20,
-            max_http_bytes: 64 << 20,
+            max_http_bytes: 128 << 20,
             max_stderr_bytes: 16 << 10,
             max_resources: 1024,
         }

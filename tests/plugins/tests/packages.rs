@@ -347,6 +347,49 @@ pub(crate) fn sha256(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
+/// A binary the size of a real kubelet (84 MB as built here; kubeadm is 74 MB) is
+/// downloaded, checked and installed with the host's default limits: the host's body cap
+/// was 64 MiB, under which the binary backend could not have installed kubeadm or kubelet
+/// from dl.k8s.io at all.
+#[test]
+fn a_binary_the_size_of_the_kubelet_installs_within_the_default_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    write(
+        &root,
+        "etc/os-release",
+        "ID=flatcar\nVERSION_ID=4081.2.0\nPRETTY_NAME=\"Flatcar 4081.2.0\"\n",
+    );
+    install_programs(&root, &["/usr/bin/chmod"]);
+    let kubelet: Vec<u8> = (0..21_000_000u32)
+        .flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes())
+        .collect();
+    let digest = sha256(&kubelet);
+    let (addr, _) = serve(vec![("/v1.34.4/kubelet", Reply::Full(kubelet))]);
+    let mut grants: Grants = example_grants("packages.yaml");
+    grants.http.push(HttpGrant {
+        host: addr.clone(),
+        max_bytes: None,
+    });
+    let node = Node::new(&root, &["worker"]);
+    let packages = node.load(&plugins().packages, "packages");
+    let ran = node.run(
+        &packages,
+        &grants,
+        "install",
+        &json!({"backend": "binary", "binaries": [{"name": "kubelet", "url": format!("http://{addr}/v1.34.4/kubelet"), "sha256": digest}]}),
+        false,
+    );
+    assert!(ran.outcome().changed, "{}", ran.outcome().message);
+    assert_eq!(
+        std::fs::metadata(root.join("usr/bin/kubelet"))
+            .unwrap()
+            .len(),
+        84_000_000
+    );
+    assert_eq!(ran.output("kubelet.sha256").unwrap(), digest);
+}
+
 #[test]
 fn binary_download_checks_the_digest_replaces_atomically_and_rolls_back() {
     let dir = tempfile::tempdir().unwrap();
