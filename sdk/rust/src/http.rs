@@ -17,6 +17,12 @@ pub struct Response {
 
 /// GETs `url`, accepting at most `max_bytes` of body (or the grant's cap, if lower).
 ///
+/// `https://` is verified by the host against the roots it was built with (and the
+/// agent's `--http-ca-file`), never against files on the node; `http://` reaches loopback
+/// addresses only. Redirects are returned as they came (`status` 3xx and a `location`
+/// header, names lower-cased): following one is a new `get`, checked against the grants
+/// again. The whole exchange ends at the run's deadline ([`HostError::Timeout`]).
+///
 /// # Errors
 /// [`HostError::NotGranted`] unless the URL's host is granted; [`HostError::TooLarge`] when
 /// the body exceeds the cap.
