@@ -155,29 +155,26 @@ impl Plugin for Packages {
             m = m.runs(APT_GET, args);
         }
         // dnf
-        {
-            let prog = DNF;
-            m = m
-                .runs(prog, ["-q", "makecache"])
-                .runs(prog, ["-q", "versionlock", "list"])
-                .runs(
-                    prog,
-                    [
-                        "-q",
-                        "list",
-                        "--showduplicates",
-                        "--disableexcludes=all",
-                        NAME_PATTERN,
-                    ],
-                )
-                .runs(prog, ["-q", "versionlock", "add", RPM_PKG_PATTERN])
-                .runs(prog, ["-q", "versionlock", "delete", NAME_PATTERN]);
-            for verb in ["install", "downgrade"] {
-                for n in 1..=MAX_PACKAGES {
-                    let mut args = vec!["-y", "--disableexcludes=all", verb];
-                    args.extend(std::iter::repeat_n(RPM_PKG_PATTERN, n));
-                    m = m.runs(prog, args);
-                }
+        m = m
+            .runs(DNF, ["-q", "makecache"])
+            .runs(DNF, ["-q", "versionlock", "list"])
+            .runs(
+                DNF,
+                [
+                    "-q",
+                    "list",
+                    "--showduplicates",
+                    "--disableexcludes=all",
+                    NAME_PATTERN,
+                ],
+            )
+            .runs(DNF, ["-q", "versionlock", "add", RPM_PKG_PATTERN])
+            .runs(DNF, ["-q", "versionlock", "delete", NAME_PATTERN]);
+        for verb in ["install", "downgrade"] {
+            for n in 1..=MAX_PACKAGES {
+                let mut args = vec!["-y", "--disableexcludes=all", verb];
+                args.extend(std::iter::repeat_n(RPM_PKG_PATTERN, n));
+                m = m.runs(DNF, args);
             }
         }
         m = m.runs(RPM, ["-q", "--qf", "%{VERSION}-%{RELEASE}", NAME_PATTERN]);

@@ -244,11 +244,9 @@ async fn main() -> anyhow::Result<std::process::ExitCode> {
     let mut config = HostConfig::new(&args.host_root, roots);
     config.cache_dir = args.cache_dir.clone();
     for path in &args.http_ca_files {
-        let pem = std::fs::read(path)
-            .with_context(|| format!("reading --http-ca-file {}", path.display()))?;
         let n = config
             .http
-            .add_ca_pem(&pem, &format!("--http-ca-file {}", path.display()))
+            .add_ca_file(path, "--http-ca-file")
             .map_err(anyhow::Error::msg)?;
         tracing::info!(file = %path.display(), certificates = n, "trusted for plugins' https GETs");
     }

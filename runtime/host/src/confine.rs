@@ -524,15 +524,15 @@ fn open_beneath(root: &OwnedFd, path: &str) -> Result<Option<OwnedFd>, String> {
 }
 
 fn is_symlink(fd: &OwnedFd) -> bool {
-    rustix::fs::fstat(fd).is_ok_and(|st| {
-        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
-    })
+    is_type(fd, rustix::fs::FileType::Symlink)
 }
 
 fn is_dir(fd: &OwnedFd) -> bool {
-    rustix::fs::fstat(fd).is_ok_and(|st| {
-        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
-    })
+    is_type(fd, rustix::fs::FileType::Directory)
+}
+
+fn is_type(fd: &OwnedFd, kind: rustix::fs::FileType) -> bool {
+    rustix::fs::fstat(fd).is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == kind)
 }
 
 /// The Landlock ruleset of `sandbox` under `root` (the base under `base_root`), for a

@@ -59,6 +59,14 @@ impl HttpConfig {
         self.ca_certificates.extend(certs);
         Ok(n)
     }
+
+    /// [`HttpConfig::add_ca_pem`] with the bundle read from `path`; errors name `source`
+    /// (the flag or kit entry it came from) and the path.
+    pub fn add_ca_file(&mut self, path: &std::path::Path, source: &str) -> Result<usize, String> {
+        let source = format!("{source} {}", path.display());
+        let pem = std::fs::read(path).map_err(|e| format!("reading {source}: {e}"))?;
+        self.add_ca_pem(&pem, &source)
+    }
 }
 
 /// The TLS configuration built once per host from an [`HttpConfig`].
@@ -103,11 +111,12 @@ impl Client {
     }
 
     /// Where `host:port` goes: the fixed address if one is configured, else DNS.
+    /// `host` is without an IPv6 literal's brackets.
     fn addresses(&self, with_port: &str, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
         if let Some((_, a)) = self.resolve.iter().find(|(k, _)| k == with_port) {
             return Ok(vec![*a]);
         }
-        let addrs: Vec<SocketAddr> = (host.trim_start_matches('[').trim_end_matches(']'), port)
+        let addrs: Vec<SocketAddr> = (host, port)
             .to_socket_addrs()
             .map_err(|e| format!("resolving {with_port}: {e}"))?
             .collect();
@@ -200,7 +209,7 @@ pub(crate) fn get(
         None
     };
     let addrs = client
-        .addresses(&with_port, host, port)
+        .addresses(&with_port, bare_host, port)
         .map_err(HttpRefusal::Failed)?;
     if let Some(a) = addrs.iter().find(|a| !https && !a.ip().is_loopback()) {
         return Err(HttpRefusal::Failed(format!(

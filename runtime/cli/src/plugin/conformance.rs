@@ -214,11 +214,8 @@ pub fn test(args: &TestArgs) -> Result<Status> {
         host.http.resolve.push((name.clone(), addr));
     }
     for ca in &file.http.ca_files {
-        let path = at(ca);
-        let pem = std::fs::read(&path)
-            .with_context(|| format!("reading http.caFiles entry {}", path.display()))?;
         host.http
-            .add_ca_pem(&pem, &format!("http.caFiles entry {}", path.display()))
+            .add_ca_file(&at(ca), "http.caFiles entry")
             .map_err(anyhow::Error::msg)?;
     }
     host.exec_isolation = match args.exec_isolation {
