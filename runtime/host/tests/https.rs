@@ -16,15 +16,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bosun_api::grants::{Grants, HttpGrant};
-use bosun_host::{CallFailure, LoadedPlugin, NodeContext, RunOptions, RunReport};
+use bosun_host::{
+    CallFailure, LoadedPlugin, NodeContext, Outcome, PluginError, RunOptions, RunReport,
+};
 use bosun_host::{Host, HttpConfig};
 use bosun_test_pki::TestPki;
 use support::{Node, node, plugins};
 
+/// Runs the http test plugin's `get` with `params` under dl.k8s.io's grant, within `deadline`.
 fn run_for(
     host: &Host,
     p: &LoadedPlugin,
-    grants: &Grants,
     params: &str,
     deadline: Duration,
 ) -> Result<RunReport, CallFailure> {
@@ -38,17 +40,21 @@ fn run_for(
         resumed: false,
         deadline: Some(deadline),
     };
-    host.run(p, grants, &ctx, "get", params, options)
+    host.run(p, &dl_grants(), &ctx, "get", params, options)
 }
 
-fn run(
-    host: &Host,
-    p: &LoadedPlugin,
-    grants: &Grants,
-    _action: &str,
-    params: &str,
-) -> Result<RunReport, CallFailure> {
-    run_for(host, p, grants, params, Duration::from_secs(60))
+/// [`run_for`] with a minute's deadline.
+fn get(host: &Host, p: &LoadedPlugin, params: &str) -> Result<Outcome, PluginError> {
+    run_for(host, p, params, Duration::from_secs(60))
+        .unwrap()
+        .result
+}
+
+/// The message of a GET the host refused as `host:failed`.
+fn refused(host: &Host, p: &LoadedPlugin, params: &str) -> String {
+    let e = get(host, p, params).unwrap_err();
+    assert_eq!(e.code, "host:failed", "{e:?}");
+    e.message
 }
 
 fn pki(names: &[&str]) -> TestPki {
@@ -105,23 +111,37 @@ fn ok(body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-fn host_with(node: &Node, http: HttpConfig) -> Host {
+/// A host with `http`, and the http test plugin loaded in it.
+fn loaded(node: &Node, http: HttpConfig) -> (Host, LoadedPlugin) {
     let mut config = node.config();
     config.http = http;
-    Host::new(config).unwrap()
+    let host = Host::new(config).unwrap();
+    let p = node.load(&host, &plugins().http, "http");
+    (host, p)
 }
 
 /// A host that sends dl.k8s.io to `addr` and trusts `pki`'s CA (and only it with
 /// `only_it`), with the http test plugin loaded.
 fn trusting(node: &Node, pki: &TestPki, addr: SocketAddr, only_it: bool) -> (Host, LoadedPlugin) {
-    let http = HttpConfig {
-        resolve: resolve_to(addr),
-        ca_certificates: vec![pki.ca.clone()],
-        no_web_roots: only_it,
-    };
-    let host = host_with(node, http);
-    let p = node.load(&host, &plugins().http, "http");
-    (host, p)
+    loaded(
+        node,
+        HttpConfig {
+            resolve: resolve_to(addr),
+            ca_certificates: vec![pki.ca.clone()],
+            no_web_roots: only_it,
+        },
+    )
+}
+
+/// A host that sends dl.k8s.io to `addr` and trusts only the compiled-in roots.
+fn resolving(node: &Node, resolve: Vec<(String, SocketAddr)>) -> (Host, LoadedPlugin) {
+    loaded(
+        node,
+        HttpConfig {
+            resolve,
+            ..HttpConfig::default()
+        },
+    )
 }
 
 fn dl_grants() -> Grants {
@@ -156,45 +176,20 @@ fn https_to_a_granted_name_is_verified_against_the_hosts_roots_only() {
     );
     let node = node();
     let (host, p) = trusting(&node, &pki, addr, false);
-    let o = run(&host, &p, &dl_grants(), "get", URL)
-        .unwrap()
-        .result
-        .unwrap();
+    let o = get(&host, &p, URL).unwrap();
     assert_eq!(o.message, "status 200");
     assert_eq!(o.outputs[0].1, "abc123  kubeadm\n");
 
     // The same server, the same name, but a host given only the compiled-in roots: the
     // test CA is not among them, so the certificate is refused and nothing is read.
-    let web_only = host_with(
-        &node,
-        HttpConfig {
-            resolve: resolve_to(addr),
-            ..HttpConfig::default()
-        },
-    );
-    let on_web_only = node.load(&web_only, &plugins().http, "http");
-    let e = run(&web_only, &on_web_only, &dl_grants(), "get", URL)
-        .unwrap()
-        .result
-        .unwrap_err();
-    assert_eq!(e.code, "host:failed", "{e:?}");
-    assert!(
-        e.message.contains("invalid peer certificate"),
-        "{}",
-        e.message
-    );
-    assert!(e.message.contains("UnknownIssuer"), "{}", e.message);
-    assert!(
-        e.message.contains("never a CA bundle on the node"),
-        "{}",
-        e.message
-    );
+    let (web_only, on_web_only) = resolving(&node, resolve_to(addr));
+    let e = refused(&web_only, &on_web_only, URL);
+    assert!(e.contains("invalid peer certificate"), "{e}");
+    assert!(e.contains("UnknownIssuer"), "{e}");
+    assert!(e.contains("never a CA bundle on the node"), "{e}");
 
     // A redirect is the plugin's to follow or not: the host returns it as it came.
-    let r = run(&host, &p, &dl_grants(), "get", URL)
-        .unwrap()
-        .result
-        .unwrap();
+    let r = get(&host, &p, URL).unwrap();
     assert_eq!(r.message, "status 302");
     server.join().unwrap();
 }
@@ -205,16 +200,10 @@ fn a_certificate_for_another_name_is_refused_though_its_ca_is_trusted() {
     let (addr, server) = serve(&pki, vec![(ok("x"), End::CloseNotify)]);
     let node = node();
     let (host, p) = trusting(&node, &pki, addr, true);
-    let e = run(&host, &p, &dl_grants(), "get", URL)
-        .unwrap()
-        .result
-        .unwrap_err();
-    assert_eq!(e.code, "host:failed", "{e:?}");
+    let e = refused(&host, &p, URL);
     assert!(
-        e.message
-            .contains(r#"certificate not valid for name "dl.k8s.io"; certificate is only valid for DnsName("mirror.example.com")"#),
-        "{}",
-        e.message
+        e.contains(r#"certificate not valid for name "dl.k8s.io"; certificate is only valid for DnsName("mirror.example.com")"#),
+        "{e}"
     );
     server.join().unwrap();
 }
@@ -229,21 +218,12 @@ fn a_tls_body_cut_short_without_close_notify_is_refused_and_a_whole_one_is_not()
     let (addr, server) = serve(&pki, vec![(cut, End::Drop), (ok("whole body"), End::Drop)]);
     let node = node();
     let (host, p) = trusting(&node, &pki, addr, false);
-    let e = run(&host, &p, &dl_grants(), "get", URL)
-        .unwrap()
-        .result
-        .unwrap_err();
-    assert_eq!(e.code, "host:failed", "{e:?}");
+    let e = refused(&host, &p, URL);
     assert!(
-        e.message
-            .contains("without close_notify after 9 body bytes of the 100 it announced"),
-        "{}",
-        e.message
+        e.contains("without close_notify after 9 body bytes of the 100 it announced"),
+        "{e}"
     );
-    let o = run(&host, &p, &dl_grants(), "get", URL)
-        .unwrap()
-        .result
-        .unwrap();
+    let o = get(&host, &p, URL).unwrap();
     assert_eq!(o.outputs[0].1, "whole body");
     server.join().unwrap();
 }
@@ -266,11 +246,8 @@ fn a_server_that_drips_its_tls_handshake_is_cut_off_at_the_deadline() {
         }
     });
     let node = node();
-    let mut config = node.config();
-    config.http.resolve = resolve_to(addr);
-    let host = Host::new(config).unwrap();
-    let p = node.load(&host, &plugins().http, "http");
-    let r = run_for(&host, &p, &dl_grants(), URL, Duration::from_secs(2)).unwrap();
+    let (host, p) = resolving(&node, resolve_to(addr));
+    let r = run_for(&host, &p, URL, Duration::from_secs(2)).unwrap();
     let e = r.result.unwrap_err();
     assert_eq!(e.code, "host:timeout", "{e:?}");
     // Without the deadline between reads the handshake would go on for the minute of
@@ -281,27 +258,20 @@ fn a_server_that_drips_its_tls_handshake_is_cut_off_at_the_deadline() {
 #[test]
 fn plain_http_goes_to_loopback_only_whatever_the_name_resolves_to() {
     let node = node();
-    let mut config = node.config();
-    config.http.resolve = vec![("dl.k8s.io:80".into(), "192.0.2.1:80".parse().unwrap())];
-    let host = Host::new(config).unwrap();
-    let p = node.load(&host, &plugins().http, "http");
-    let e = run(
+    let (host, p) = resolving(
+        &node,
+        vec![("dl.k8s.io:80".into(), "192.0.2.1:80".parse().unwrap())],
+    );
+    let e = refused(
         &host,
         &p,
-        &dl_grants(),
-        "get",
         r#"{"url":"http://dl.k8s.io/release/stable.txt"}"#,
-    )
-    .unwrap()
-    .result
-    .unwrap_err();
-    assert_eq!(e.code, "host:failed", "{e:?}");
+    );
     assert!(
-        e.message.contains(
+        e.contains(
             "resolves to 192.0.2.1, not a loopback address; plain http is only allowed to loopback"
         ),
-        "{}",
-        e.message
+        "{e}"
     );
 }
 

@@ -8,7 +8,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -347,6 +347,30 @@ pub(crate) fn sha256(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
+/// A node root for the binary backend: Flatcar's os-release (no package manager) and the
+/// `chmod` the backend runs.
+fn binary_root(dir: &Path) -> PathBuf {
+    let root = dir.join("root");
+    write(
+        &root,
+        "etc/os-release",
+        "ID=flatcar\nVERSION_ID=4081.2.0\nPRETTY_NAME=\"Flatcar 4081.2.0\"\n",
+    );
+    install_programs(&root, &["/usr/bin/chmod"]);
+    root
+}
+
+/// The shipped grants with the loopback server at `addr` added, as an administrator adds a
+/// mirror.
+fn with_mirror(addr: &str, max_bytes: Option<u64>) -> Grants {
+    let mut grants: Grants = example_grants("packages.yaml");
+    grants.http.push(HttpGrant {
+        host: addr.to_owned(),
+        max_bytes,
+    });
+    grants
+}
+
 /// A binary the size of a real kubelet (84 MB as built here; kubeadm is 74 MB) is
 /// downloaded, checked and installed with the host's default limits: the host's body cap
 /// was 64 MiB, under which the binary backend could not have installed kubeadm or kubelet
@@ -354,23 +378,13 @@ pub(crate) fn sha256(bytes: &[u8]) -> String {
 #[test]
 fn a_binary_the_size_of_the_kubelet_installs_within_the_default_limits() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    write(
-        &root,
-        "etc/os-release",
-        "ID=flatcar\nVERSION_ID=4081.2.0\nPRETTY_NAME=\"Flatcar 4081.2.0\"\n",
-    );
-    install_programs(&root, &["/usr/bin/chmod"]);
+    let root = binary_root(dir.path());
     let kubelet: Vec<u8> = (0..21_000_000u32)
         .flat_map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes())
         .collect();
     let digest = sha256(&kubelet);
     let (addr, _) = serve(vec![("/v1.34.4/kubelet", Reply::Full(kubelet))]);
-    let mut grants: Grants = example_grants("packages.yaml");
-    grants.http.push(HttpGrant {
-        host: addr.clone(),
-        max_bytes: None,
-    });
+    let grants = with_mirror(&addr, None);
     let node = Node::new(&root, &["worker"]);
     let packages = node.load(&plugins().packages, "packages");
     let ran = node.run(
@@ -393,13 +407,7 @@ fn a_binary_the_size_of_the_kubelet_installs_within_the_default_limits() {
 #[test]
 fn binary_download_checks_the_digest_replaces_atomically_and_rolls_back() {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    write(
-        &root,
-        "etc/os-release",
-        "ID=flatcar\nVERSION_ID=4081.2.0\nPRETTY_NAME=\"Flatcar 4081.2.0\"\n",
-    );
-    install_programs(&root, &["/usr/bin/chmod"]);
+    let root = binary_root(dir.path());
     let old = b"#!/bin/sh\necho old\n".to_vec();
     write(&root, "usr/bin/kubeadm", std::str::from_utf8(&old).unwrap());
     use std::os::unix::fs::PermissionsExt;
@@ -428,11 +436,7 @@ fn binary_download_checks_the_digest_replaces_atomically_and_rolls_back() {
             Reply::Redirect("http://127.0.0.1:1/kubeadm"),
         ),
     ]);
-    let mut grants: Grants = example_grants("packages.yaml");
-    grants.http.push(HttpGrant {
-        host: addr.clone(),
-        max_bytes: Some(16 << 20),
-    });
+    let grants = with_mirror(&addr, Some(16 << 20));
 
     let node = Node::new(&root, &["worker"]);
     let packages = node.load(&plugins().packages, "packages");
