@@ -1338,12 +1338,20 @@ mod boundary {
         )
         .unwrap();
         std::os::unix::fs::symlink("../secret/hosts", root.join("etc/hosts")).unwrap();
+        // A resolver file that is itself a link (a plugin with a write grant in /run could
+        // make one) is no way to the secret either.
+        std::os::unix::fs::symlink(
+            "../../../secret/hosts",
+            root.join("run/systemd/resolve/resolv.conf"),
+        )
+        .unwrap();
         let out = run_as(
             root,
             "/bin/sh",
             &[
                 "-c",
-                "read r < /etc/resolv.conf && echo \"resolv: $r\"; read h < /etc/hosts && echo \"hosts: $h\"; true",
+                "read r < /etc/resolv.conf && echo \"resolv: $r\"; read h < /etc/hosts && echo \"hosts: $h\"; \
+                 read l < /run/systemd/resolve/resolv.conf && echo \"linked: $l\"; true",
             ],
             Sandbox::default(),
             false,
@@ -1355,6 +1363,7 @@ mod boundary {
             text(&out)
         );
         assert!(!stdout.contains("hosts:"), "{}", text(&out));
+        assert!(!stdout.contains("linked:"), "{}", text(&out));
         assert!(!stdout.contains("secret"), "{}", text(&out));
     }
 

@@ -526,6 +526,42 @@ mod tests {
         }
     }
 
+    /// URLs shaped to pass for a granted host without being it are refused before any
+    /// connection: another port, another case, a trailing dot, the name in the query or
+    /// the path, credentials in front of it, a scheme the host does not speak.
+    #[test]
+    fn only_the_granted_host_at_its_port_is_admitted() {
+        let client = Client::new(&HttpConfig::default()).unwrap();
+        let grants = [HttpGrant {
+            host: "dl.k8s.io".into(),
+            max_bytes: None,
+        }];
+        let get = |url: &str| get(&client, &grants, url, 1 << 20, Duration::from_millis(200));
+        for url in [
+            "https://dl.k8s.io:8443/release/stable.txt",
+            "https://DL.K8S.IO/release/stable.txt",
+            "https://dl.k8s.io./release/stable.txt",
+            "https://evil.example/?dl.k8s.io",
+            "https://evil.example/dl.k8s.io/release",
+            "https://dl.k8s.io.evil.example/release",
+        ] {
+            assert!(
+                matches!(get(url), Err(HttpRefusal::NotGranted(_))),
+                "{url} was not refused as ungranted"
+            );
+        }
+        for url in [
+            "https://dl.k8s.io@evil.example/release",
+            "ftp://dl.k8s.io/release",
+            "https://dl.k8s.io/release\r\nHost: evil",
+        ] {
+            assert!(
+                matches!(get(url), Err(HttpRefusal::Invalid(_))),
+                "{url} was not refused as invalid"
+            );
+        }
+    }
+
     #[test]
     fn urls_are_split_with_default_ports() {
         let (s, a, h, p, path) = parse_url("http://127.0.0.1:8080/a/b").unwrap();
